@@ -1,0 +1,91 @@
+# attention-server: build, run and test.
+#
+#   make            build build/attention-server
+#   make run        install what is missing, build, serve on 127.0.0.1:8080
+#   make test       install what is missing, build (plain and sanitized), run every test
+#   make bench      benchmarks against the competing implementation, with ratios
+#   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
+
+CC      ?= cc
+PKGS    := libmicrohttpd jansson openblas
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl
+
+CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
+COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DATE    := $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+DEFS    := -DATTN_BUILD_COMMIT='"$(COMMIT)"' -DATTN_BUILD_DATE='"$(DATE)"'
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+ifeq ($(SANITIZE),1)
+BUILD   := build/asan
+OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+BUILD   := build
+OPT     := -O2 -g
+endif
+
+CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) $(DEFS) $(PKG_CFLAGS) -MMD -MP
+LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
+
+LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/jsonw.c \
+            server/request.c server/metrics.c server/api.c server/http.c
+LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
+UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
+UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
+ITEST_SRCS := tests/integration/itest.c tests/ref/reference.c
+
+SERVER  := $(BUILD)/attention-server
+UNIT    := $(BUILD)/unit-tests
+ITEST   := build/itest
+
+.PHONY: all run test test-build deps lint-api bench clean
+all: $(SERVER)
+
+$(BUILD)/obj/%.o: server/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Iserver -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Iserver -Itests -c $< -o $@
+
+$(SERVER): $(LIB_OBJS) $(BUILD)/obj/main.o
+	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+$(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
+	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+# The integration runner is an ordinary client: never sanitized, built once.
+$(ITEST): $(ITEST_SRCS)
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) -o $@ -ljansson -lm
+
+# Installs the Debian packages that are missing (as root, or through sudo).
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@mkdir -p data
+	./$(SERVER) --data-dir data
+
+test-build: deps
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST)
+	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
+
+test: test-build
+	@bash tests/run.sh
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d)

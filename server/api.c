@@ -1,0 +1,333 @@
+/*
+ * api.c - the routes of contract v1 and their handlers.
+ *
+ * POST /v1/attention is the only expensive route: it is admitted only while
+ * fewer than --max-inflight computations run and the server is not draining,
+ * then decoded, checked against the element and memory limits, computed and
+ * encoded.  The JSON tree of the body is freed before the computation starts,
+ * so a request holds the tree or its arrays, not both for long.
+ */
+#include "api.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention.h"
+#include "jsonw.h"
+#include "mem.h"
+#include "request.h"
+#include "version.h"
+
+/* Bytes a number takes in the response at most ("-1.2345678901234567e-300,"). */
+#define RESPONSE_BYTES_PER_NUMBER 26
+
+static const server_config *api_cfg;
+static atomic_int api_draining;
+static atomic_long api_computing;
+
+static const char *const ALLOW_GET = "GET, HEAD, OPTIONS";
+static const char *const ALLOW_POST = "POST, OPTIONS";
+
+int api_init(const server_config *cfg, api_error *err)
+{
+    (void)err;
+    api_cfg = cfg;
+    atomic_store(&api_draining, 0);
+    atomic_store(&api_computing, 0);
+    attention_blas_set_threads((int)cfg->blas_threads);
+    return 0;
+}
+
+void api_shutdown(void)
+{
+    api_cfg = NULL;
+}
+
+void api_set_draining(int draining)
+{
+    atomic_store(&api_draining, draining);
+}
+
+long api_busy(void)
+{
+    return atomic_load(&api_computing);
+}
+
+metrics_route api_route(const char *path, const char **allow)
+{
+    static const struct { const char *path; metrics_route route; int post; } routes[] = {
+        {"/v1/attention", ROUTE_ATTENTION, 1}, {"/healthz", ROUTE_HEALTHZ, 0},
+        {"/readyz", ROUTE_READYZ, 0},          {"/v1/info", ROUTE_INFO, 0},
+        {"/metrics", ROUTE_METRICS, 0},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (strcmp(path, routes[i].path) == 0) {
+            *allow = routes[i].post ? ALLOW_POST : ALLOW_GET;
+            return routes[i].route;
+        }
+    *allow = NULL;
+    return ROUTE_OTHER;
+}
+
+static void respond_static(api_response *resp, int status, const char *body)
+{
+    resp->status = status;
+    resp->body = (char *)body;
+    resp->body_len = strlen(body);
+    resp->body_static = 1;
+    resp->content_type = "application/json";
+}
+
+void api_respond_error(api_response *resp, const api_error *err)
+{
+    jw_buf w;
+    jw_init(&w, 256 + strlen(err->message));
+    jw_raw(&w, "{\"error\":{\"code\":");
+    jw_string(&w, err->code);
+    jw_raw(&w, ",\"message\":");
+    jw_string(&w, err->message);
+    if (err->field[0]) {
+        jw_raw(&w, ",\"field\":");
+        jw_string(&w, err->field);
+    }
+    jw_raw(&w, "}}\n");
+    api_response_free(resp);
+    resp->status = error_http_status(err->status_code);
+    resp->content_type = "application/json";
+    if (err->status_code == ERR_UNAVAILABLE && resp->retry_after == 0)
+        resp->retry_after = 1;
+    resp->body = jw_finish(&w, &resp->body_len);
+    resp->body_static = 0;
+    if (resp->body == NULL) {
+        resp->retry_after = 1;
+        respond_static(resp, 503, "{\"error\":{\"code\":\"overloaded\",\"message\":\"The server "
+                                  "ran out of memory; retry later.\"}}\n");
+    }
+}
+
+/* Serialises a jansson value (stolen) as the body of resp. */
+static void respond_json(api_response *resp, int status, json_t *value)
+{
+    /* json_dumps allocates through mem_malloc (mem_install_jansson). */
+    char *text = value ? json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(value);
+    if (text == NULL) {
+        api_error err;
+        error_nomem(&err);
+        api_respond_error(resp, &err);
+        return;
+    }
+    resp->body = text;
+    resp->body_len = strlen(text);
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Parses the body as JSON; on failure fills err with the parser's words. */
+static json_t *parse_body(const api_request *req, api_error *err)
+{
+    if (req->body_len == 0) {
+        error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                  "The body is empty; send a JSON object with the request's fields.");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            error_nomem(err);
+        else
+            error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                      "The body is not valid JSON: %s (line %d, column %d).", jerr.text, jerr.line,
+                      jerr.column);
+    }
+    return root;
+}
+
+/* Decodes, checks limits, computes and encodes one attention request. */
+static void handle_attention(const api_request *req, api_response *resp)
+{
+    api_error err;
+    error_clear(&err);
+    json_t *root = parse_body(req, &err);
+    if (root == NULL) {
+        api_respond_error(resp, &err);
+        return;
+    }
+    attn_request ar;
+    request_limits limits = {api_cfg->max_elements};
+    int rc = request_decode(root, &limits, &ar, &err);
+    json_decref(root);
+    if (rc != 0) {
+        api_respond_error(resp, &err);
+        return;
+    }
+    if (ar.weights_name[0]) {
+        error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "weights",
+                  "There is no stored weight set named \"%s\".", ar.weights_name);
+        goto fail;
+    }
+    size_t result_elements = request_result_elements(&ar), work_bytes = 0, response_bytes = 0;
+    if (result_elements > api_cfg->max_elements) {
+        error_set(&err, ERR_TOO_LARGE, "request_too_large", NULL,
+                  "The answer would hold %zu numbers, more than the server's limit of %zu "
+                  "(--max-elements); send fewer tokens%s.", result_elements, api_cfg->max_elements,
+                  ar.job.want_attention ? ", or set return_attention to false" : "");
+        goto fail;
+    }
+    if (attention_job_bytes(&ar.job, &work_bytes) != 0 ||
+        mem_mul(result_elements, RESPONSE_BYTES_PER_NUMBER, 1, &response_bytes) != 0 ||
+        work_bytes + response_bytes > api_cfg->max_request_memory) {
+        error_set(&err, ERR_TOO_LARGE, "request_too_large", NULL,
+                  "Computing this request needs about %zu MiB, more than the server's limit of "
+                  "%zu MiB per request (--max-request-memory); send fewer tokens%s.",
+                  (work_bytes + response_bytes) >> 20, api_cfg->max_request_memory >> 20,
+                  ar.job.want_attention ? " or set return_attention to false" : "");
+        goto fail;
+    }
+    attn_result result;
+    double start = now_seconds();
+    rc = attention_run(&ar.job, &result, &err);
+    double ms = (now_seconds() - start) * 1000.0;
+    if (rc != 0)
+        goto fail;
+    jw_buf w;
+    jw_init(&w, response_bytes / 2 + 512);
+    request_encode_response(&ar, &result, ms, &w);
+    attention_result_free(&result);
+    request_free(&ar);
+    resp->body = jw_finish(&w, &resp->body_len);
+    if (resp->body == NULL) {
+        error_nomem(&err);
+        api_respond_error(resp, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "application/json";
+    return;
+fail:
+    request_free(&ar);
+    api_respond_error(resp, &err);
+}
+
+static void handle_info(api_response *resp)
+{
+    char config[256], core[64];
+    int threads;
+    attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
+    json_t *info = json_pack(
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:[s, s], s:{s:I, s:I, s:I, s:I, s:I}}",
+        "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
+        "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
+        "blas", "library", "OpenBLAS", "config", config, "core", core, "threads", threads,
+        "dtypes", "float64", "float32",
+        "limits", "max_body_bytes", (json_int_t)api_cfg->max_body,
+        "max_elements", (json_int_t)api_cfg->max_elements,
+        "max_request_memory_bytes", (json_int_t)api_cfg->max_request_memory,
+        "max_inflight", (json_int_t)api_cfg->max_inflight,
+        "max_connections", (json_int_t)api_cfg->max_connections);
+    respond_json(resp, 200, info);
+}
+
+void api_handle(const api_request *req, api_response *resp)
+{
+    memset(resp, 0, sizeof *resp);
+    const char *allow;
+    api_error err;
+    error_clear(&err);
+    resp->route = api_route(req->path, &allow);
+    resp->allow = allow;
+    if (allow == NULL) {
+        error_set(&err, ERR_NOT_FOUND, "not_found", NULL,
+                  "There is no endpoint %.200s; see GET /v1/info and the API description.",
+                  req->path);
+        api_respond_error(resp, &err);
+        return;
+    }
+    int is_get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
+    if (!strcmp(req->method, "OPTIONS")) {
+        respond_static(resp, 204, "");
+        return;
+    }
+    if ((allow == ALLOW_GET && !is_get) || (allow == ALLOW_POST && strcmp(req->method, "POST"))) {
+        error_set(&err, ERR_METHOD, "method_not_allowed", NULL,
+                  "%.20s is not allowed on %.200s; use %s.", req->method, req->path, allow);
+        api_respond_error(resp, &err);
+        return;
+    }
+    int draining = atomic_load(&api_draining);
+    switch (resp->route) {
+    case ROUTE_HEALTHZ:
+        respond_static(resp, 200, "{\"status\":\"ok\"}\n");
+        return;
+    case ROUTE_READYZ:
+        if (draining) {
+            resp->retry_after = 5;
+            error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                      "The server is shutting down and takes no new work.");
+            api_respond_error(resp, &err);
+        } else {
+            respond_static(resp, 200, "{\"status\":\"ready\"}\n");
+        }
+        return;
+    case ROUTE_INFO:
+        handle_info(resp);
+        return;
+    case ROUTE_METRICS:
+        resp->body = metrics_render(&resp->body_len);
+        if (resp->body == NULL) {
+            error_nomem(&err);
+            api_respond_error(resp, &err);
+            return;
+        }
+        resp->status = 200;
+        resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return;
+    case ROUTE_ATTENTION:
+        break;
+    default:
+        error_set(&err, ERR_INTERNAL, "internal", NULL, "Route without a handler.");
+        api_respond_error(resp, &err);
+        return;
+    }
+    if (draining) {
+        resp->retry_after = 5;
+        error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                  "The server is shutting down and takes no new work; retry on another instance.");
+        api_respond_error(resp, &err);
+        return;
+    }
+    long running = atomic_fetch_add(&api_computing, 1);
+    if (running >= api_cfg->max_inflight) {
+        atomic_fetch_sub(&api_computing, 1);
+        error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
+                  "The server is already computing %ld requests (--max-inflight); retry shortly.",
+                  running);
+        api_respond_error(resp, &err);
+        return;
+    }
+    handle_attention(req, resp);
+    atomic_fetch_sub(&api_computing, 1);
+}
+
+void api_response_free(api_response *resp)
+{
+    if (resp == NULL)
+        return;
+    if (!resp->body_static)
+        mem_free(resp->body);
+    resp->body = NULL;
+    resp->body_len = 0;
+    resp->body_static = 0;
+}

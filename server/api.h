@@ -1,0 +1,62 @@
+/*
+ * api.h - routing and the endpoint handlers, independent of the HTTP library.
+ *
+ * The HTTP layer hands over a method, a path and a complete body; api_handle
+ * answers with a status, a body and the few headers that depend on the
+ * endpoint (Allow, Retry-After).  Errors become the contract's JSON error
+ * body here, so every endpoint answers errors the same way.
+ */
+#ifndef ATTN_API_H
+#define ATTN_API_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "error.h"
+#include "metrics.h"
+
+typedef struct api_request {
+    const char *method;
+    const char *path;
+    const char *body;           /* borrowed; may be NULL when body_len is 0 */
+    size_t body_len;
+} api_request;
+
+typedef struct api_response {
+    int status;
+    char *body;                 /* owned unless body_static; free with api_response_free */
+    size_t body_len;
+    int body_static;            /* body points at a string literal */
+    const char *content_type;   /* static string */
+    const char *allow;          /* static string or NULL: methods of the route */
+    int retry_after;            /* seconds, 0 for none */
+    metrics_route route;
+} api_response;
+
+/* Keeps cfg (borrowed for the life of the server) and sets up the BLAS.
+ * Returns 0 or a negative ERR_* code with a message in err. */
+int api_init(const server_config *cfg, api_error *err);
+
+/* Releases what api_init set up. */
+void api_shutdown(void);
+
+/* While draining, /readyz answers 503 and new work is refused with 503. */
+void api_set_draining(int draining);
+
+/* Attention computations under way now. */
+long api_busy(void);
+
+/* The route a path belongs to, and the methods it allows ("GET, HEAD,
+ * OPTIONS"), or NULL for an unknown path. */
+metrics_route api_route(const char *path, const char **allow);
+
+/* Answers req into resp (always filled, even when out of memory). */
+void api_handle(const api_request *req, api_response *resp);
+
+/* Fills resp with the JSON error body for err. */
+void api_respond_error(api_response *resp, const api_error *err);
+
+/* Frees the body of resp (resp may be NULL). */
+void api_response_free(api_response *resp);
+
+#endif

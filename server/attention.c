@@ -1,0 +1,258 @@
+/*
+ * attention.c - attention_run and its helpers.
+ *
+ * The kernels live in attention_kernels.inc and are instantiated for double
+ * and float.  A float64 job runs on the caller's arrays directly; a float32
+ * job first rounds every input to float, runs the float kernels (sgemm,
+ * expf), and widens the results back to double, so that all arithmetic is in
+ * single precision, as NumPy's float32 would do it.
+ */
+#include "attention.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mem.h"
+
+#define REAL double
+#define SFX d
+#define GEMM cblas_dgemm
+#define EXP exp
+#include "attention_kernels.inc"
+#undef REAL
+#undef SFX
+#undef GEMM
+#undef EXP
+
+#define REAL float
+#define SFX f
+#define GEMM cblas_sgemm
+#define EXP expf
+#include "attention_kernels.inc"
+#undef REAL
+#undef SFX
+#undef GEMM
+#undef EXP
+
+size_t attention_output_width(const attn_job *job)
+{
+    return job->weights != NULL ? job->weights->d_out : job->dv;
+}
+
+/* Counts of the numbers each stage holds, shared by the size estimate and
+ * attention_run so the two cannot drift apart. */
+typedef struct job_sizes {
+    size_t x, context, q, k, v;          /* inputs */
+    size_t wq, wk, wv, wo;               /* weights (biases are negligible but counted) */
+    size_t biases;
+    size_t proj;                         /* projected q, k, v */
+    size_t heads_out;                    /* concatenated heads before wo */
+    size_t out, attn_all, attn_scratch;
+} job_sizes;
+
+static int job_sizes_compute(const attn_job *job, job_sizes *s)
+{
+    memset(s, 0, sizeof *s);
+    const attn_weights *w = job->weights;
+    size_t d_out = attention_output_width(job), t;
+    int bad = 0;
+    bad |= mem_mul(job->batch, job->lq, d_out, &s->out);
+    bad |= mem_mul(job->batch, job->heads, job->lq, &t);
+    bad |= mem_mul(t, job->lk, 1, &s->attn_all);
+    bad |= mem_mul(job->lq, job->lk, 1, &s->attn_scratch);
+    if (w != NULL) {
+        bad |= mem_mul(job->batch, job->lq, w->d_in, &s->x);
+        if (job->context != NULL)
+            bad |= mem_mul(job->batch, job->lk, w->d_ctx, &s->context);
+        bad |= mem_mul(w->d_in, w->dk, 1, &s->wq);
+        bad |= mem_mul(w->d_ctx, w->dk, 1, &s->wk);
+        bad |= mem_mul(w->d_ctx, w->dv, 1, &s->wv);
+        if (w->wo != NULL)
+            bad |= mem_mul(w->dv, w->d_out, 1, &s->wo);
+        s->biases = 2 * w->dk + w->dv + w->d_out;
+        size_t pq, pk, pv;
+        bad |= mem_mul(job->batch, job->lq, job->dk, &pq);
+        bad |= mem_mul(job->batch, job->lk, job->dk, &pk);
+        bad |= mem_mul(job->batch, job->lk, job->dv, &pv);
+        bad |= __builtin_add_overflow(pq, pk, &t);
+        bad |= __builtin_add_overflow(t, pv, &s->proj);
+        if (w->wo != NULL)
+            bad |= mem_mul(job->batch, job->lq, job->dv, &s->heads_out);
+    } else {
+        bad |= mem_mul(job->batch, job->lq, job->dk, &s->q);
+        bad |= mem_mul(job->batch, job->lk, job->dk, &s->k);
+        bad |= mem_mul(job->batch, job->lk, job->dv, &s->v);
+    }
+    return bad ? -1 : 0;
+}
+
+int attention_job_bytes(const attn_job *job, size_t *bytes)
+{
+    job_sizes s;
+    if (job_sizes_compute(job, &s) != 0)
+        return -1;
+    size_t attn = job->want_attention ? s.attn_all : s.attn_scratch;
+    size_t results = s.out + (job->want_attention ? s.attn_all : 0);
+    size_t scratch = s.proj + s.heads_out + (job->want_attention ? 0 : s.attn_scratch);
+    size_t inputs = s.x + s.context + s.q + s.k + s.v + s.wq + s.wk + s.wv + s.wo + s.biases;
+    size_t total, part = 0;
+    int bad = 0;
+    /* float64: results and scratch in double. */
+    bad |= mem_mul(results + scratch, sizeof(double), 1, &part);
+    total = part;
+    if (job->dtype == ATTN_FLOAT32) {
+        /* float32 adds float copies of inputs, results and the attention buffer. */
+        bad |= mem_mul(inputs + s.out + attn, sizeof(float), 1, &part);
+        bad |= __builtin_add_overflow(total, part, &total);
+    }
+    if (bad)
+        return -1;
+    *bytes = total;
+    return 0;
+}
+
+/* Returns 0 if every value of a[0..n) is finite. */
+static int values_finite(const double *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return -1;
+    return 0;
+}
+
+/* Returns a float copy of a[0..n) (NULL for a NULL a or n == 0, with *fail
+ * untouched), or NULL with *fail set when allocation fails. */
+static float *to_float(const double *a, size_t n, int *fail)
+{
+    if (a == NULL || n == 0)
+        return NULL;
+    float *f = mem_malloc(n * sizeof(float));
+    if (f == NULL) {
+        *fail = 1;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)a[i];
+    return f;
+}
+
+static int run_float32(const attn_job *job, const job_sizes *s, double *out, double *attn)
+{
+    const attn_weights *w = job->weights;
+    int fail = 0, rc = ERR_UNAVAILABLE;
+    size_t attn_n = job->want_attention ? s->attn_all : s->attn_scratch;
+    float *x = to_float(job->x, s->x, &fail), *ctx = to_float(job->context, s->context, &fail);
+    float *q = to_float(job->q, s->q, &fail), *k = to_float(job->k, s->k, &fail);
+    float *v = to_float(job->v, s->v, &fail);
+    float *wf[8] = {0};
+    if (w != NULL) {
+        wf[0] = to_float(w->wq, s->wq, &fail);
+        wf[1] = to_float(w->wk, s->wk, &fail);
+        wf[2] = to_float(w->wv, s->wv, &fail);
+        wf[3] = to_float(w->wo, s->wo, &fail);
+        wf[4] = to_float(w->bq, w->dk, &fail);
+        wf[5] = to_float(w->bk, w->dk, &fail);
+        wf[6] = to_float(w->bv, w->dv, &fail);
+        wf[7] = to_float(w->bo, w->d_out, &fail);
+    }
+    float *fout = mem_malloc(s->out * sizeof(float));
+    float *fattn = mem_malloc(attn_n * sizeof(float));
+    if (fail || fout == NULL || fattn == NULL)
+        goto done;
+    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, fattn);
+    if (rc != 0)
+        goto done;
+    for (size_t i = 0; i < s->out; i++)
+        out[i] = fout[i];
+    if (job->want_attention)
+        for (size_t i = 0; i < s->attn_all; i++)
+            attn[i] = fattn[i];
+done:
+    mem_free(x);
+    mem_free(ctx);
+    mem_free(q);
+    mem_free(k);
+    mem_free(v);
+    for (int i = 0; i < 8; i++)
+        mem_free(wf[i]);
+    mem_free(fout);
+    mem_free(fattn);
+    return rc;
+}
+
+int attention_run(const attn_job *job, attn_result *result, api_error *err)
+{
+    assert(job != NULL && result != NULL);
+    assert(job->heads >= 1 && job->dk % job->heads == 0 && job->dv % job->heads == 0);
+    assert(job->batch >= 1 && job->lq >= 1 && job->lk >= 1);
+    memset(result, 0, sizeof *result);
+    job_sizes s;
+    if (job_sizes_compute(job, &s) != 0)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
+                         "The request's shapes multiply to more numbers than this machine can address.");
+    result->d_out = attention_output_width(job);
+    result->output = mem_malloc(s.out * sizeof(double));
+    if (job->want_attention)
+        result->attention = mem_malloc(s.attn_all * sizeof(double));
+    if (result->output == NULL || (job->want_attention && result->attention == NULL)) {
+        attention_result_free(result);
+        return error_nomem(err);
+    }
+    int rc;
+    if (job->dtype == ATTN_FLOAT32) {
+        rc = run_float32(job, &s, result->output, result->attention);
+    } else {
+        double *scratch = NULL;
+        if (!job->want_attention && (scratch = mem_malloc(s.attn_scratch * sizeof(double))) == NULL) {
+            rc = ERR_UNAVAILABLE;
+        } else {
+            const attn_weights *w = job->weights;
+            const double *wd[8] = {0};
+            if (w != NULL) {
+                const double *all[8] = {w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv, w->bo};
+                memcpy(wd, all, sizeof all);
+            }
+            rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd,
+                              result->output, job->want_attention ? result->attention : scratch);
+        }
+        mem_free(scratch);
+    }
+    if (rc != 0) {
+        attention_result_free(result);
+        return error_nomem(err);
+    }
+    if (values_finite(result->output, s.out) != 0 ||
+        (job->want_attention && values_finite(result->attention, s.attn_all) != 0)) {
+        attention_result_free(result);
+        return error_set(err, ERR_BAD_REQUEST, "not_finite", NULL,
+                         "The result overflowed to infinity: the inputs are too large for %s "
+                         "arithmetic; scale them down or use float64.",
+                         job->dtype == ATTN_FLOAT32 ? "float32" : "float64");
+    }
+    return 0;
+}
+
+void attention_result_free(attn_result *result)
+{
+    if (result == NULL)
+        return;
+    mem_free(result->output);
+    mem_free(result->attention);
+    memset(result, 0, sizeof *result);
+}
+
+void attention_blas_describe(char *config, size_t config_len, char *core, size_t core_len,
+                             int *threads)
+{
+    snprintf(config, config_len, "%s", openblas_get_config());
+    snprintf(core, core_len, "%s", openblas_get_corename());
+    *threads = openblas_get_num_threads();
+}
+
+void attention_blas_set_threads(int threads)
+{
+    openblas_set_num_threads(threads);
+}

@@ -1,0 +1,89 @@
+/*
+ * attention.h - the attention math: projections, scaled dot-product attention
+ * per head, and the output projection, on dense row-major arrays.
+ *
+ * This module knows nothing of JSON or HTTP.  It receives an attn_job whose
+ * shapes the request decoder has already checked against each other, computes
+ * in float64 or float32 through OpenBLAS, and writes into caller-owned
+ * result buffers.  It is the only module that includes cblas.h.
+ */
+#ifndef ATTN_ATTENTION_H
+#define ATTN_ATTENTION_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+typedef enum { ATTN_FLOAT64 = 0, ATTN_FLOAT32 = 1 } attn_dtype;
+
+/* Projection weights in in_out form: W is (d_in x d_out), y = x W + b.
+ * A missing optional part has a NULL pointer.  Used both for weights given
+ * inline in a request and for stored weight sets; the struct does not say who
+ * owns the arrays (see the owner's header). */
+typedef struct attn_weights {
+    size_t d_in;        /* rows of wq (width of x) */
+    size_t d_ctx;       /* rows of wk and wv (width of context, or of x) */
+    size_t dk;          /* columns of wq and wk (all heads together) */
+    size_t dv;          /* columns of wv (all heads together) */
+    size_t d_out;       /* columns of wo; equals dv when wo is absent */
+    double *wq, *wk, *wv, *wo;
+    double *bq, *bk, *bv, *bo;
+} attn_weights;
+
+/* One attention computation.  Arrays are row-major; "batch x" axes have
+ * batch >= 1 (an unbatched request has batch = 1).  All pointers are borrowed
+ * for the duration of attention_run. */
+typedef struct attn_job {
+    size_t batch, lq, lk;
+    size_t heads;               /* >= 1; dk and dv are split evenly */
+    size_t dk, dv;              /* widths of q/k and of v, all heads together */
+    /* Either q/k/v are given (weights == NULL) ... */
+    const double *q;            /* batch x lq x dk */
+    const double *k;            /* batch x lk x dk */
+    const double *v;            /* batch x lk x dv */
+    /* ... or x (and optionally context) with weights. */
+    const double *x;            /* batch x lq x weights->d_in */
+    const double *context;      /* NULL (self-attention) or batch x lk x weights->d_ctx */
+    const attn_weights *weights;
+    const unsigned char *mask;  /* NULL, or (mask_batched ? batch : 1) x lq x lk; 1 = may attend */
+    int mask_batched;
+    int causal;                 /* query i attends only to keys j <= i */
+    double scale;               /* multiplies q k^T */
+    attn_dtype dtype;
+    int want_attention;         /* fill result->attention */
+} attn_job;
+
+typedef struct attn_result {
+    double *output;             /* batch x lq x d_out */
+    double *attention;          /* batch x heads x lq x lk, or NULL */
+    size_t d_out;
+} attn_result;
+
+/* Width of the output rows of job: weights->d_out with weights, else dv. */
+size_t attention_output_width(const attn_job *job);
+
+/* Bytes of memory attention_run will allocate for job, result buffers
+ * included, so that a caller can refuse a request before allocating.
+ * Returns 0 and sets *bytes, or -1 if the size overflows. */
+int attention_job_bytes(const attn_job *job, size_t *bytes);
+
+/* Computes job.  On success returns 0 and fills result, whose buffers the
+ * caller frees with attention_result_free.  On failure returns a negative
+ * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a result that
+ * overflows to Inf or NaN: ERR_BAD_REQUEST, code "not_finite") and leaves
+ * result empty.  A fully masked query row yields zeros in both output and
+ * attention.  Safe to call from several threads at once. */
+int attention_run(const attn_job *job, attn_result *result, api_error *err);
+
+/* Frees the buffers of result (which may be NULL or empty) and zeroes it. */
+void attention_result_free(attn_result *result);
+
+/* The BLAS in use: configuration string, core name and thread count.
+ * Strings are truncated to fit. */
+void attention_blas_describe(char *config, size_t config_len, char *core, size_t core_len,
+                             int *threads);
+
+/* Sets the threads OpenBLAS uses for one product. */
+void attention_blas_set_threads(int threads);
+
+#endif

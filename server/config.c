@@ -1,0 +1,248 @@
+/*
+ * config.c - the configuration table and its loader.
+ *
+ * Settings are descriptors (name, environment variable, type, default, bounds,
+ * help) pointing at a field of server_config by offset, as Redis's config.c
+ * does; parsing, validation and help all walk this one table, so a setting is
+ * added in one place.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "version.h"
+
+typedef enum { OPT_STRING, OPT_LONG, OPT_SIZE, OPT_BOOL } opt_type;
+
+typedef struct config_option {
+    const char *name;       /* flag without the leading "--" */
+    const char *env;        /* environment variable */
+    opt_type type;
+    size_t offset;          /* into server_config */
+    size_t length;          /* buffer size for OPT_STRING */
+    const char *def;        /* default, in the same syntax as the flag */
+    double min, max;        /* bounds for numbers */
+    const char *help;
+} config_option;
+
+#define OFF(f) offsetof(server_config, f)
+#define LEN(f) sizeof(((server_config *)0)->f)
+
+static const config_option config_table[] = {
+    {"host", "ATTN_HOST", OPT_STRING, OFF(host), LEN(host), "127.0.0.1", 0, 0,
+     "address to listen on (0.0.0.0 or :: inside a container)"},
+    {"port", "ATTN_PORT", OPT_LONG, OFF(port), 0, "8080", 0, 65535,
+     "TCP port; 0 picks a free one (printed on stdout)"},
+    {"cors-origin", "ATTN_CORS_ORIGIN", OPT_STRING, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
+     "value of Access-Control-Allow-Origin on every response"},
+    {"max-body", "ATTN_MAX_BODY", OPT_SIZE, OFF(max_body), 0, "64M", 16, (double)(1ULL << 40),
+     "largest request body in bytes (K, M, G suffixes, 1024-based); 413 past it"},
+    {"max-elements", "ATTN_MAX_ELEMENTS", OPT_SIZE, OFF(max_elements), 0, "8M", 1, (double)(1ULL << 40),
+     "most numbers in one request, and in one response; 413 past it"},
+    {"max-request-memory", "ATTN_MAX_REQUEST_MEMORY", OPT_SIZE, OFF(max_request_memory), 0, "1G",
+     1024, (double)(1ULL << 44),
+     "most working memory one attention request may need; 413 past it"},
+    {"max-inflight", "ATTN_MAX_INFLIGHT", OPT_LONG, OFF(max_inflight), 0, "8", 1, 4096,
+     "attention computations at once; more get 503 with Retry-After"},
+    {"max-connections", "ATTN_MAX_CONNECTIONS", OPT_LONG, OFF(max_connections), 0, "256", 1, 65536,
+     "open connections at once"},
+    {"timeout", "ATTN_TIMEOUT", OPT_LONG, OFF(timeout), 0, "30", 1, 3600,
+     "seconds an idle connection is kept"},
+    {"blas-threads", "ATTN_BLAS_THREADS", OPT_LONG, OFF(blas_threads), 0, "1", 1, 256,
+     "OpenBLAS threads per matrix product"},
+    {"shutdown-grace", "ATTN_SHUTDOWN_GRACE", OPT_LONG, OFF(shutdown_grace), 0, "10", 0, 3600,
+     "seconds in-flight requests may finish after SIGTERM"},
+    {"data-dir", "ATTN_DATA_DIR", OPT_STRING, OFF(data_dir), LEN(data_dir), "data", 0, 0,
+     "directory of stored weight sets"},
+    {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
+     "no access log on stderr"},
+};
+
+#define CONFIG_COUNT (sizeof config_table / sizeof config_table[0])
+
+int config_parse_size(const char *text, size_t *out)
+{
+    if (text == NULL || *text == '\0' || *text == '-' || *text == '+')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno != 0 || end == text)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift != 0 && *end == 'i')
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0')
+        return -1;
+    if (shift != 0 && value > (ULLONG_MAX >> shift))
+        return -1;
+    value <<= shift;
+    if (value > SIZE_MAX)
+        return -1;
+    *out = (size_t)value;
+    return 0;
+}
+
+static int config_fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int config_fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+    return CONFIG_ERROR;
+}
+
+/* Parses `value` for option `opt` into cfg; `source` names where it came
+ * from ("--port" or "ATTN_PORT") for the message.  Leaves cfg untouched on
+ * error. */
+static int config_apply(server_config *cfg, const config_option *opt, const char *value,
+                        const char *source, char *errbuf, size_t errlen)
+{
+    char *field = (char *)cfg + opt->offset;
+    switch (opt->type) {
+    case OPT_STRING:
+        if (strlen(value) >= opt->length)
+            return config_fail(errbuf, errlen, "%s is too long (at most %zu characters)",
+                               source, opt->length - 1);
+        if (*value == '\0' && strcmp(opt->name, "data-dir") != 0)
+            return config_fail(errbuf, errlen, "%s must not be empty", source);
+        memcpy(field, value, strlen(value) + 1);
+        return CONFIG_OK;
+    case OPT_LONG: {
+        errno = 0;
+        char *end;
+        long n = strtol(value, &end, 10);
+        if (errno != 0 || end == value || *end != '\0')
+            return config_fail(errbuf, errlen, "%s must be a whole number, not \"%s\"", source, value);
+        if ((double)n < opt->min || (double)n > opt->max)
+            return config_fail(errbuf, errlen, "%s must be between %.0f and %.0f, not %ld",
+                               source, opt->min, opt->max, n);
+        *(long *)field = n;
+        return CONFIG_OK;
+    }
+    case OPT_SIZE: {
+        size_t n;
+        if (config_parse_size(value, &n) != 0)
+            return config_fail(errbuf, errlen,
+                               "%s must be a size such as 4096, 64K, 16M or 1G, not \"%s\"",
+                               source, value);
+        if ((double)n < opt->min || (double)n > opt->max)
+            return config_fail(errbuf, errlen, "%s must be between %.0f and %.0f, not %zu",
+                               source, opt->min, opt->max, n);
+        *(size_t *)field = n;
+        return CONFIG_OK;
+    }
+    case OPT_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on"))
+            *(long *)field = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "off"))
+            *(long *)field = 0;
+        else
+            return config_fail(errbuf, errlen, "%s must be true or false, not \"%s\"", source, value);
+        return CONFIG_OK;
+    }
+    return config_fail(errbuf, errlen, "internal: unknown option type for %s", source);
+}
+
+static const char *config_env_lookup(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+void config_print_help(FILE *out, const char *argv0)
+{
+    fprintf(out,
+            "Usage: %s [OPTIONS]\n"
+            "Serves scaled dot-product attention over HTTP (contract v1).\n\n"
+            "Every option can also be set by its environment variable; the flag wins.\n\n",
+            argv0);
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        const config_option *opt = &config_table[i];
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s %s", opt->name,
+                 opt->type == OPT_STRING ? "TEXT" : opt->type == OPT_SIZE ? "SIZE"
+                 : opt->type == OPT_BOOL ? "BOOL" : "N");
+        fprintf(out, "  %-32s %s\n  %-32s env %s, default %s\n", flag, opt->help, "",
+                opt->env, opt->def);
+    }
+    fprintf(out, "  %-32s %s\n  %-32s %s\n", "--help", "print this help and exit",
+            "--version", "print the version and exit");
+}
+
+int config_load(server_config *cfg, int argc, char **argv, char **envp,
+                FILE *out, char *errbuf, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        const config_option *opt = &config_table[i];
+        char source[80];
+        snprintf(source, sizeof source, "default of --%s", opt->name);
+        if (config_apply(cfg, opt, opt->def, source, errbuf, errlen) != CONFIG_OK)
+            return CONFIG_ERROR;
+    }
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        const char *value = config_env_lookup(envp, config_table[i].env);
+        if (value != NULL &&
+            config_apply(cfg, &config_table[i], value, config_table[i].env, errbuf, errlen) != CONFIG_OK)
+            return CONFIG_ERROR;
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            config_print_help(out, argv[0]);
+            return CONFIG_EXIT_HELP;
+        }
+        if (!strcmp(arg, "--version")) {
+            fprintf(out, "attention-server %s\n", ATTN_VERSION);
+            return CONFIG_EXIT_HELP;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return config_fail(errbuf, errlen, "unexpected argument \"%s\" (see --help)", arg);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const config_option *opt = NULL;
+        for (size_t i = 0; i < CONFIG_COUNT; i++)
+            if (strlen(config_table[i].name) == name_len &&
+                strncmp(config_table[i].name, name, name_len) == 0)
+                opt = &config_table[i];
+        if (opt == NULL)
+            return config_fail(errbuf, errlen, "unknown option \"%.*s\" (see --help)",
+                               (int)(name_len + 2), arg);
+        const char *value;
+        if (eq != NULL)
+            value = eq + 1;
+        else if (opt->type == OPT_BOOL)
+            value = "true";
+        else if (a + 1 < argc)
+            value = argv[++a];
+        else
+            return config_fail(errbuf, errlen, "option --%s needs a value", opt->name);
+        char source[80];
+        snprintf(source, sizeof source, "--%s", opt->name);
+        if (config_apply(cfg, opt, value, source, errbuf, errlen) != CONFIG_OK)
+            return CONFIG_ERROR;
+    }
+    return CONFIG_OK;
+}

@@ -1,0 +1,52 @@
+/*
+ * config.h - the server's settings, declared once in a table.
+ *
+ * Each setting has a flag, an environment variable, a default, bounds and a
+ * help line (config.c).  config_load applies the defaults, then the
+ * environment, then the command line, validating every value against the
+ * table; --help text is generated from the same table.
+ */
+#ifndef ATTN_CONFIG_H
+#define ATTN_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct server_config {
+    char host[256];
+    long port;
+    char cors_origin[256];
+    size_t max_body;            /* bytes */
+    size_t max_elements;        /* numbers per request and per response */
+    size_t max_request_memory;  /* bytes of working memory per request */
+    long max_inflight;
+    long max_connections;
+    long timeout;               /* seconds */
+    long blas_threads;
+    long shutdown_grace;        /* seconds */
+    char data_dir[1024];
+    long quiet;                 /* 1: no access log */
+} server_config;
+
+enum {
+    CONFIG_OK = 0,
+    CONFIG_EXIT_HELP = 1,       /* --help or --version was printed: exit 0 */
+    CONFIG_ERROR = -1           /* message in errbuf: exit 2 */
+};
+
+/* Fills cfg from the defaults, then from environ-style `envp` (may be NULL),
+ * then from argv.  Returns CONFIG_OK, CONFIG_EXIT_HELP after printing help or
+ * the version to `out`, or CONFIG_ERROR with a message in errbuf.  On error
+ * cfg holds a mix of values and must not be used. */
+int config_load(server_config *cfg, int argc, char **argv, char **envp,
+                FILE *out, char *errbuf, size_t errlen);
+
+/* Writes the generated --help text. */
+void config_print_help(FILE *out, const char *argv0);
+
+/* Parses a size such as "64M", "1G", "4096", "8Ki" (1024-based suffixes
+ * K, M, G, T with optional "i"/"iB"/"B").  Returns 0, or -1 if malformed or
+ * overflowing. */
+int config_parse_size(const char *text, size_t *out);
+
+#endif

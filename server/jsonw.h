@@ -1,0 +1,42 @@
+/*
+ * jsonw.h - a small append-only JSON writer for large numeric responses.
+ *
+ * jansson builds a node per number, which for a response of millions of
+ * numbers costs several times the memory of the text itself; this writer
+ * appends text to one growing buffer instead.  Numbers are written with the
+ * fewest significant digits that read back to the same value, so 0.1 stays
+ * "0.1" and every double round-trips exactly.
+ *
+ * Errors are sticky: after an allocation failure every call is a no-op and
+ * jw_finish returns NULL, so callers check once at the end.
+ */
+#ifndef ATTN_JSONW_H
+#define ATTN_JSONW_H
+
+#include <stddef.h>
+
+typedef struct jw_buf {
+    char *data;
+    size_t len, cap;
+    int failed;
+} jw_buf;
+
+/* Starts an empty buffer with room for `hint` bytes (0 is fine). */
+void jw_init(jw_buf *w, size_t hint);
+void jw_raw(jw_buf *w, const char *text);
+void jw_char(jw_buf *w, char c);
+/* Writes s as a JSON string with quotes and escapes. */
+void jw_string(jw_buf *w, const char *s);
+/* Writes a finite double in shortest round-trip form (non-finite: null). */
+void jw_double(jw_buf *w, double v);
+/* Writes v, which holds a float value, in the shortest form that reads back
+ * to the same float. */
+void jw_float(jw_buf *w, double v);
+void jw_size(jw_buf *w, size_t v);
+/* Returns the NUL-terminated text (caller frees with mem_free) and its length
+ * in *len, or NULL after any failure; the buffer is empty afterwards. */
+char *jw_finish(jw_buf *w, size_t *len);
+/* Drops the buffer's contents. */
+void jw_discard(jw_buf *w);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * main.c - start-up and shutdown of attention-server.
+ *
+ * Loads the configuration, starts the HTTP server, prints the address it
+ * listens on, and waits for SIGTERM or SIGINT.  Shutdown drains: /readyz
+ * turns 503, new attention requests get 503, computations under way get up to
+ * --shutdown-grace seconds to finish, then the server stops and exits 0.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "config.h"
+#include "http.h"
+#include "mem.h"
+
+extern char **environ;
+
+int main(int argc, char **argv)
+{
+    server_config cfg;
+    char errbuf[512];
+    int rc = config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf);
+    if (rc == CONFIG_EXIT_HELP)
+        return 0;
+    if (rc != CONFIG_OK) {
+        fprintf(stderr, "attention-server: %s\n", errbuf);
+        return 2;
+    }
+    mem_install_jansson();
+
+    /* Signals are taken by sigwait in this thread only; the server's threads
+     * inherit the blocked mask. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    api_error err;
+    error_clear(&err);
+    if (api_init(&cfg, &err) != 0) {
+        fprintf(stderr, "attention-server: %s\n", err.message);
+        return 1;
+    }
+    http_server *server = http_start(&cfg, &err);
+    if (server == NULL) {
+        fprintf(stderr, "attention-server: %s\n", err.message);
+        api_shutdown();
+        return 1;
+    }
+    const char *host = cfg.host;
+    int v6 = strchr(host, ':') != NULL;
+    printf("listening on http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "", http_port(server));
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "attention-server: %s received, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    api_set_draining(1);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    for (long waited_ms = 0; api_busy() > 0 && waited_ms < cfg.shutdown_grace * 1000; waited_ms += 20)
+        nanosleep(&pause, NULL);
+    http_stop(server);
+    api_shutdown();
+    fprintf(stderr, "attention-server: stopped\n");
+    return 0;
+}

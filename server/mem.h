@@ -1,0 +1,35 @@
+/*
+ * mem.h - the one allocator of the server.
+ *
+ * Every allocation in the server, jansson's included (mem_install_jansson),
+ * goes through these functions so that tests can make the Nth allocation fail
+ * and check that each failure is handled cleanly.  They behave like the C
+ * library functions they wrap; mem_free accepts NULL.
+ */
+#ifndef ATTN_MEM_H
+#define ATTN_MEM_H
+
+#include <stddef.h>
+
+void *mem_malloc(size_t size);
+void *mem_calloc(size_t count, size_t size);
+void *mem_realloc(void *ptr, size_t size);
+void mem_free(void *ptr);
+/* Returns a copy of s that the caller frees with mem_free, or NULL. */
+char *mem_strdup(const char *s);
+
+/* Multiplies a*b*c (pass 1 for unused factors) into *out; returns 0, or -1 when
+ * the product overflows size_t.  Used for every size computed from input. */
+int mem_mul(size_t a, size_t b, size_t c, size_t *out);
+
+/* Makes jansson allocate through mem_malloc/mem_free. */
+void mem_install_jansson(void);
+
+/* Testing: after n more successful allocations every allocation fails, until
+ * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */
+void mem_fail_after(long n);
+void mem_fail_reset(void);
+/* Number of allocations refused since the last mem_fail_after/reset. */
+long mem_failures(void);
+
+#endif

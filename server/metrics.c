@@ -1,0 +1,145 @@
+/*
+ * metrics.c - counters behind GET /metrics.
+ *
+ * One mutex guards fixed-size tables: requests by route and status code,
+ * a latency histogram by route, and byte totals.  Observation is a few
+ * additions under the lock, cheap next to any request's work.
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "jsonw.h"
+
+#define STATUS_SLOTS 600
+
+static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                       0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+#define BUCKETS (sizeof bucket_bounds / sizeof bucket_bounds[0])
+
+static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long requests[ROUTE_COUNT][STATUS_SLOTS];
+static unsigned long buckets[ROUTE_COUNT][BUCKETS + 1];
+static double duration_sum[ROUTE_COUNT];
+static unsigned long duration_count[ROUTE_COUNT];
+static unsigned long long bytes_in_total, bytes_out_total;
+static atomic_long inflight;
+
+static const char *const route_labels[ROUTE_COUNT] = {
+    "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
+    "/v1/weight-sets", "/v1/weight-sets/{name}", "other"};
+
+const char *metrics_route_label(metrics_route route)
+{
+    return route < ROUTE_COUNT ? route_labels[route] : "other";
+}
+
+void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+                     size_t bytes_out)
+{
+    if (route >= ROUTE_COUNT)
+        route = ROUTE_OTHER;
+    if (status < 0 || status >= STATUS_SLOTS)
+        status = 0;
+    pthread_mutex_lock(&metrics_lock);
+    requests[route][status]++;
+    size_t b = 0;
+    while (b < BUCKETS && seconds > bucket_bounds[b])
+        b++;
+    buckets[route][b]++;
+    duration_sum[route] += seconds;
+    duration_count[route]++;
+    bytes_in_total += bytes_in;
+    bytes_out_total += bytes_out;
+    pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_inflight_add(int delta)
+{
+    atomic_fetch_add(&inflight, delta);
+}
+
+long metrics_inflight(void)
+{
+    return atomic_load(&inflight);
+}
+
+static void put_ulong(jw_buf *w, unsigned long long v)
+{
+    jw_size(w, (size_t)v);
+}
+
+char *metrics_render(size_t *len)
+{
+    jw_buf w;
+    jw_init(&w, 4096);
+    pthread_mutex_lock(&metrics_lock);
+    jw_raw(&w, "# HELP attn_http_requests_total HTTP requests answered, by route and status.\n"
+               "# TYPE attn_http_requests_total counter\n");
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (int s = 0; s < STATUS_SLOTS; s++)
+            if (requests[r][s]) {
+                jw_raw(&w, "attn_http_requests_total{route=\"");
+                jw_raw(&w, route_labels[r]);
+                jw_raw(&w, "\",code=\"");
+                jw_size(&w, (size_t)s);
+                jw_raw(&w, "\"} ");
+                put_ulong(&w, requests[r][s]);
+                jw_char(&w, '\n');
+            }
+    jw_raw(&w, "# HELP attn_http_request_duration_seconds Time from first byte to answer.\n"
+               "# TYPE attn_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < ROUTE_COUNT; r++) {
+        if (!duration_count[r])
+            continue;
+        unsigned long cumulative = 0;
+        for (size_t b = 0; b <= BUCKETS; b++) {
+            cumulative += buckets[r][b];
+            jw_raw(&w, "attn_http_request_duration_seconds_bucket{route=\"");
+            jw_raw(&w, route_labels[r]);
+            jw_raw(&w, "\",le=\"");
+            if (b < BUCKETS)
+                jw_double(&w, bucket_bounds[b]);
+            else
+                jw_raw(&w, "+Inf");
+            jw_raw(&w, "\"} ");
+            put_ulong(&w, cumulative);
+            jw_char(&w, '\n');
+        }
+        jw_raw(&w, "attn_http_request_duration_seconds_sum{route=\"");
+        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, "\"} ");
+        jw_double(&w, duration_sum[r]);
+        jw_raw(&w, "\nattn_http_request_duration_seconds_count{route=\"");
+        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, "\"} ");
+        put_ulong(&w, duration_count[r]);
+        jw_char(&w, '\n');
+    }
+    jw_raw(&w, "# HELP attn_http_request_bytes_total Request body bytes received.\n"
+               "# TYPE attn_http_request_bytes_total counter\nattn_http_request_bytes_total ");
+    put_ulong(&w, bytes_in_total);
+    jw_raw(&w, "\n# HELP attn_http_response_bytes_total Response body bytes sent.\n"
+               "# TYPE attn_http_response_bytes_total counter\nattn_http_response_bytes_total ");
+    put_ulong(&w, bytes_out_total);
+    pthread_mutex_unlock(&metrics_lock);
+    jw_raw(&w, "\n# HELP attn_http_inflight_requests Requests being received or answered now.\n"
+               "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
+    long now = metrics_inflight();
+    jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_char(&w, '\n');
+    return jw_finish(&w, len);
+}
+
+void metrics_reset(void)
+{
+    pthread_mutex_lock(&metrics_lock);
+    memset(requests, 0, sizeof requests);
+    memset(buckets, 0, sizeof buckets);
+    memset(duration_sum, 0, sizeof duration_sum);
+    memset(duration_count, 0, sizeof duration_count);
+    bytes_in_total = bytes_out_total = 0;
+    pthread_mutex_unlock(&metrics_lock);
+}

@@ -1,0 +1,40 @@
+/*
+ * metrics.h - request counters in Prometheus text format.
+ *
+ * The HTTP layer reports every finished request (route, status, duration,
+ * bytes in and out) and the number in flight; GET /metrics renders them.
+ * All functions are thread-safe.
+ */
+#ifndef ATTN_METRICS_H
+#define ATTN_METRICS_H
+
+#include <stddef.h>
+
+typedef enum metrics_route {
+    ROUTE_ATTENTION,
+    ROUTE_HEALTHZ,
+    ROUTE_READYZ,
+    ROUTE_INFO,
+    ROUTE_METRICS,
+    ROUTE_WEIGHT_SETS,
+    ROUTE_WEIGHT_SET,
+    ROUTE_OTHER,
+    ROUTE_COUNT
+} metrics_route;
+
+/* The label of a route as it appears in /metrics, e.g. "/v1/attention". */
+const char *metrics_route_label(metrics_route route);
+
+void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+                     size_t bytes_out);
+void metrics_inflight_add(int delta);
+long metrics_inflight(void);
+
+/* Renders all metrics; returns text the caller frees with mem_free, and its
+ * length in *len, or NULL when out of memory. */
+char *metrics_render(size_t *len);
+
+/* Zeroes every counter (tests). */
+void metrics_reset(void);
+
+#endif
