@@ -1,0 +1,84 @@
+/*
+ * test.h - the unit-test harness: typed asserts and the list of tests.
+ *
+ * As in libuv's test/task.h, an assert prints both sides and the place, marks
+ * the running test failed, and returns from it.  Every test is listed once,
+ * in UNIT_TESTS below; main.c runs them in that order and prints
+ * "N passed, N failed".
+ */
+#ifndef UNIT_TEST_H
+#define UNIT_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+extern int test_failed;
+
+#define FAIL_AT(...)                                                        \
+    do {                                                                    \
+        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                   \
+        fprintf(stderr, __VA_ARGS__);                                       \
+        fputc('\n', stderr);                                                \
+        test_failed = 1;                                                    \
+        return;                                                             \
+    } while (0)
+
+#define ASSERT(cond)                                                        \
+    do { if (!(cond)) FAIL_AT("assertion failed: %s", #cond); } while (0)
+
+#define ASSERT_EQ(a, b)                                                     \
+    do {                                                                    \
+        long long a_ = (long long)(a), b_ = (long long)(b);                 \
+        if (a_ != b_) FAIL_AT("%s == %s: %lld != %lld", #a, #b, a_, b_);    \
+    } while (0)
+
+#define ASSERT_STR_EQ(a, b)                                                 \
+    do {                                                                    \
+        const char *a_ = (a), *b_ = (b);                                    \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                \
+            FAIL_AT("%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)", \
+                    b_ ? b_ : "(null)");                                    \
+    } while (0)
+
+#define ASSERT_NEAR(a, b, tol)                                              \
+    do {                                                                    \
+        double a_ = (a), b_ = (b);                                          \
+        if (!(fabs(a_ - b_) <= (tol)))                                      \
+            FAIL_AT("%s ~ %s: %.17g vs %.17g (tolerance %g)", #a, #b, a_, b_, (double)(tol)); \
+    } while (0)
+
+/* Every unit test, in the order they run. */
+#define UNIT_TESTS(X)                       \
+    X(attention_hand_computed)              \
+    X(attention_causal_hand_computed)       \
+    X(attention_fully_masked_row_is_zero)   \
+    X(attention_large_scores_stable)        \
+    X(attention_random_against_reference)   \
+    X(attention_projections_against_reference) \
+    X(attention_float32_against_reference)  \
+    X(attention_without_attention_matrix)   \
+    X(attention_overflow_is_reported)       \
+    X(attention_job_bytes_overflow)         \
+    X(jsonw_numbers_round_trip)             \
+    X(jsonw_strings_escaped)                \
+    X(request_qkv_shapes_and_scale)         \
+    X(request_columns_layout_transposes)    \
+    X(request_out_in_weights_transpose)     \
+    X(request_mask_forms)                   \
+    X(request_named_weights)                \
+    X(request_invalid_cases)                \
+    X(request_element_limit)                \
+    X(request_response_shapes)              \
+    X(config_defaults)                      \
+    X(config_env_and_flags)                 \
+    X(config_rejects_bad_values)            \
+    X(config_sizes)                         \
+    X(config_help_lists_every_option)       \
+    X(oom_decode_run_encode)                \
+    X(oom_api_handle)
+
+#define DECLARE_TEST(name) void test_##name(void);
+UNIT_TESTS(DECLARE_TEST)
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * test_request.c - the request decoder and the response encoder.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "mem.h"
+#include "request.h"
+#include "test.h"
+
+static int decode_text(const char *text, size_t max_elements, attn_request *req, api_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    if (root == NULL) {
+        fprintf(stderr, "  test JSON does not parse: %s\n", jerr.text);
+        return 99;
+    }
+    request_limits limits = {max_elements};
+    error_clear(err);
+    int rc = request_decode(root, &limits, req, err);
+    json_decref(root);
+    return rc;
+}
+
+void test_request_qkv_shapes_and_scale(void)
+{
+    attn_request req;
+    api_error err;
+    ASSERT_EQ(decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3,4],[5,6,7,8]],"
+                          "\"v\":[[1,2],[3,4]],\"heads\":2,\"causal\":true}", 1000, &req, &err), 0);
+    ASSERT_EQ(req.job.lq, 1);
+    ASSERT_EQ(req.job.lk, 2);
+    ASSERT_EQ(req.job.dk, 4);
+    ASSERT_EQ(req.job.dv, 2);
+    ASSERT_EQ(req.job.heads, 2);
+    ASSERT_EQ(req.job.causal, 1);
+    ASSERT_EQ(req.batched, 0);
+    ASSERT_EQ(req.input_elements, 4 + 8 + 4);
+    ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
+    ASSERT_NEAR(req.job.k[5], 6, 0);
+    request_free(&req);
+    ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
+                          "\"scale\":2.5,\"dtype\":\"float32\"}", 1000, &req, &err), 0);
+    ASSERT_EQ(req.batched, 1);
+    ASSERT_EQ(req.job.batch, 2);
+    ASSERT_NEAR(req.job.scale, 2.5, 0);
+    ASSERT_EQ(req.job.dtype, ATTN_FLOAT32);
+    request_free(&req);
+}
+
+void test_request_columns_layout_transposes(void)
+{
+    attn_request req;
+    api_error err;
+    /* q given as 2 features x 3 tokens. */
+    ASSERT_EQ(decode_text("{\"q\":[[1,2,3],[4,5,6]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]],"
+                          "\"layout\":\"columns\"}", 1000, &req, &err), 0);
+    ASSERT_EQ(req.job.lq, 3);
+    ASSERT_EQ(req.job.dk, 2);
+    ASSERT_NEAR(req.job.q[0], 1, 0);
+    ASSERT_NEAR(req.job.q[1], 4, 0);
+    ASSERT_NEAR(req.job.q[2], 2, 0);
+    request_free(&req);
+    /* In columns layout, q has 2 rows (features) but k has 3: the message says rows. */
+    ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2],[3]],\"v\":[[1]],"
+                          "\"layout\":\"columns\"}", 1000, &req, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "k");
+    ASSERT(strstr(err.message, "k has 3 rows but q has 2") != NULL);
+}
+
+void test_request_out_in_weights_transpose(void)
+{
+    attn_request req;
+    api_error err;
+    /* x: 1 token of width 3; wq out_in is (2 x 3). */
+    ASSERT_EQ(decode_text("{\"x\":[[1,2,3]],\"weights_layout\":\"out_in\",\"weights\":{"
+                          "\"wq\":[[1,2,3],[4,5,6]],\"wk\":[[1,2,3],[4,5,6]],\"wv\":[[1,2,3]],"
+                          "\"bq\":[1,2],\"wo\":[[1]],\"bo\":[0.5]}}", 1000, &req, &err), 0);
+    ASSERT_EQ(req.job.dk, 2);
+    ASSERT_EQ(req.job.dv, 1);
+    ASSERT_EQ(req.weights.d_in, 3);
+    ASSERT_EQ(req.weights.d_out, 1);
+    /* in_out wq is (3 x 2): row 0 = [1, 4] */
+    ASSERT_NEAR(req.weights.wq[0], 1, 0);
+    ASSERT_NEAR(req.weights.wq[1], 4, 0);
+    ASSERT_NEAR(req.weights.wq[2], 2, 0);
+    ASSERT(req.job.weights == &req.weights);
+    ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
+    request_free(&req);
+}
+
+void test_request_mask_forms(void)
+{
+    attn_request req;
+    api_error err;
+    ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2]],\"v\":[[1],[2]],"
+                          "\"mask\":[[true,false],[1,0.0]]}", 1000, &req, &err), 0);
+    ASSERT(req.job.mask != NULL);
+    ASSERT_EQ(req.job.mask[0], 1);
+    ASSERT_EQ(req.job.mask[1], 0);
+    ASSERT_EQ(req.job.mask[2], 1);
+    ASSERT_EQ(req.job.mask[3], 0);
+    ASSERT_EQ(req.job.mask_batched, 0);
+    request_free(&req);
+    ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
+                          "\"mask\":[[[true]],[[false]]]}", 1000, &req, &err), 0);
+    ASSERT_EQ(req.job.mask_batched, 1);
+    ASSERT_EQ(req.job.mask[1], 0);
+    request_free(&req);
+}
+
+void test_request_named_weights(void)
+{
+    attn_request req;
+    api_error err;
+    ASSERT_EQ(decode_text("{\"x\":[[1,2]],\"weights\":\"encoder.v1\"}", 1000, &req, &err), 0);
+    ASSERT_STR_EQ(req.weights_name, "encoder.v1");
+    ASSERT(req.job.weights == NULL);
+    attn_weights w = {.d_in = 2, .d_ctx = 2, .dk = 4, .dv = 3, .d_out = 3};
+    req.job.heads = 2;
+    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "heads");
+    req.job.heads = 1;
+    w.d_in = 5;
+    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "x");
+    w.d_in = 2;
+    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), 0);
+    ASSERT(req.job.weights == &w);
+    ASSERT_NEAR(req.job.scale, 0.5, 0);
+    request_free(&req);
+    ASSERT(request_valid_name("a"));
+    ASSERT(!request_valid_name(""));
+    ASSERT(!request_valid_name("a/b"));
+    ASSERT(!request_valid_name("0123456789012345678901234567890123456789012345678901234567890123X"));
+}
+
+/* One invalid request and what the decoder must say about it. */
+typedef struct bad_case {
+    const char *json;
+    int status;
+    const char *code;
+    const char *field;
+} bad_case;
+
+#define QKV "\"q\":[[1,2]],\"k\":[[1,2]],\"v\":[[1]]"
+
+static const bad_case bad_cases[] = {
+    {"[1,2]", ERR_BAD_REQUEST, "invalid_json", ""},
+    {"{}", ERR_BAD_REQUEST, "missing_field", "q"},
+    {"{\"q\":[[1]],\"k\":[[1]]}", ERR_BAD_REQUEST, "missing_field", "v"},
+    {"{" QKV ",\"casual\":true}", ERR_BAD_REQUEST, "unknown_field", "casual"},
+    {"{\"q\":\"abc\",\"k\":[[1]],\"v\":[[1]]}", ERR_BAD_REQUEST, "wrong_type", "q"},
+    {"{\"q\":[[1,2],[3]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "ragged_matrix", "q[1]"},
+    {"{\"q\":[[1,2],3],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "ragged_matrix", "q[1]"},
+    {"{\"q\":[[1,\"2\"]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "wrong_type", "q[0][1]"},
+    {"{\"q\":[[1,null]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "wrong_type", "q[0][1]"},
+    {"{\"q\":[],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "invalid_shape", "q"},
+    {"{\"q\":[[]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "invalid_shape", "q"},
+    {"{\"q\":[1,2],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "invalid_shape", "q"},
+    {"{\"q\":[[[[1]]]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "invalid_shape", "q"},
+    {"{\"q\":[[1,2,3]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "shape_mismatch", "k"},
+    {"{\"q\":[[1,2]],\"k\":[[1,2]],\"v\":[[1],[2]]}", ERR_BAD_REQUEST, "shape_mismatch", "v"},
+    {"{\"q\":[[[1,2]]],\"k\":[[1,2]],\"v\":[[1]]}", ERR_BAD_REQUEST, "shape_mismatch", "k"},
+    {"{\"q\":[[[1,2]]],\"k\":[[[1,2]],[[1,2]]],\"v\":[[[1]]]}", ERR_BAD_REQUEST, "shape_mismatch", "k"},
+    {"{" QKV ",\"heads\":0}", ERR_BAD_REQUEST, "invalid_value", "heads"},
+    {"{" QKV ",\"heads\":1.5}", ERR_BAD_REQUEST, "invalid_value", "heads"},
+    {"{" QKV ",\"heads\":\"2\"}", ERR_BAD_REQUEST, "wrong_type", "heads"},
+    {"{" QKV ",\"heads\":2}", ERR_BAD_REQUEST, "shape_mismatch", "heads"},
+    {"{" QKV ",\"scale\":0}", ERR_BAD_REQUEST, "invalid_value", "scale"},
+    {"{" QKV ",\"scale\":-1}", ERR_BAD_REQUEST, "invalid_value", "scale"},
+    {"{" QKV ",\"scale\":true}", ERR_BAD_REQUEST, "wrong_type", "scale"},
+    {"{" QKV ",\"layout\":\"diagonal\"}", ERR_BAD_REQUEST, "invalid_value", "layout"},
+    {"{" QKV ",\"weights_layout\":3}", ERR_BAD_REQUEST, "wrong_type", "weights_layout"},
+    {"{" QKV ",\"dtype\":\"float16\"}", ERR_BAD_REQUEST, "invalid_value", "dtype"},
+    {"{" QKV ",\"causal\":1}", ERR_BAD_REQUEST, "wrong_type", "causal"},
+    {"{" QKV ",\"return_attention\":\"no\"}", ERR_BAD_REQUEST, "wrong_type", "return_attention"},
+    {"{" QKV ",\"mask\":[[1,1]]}", ERR_BAD_REQUEST, "shape_mismatch", "mask"},
+    {"{" QKV ",\"mask\":[[2]]}", ERR_BAD_REQUEST, "invalid_value", "mask[0][0]"},
+    {"{" QKV ",\"mask\":[[\"yes\"]]}", ERR_BAD_REQUEST, "wrong_type", "mask[0][0]"},
+    {"{" QKV ",\"mask\":[[[true]]]}", ERR_BAD_REQUEST, "shape_mismatch", "mask"},
+    {"{" QKV ",\"x\":[[1]]}", ERR_BAD_REQUEST, "conflicting_fields", "x"},
+    {"{" QKV ",\"context\":[[1]]}", ERR_BAD_REQUEST, "conflicting_fields", "context"},
+    {"{" QKV ",\"weights\":{}}", ERR_BAD_REQUEST, "conflicting_fields", "weights"},
+    {"{\"x\":[[1,2]]}", ERR_BAD_REQUEST, "missing_field", "weights"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wk\":[[1],[1]],\"wv\":[[1],[1]]}}", ERR_BAD_REQUEST,
+     "missing_field", "weights.wq"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1],[1]],\"wz\":1}}",
+     ERR_BAD_REQUEST, "unknown_field", "weights.wz"},
+    {"{\"x\":[[1,2]],\"weights\":[1]}", ERR_BAD_REQUEST, "wrong_type", "weights"},
+    {"{\"x\":[[1,2]],\"weights\":\"no/slash\"}", ERR_BAD_REQUEST, "invalid_value", "weights"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1],[1]],\"wk\":[[1],[1],[1]],\"wv\":[[1],[1],[1]]}}",
+     ERR_BAD_REQUEST, "shape_mismatch", "weights.wq"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1,2],[1,2]],\"wv\":[[1],[1]]}}",
+     ERR_BAD_REQUEST, "shape_mismatch", "weights.wk"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1]]}}",
+     ERR_BAD_REQUEST, "shape_mismatch", "weights.wv"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1],[1]],\"bq\":[1,2]}}",
+     ERR_BAD_REQUEST, "shape_mismatch", "weights.bq"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1],[1]],\"bk\":[[1]]}}",
+     ERR_BAD_REQUEST, "invalid_shape", "weights.bk"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1],[1]],\"bo\":[1]}}",
+     ERR_BAD_REQUEST, "conflicting_fields", "weights.bo"},
+    {"{\"x\":[[1,2]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],\"wv\":[[1],[1]],\"wo\":[[1],[1]]}}",
+     ERR_BAD_REQUEST, "shape_mismatch", "weights.wo"},
+    {"{\"x\":[[1,2]],\"context\":[[1,2,3]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],"
+     "\"wv\":[[1],[1]]}}", ERR_BAD_REQUEST, "shape_mismatch", "weights.wk"},
+    {"{\"x\":[[1,2]],\"context\":[[[1,2]]],\"weights\":{\"wq\":[[1],[1]],\"wk\":[[1],[1]],"
+     "\"wv\":[[1],[1]]}}", ERR_BAD_REQUEST, "shape_mismatch", "context"},
+};
+
+void test_request_invalid_cases(void)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *c = &bad_cases[i];
+        attn_request req;
+        api_error err;
+        int rc = decode_text(c->json, 1000, &req, &err);
+        if (rc == 0)
+            request_free(&req);
+        if (rc != c->status || strcmp(err.code, c->code) != 0 || strcmp(err.field, c->field) != 0)
+            FAIL_AT("case %zu %s: got %d %s field \"%s\" (%s), want %d %s field \"%s\"", i, c->json,
+                    rc, err.code, err.field, err.message, c->status, c->code, c->field);
+        if (strlen(err.message) < 20)
+            FAIL_AT("case %zu: message too short: \"%s\"", i, err.message);
+    }
+    /* The message names the problem in the user's terms. */
+    attn_request req;
+    api_error err;
+    decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3]],\"v\":[[1]]}", 1000, &req, &err);
+    ASSERT_STR_EQ(err.message, "k has 3 columns but q has 4 (both must be dk).");
+    decode_text("{" QKV ",\"casual\":true}", 1000, &req, &err);
+    ASSERT(strstr(err.message, "Did you mean \"causal\"?") != NULL);
+}
+
+void test_request_element_limit(void)
+{
+    attn_request req;
+    api_error err;
+    /* 4 + 4 + 4 numbers: 12 fit, 11 do not. */
+    const char *body = "{\"q\":[[1,2],[3,4]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]]}";
+    ASSERT_EQ(decode_text(body, 12, &req, &err), 0);
+    request_free(&req);
+    ASSERT_EQ(decode_text(body, 11, &req, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "request_too_large");
+    ASSERT_STR_EQ(err.field, "v");
+}
+
+void test_request_response_shapes(void)
+{
+    attn_request req;
+    api_error err;
+    /* batch 2, heads 2, lq 3, lk 1, columns layout: output comes back dv x lq. */
+    ASSERT_EQ(decode_text("{\"q\":[[[1,2,3],[4,5,6]],[[1,2,3],[4,5,6]]],"
+                          "\"k\":[[[1],[2]],[[3],[4]]],\"v\":[[[1],[2]],[[3],[4]]],"
+                          "\"heads\":2,\"layout\":\"columns\"}", 1000, &req, &err), 0);
+    attn_result r;
+    ASSERT_EQ(attention_run(&req.job, &r, &err), 0);
+    jw_buf w;
+    jw_init(&w, 0);
+    request_encode_response(&req, &r, 1.5, &w);
+    attention_result_free(&r);
+    request_free(&req);
+    char *text = jw_finish(&w, NULL);
+    ASSERT(text != NULL);
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    mem_free(text);
+    ASSERT(root != NULL);
+    json_t *out = json_object_get(root, "output"), *attn = json_object_get(root, "attention");
+    int ok = json_array_size(out) == 2 && json_array_size(json_array_get(out, 0)) == 2 &&
+             json_array_size(json_array_get(json_array_get(out, 0), 0)) == 3 &&
+             json_array_size(attn) == 2 && json_array_size(json_array_get(attn, 0)) == 2 &&
+             json_array_size(json_array_get(json_array_get(attn, 0), 0)) == 3 &&
+             json_array_size(json_array_get(json_array_get(json_array_get(attn, 0), 0), 0)) == 1;
+    /* With a single key every weight is exactly 1. */
+    double w000 = json_number_value(json_array_get(json_array_get(json_array_get(json_array_get(attn, 1), 1), 2), 0));
+    json_t *meta = json_object_get(root, "meta");
+    int heads = (int)json_integer_value(json_object_get(meta, "heads"));
+    int batch = (int)json_integer_value(json_object_get(meta, "batch"));
+    json_decref(root);
+    ASSERT(ok);
+    ASSERT_NEAR(w000, 1.0, 0);
+    ASSERT_EQ(heads, 2);
+    ASSERT_EQ(batch, 2);
+}
