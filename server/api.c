@@ -20,21 +20,28 @@
 #include "jsonw.h"
 #include "mem.h"
 #include "request.h"
+#include "store.h"
 #include "version.h"
 
 /* Bytes a number takes in the response at most ("-1.2345678901234567e-300,"). */
 #define RESPONSE_BYTES_PER_NUMBER 26
 
 static const server_config *api_cfg;
+static weight_store *api_store;
 static atomic_int api_draining;
 static atomic_long api_computing;
 
 static const char *const ALLOW_GET = "GET, HEAD, OPTIONS";
 static const char *const ALLOW_POST = "POST, OPTIONS";
+static const char *const ALLOW_SET = "GET, HEAD, PUT, DELETE, OPTIONS";
+static const char *const SET_PREFIX = "/v1/weight-sets/";
 
 int api_init(const server_config *cfg, api_error *err)
 {
-    (void)err;
+    store_limits limits = {cfg->max_set_bytes, cfg->max_store_bytes};
+    api_store = store_open(cfg->data_dir, &limits, err);
+    if (api_store == NULL)
+        return err->status_code ? err->status_code : ERR_INTERNAL;
     api_cfg = cfg;
     atomic_store(&api_draining, 0);
     atomic_store(&api_computing, 0);
@@ -44,6 +51,8 @@ int api_init(const server_config *cfg, api_error *err)
 
 void api_shutdown(void)
 {
+    store_close(api_store);
+    api_store = NULL;
     api_cfg = NULL;
 }
 
@@ -62,13 +71,17 @@ metrics_route api_route(const char *path, const char **allow)
     static const struct { const char *path; metrics_route route; int post; } routes[] = {
         {"/v1/attention", ROUTE_ATTENTION, 1}, {"/healthz", ROUTE_HEALTHZ, 0},
         {"/readyz", ROUTE_READYZ, 0},          {"/v1/info", ROUTE_INFO, 0},
-        {"/metrics", ROUTE_METRICS, 0},
+        {"/metrics", ROUTE_METRICS, 0},        {"/v1/weight-sets", ROUTE_WEIGHT_SETS, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(path, routes[i].path) == 0) {
             *allow = routes[i].post ? ALLOW_POST : ALLOW_GET;
             return routes[i].route;
         }
+    if (strncmp(path, SET_PREFIX, strlen(SET_PREFIX)) == 0 && path[strlen(SET_PREFIX)] != '\0') {
+        *allow = ALLOW_SET;
+        return ROUTE_WEIGHT_SET;
+    }
     *allow = NULL;
     return ROUTE_OTHER;
 }
@@ -143,9 +156,11 @@ static json_t *parse_body(const api_request *req, api_error *err)
         return NULL;
     }
     json_error_t jerr;
+    memset(&jerr, 0, sizeof jerr);
     json_t *root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        if (json_error_code(&jerr) == json_error_out_of_memory)
+        /* jansson leaves jerr empty when it cannot even start for lack of memory. */
+        if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
             error_nomem(err);
         else
             error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -173,10 +188,23 @@ static void handle_attention(const api_request *req, api_response *resp)
         api_respond_error(resp, &err);
         return;
     }
+    weight_set *set = NULL;
     if (ar.weights_name[0]) {
-        error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "weights",
-                  "There is no stored weight set named \"%s\".", ar.weights_name);
-        goto fail;
+        /* Hold a reference for the whole computation: a concurrent replace or
+         * delete of the name cannot change or free these numbers. */
+        set = store_get(api_store, ar.weights_name);
+        if (set == NULL) {
+            error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "weights",
+                      "There is no stored weight set named \"%s\"; upload it with PUT "
+                      "/v1/weight-sets/%s.", ar.weights_name, ar.weights_name);
+            goto fail;
+        }
+        if (!ar.heads_given && set->heads != 0) {
+            ar.job.heads = set->heads;
+            ar.heads_given = 1;
+        }
+        if (request_bind_weights(&ar, &set->w, 1, &err) != 0)
+            goto fail;
     }
     size_t result_elements = request_result_elements(&ar), work_bytes = 0, response_bytes = 0;
     if (result_elements > api_cfg->max_elements) {
@@ -207,6 +235,7 @@ static void handle_attention(const api_request *req, api_response *resp)
     request_encode_response(&ar, &result, ms, &w);
     attention_result_free(&result);
     request_free(&ar);
+    weightset_release(set);
     resp->body = jw_finish(&w, &resp->body_len);
     if (resp->body == NULL) {
         error_nomem(&err);
@@ -218,7 +247,114 @@ static void handle_attention(const api_request *req, api_response *resp)
     return;
 fail:
     request_free(&ar);
+    weightset_release(set);
     api_respond_error(resp, &err);
+}
+
+/* Fills resp with a body built by jw (consumed), or the out-of-memory error. */
+static void respond_jw(api_response *resp, int status, jw_buf *w)
+{
+    resp->body = jw_finish(w, &resp->body_len);
+    if (resp->body == NULL) {
+        api_error err;
+        error_nomem(&err);
+        api_respond_error(resp, &err);
+        return;
+    }
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+static void handle_set_list(api_response *resp)
+{
+    size_t count = 0;
+    weight_set **sets = store_list(api_store, &count);
+    jw_buf w;
+    jw_init(&w, 256 + count * 256);
+    jw_raw(&w, "{\"weight_sets\":[");
+    for (size_t i = 0; i < count; i++) {
+        if (i)
+            jw_char(&w, ',');
+        request_encode_weight_set(sets[i], 0, &w);
+    }
+    jw_raw(&w, "],\"count\":");
+    jw_size(&w, count);
+    jw_raw(&w, ",\"total_bytes\":");
+    jw_size(&w, store_total_bytes(api_store));
+    jw_raw(&w, "}");
+    store_list_free(sets, count);
+    respond_jw(resp, 200, &w);
+}
+
+/* GET, PUT and DELETE of /v1/weight-sets/{name}. */
+static void handle_set(const api_request *req, const char *name, api_response *resp)
+{
+    api_error err;
+    error_clear(&err);
+    if (!request_valid_name(name)) {
+        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
+                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ -.",
+                  name);
+        api_respond_error(resp, &err);
+        return;
+    }
+    if (!strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")) {
+        weight_set *set = store_get(api_store, name);
+        if (set == NULL) {
+            error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "name",
+                      "There is no stored weight set named \"%s\".", name);
+            api_respond_error(resp, &err);
+            return;
+        }
+        jw_buf w;
+        jw_init(&w, set->size_bytes * 3 + 1024);
+        request_encode_weight_set(set, 1, &w);
+        weightset_release(set);
+        respond_jw(resp, 200, &w);
+        return;
+    }
+    if (!strcmp(req->method, "DELETE")) {
+        if (store_delete(api_store, name, &err) != 0) {
+            api_respond_error(resp, &err);
+            return;
+        }
+        respond_static(resp, 204, "");
+        return;
+    }
+    /* PUT */
+    json_t *root = parse_body(req, &err);
+    if (root == NULL) {
+        api_respond_error(resp, &err);
+        return;
+    }
+    attn_weights wts;
+    size_t heads;
+    int out_in;
+    int rc = request_decode_weight_set(root, api_cfg->max_elements, &wts, &heads, &out_in, &err);
+    json_decref(root);
+    if (rc != 0) {
+        api_respond_error(resp, &err);
+        return;
+    }
+    weight_set *set = weightset_new(name, &wts, heads, out_in);
+    if (set == NULL) {
+        request_weights_free(&wts);
+        error_nomem(&err);
+        api_respond_error(resp, &err);
+        return;
+    }
+    weightset_retain(set); /* ours, for the answer; store_put takes the other */
+    int created = 0;
+    if (store_put(api_store, set, &created, &err) != 0) {
+        weightset_release(set);
+        api_respond_error(resp, &err);
+        return;
+    }
+    jw_buf w;
+    jw_init(&w, 512);
+    request_encode_weight_set(set, 0, &w);
+    weightset_release(set);
+    respond_jw(resp, created ? 201 : 200, &w);
 }
 
 static void handle_info(api_response *resp)
@@ -260,7 +396,9 @@ void api_handle(const api_request *req, api_response *resp)
         respond_static(resp, 204, "");
         return;
     }
-    if ((allow == ALLOW_GET && !is_get) || (allow == ALLOW_POST && strcmp(req->method, "POST"))) {
+    int is_set_method = is_get || !strcmp(req->method, "PUT") || !strcmp(req->method, "DELETE");
+    if ((allow == ALLOW_GET && !is_get) || (allow == ALLOW_POST && strcmp(req->method, "POST")) ||
+        (allow == ALLOW_SET && !is_set_method)) {
         error_set(&err, ERR_METHOD, "method_not_allowed", NULL,
                   "%.20s is not allowed on %.200s; use %s.", req->method, req->path, allow);
         api_respond_error(resp, &err);
@@ -293,6 +431,19 @@ void api_handle(const api_request *req, api_response *resp)
         }
         resp->status = 200;
         resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return;
+    case ROUTE_WEIGHT_SETS:
+        handle_set_list(resp);
+        return;
+    case ROUTE_WEIGHT_SET:
+        if (draining && strcmp(req->method, "GET") && strcmp(req->method, "HEAD")) {
+            resp->retry_after = 5;
+            error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                      "The server is shutting down and takes no new writes.");
+            api_respond_error(resp, &err);
+            return;
+        }
+        handle_set(req, req->path + strlen(SET_PREFIX), resp);
         return;
     case ROUTE_ATTENTION:
         break;

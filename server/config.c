@@ -58,7 +58,11 @@ static const config_option config_table[] = {
     {"shutdown-grace", "ATTN_SHUTDOWN_GRACE", OPT_LONG, OFF(shutdown_grace), 0, "10", 0, 3600,
      "seconds in-flight requests may finish after SIGTERM"},
     {"data-dir", "ATTN_DATA_DIR", OPT_STRING, OFF(data_dir), LEN(data_dir), "data", 0, 0,
-     "directory of stored weight sets"},
+     "directory of stored weight sets (created if missing)"},
+    {"max-set-bytes", "ATTN_MAX_SET_BYTES", OPT_SIZE, OFF(max_set_bytes), 0, "512M", 1024,
+     (double)(1ULL << 44), "largest stored weight set, in bytes of its file; 413 past it"},
+    {"max-store-bytes", "ATTN_MAX_STORE_BYTES", OPT_SIZE, OFF(max_store_bytes), 0, "4G", 1024,
+     (double)(1ULL << 50), "all stored weight sets together; 413 past it"},
     {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
      "no access log on stderr"},
 };
@@ -121,7 +125,7 @@ static int config_apply(server_config *cfg, const config_option *opt, const char
         if (strlen(value) >= opt->length)
             return config_fail(errbuf, errlen, "%s is too long (at most %zu characters)",
                                source, opt->length - 1);
-        if (*value == '\0' && strcmp(opt->name, "data-dir") != 0)
+        if (*value == '\0')
             return config_fail(errbuf, errlen, "%s must not be empty", source);
         memcpy(field, value, strlen(value) + 1);
         return CONFIG_OK;

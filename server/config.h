@@ -25,6 +25,8 @@ typedef struct server_config {
     long blas_threads;
     long shutdown_grace;        /* seconds */
     char data_dir[1024];
+    size_t max_set_bytes;       /* one stored weight set */
+    size_t max_store_bytes;     /* all stored weight sets */
     long quiet;                 /* 1: no access log */
 } server_config;
 

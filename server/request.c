@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "mem.h"
 
@@ -392,7 +393,7 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
     static const char *const known[] = {"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"};
     memset(w, 0, sizeof *w);
     if (!json_is_object(obj))
-        return error_set(err, ERR_BAD_REQUEST, "wrong_type", path,
+        return error_set(err, ERR_BAD_REQUEST, *path ? "wrong_type" : "invalid_json", path,
                          "%s is %s; it must be an object {\"wq\", \"wk\", \"wv\", and optionally "
                          "\"bq\", \"bk\", \"bv\", \"wo\", \"bo\"} or the name of a stored weight set.",
                          path, json_kind(obj));
@@ -407,9 +408,10 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
     double *bias[4] = {0};
     size_t blen[4] = {0};
     char fp[4][80], bp[4][80];
+    const char *dot = *path ? "." : "";
     for (int i = 0; i < 4; i++) {
-        snprintf(fp[i], sizeof fp[i], "%s.%s", path, known[i == 3 ? 6 : i]);
-        snprintf(bp[i], sizeof bp[i], "%s.%s", path, known[i == 3 ? 7 : i + 3]);
+        snprintf(fp[i], sizeof fp[i], "%s%s%s", path, dot, known[i == 3 ? 6 : i]);
+        snprintf(bp[i], sizeof bp[i], "%s%s%s", path, dot, known[i == 3 ? 7 : i + 3]);
     }
     for (int i = 0; i < 4 && rc == 0; i++) {
         const json_t *m = json_object_get(obj, i == 3 ? "wo" : known[i]);
@@ -472,6 +474,58 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
     w->bv = bias[2];
     w->bo = bias[3];
     return 0;
+}
+
+int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weights *w,
+                              size_t *heads, int *out_in, api_error *err)
+{
+    static const char *const known[] = {"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo",
+                                        "weights_layout", "heads"};
+    static const char *const wlayouts[] = {"in_out", "out_in"};
+    memset(w, 0, sizeof *w);
+    *heads = 0;
+    if (!json_is_object(root))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The body is %s; it must be a JSON object {\"wq\", \"wk\", \"wv\", and "
+                         "optionally \"bq\", \"bk\", \"bv\", \"wo\", \"bo\", \"weights_layout\", "
+                         "\"heads\"}.", json_kind(root));
+    int rc = check_known_fields(root, "", known, sizeof known / sizeof known[0], err);
+    if (rc != 0 || (rc = decode_enum(root, "weights_layout", wlayouts, 2, 0, out_in, err)) != 0)
+        return rc;
+    const json_t *jh = json_object_get(root, "heads");
+    if (jh != NULL) {
+        if (!json_is_number(jh))
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
+                             "heads is %s; it must be a whole number >= 1.", json_kind(jh));
+        double h = json_number_value(jh);
+        if (h < 1 || h != floor(h) || h > 1e6)
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",
+                             "heads is %g; it must be a whole number >= 1 that divides dk and dv.", h);
+        *heads = (size_t)h;
+    }
+    /* The weights members alone, for the shared decoder. */
+    json_t *members = json_object();
+    if (members == NULL)
+        return error_nomem(err);
+    for (int i = 0; i < 8; i++) {
+        json_t *m = json_object_get(root, known[i]);
+        if (m != NULL && json_object_set(members, known[i], m) != 0) {
+            json_decref(members);
+            return error_nomem(err);
+        }
+    }
+    size_t elements = 0;
+    rc = request_decode_weights(members, "", *out_in, max_elements, &elements, w, err);
+    json_decref(members);
+    if (rc != 0)
+        return rc;
+    if (*heads != 0 && (w->dk % *heads != 0 || w->dv % *heads != 0)) {
+        rc = error_set(err, ERR_BAD_REQUEST, "shape_mismatch", "heads",
+                       "heads = %zu does not divide dk = %zu and dv = %zu (the widths of wq/wk "
+                       "and of wv).", *heads, w->dk, w->dv);
+        request_weights_free(w);
+    }
+    return rc;
 }
 
 /* ---- the request ------------------------------------------------------- */
@@ -794,6 +848,75 @@ static void write_matrix(jw_buf *w, int f32, const double *m, size_t rows, size_
         jw_char(w, ']');
     }
     jw_char(w, ']');
+}
+
+void request_encode_weight_set(const weight_set *set, int with_arrays, jw_buf *w)
+{
+    static const char *const names[8] = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
+    const attn_weights *wt = &set->w;
+    const double *arrays[8] = {wt->wq, wt->wk, wt->wv, wt->wo, wt->bq, wt->bk, wt->bv, wt->bo};
+    /* in_out rows x cols of each matrix */
+    size_t rows[4] = {wt->d_in, wt->d_ctx, wt->d_ctx, wt->dv};
+    size_t cols[4] = {wt->dk, wt->dk, wt->dv, wt->d_out};
+    size_t lens[4] = {wt->dk, wt->dk, wt->dv, wt->d_out};
+    jw_raw(w, "{\"name\":");
+    jw_string(w, set->name);
+    jw_raw(w, ",\"heads\":");
+    if (set->heads)
+        jw_size(w, set->heads);
+    else
+        jw_raw(w, "null");
+    jw_raw(w, ",\"weights_layout\":");
+    jw_string(w, set->out_in ? "out_in" : "in_out");
+    jw_raw(w, ",\"shapes\":{");
+    int first = 1;
+    for (int i = 0; i < 8; i++) {
+        if (arrays[i] == NULL)
+            continue;
+        jw_raw(w, first ? "\"" : ",\"");
+        first = 0;
+        jw_raw(w, names[i]);
+        jw_raw(w, "\":[");
+        if (i < 4) {
+            jw_size(w, set->out_in ? cols[i] : rows[i]);
+            jw_char(w, ',');
+            jw_size(w, set->out_in ? rows[i] : cols[i]);
+        } else {
+            jw_size(w, lens[i - 4]);
+        }
+        jw_char(w, ']');
+    }
+    jw_raw(w, "},\"size_bytes\":");
+    jw_size(w, set->size_bytes);
+    char when[40];
+    time_t secs = (time_t)(set->stored_at_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + n, sizeof when - n, ".%03dZ", (int)(set->stored_at_ms % 1000));
+    jw_raw(w, ",\"stored_at\":");
+    jw_string(w, when);
+    if (with_arrays) {
+        for (int i = 0; i < 8; i++) {
+            if (arrays[i] == NULL)
+                continue;
+            jw_raw(w, ",\"");
+            jw_raw(w, names[i]);
+            jw_raw(w, "\":");
+            if (i < 4) {
+                write_matrix(w, 0, arrays[i], rows[i], cols[i], set->out_in);
+            } else {
+                jw_char(w, '[');
+                for (size_t j = 0; j < lens[i - 4]; j++) {
+                    if (j)
+                        jw_char(w, ',');
+                    jw_double(w, arrays[i][j]);
+                }
+                jw_char(w, ']');
+            }
+        }
+    }
+    jw_char(w, '}');
 }
 
 void request_encode_response(const attn_request *req, const attn_result *result,

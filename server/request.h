@@ -18,6 +18,7 @@
 #include "attention.h"
 #include "error.h"
 #include "jsonw.h"
+#include "store.h"
 
 #define REQUEST_NAME_MAX 64
 
@@ -85,5 +86,18 @@ size_t request_result_elements(const attn_request *req);
  * "meta" object with the shapes, dtype, scale and compute_ms. */
 void request_encode_response(const attn_request *req, const attn_result *result,
                              double compute_ms, jw_buf *w);
+
+/* Decodes the body of PUT /v1/weight-sets/{name}: the weights members
+ * (as in request_decode_weights, field names without prefix) plus optional
+ * "weights_layout" and "heads", which must divide dk and dv.  On success w
+ * owns its arrays (in_out form).  On failure w is empty. */
+int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weights *w,
+                              size_t *heads, int *out_in, api_error *err);
+
+/* Appends a JSON object describing set: name, heads, weights_layout, the
+ * shape of each matrix as uploaded, size_bytes and stored_at; with
+ * with_arrays, also every array exactly as uploaded (same layout, every
+ * double printed so that it reads back bit for bit). */
+void request_encode_weight_set(const weight_set *set, int with_arrays, jw_buf *w);
 
 #endif

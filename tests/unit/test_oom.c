@@ -8,6 +8,7 @@
  */
 #include <jansson.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "mem.h"
@@ -84,6 +85,9 @@ void test_oom_api_handle(void)
     FILE *sink = fopen("/dev/null", "w");
     config_load(&cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    char dir[] = "/tmp/attn-unit-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", dir);
     api_error err;
     ASSERT_EQ(api_init(&cfg, &err), 0);
     char body[1024];
@@ -115,4 +119,5 @@ void test_oom_api_handle(void)
         }
     }
     api_shutdown();
+    rmdir(dir);
 }

@@ -1,0 +1,88 @@
+/*
+ * store.h - named weight sets kept in a data directory.
+ *
+ * A weight set is an attn_weights (in_out form) with its default heads and
+ * the weights_layout it was uploaded in.  Each set is one file
+ * <name>.wset in the data directory (format in store.c and the README).
+ * Writes are durable before they are acknowledged: temporary file, fsync,
+ * rename over the old file, fsync of the directory; so after a crash a set
+ * is either wholly there or not at all.  At start-up every file is loaded;
+ * one that is corrupt or truncated is logged and moved to quarantine/.
+ *
+ * Sets are reference-counted and immutable: store_get hands out a reference
+ * that stays valid (with the same numbers) until weightset_release, even if
+ * the name is replaced or deleted meanwhile.  No store lock is held while a
+ * caller computes with a set.
+ */
+#ifndef ATTN_STORE_H
+#define ATTN_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention.h"
+#include "error.h"
+
+typedef struct weight_set {
+    char name[65];
+    attn_weights w;         /* owned by the set */
+    size_t heads;           /* 0: none given at upload */
+    int out_in;             /* uploaded with weights_layout "out_in" */
+    int64_t stored_at_ms;   /* Unix time of the write, in milliseconds */
+    size_t size_bytes;      /* bytes of its file */
+} weight_set;
+
+typedef struct weight_store weight_store;
+
+typedef struct store_limits {
+    size_t max_set_bytes;   /* largest single set file */
+    size_t max_total_bytes; /* all set files together */
+} store_limits;
+
+/* Opens (creating if needed) the data directory and loads every set in it.
+ * Problems with single files are reported on stderr and skipped.  Returns
+ * the store, or NULL with err filled when the directory itself is unusable.
+ * Close with store_close. */
+weight_store *store_open(const char *dir, const store_limits *limits, api_error *err);
+
+/* Frees the store; sets still referenced stay valid until released. */
+void store_close(weight_store *store);
+
+/* Makes a new set from w (taking ownership of its arrays, which are then
+ * zeroed in *w, on success only), heads and out_in.  Returns NULL when out
+ * of memory (w untouched). */
+weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int out_in);
+
+/* Stores set under set->name, replacing any set of that name, durably.
+ * Takes ownership of the caller's reference to set in every case.  Returns 0
+ * with *created = 1 for a new name and 0 for a replacement, or a negative
+ * ERR_* code (413 over the limits, 503/500 on I/O failure) with err filled;
+ * on failure the store and its files are as they were. */
+int store_put(weight_store *store, weight_set *set, int *created, api_error *err);
+
+/* Returns a new reference to the set named name, or NULL if there is none. */
+weight_set *store_get(weight_store *store, const char *name);
+
+/* Deletes the set named name (its file first).  Returns 0, ERR_NOT_FOUND, or
+ * another ERR_* code on I/O failure, with err filled. */
+int store_delete(weight_store *store, const char *name, api_error *err);
+
+/* Returns new references to every set, sorted by name, in a mem_malloc'ed
+ * array (*count entries) that the caller frees with store_list_free, or NULL
+ * with *count = 0 when there are none or memory runs out. */
+weight_set **store_list(weight_store *store, size_t *count);
+void store_list_free(weight_set **sets, size_t count);
+
+/* Bytes of all stored files together. */
+size_t store_total_bytes(weight_store *store);
+
+/* Takes one more reference / drops one (NULL is fine). */
+void weightset_retain(weight_set *set);
+void weightset_release(weight_set *set);
+
+/* Testing: make the nth file-system step of the next writes fail (0 = the
+ * first step; -1 turns failure injection off).  Steps are open, write,
+ * fsync, rename and directory fsync. */
+void store_fail_io_after(int n);
+
+#endif

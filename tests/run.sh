@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs every test suite of the project and prints their combined count as the
+# last line, "N passed, N failed".  Each suite is a program that prints its own
+# "N passed, N failed" line; a suite that dies without one counts as one
+# failure.  Called by `make test` after the builds; run from the repository root.
+set -u
+cd "$(dirname "$0")/.."
+
+FIXTURES=${FIXTURES:-../shared/fixtures}
+total_passed=0
+total_failed=0
+log_dir=$(mktemp -d)
+trap 'rm -rf "$log_dir"' EXIT
+
+# suite NAME COMMAND...: runs one suite, shows its output, adds up its summary.
+suite() {
+    local name=$1; shift
+    local log="$log_dir/$name.log"
+    echo "=== $name: $*"
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local summary
+    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -z "$summary" ]; then
+        echo "--- $name ended (exit status $rc) without a summary: counted as 1 failure"
+        total_failed=$((total_failed + 1))
+        return
+    fi
+    local p f
+    p=$(echo "$summary" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$summary" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "--- $name exited with status $rc although it reported no failure: counted as 1 failure"
+        f=1
+    fi
+    total_passed=$((total_passed + p))
+    total_failed=$((total_failed + f))
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+suite unit build/unit-tests
+suite unit-asan build/asan/unit-tests
+suite unit-valgrind bash -c 'valgrind -q --error-exitcode=9 --leak-check=full \
+    --errors-for-leak-kinds=definite,indirect build/unit-tests'
+suite reference build/ref_check "$FIXTURES"
+suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
+    --cases tests/integration/cases
+suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
+    --cases tests/integration/cases
+suite openapi-lint bash tests/lint-api.sh
+
+echo
+echo "$total_passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]
