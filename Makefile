@@ -8,7 +8,7 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd jansson openblas
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl valgrind
 
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
@@ -84,6 +84,23 @@ test-build: deps
 
 test: test-build
 	@bash tests/run.sh
+
+# The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
+# api/node_modules/.package-lock.json on every install, so it serves as the stamp:
+# npm ci runs only when node_modules is missing or older than the lock file.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+API_LINT_STAMP := api/node_modules/.package-lock.json
+
+$(API_LINT_STAMP): api/package.json api/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	    echo "npm is missing: installing nodejs and npm from Debian"; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	cd api && npm ci --no-audit --no-fund
+	touch $@
+
+lint-api: $(API_LINT_STAMP)
+	api/node_modules/.bin/spectral lint --ruleset api/.spectral.yaml --fail-severity=warn api/openapi.yaml
 
 clean:
 	rm -rf build

@@ -199,6 +199,19 @@ static void handle_attention(const api_request *req, api_response *resp)
                       "/v1/weight-sets/%s.", ar.weights_name, ar.weights_name);
             goto fail;
         }
+        if (ar.weights_layout_given && ar.out_in != set->out_in) {
+            error_set(&err, ERR_BAD_REQUEST, "conflicting_fields", "weights_layout",
+                      "weights_layout is \"%s\" but the weight set \"%s\" was stored as "
+                      "\"%s\"; leave weights_layout out when naming a stored set.",
+                      ar.out_in ? "out_in" : "in_out", set->name, set->out_in ? "out_in" : "in_out");
+            goto fail;
+        }
+        if (ar.heads_given && set->heads != 0 && ar.job.heads != set->heads) {
+            error_set(&err, ERR_BAD_REQUEST, "conflicting_fields", "heads",
+                      "heads is %zu but the weight set \"%s\" was stored with heads = %zu; leave "
+                      "heads out to use the stored value.", ar.job.heads, set->name, set->heads);
+            goto fail;
+        }
         if (!ar.heads_given && set->heads != 0) {
             ar.job.heads = set->heads;
             ar.heads_given = 1;
@@ -354,6 +367,8 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     jw_init(&w, 512);
     request_encode_weight_set(set, 0, &w);
     weightset_release(set);
+    if (created)
+        snprintf(resp->location, sizeof resp->location, "%s%s", SET_PREFIX, name);
     respond_jw(resp, created ? 201 : 200, &w);
 }
 
@@ -384,6 +399,11 @@ void api_handle(const api_request *req, api_response *resp)
     error_clear(&err);
     resp->route = api_route(req->path, &allow);
     resp->allow = allow;
+    if (!strcmp(req->method, "OPTIONS") && !strcmp(req->path, "*")) {
+        resp->allow = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
+        respond_static(resp, 204, "");
+        return;
+    }
     if (allow == NULL) {
         error_set(&err, ERR_NOT_FOUND, "not_found", NULL,
                   "There is no endpoint %.200s; see GET /v1/info and the API description.",

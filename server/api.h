@@ -30,6 +30,7 @@ typedef struct api_response {
     const char *content_type;   /* static string */
     const char *allow;          /* static string or NULL: methods of the route */
     int retry_after;            /* seconds, 0 for none */
+    char location[96];          /* Location header, "" for none */
     metrics_route route;
 } api_response;
 

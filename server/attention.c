@@ -229,8 +229,9 @@ int attention_run(const attn_job *job, attn_result *result, api_error *err)
         attention_result_free(result);
         return error_set(err, ERR_BAD_REQUEST, "not_finite", NULL,
                          "The result overflowed to infinity: the inputs are too large for %s "
-                         "arithmetic; scale them down or use float64.",
-                         job->dtype == ATTN_FLOAT32 ? "float32" : "float64");
+                         "arithmetic; %s.", job->dtype == ATTN_FLOAT32 ? "float32" : "float64",
+                         job->dtype == ATTN_FLOAT32 ? "scale them down or use float64"
+                                                    : "scale them down or lower scale");
     }
     return 0;
 }

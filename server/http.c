@@ -96,8 +96,11 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     }
     resp->body = NULL; /* now owned by r */
     const char *origin = srv->cfg->cors_origin;
-    MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
-                                                                  : "application/json");
+    if (resp->body_len > 0)
+        MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
+                                                                      : "application/json");
+    if (resp->location[0])
+        MHD_add_response_header(r, "Location", resp->location);
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
     if (strcmp(origin, "*") != 0)
         MHD_add_response_header(r, "Vary", "Origin");

@@ -645,6 +645,7 @@ static int request_decode_into(const json_t *root, const request_limits *limits,
         return rc;
     req->columns = layout == 1;
     req->out_in = wlayout == 1;
+    req->weights_layout_given = json_object_get(root, "weights_layout") != NULL;
     job->dtype = dtype == 1 ? ATTN_FLOAT32 : ATTN_FLOAT64;
     job->causal = causal;
     job->want_attention = want_attention;
@@ -886,7 +887,16 @@ void request_encode_weight_set(const weight_set *set, int with_arrays, jw_buf *w
         }
         jw_char(w, ']');
     }
-    jw_raw(w, "},\"size_bytes\":");
+    size_t parameters = 0;
+    for (int i = 0; i < 4; i++)
+        if (arrays[i] != NULL)
+            parameters += rows[i] * cols[i];
+    for (int i = 4; i < 8; i++)
+        if (arrays[i] != NULL)
+            parameters += lens[i - 4];
+    jw_raw(w, "},\"parameters\":");
+    jw_size(w, parameters);
+    jw_raw(w, ",\"size_bytes\":");
     jw_size(w, set->size_bytes);
     char when[40];
     time_t secs = (time_t)(set->stored_at_ms / 1000);

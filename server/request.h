@@ -35,6 +35,7 @@ typedef struct attn_request {
     int heads_given;        /* the request named heads (attention gets a head axis) */
     int columns;            /* layout "columns" */
     int out_in;             /* weights_layout "out_in" */
+    int weights_layout_given; /* the request named weights_layout */
     int scale_given;        /* the request set scale (else 1/sqrt(dk per head)) */
     size_t x_width;         /* features per token of x (projection mode) */
     size_t ctx_width;       /* features per token of context, or of x */

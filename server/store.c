@@ -585,9 +585,8 @@ int store_put(weight_store *store, weight_set *set, int *created, api_error *err
     if (!ok) {
         saved = errno;
         unlink(tmp);
-        rc = error_set(err, saved == ENOSPC || saved == EDQUOT ? ERR_UNAVAILABLE : ERR_INTERNAL,
-                       saved == ENOSPC || saved == EDQUOT ? "storage_full" : "storage_error", NULL,
-                       "The weight set could not be written: %s. Nothing was changed.",
+        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
+                       "The weight set could not be stored: %s. Nothing was changed.",
                        strerror(saved));
         goto done;
     }
@@ -596,7 +595,7 @@ int store_put(weight_store *store, weight_set *set, int *created, api_error *err
          * report failure so the client retries; the in-memory table follows
          * the file, which is what a restart would most likely see. */
         saved = errno;
-        rc = error_set(err, ERR_INTERNAL, "storage_error", NULL,
+        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
                        "The weight set was written but the directory could not be synced (%s); "
                        "retry the upload.", strerror(saved));
     }
@@ -635,8 +634,9 @@ int store_delete(weight_store *store, const char *name, api_error *err)
     char path[1400];
     path_of(store, name, path, sizeof path);
     if (io_fault() != 0 || (unlink(path) != 0 && errno != ENOENT) || fsync_dir(store->dir) != 0) {
-        rc = error_set(err, ERR_INTERNAL, "storage_error", NULL,
-                       "The weight set could not be deleted: %s.", strerror(errno));
+        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
+                       "The weight set could not be deleted: %s. Nothing was changed.",
+                       strerror(errno));
         goto done;
     }
     pthread_mutex_lock(&store->map_lock);

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Lints api/openapi.yaml with Spectral (installed by `make lint-api` from the
+# pinned lock file) and reports it as one test: "1 passed, 0 failed" or
+# "0 passed, 1 failed".
+cd "$(dirname "$0")/.." || exit 1
+if make --no-print-directory lint-api; then
+    echo "ok   openapi-lint"
+    echo "1 passed, 0 failed"
+else
+    echo "FAIL openapi-lint: spectral found problems in api/openapi.yaml"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
