@@ -246,11 +246,11 @@ http_server *http_start(const server_config *cfg, api_error *err)
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, &on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, &on_completed, srv,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout,
-        MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, NULL,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
         MHD_OPTION_END);
     freeaddrinfo(ai);

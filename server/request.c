@@ -172,6 +172,10 @@ static int tensor_fill(const json_t *v, const char *path, int kind, tensor *t, a
                         return error_set(err, ERR_BAD_REQUEST, "invalid_value", at,
                                          "%s is %g; mask entries must be true/false or 1/0 "
                                          "(1 = may attend).", at, value);
+                    if (kind == ELEM_MASK)
+                        return error_set(err, ERR_BAD_REQUEST, "invalid_value", at,
+                                         "%s is %s; mask entries must be true/false or 1/0 "
+                                         "(1 = may attend).", at, json_kind(e));
                     return error_set(err, ERR_BAD_REQUEST, "wrong_type", at,
                                      "%s is %s; %s.", at, json_kind(e),
                                      kind == ELEM_MASK ? "mask entries must be true/false or 1/0"
@@ -387,7 +391,8 @@ void request_weights_free(attn_weights *w)
     memset(w, 0, sizeof *w);
 }
 
-int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t max_elements,
+int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t x_width,
+                           size_t ctx_width, const char *ctx_name, size_t max_elements,
                            size_t *elements, attn_weights *w, api_error *err)
 {
     static const char *const known[] = {"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"};
@@ -430,7 +435,17 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
         if (b != NULL)
             rc = vector_decode(&ctx, b, bp[i], &bias[i], &blen[i], err);
     }
-    /* Now t[i] is in_out: rows = d_in, cols = d_out. */
+    /* Now t[i] is in_out: rows = d_in, cols = d_out.  When the tokens are
+     * known, each input width is checked against them first, so the matrix
+     * at fault is the one named. */
+    for (int i = 0; i < 3 && rc == 0 && x_width != 0; i++) {
+        size_t want = i == 0 ? x_width : ctx_width;
+        const char *src = i == 0 ? "x" : ctx_name;
+        if (t[i].rows != want)
+            rc = error_set(err, ERR_BAD_REQUEST, "shape_mismatch", fp[i],
+                           "%s has %zu %s but %s has %zu features per token; they must match.",
+                           fp[i], t[i].rows, in_axis, src, want);
+    }
     if (rc == 0 && t[1].cols != t[0].cols)
         rc = error_set(err, ERR_BAD_REQUEST, "shape_mismatch", fp[1],
                        "%s has %zu %s but %s has %zu (both give dk, the width of queries and keys).",
@@ -515,7 +530,7 @@ int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weig
         }
     }
     size_t elements = 0;
-    rc = request_decode_weights(members, "", *out_in, max_elements, &elements, w, err);
+    rc = request_decode_weights(members, "", *out_in, 0, 0, NULL, max_elements, &elements, w, err);
     json_decref(members);
     if (rc != 0)
         return rc;
@@ -768,8 +783,10 @@ static int request_decode_into(const json_t *root, const request_limits *limits,
                                  "(1-64 of A-Z a-z 0-9 . _ -).", name);
             snprintf(req->weights_name, sizeof req->weights_name, "%s", name);
         } else {
-            if ((rc = request_decode_weights(jw, "weights", req->out_in, limits->max_elements,
-                                             &req->input_elements, &req->weights, err)) != 0)
+            if ((rc = request_decode_weights(jw, "weights", req->out_in, req->x_width,
+                                             req->ctx_width, jctx ? "context" : "x",
+                                             limits->max_elements, &req->input_elements,
+                                             &req->weights, err)) != 0)
                 return rc;
             req->has_inline_weights = 1;
             if ((rc = request_bind_weights(req, &req->weights, 0, err)) != 0)

@@ -67,10 +67,12 @@ void request_free(attn_request *req);
 /* Decodes a weights object {"wq","wk","wv", optional "bq","bk","bv","wo","bo"}
  * whose matrices are (d_in x d_out), or (d_out x d_in) when out_in, into w
  * (in_out form, arrays owned by w: free with request_weights_free).  `path`
- * prefixes field names in errors ("weights").  Adds the numbers it read to
- * *elements and fails with 413 when that passes max_elements.  On failure w
- * is left empty. */
-int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t max_elements,
+ * prefixes field names in errors ("weights"; "" for none).  When x_width is
+ * not 0, wq must take x_width inputs and wk/wv ctx_width (the width of the
+ * tokens named ctx_name).  Adds the numbers it read to *elements and fails
+ * with 413 when that passes max_elements.  On failure w is left empty. */
+int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t x_width,
+                           size_t ctx_width, const char *ctx_name, size_t max_elements,
                            size_t *elements, attn_weights *w, api_error *err);
 
 /* Frees the arrays of w (which may be NULL) and zeroes it. */
