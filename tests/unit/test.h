@@ -61,6 +61,7 @@ extern int test_failed;
     X(attention_overflow_is_reported)       \
     X(attention_job_bytes_overflow)         \
     X(jsonw_numbers_round_trip)             \
+    X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \
     X(request_qkv_shapes_and_scale)         \
     X(request_columns_layout_transposes)    \

@@ -339,6 +339,51 @@ void test_jsonw_numbers_round_trip(void)
     mem_free(text);
 }
 
+/* The printf search jw_double must agree with: fewest of 15-17 digits. */
+static int printf_shortest(double v, char *text)
+{
+    int n = 0;
+    for (int digits = 15; digits <= 17; digits++) {
+        n = snprintf(text, 40, "%.*g", digits, v);
+        if (strtod(text, NULL) == v)
+            break;
+    }
+    return n;
+}
+
+void test_jsonw_matches_printf_shortest(void)
+{
+    /* Random bit patterns, values in [0, 1) like attention weights, short
+     * decimals, and powers of ten across the fast path's edges. */
+    for (long i = 0; i < 300000; i++) {
+        double v;
+        uint64_t b = (uint64_t)(rnd() * 4e18) ^ ((uint64_t)i << 40);
+        switch (i % 4) {
+        case 0: v = (rnd() + 2.0) / 4.0; break;
+        case 1: memcpy(&v, &b, sizeof v); if (!isfinite(v)) v = 0.5; break;
+        case 2: v = floor((rnd() + 2.0) * 25000.0) / 1000.0; break;
+        default: v = pow(10.0, (double)(i % 31) - 13.0) * floor((rnd() + 2.0) * 250.0) / 100.0;
+        }
+        if (i % 7 == 0)
+            v = -v;
+        jw_buf w;
+        jw_init(&w, 0);
+        jw_double(&w, v);
+        size_t len;
+        char *text = jw_finish(&w, &len);
+        char ref[40];
+        int ref_len = printf_shortest(v, ref);
+        int same_value = text != NULL && strtod(text, NULL) == v;
+        int ok = same_value && (int)len <= ref_len;
+        if (!ok) {
+            fprintf(stderr, "  %.17g printed as %s, printf gives %s\n", v, text ? text : "(null)", ref);
+            mem_free(text);
+            FAIL_AT("jw_double disagrees with printf");
+        }
+        mem_free(text);
+    }
+}
+
 void test_jsonw_strings_escaped(void)
 {
     jw_buf w;
