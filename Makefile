@@ -89,6 +89,26 @@ test-build: deps
 test: test-build
 	@bash tests/run.sh
 
+# Benchmarks (bench/): always the optimised build, whatever SANITIZE says; results go to
+# build/bench/results.  bench/run.sh installs python3-numpy and hey when they are missing.
+BENCH_BINS := build/bench/bench-kernel build/bench/bench-store-load
+
+build/obj/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Iserver -Itests -c $< -o $@
+
+build/bench/bench-kernel: $(LIB_OBJS) build/obj/bench/bench_kernel.o build/obj/tests/ref/reference.o
+	@mkdir -p $(dir $@)
+	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
+	@mkdir -p $(dir $@)
+	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+bench: deps
+	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
+	@bash bench/run.sh
+
 # The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
 # api/node_modules/.package-lock.json on every install, so it serves as the stamp:
 # npm ci runs only when node_modules is missing or older than the lock file.
@@ -110,3 +130,4 @@ clean:
 	rm -rf build
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d)
+-include build/obj/bench/bench_kernel.d build/obj/bench/bench_store_load.d

@@ -21,21 +21,25 @@
 #define SFX d
 #define GEMM cblas_dgemm
 #define EXP exp
+#define REAL_IS_DOUBLE 1
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef REAL_IS_DOUBLE
 
 #define REAL float
 #define SFX f
 #define GEMM cblas_sgemm
 #define EXP expf
+#define REAL_IS_DOUBLE 0
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef REAL_IS_DOUBLE
 
 size_t attention_output_width(const attn_job *job)
 {
@@ -94,19 +98,19 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0)
         return -1;
-    size_t attn = job->want_attention ? s.attn_all : s.attn_scratch;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
-    size_t scratch = s.proj + s.heads_out + (job->want_attention ? 0 : s.attn_scratch);
     size_t inputs = s.x + s.context + s.q + s.k + s.v + s.wq + s.wk + s.wv + s.wo + s.biases;
     size_t total, part = 0;
     int bad = 0;
-    /* float64: results and scratch in double. */
-    bad |= mem_mul(results + scratch, sizeof(double), 1, &part);
-    total = part;
     if (job->dtype == ATTN_FLOAT32) {
-        /* float32 adds float copies of inputs, results and the attention buffer. */
-        bad |= mem_mul(inputs + s.out + attn, sizeof(float), 1, &part);
+        /* double results; float copies of the inputs, output, projections and scratch */
+        size_t floats = inputs + s.out + s.proj + s.heads_out + s.attn_scratch;
+        bad |= mem_mul(results, sizeof(double), 1, &total);
+        bad |= mem_mul(floats, sizeof(float), 1, &part);
         bad |= __builtin_add_overflow(total, part, &total);
+    } else {
+        size_t scratch = s.proj + s.heads_out + (job->want_attention ? 0 : s.attn_scratch);
+        bad |= mem_mul(results + scratch, sizeof(double), 1, &total);
     }
     if (bad)
         return -1;
@@ -143,7 +147,6 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, dou
 {
     const attn_weights *w = job->weights;
     int fail = 0, rc = ERR_UNAVAILABLE;
-    size_t attn_n = job->want_attention ? s->attn_all : s->attn_scratch;
     float *x = to_float(job->x, s->x, &fail), *ctx = to_float(job->context, s->context, &fail);
     float *q = to_float(job->q, s->q, &fail), *k = to_float(job->k, s->k, &fail);
     float *v = to_float(job->v, s->v, &fail);
@@ -159,17 +162,15 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, dou
         wf[7] = to_float(w->bo, w->d_out, &fail);
     }
     float *fout = mem_malloc(s->out * sizeof(float));
-    float *fattn = mem_malloc(attn_n * sizeof(float));
-    if (fail || fout == NULL || fattn == NULL)
+    float *scratch = mem_malloc(s->attn_scratch * sizeof(float));
+    if (fail || fout == NULL || scratch == NULL)
         goto done;
-    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, fattn);
+    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, scratch,
+                      job->want_attention ? attn : NULL);
     if (rc != 0)
         goto done;
     for (size_t i = 0; i < s->out; i++)
         out[i] = fout[i];
-    if (job->want_attention)
-        for (size_t i = 0; i < s->attn_all; i++)
-            attn[i] = fattn[i];
 done:
     mem_free(x);
     mem_free(ctx);
@@ -179,7 +180,7 @@ done:
     for (int i = 0; i < 8; i++)
         mem_free(wf[i]);
     mem_free(fout);
-    mem_free(fattn);
+    mem_free(scratch);
     return rc;
 }
 
@@ -216,7 +217,7 @@ int attention_run(const attn_job *job, attn_result *result, api_error *err)
                 memcpy(wd, all, sizeof all);
             }
             rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd,
-                              result->output, job->want_attention ? result->attention : scratch);
+                              result->output, scratch, result->attention);
         }
         mem_free(scratch);
     }

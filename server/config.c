@@ -184,9 +184,9 @@ void config_print_help(FILE *out, const char *argv0)
     for (size_t i = 0; i < CONFIG_COUNT; i++) {
         const config_option *opt = &config_table[i];
         char flag[64];
-        snprintf(flag, sizeof flag, "--%s %s", opt->name,
-                 opt->type == OPT_STRING ? "TEXT" : opt->type == OPT_SIZE ? "SIZE"
-                 : opt->type == OPT_BOOL ? "BOOL" : "N");
+        snprintf(flag, sizeof flag, "--%s%s", opt->name,
+                 opt->type == OPT_STRING ? " TEXT" : opt->type == OPT_SIZE ? " SIZE"
+                 : opt->type == OPT_BOOL ? "[=BOOL]" : " N");
         fprintf(out, "  %-32s %s\n  %-32s env %s, default %s\n", flag, opt->help, "",
                 opt->env, opt->def);
     }
