@@ -15,30 +15,35 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_exp.h"
 #include "mem.h"
 
 #define REAL double
 #define SFX d
 #define GEMM cblas_dgemm
 #define EXP exp
+#define EXPV attention_exp_shift_d
 #define REAL_IS_DOUBLE 1
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef EXPV
 #undef REAL_IS_DOUBLE
 
 #define REAL float
 #define SFX f
 #define GEMM cblas_sgemm
 #define EXP expf
+#define EXPV attention_exp_shift_f
 #define REAL_IS_DOUBLE 0
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef EXPV
 #undef REAL_IS_DOUBLE
 
 size_t attention_output_width(const attn_job *job)
