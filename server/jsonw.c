@@ -212,6 +212,10 @@ void jw_double(jw_buf *w, double v)
         jw_raw(w, "null");
         return;
     }
+    if (v == 0 && signbit(v)) {
+        jw_raw(w, "-0.0"); /* "-0" would read back as the integer 0 */
+        return;
+    }
     char text[48];
     int n = shortest_fast(v, text);
     if (n == 0) {
@@ -228,6 +232,10 @@ void jw_float(jw_buf *w, double v)
 {
     if (!isfinite(v)) {
         jw_raw(w, "null");
+        return;
+    }
+    if (v == 0 && signbit(v)) {
+        jw_raw(w, "-0.0");
         return;
     }
     char text[32];

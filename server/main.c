@@ -16,6 +16,7 @@
 #include "config.h"
 #include "http.h"
 #include "mem.h"
+#include "metrics.h"
 
 extern char **environ;
 
@@ -63,7 +64,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "attention-server: %s received, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     api_set_draining(1);
     struct timespec pause = {0, 20 * 1000 * 1000};
-    for (long waited_ms = 0; api_busy() > 0 && waited_ms < cfg.shutdown_grace * 1000; waited_ms += 20)
+    /* Wait for computations and for every request between its first byte and
+     * its last (uploads still arriving, answers still being sent). */
+    for (long waited_ms = 0; (api_busy() > 0 || metrics_inflight() > 0) &&
+                             waited_ms < cfg.shutdown_grace * 1000; waited_ms += 20)
         nanosleep(&pause, NULL);
     http_stop(server);
     api_shutdown();

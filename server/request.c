@@ -494,8 +494,11 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
 int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weights *w,
                               size_t *heads, int *out_in, api_error *err)
 {
+    /* The read-only members of a GET answer are accepted and ignored, so that
+     * what GET returns can be PUT back unchanged. */
     static const char *const known[] = {"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo",
-                                        "weights_layout", "heads"};
+                                        "weights_layout", "heads", "name", "shapes",
+                                        "parameters", "size_bytes", "stored_at"};
     static const char *const wlayouts[] = {"in_out", "out_in"};
     memset(w, 0, sizeof *w);
     *heads = 0;
@@ -508,10 +511,11 @@ int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weig
     if (rc != 0 || (rc = decode_enum(root, "weights_layout", wlayouts, 2, 0, out_in, err)) != 0)
         return rc;
     const json_t *jh = json_object_get(root, "heads");
-    if (jh != NULL) {
+    if (jh != NULL && !json_is_null(jh)) { /* null: no heads, as GET shows it */
         if (!json_is_number(jh))
             return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
-                             "heads is %s; it must be a whole number >= 1.", json_kind(jh));
+                             "heads is %s; it must be a whole number >= 1, or null.",
+                             json_kind(jh));
         double h = json_number_value(jh);
         if (h < 1 || h != floor(h) || h > 1e6)
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",

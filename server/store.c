@@ -475,12 +475,15 @@ weight_store *store_open(const char *dir, const store_limits *limits, api_error 
         size_t n = strlen(file);
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", dir, file);
-        if (strncmp(file, ".tmp.", 5) == 0) {
-            /* A write that a crash interrupted: it was never acknowledged. */
+        int is_set_file = n > 5 && strcmp(file + n - 5, ".wset") == 0;
+        if (strncmp(file, ".tmp.", 5) == 0 && !is_set_file) {
+                /* A write that a crash interrupted: it was never acknowledged.
+             * (Temporary names end in ".<pid>.<n>", never in ".wset", so a
+             * set named ".tmp.x" is not mistaken for one.) */
             unlink(path);
             continue;
         }
-        if (n <= 5 || strcmp(file + n - 5, ".wset") != 0)
+        if (!is_set_file)
             continue;
         char name[80];
         snprintf(name, sizeof name, "%.*s", (int)(n - 5), file);

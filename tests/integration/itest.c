@@ -8,15 +8,26 @@
  * with curl would see. Request bodies go to curl through temporary files, and curl writes
  * the status, the headers and the body to temporary files that this program reads back.
  *
- * The tests come in five groups, one static function each:
+ * The tests come in groups, one static function each:
  *   a. fixtures    - every golden case in --fixtures DIR, compared element by element;
- *   b. cases       - data-driven invalid requests from the *.json files in --cases DIR;
+ *   b. cases       - data-driven invalid requests from the *.json files in --cases DIR
+ *                    (among them the weight-set PUT errors, names, 405s and by-name errors);
  *   c. protocol    - health, readiness, info, metrics, CORS, methods and headers;
  *   d. random      - randomized requests compared with the naive reference (tests/ref);
- *   e. concurrency - parallel valid requests mixed with garbage.
- * Up to three servers are started on demand: "default" (only --port 0 --host 127.0.0.1),
- * "small-limits" (--max-body 4K --max-elements 1000) and "cors" (a configured CORS origin,
- * two BLAS threads and a mix of flags and environment variables). At the end each one gets
+ *   e. concurrency - parallel valid requests mixed with garbage;
+ *   f. weight-sets - PUT/GET/list/HEAD/DELETE, numbers bit for bit, layouts, names, 405s;
+ *   g. named       - attention with a stored set equals the same request with the weights inline;
+ *   h. store-limits - 413 weight_set_too_large and store_full, with nothing written;
+ *   i. examples    - api/examples (--examples DIR) against the fixtures and the contract's shapes;
+ *   j. replace-concurrency - clients use a set while another replaces and deletes it;
+ *   k. restart     - sets survive SIGTERM and a new start; damaged files are quarantined;
+ *   l. drain       - SIGTERM while a request computes and another uploads.
+ * Servers are started on demand: "default" (only --port 0 --host 127.0.0.1),
+ * "small-limits" (--max-body 4K --max-elements 1000), "cors" (a configured CORS origin,
+ * two BLAS threads and a mix of flags and environment variables) and "small-store"
+ * (--max-set-bytes 2K --max-store-bytes 3400); groups k and l start and stop their own
+ * ("restart-1", "restart-2" on one data directory, and "drain"). Every server gets its own
+ * --data-dir in the temporary directory, never the checkout's. At the end each one gets
  * SIGTERM and must exit 0 within 15 s with no sanitizer report on its stderr; these
  * "server/..." checks run for every server that was started, whatever --filter says.
  * The runner removes ATTN_* variables from the servers' environment, so the defaults it
@@ -28,7 +39,8 @@
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
  *          tests/integration/itest.c tests/ref/reference.c -ljansson -lm -o build/itest
  * Run:   build/itest --server build/attention-server --fixtures ../shared/fixtures \
- *                    --cases tests/integration/cases [--filter SUBSTR]
+ *                    --cases tests/integration/cases [--examples api/examples] [--filter SUBSTR]
+ * Steps of groups f and h build on each other, so they all run when --filter selects any.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -51,8 +63,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -291,7 +306,7 @@ static void free_name_list(char **names)
 /* The server processes                                                                  */
 /* ------------------------------------------------------------------------------------ */
 
-enum server_id { SERVER_DEFAULT, SERVER_SMALL_LIMITS, SERVER_CORS, SERVER_COUNT };
+enum server_id { SERVER_DEFAULT, SERVER_SMALL_LIMITS, SERVER_CORS, SERVER_SMALL_STORE, SERVER_COUNT };
 
 /* How one kind of server is started: extra flags and extra environment. */
 struct server_kind {
@@ -308,18 +323,22 @@ static const char *const g_small_args[] = {"--max-body", "4K", "--max-elements",
 static const char *const g_cors_args[] = {"--cors-origin", "https://viz.example",
                                           "--blas-threads", "2", "--max-body", "8K", NULL};
 static const char *const g_cors_env[] = {"ATTN_MAX_ELEMENTS=12345", "ATTN_MAX_BODY=1K", NULL};
+/* The small-store server holds at most 2 KiB per weight set and 3400 bytes in all (see
+ * run_store_limit_tests for the arithmetic of the file sizes). */
+static const char *const g_small_store_args[] = {"--max-set-bytes", "2K", "--max-store-bytes", "3400", NULL};
 
 static const struct server_kind g_server_kinds[SERVER_COUNT] = {
     [SERVER_DEFAULT] = {"default", g_no_strings, g_no_strings},
     [SERVER_SMALL_LIMITS] = {"small-limits", g_small_args, g_no_strings},
     [SERVER_CORS] = {"cors", g_cors_args, g_cors_env},
+    [SERVER_SMALL_STORE] = {"small-store", g_small_store_args, g_no_strings},
 };
 
 /* What the info test expects of each kind: body limit, element limit, BLAS threads. */
-static const long long g_expected_max_body[SERVER_COUNT] = {64LL << 20, 4096, 8192};
-static const long long g_expected_max_elements[SERVER_COUNT] = {8LL << 20, 1000, 12345};
-static const long long g_expected_blas_threads[SERVER_COUNT] = {1, 1, 2};
-static const char *const g_expected_origin[SERVER_COUNT] = {"*", "*", "https://viz.example"};
+static const long long g_expected_max_body[SERVER_COUNT] = {64LL << 20, 4096, 8192, 64LL << 20};
+static const long long g_expected_max_elements[SERVER_COUNT] = {8LL << 20, 1000, 12345, 8LL << 20};
+static const long long g_expected_blas_threads[SERVER_COUNT] = {1, 1, 2, 1};
+static const char *const g_expected_origin[SERVER_COUNT] = {"*", "*", "https://viz.example", "*"};
 
 struct server {
     const struct server_kind *kind;
@@ -329,6 +348,7 @@ struct server {
     int stdout_fd;           /* read end of the server's stdout, or -1 */
     size_t extra_stdout;     /* bytes seen on stdout after the first line */
     char stderr_path[PATH_MAX];
+    char data_dir[512];      /* --data-dir; "" means data-LABEL in the temporary directory */
     char base_url[512];      /* "http://HOST:PORT" from the banner */
     char start_error[1024];
 };
@@ -481,6 +501,10 @@ static int server_start(struct server *s)
     s->attempted = 1;
     s->stdout_fd = -1;
     snprintf(s->stderr_path, sizeof s->stderr_path, "%s/server-%s.stderr", g_tmpdir, kind->label);
+    /* Every server gets a data directory of its own inside the temporary directory, so
+     * that no test reads or writes the weight sets of the checkout (./data). */
+    if (s->data_dir[0] == '\0')
+        snprintf(s->data_dir, sizeof s->data_dir, "%s/data-%s", g_tmpdir, kind->label);
 
     const char *argv[32];
     size_t argc = 0;
@@ -489,6 +513,8 @@ static int server_start(struct server *s)
     argv[argc++] = "0";
     argv[argc++] = "--host";
     argv[argc++] = "127.0.0.1";
+    argv[argc++] = "--data-dir";
+    argv[argc++] = s->data_dir;
     for (size_t i = 0; kind->args[i] != NULL && argc < 31; i++)
         argv[argc++] = kind->args[i];
     argv[argc] = NULL;
@@ -595,17 +621,16 @@ static int count_sanitizer_lines(const struct server *s, char *first, size_t cap
 }
 
 /*
- * Stops a server with SIGTERM and reports three tests: it exits with status 0 within
- * SHUTDOWN_TIMEOUT_S, its stderr has no sanitizer report, and its stdout held exactly
- * the one banner line.
+ * Waits for a server that was sent SIGTERM and reports three tests: it exits with status
+ * 0 within SHUTDOWN_TIMEOUT_S, its stderr has no sanitizer report, and its stdout held
+ * exactly the one banner line.
  */
-static void server_stop(struct server *s)
+static void server_wait_exit(struct server *s)
 {
     struct test t;
     const char *label = s->kind->label;
 
     test_begin(&t, "server/%s/exit-status-after-sigterm", label);
-    kill(s->pid, SIGTERM);
     double deadline = now_seconds() + SHUTDOWN_TIMEOUT_S;
     int status = 0;
     pid_t done = 0;
@@ -656,6 +681,13 @@ static void server_stop(struct server *s)
     test_end(&t);
 }
 
+/* Stops a server with SIGTERM and reports the three tests of server_wait_exit. */
+static void server_stop(struct server *s)
+{
+    kill(s->pid, SIGTERM);
+    server_wait_exit(s);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* HTTP through the curl command-line tool                                               */
 /* ------------------------------------------------------------------------------------ */
@@ -671,6 +703,7 @@ struct http_request {
     const char *body;           /* NULL for no body at all; "" with body_len 0 for an empty one */
     size_t body_len;
     const char *headers[HTTP_MAX_EXTRA_HEADERS + 1]; /* "Name: value", NULL-terminated */
+    const char *const *curl_args; /* NULL, or extra curl options, NULL-terminated (e.g. --limit-rate) */
 };
 
 /* One response; everything in it is owned and freed by http_response_free. */
@@ -687,6 +720,8 @@ struct http_response {
 /* A request in flight: the curl process and the stem of its temporary files. */
 struct http_pending {
     pid_t pid; /* -1 when curl could not be started */
+    int reaped;      /* http_done saw curl exit; wait_status holds its status */
+    int wait_status;
     int is_head;
     char stem[sizeof g_tmpdir + 32];
     char start_error[512];
@@ -779,7 +814,7 @@ static void http_start(const struct server *s, const struct http_request *rq, st
         return;
     }
 
-    const char *argv[64];
+    const char *argv[96];
     size_t argc = 0;
     int has_content_type = 0;
     argv[argc++] = "curl";
@@ -805,6 +840,8 @@ static void http_start(const struct server *s, const struct http_request *rq, st
         argv[argc++] = "--request-target";
         argv[argc++] = rq->request_target;
     }
+    for (size_t i = 0; rq->curl_args != NULL && rq->curl_args[i] != NULL && argc < 40; i++)
+        argv[argc++] = rq->curl_args[i];
     for (size_t i = 0; i < HTTP_MAX_EXTRA_HEADERS && rq->headers[i] != NULL; i++) {
         argv[argc++] = "--header";
         argv[argc++] = rq->headers[i];
@@ -859,9 +896,10 @@ static void http_finish(struct http_pending *p, struct http_response *r)
         r->body = xcalloc(1, 1);
         return;
     }
-    int status = 0;
-    while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    int status = p->wait_status;
+    if (!p->reaped)
+        while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
+            ;
     int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
     snprintf(path, sizeof path, "%s.code", p->stem);
@@ -897,6 +935,20 @@ static void http_finish(struct http_pending *p, struct http_response *r)
         snprintf(path, sizeof path, "%s%s", p->stem, suffixes[i]);
         unlink(path);
     }
+}
+
+/* Returns 1 when the curl process of p has exited (without waiting), else 0. */
+static int http_done(struct http_pending *p)
+{
+    if (p->pid < 0 || p->reaped)
+        return 1;
+    int status = 0;
+    pid_t done = waitpid(p->pid, &status, WNOHANG);
+    if (done == p->pid) {
+        p->reaped = 1;
+        p->wait_status = status;
+    }
+    return p->reaped;
 }
 
 /* Sends one request and waits for the response (which the caller frees). */
@@ -2144,39 +2196,2145 @@ static void run_concurrency_tests(const char *fixture_dir)
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Helpers of the weight-set groups                                                      */
+/* ------------------------------------------------------------------------------------ */
+
+/* The members of a weight set that hold numbers, in the order of the file format. */
+static const char *const g_set_members[8] = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
+
+/*
+ * Starts the test t named name on server id: returns 1 when the test is selected and the
+ * server runs (*s is set; the caller ends the test), 0 when --filter leaves it out or the
+ * server is down (then the failure has already been reported).
+ */
+static int test_start(struct test *t, enum server_id id, struct server **s, const char *name)
+{
+    if (!test_begin(t, "%s", name))
+        return 0;
+    if ((*s = test_server(t, id)) == NULL) {
+        test_end(t);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * Starts a step of a sequence of tests that build on each other (a set stored by one is
+ * read by the next): like test_start, but the step runs whenever the server is up, even
+ * when --filter leaves its report out, so that later steps find what it made. *report
+ * says whether step_end prints it.
+ */
+static int step_start(struct test *t, enum server_id id, struct server **s, const char *name, int *report)
+{
+    *report = test_begin(t, "%s", name);
+    if ((*s = server_get(id)) != NULL)
+        return 1;
+    if (*report) {
+        test_server(t, id);
+        test_end(t);
+    }
+    return 0;
+}
+
+static void step_end(struct test *t, int report)
+{
+    if (report)
+        test_end(t);
+}
+
+/* Returns 1 when --filter selects any of the NULL-terminated test names. */
+static int any_selected(const char *const *names)
+{
+    for (size_t i = 0; names[i] != NULL; i++)
+        if (g_filter == NULL || strstr(names[i], g_filter) != NULL)
+            return 1;
+    return 0;
+}
+
+/* Sends method to path with text as the body (NULL: no body); the caller frees r. */
+static void http_text(const struct server *s, const char *method, const char *path, const char *text,
+                      struct http_response *r)
+{
+    struct http_request rq = {.method = method, .path = path, .body = text, .body_len = text ? strlen(text) : 0};
+    http_call(s, &rq, r);
+}
+
+/*
+ * Checks that r is an error answer with this status and code. field: NULL leaves
+ * error.field unchecked, "" requires it to be absent, anything else must equal it.
+ * Returns 1 when everything holds.
+ */
+static int expect_error(struct test *t, const struct http_response *r, int status, const char *code, const char *field)
+{
+    if (!expect_status(t, r, status))
+        return 0;
+    json_t *body = NULL;
+    const json_t *error = expect_error_body(t, r, &body);
+    int ok = error != NULL;
+    if (ok) {
+        const char *got = json_string_value(json_object_get(error, "code"));
+        const char *got_field = json_string_value(json_object_get(error, "field"));
+        ok = expect_true(t, strcmp(got, code) == 0, "error code \"%s\", expected \"%s\"", got, code);
+        if (ok && field != NULL && field[0] == '\0')
+            ok = expect_true(t, got_field == NULL, "error.field is \"%s\", expected none", got_field);
+        else if (ok && field != NULL)
+            ok = expect_true(t, got_field != NULL && strcmp(got_field, field) == 0, "error.field is %s%s%s, expected \"%s\"",
+                             got_field ? "\"" : "", got_field ? got_field : "absent", got_field ? "\"" : "", field);
+    }
+    if (!ok) {
+        char snippet[400];
+        body_snippet(r->body, r->body_len, snippet, sizeof snippet);
+        test_detail(t, "    response body: %s", snippet);
+    }
+    json_decref(body);
+    return ok;
+}
+
+static uint64_t double_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+/*
+ * Compares got with want: objects member by member (the same members both ways), arrays
+ * element by element, strings, booleans and null by value, and numbers by the bits of
+ * their doubles when bits is set, else by value (so 1 equals 1.0). path (a buffer of
+ * path_cap bytes, the position so far) is extended in place and restored. Returns 1 when
+ * equal; otherwise 0 with the first difference in why.
+ */
+static int json_same(const json_t *got, const json_t *want, int bits, char *path, size_t path_cap, char *why,
+                     size_t why_cap)
+{
+    size_t base = strlen(path);
+    if (got == NULL) {
+        snprintf(why, why_cap, "%s is missing", path[0] ? path : "the value");
+        return 0;
+    }
+    if (json_is_number(want)) {
+        if (!json_is_number(got)) {
+            snprintf(why, why_cap, "%s is not a number, expected %.17g", path, json_number_value(want));
+            return 0;
+        }
+        double g = json_number_value(got), w = json_number_value(want);
+        if (bits ? double_bits(g) != double_bits(w) : g != w) {
+            snprintf(why, why_cap, "%s is %.17g (bits %016llx), expected %.17g (bits %016llx)", path, g,
+                     (unsigned long long)double_bits(g), w, (unsigned long long)double_bits(w));
+            return 0;
+        }
+        return 1;
+    }
+    if (json_is_array(want)) {
+        if (!json_is_array(got) || json_array_size(got) != json_array_size(want)) {
+            snprintf(why, why_cap, "%s is %s of %zu, expected an array of %zu", path,
+                     json_is_array(got) ? "an array" : "not an array", json_array_size(got), json_array_size(want));
+            return 0;
+        }
+        for (size_t i = 0; i < json_array_size(want); i++) {
+            snprintf(path + base, path_cap - base, "[%zu]", i);
+            if (!json_same(json_array_get(got, i), json_array_get(want, i), bits, path, path_cap, why, why_cap))
+                return 0;
+        }
+        path[base] = '\0';
+        return 1;
+    }
+    if (json_is_object(want)) {
+        if (!json_is_object(got)) {
+            snprintf(why, why_cap, "%s is not an object", path[0] ? path : "the value");
+            return 0;
+        }
+        const char *key;
+        json_t *member;
+        json_object_foreach((json_t *)got, key, member) {
+            (void)member;
+            if (json_object_get(want, key) == NULL) {
+                snprintf(why, why_cap, "%s%s%s is not expected", path, path[0] ? "." : "", key);
+                return 0;
+            }
+        }
+        json_object_foreach((json_t *)want, key, member) {
+            snprintf(path + base, path_cap - base, "%s%s", base ? "." : "", key);
+            if (!json_same(json_object_get(got, key), member, bits, path, path_cap, why, why_cap))
+                return 0;
+        }
+        path[base] = '\0';
+        return 1;
+    }
+    if (json_is_string(want)) {
+        if (!json_is_string(got) || strcmp(json_string_value(got), json_string_value(want)) != 0) {
+            snprintf(why, why_cap, "%s is %s%s%s, expected \"%s\"", path, json_is_string(got) ? "\"" : "",
+                     json_is_string(got) ? json_string_value(got) : "not a string", json_is_string(got) ? "\"" : "",
+                     json_string_value(want));
+            return 0;
+        }
+        return 1;
+    }
+    if (json_typeof(got) != json_typeof(want)) {
+        snprintf(why, why_cap, "%s differs (true/false/null)", path);
+        return 0;
+    }
+    return 1;
+}
+
+/* json_same from the root, recording a difference in t; what names the two values. */
+static int expect_same(struct test *t, const json_t *got, const json_t *want, int bits, const char *what)
+{
+    char path[512] = "", why[1024];
+    int ok = json_same(got, want, bits, path, sizeof path, why, sizeof why);
+    return expect_true(t, ok, "%s: %s", what, why);
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static long long days_from_civil(long long y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (long long)doe - 719468;
+}
+
+/* Parses an RFC 3339 UTC time "YYYY-MM-DDTHH:MM:SS[.frac]Z" (or +00:00); returns Unix
+ * seconds, or -1 when the text is not such a time. */
+static double parse_utc_time(const char *text)
+{
+    int y, mo, d, h, mi, n = 0;
+    double sec;
+    if (text == NULL || strlen(text) < 20 || text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != 't') ||
+        sscanf(text, "%4d-%2d-%2d%*c%2d:%2d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+        return -1;
+    const char *zone = text + n;
+    if (strcmp(zone, "Z") != 0 && strcmp(zone, "z") != 0 && strcmp(zone, "+00:00") != 0)
+        return -1;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec < 0 || sec >= 61)
+        return -1;
+    return (double)days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
+}
+
+/* Returns the sorted entries of dir (without . and ..), NULL-terminated; NULL when unreadable. */
+static char **dir_entries(const char *dir, size_t *count)
+{
+    *count = 0;
+    struct dirent **entries = NULL;
+    int n = scandir(dir, &entries, NULL, alphasort);
+    if (n < 0)
+        return NULL;
+    char **names = xcalloc((size_t)n + 1, sizeof *names);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(entries[i]->d_name, ".") != 0 && strcmp(entries[i]->d_name, "..") != 0) {
+            names[*count] = xcalloc(strlen(entries[i]->d_name) + 1, 1);
+            strcpy(names[*count], entries[i]->d_name);
+            (*count)++;
+        }
+        free(entries[i]);
+    }
+    free(entries);
+    return names;
+}
+
+/* Joins a NULL-terminated name list into "a b c" for messages (static buffer). */
+static const char *names_joined(char **names)
+{
+    static char text[2048];
+    text[0] = '\0';
+    for (size_t i = 0; names != NULL && names[i] != NULL; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", names[i]);
+    }
+    return text;
+}
+
+/* Checks that dir holds exactly the entries it held before (a snapshot from dir_entries). */
+static void expect_dir_unchanged(struct test *t, const char *dir, char **before)
+{
+    size_t count;
+    char **now = dir_entries(dir, &count);
+    int same = now != NULL && before != NULL;
+    size_t i = 0;
+    for (; same && before[i] != NULL; i++)
+        same = now[i] != NULL && strcmp(now[i], before[i]) == 0;
+    same = same && now[i] == NULL;
+    if (!same) {
+        char was[2048];
+        snprintf(was, sizeof was, "%s", names_joined(before));
+        expect_true(t, 0, "the data directory changed: it held [%s], now [%s]", was, names_joined(now));
+    }
+    for (size_t j = 0; now != NULL && now[j] != NULL; j++)
+        expect_true(t, strncmp(now[j], ".tmp", 4) != 0, "a temporary file %s was left in the data directory", now[j]);
+    free_name_list(now);
+}
+
+/* Returns the size of a file, or -1 when it does not exist. */
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* The path of a set's file as README documents it: DATA_DIR/NAME.wset. */
+static void set_file_path(char *out, size_t cap, const char *data_dir, const char *name)
+{
+    snprintf(out, cap, "%.1000s/%.200s.wset", data_dir, name);
+}
+
+/*
+ * Returns a new object with the shape of every numeric member of set as it was written,
+ * {"wq": [rows, cols], "bq": [len], ...}, and counts its numbers into *parameters.
+ */
+static json_t *set_shapes(const json_t *set, long long *parameters)
+{
+    json_t *shapes = json_object();
+    *parameters = 0;
+    for (int i = 0; i < 8; i++) {
+        const json_t *m = json_object_get(set, g_set_members[i]);
+        if (m == NULL)
+            continue;
+        json_t *shape = json_array();
+        size_t rows = json_array_size(m);
+        if (json_is_array(json_array_get(m, 0))) {
+            size_t cols = json_array_size(json_array_get(m, 0));
+            json_array_append_new(shape, json_integer((json_int_t)rows));
+            json_array_append_new(shape, json_integer((json_int_t)cols));
+            *parameters += (long long)(rows * cols);
+        } else {
+            json_array_append_new(shape, json_integer((json_int_t)rows));
+            *parameters += (long long)rows;
+        }
+        json_object_set_new(shapes, g_set_members[i], shape);
+    }
+    return shapes;
+}
+
+/*
+ * Checks a weight-set summary (the answer to a PUT, or an entry of the list) against the
+ * set that was sent under name: name, weights_layout, heads (null when the set has none),
+ * shapes as written, parameters, size_bytes (the size of NAME.wset in data_dir, when
+ * data_dir is not NULL) and stored_at (RFC 3339 UTC, within two minutes of now).
+ */
+static void expect_set_summary(struct test *t, const json_t *summary, const char *name, const json_t *sent,
+                               const char *data_dir)
+{
+    if (!expect_true(t, json_is_object(summary), "the summary is not a JSON object"))
+        return;
+    const char *got_name = json_string_value(json_object_get(summary, "name"));
+    expect_true(t, got_name != NULL && strcmp(got_name, name) == 0, "name is %s, expected \"%s\"",
+                got_name ? got_name : "(missing)", name);
+    const char *layout = json_string_value(json_object_get(sent, "weights_layout"));
+    const char *want_layout = layout ? layout : "in_out";
+    const char *got_layout = json_string_value(json_object_get(summary, "weights_layout"));
+    expect_true(t, got_layout != NULL && strcmp(got_layout, want_layout) == 0, "weights_layout is %s, expected %s",
+                got_layout ? got_layout : "(missing)", want_layout);
+    const json_t *heads = json_object_get(summary, "heads");
+    const json_t *sent_heads = json_object_get(sent, "heads");
+    if (sent_heads != NULL)
+        expect_true(t, json_is_integer(heads) && json_integer_value(heads) == json_integer_value(sent_heads),
+                    "heads is not %lld", (long long)json_integer_value(sent_heads));
+    else
+        expect_true(t, json_is_null(heads), "heads is %s, expected null", heads ? "not null" : "missing");
+    long long parameters;
+    json_t *shapes = set_shapes(sent, &parameters);
+    expect_same(t, json_object_get(summary, "shapes"), shapes, 0, "shapes");
+    json_decref(shapes);
+    const json_t *params = json_object_get(summary, "parameters");
+    expect_true(t, json_is_integer(params) && json_integer_value(params) == parameters,
+                "parameters is %lld, expected %lld", (long long)json_integer_value(params), parameters);
+    const json_t *size = json_object_get(summary, "size_bytes");
+    if (expect_true(t, json_is_integer(size) && json_integer_value(size) > 0, "size_bytes is not a positive integer") &&
+        data_dir != NULL) {
+        char path[PATH_MAX];
+        set_file_path(path, sizeof path, data_dir, name);
+        long long on_disk = file_size(path);
+        expect_true(t, on_disk == json_integer_value(size), "size_bytes is %lld but %s has %lld bytes",
+                    (long long)json_integer_value(size), path, on_disk);
+    }
+    const char *stored_at = json_string_value(json_object_get(summary, "stored_at"));
+    double when = parse_utc_time(stored_at);
+    if (expect_true(t, when >= 0, "stored_at is %s, not an RFC 3339 UTC time", stored_at ? stored_at : "(missing)"))
+        expect_true(t, fabs(when - (double)time(NULL)) < 120, "stored_at %s is not within two minutes of now",
+                    stored_at);
+}
+
+/*
+ * Checks the body of GET /v1/weight-sets/NAME against the set that was PUT: the same
+ * numeric members, each number bit for bit and in the shape it was sent (so an out_in set
+ * comes back out_in), weights_layout as sent (in_out when the PUT had none), and heads as
+ * sent (absent or null when the PUT had none).
+ */
+static void expect_set_body(struct test *t, const json_t *got, const json_t *sent)
+{
+    if (!expect_true(t, json_is_object(got), "the body is not a JSON object"))
+        return;
+    for (int i = 0; i < 8; i++) {
+        const json_t *want = json_object_get(sent, g_set_members[i]);
+        const json_t *have = json_object_get(got, g_set_members[i]);
+        if (want == NULL) {
+            expect_true(t, have == NULL, "%s is in the answer but was not stored", g_set_members[i]);
+            continue;
+        }
+        expect_same(t, have, want, 1, g_set_members[i]);
+    }
+    const char *layout = json_string_value(json_object_get(sent, "weights_layout"));
+    const char *got_layout = json_string_value(json_object_get(got, "weights_layout"));
+    if (layout != NULL || got_layout != NULL)
+        expect_true(t, got_layout != NULL && strcmp(got_layout, layout ? layout : "in_out") == 0,
+                    "weights_layout is %s, expected %s", got_layout ? got_layout : "(missing)",
+                    layout ? layout : "in_out");
+    const json_t *heads = json_object_get(got, "heads"), *sent_heads = json_object_get(sent, "heads");
+    if (sent_heads != NULL)
+        expect_true(t, json_is_integer(heads) && json_integer_value(heads) == json_integer_value(sent_heads),
+                    "heads is not %lld", (long long)json_integer_value(sent_heads));
+    else
+        expect_true(t, heads == NULL || json_is_null(heads), "heads is given although the set was stored without");
+}
+
+/* Parses JSON text that this program wrote (aborts on a typo, which is a bug here). */
+static json_t *json_from_text(const char *text)
+{
+    json_error_t error;
+    json_t *v = json_loads(text, 0, &error);
+    if (v == NULL) {
+        fprintf(stderr, "itest: bad built-in JSON at line %d: %s\n", error.line, error.text);
+        exit(2);
+    }
+    return v;
+}
+
+/* GETs the list and returns its weight_sets array (a new reference), or NULL after
+ * recording the failure in t. */
+static json_t *get_set_list(struct test *t, const struct server *s)
+{
+    struct http_response r;
+    http_simple(s, "GET", "/v1/weight-sets", &r);
+    json_t *list = NULL;
+    if (expect_status(t, &r, 200)) {
+        json_t *body = response_json(&r);
+        const json_t *sets = json_object_get(body, "weight_sets");
+        if (expect_true(t, json_is_array(sets), "the list has no weight_sets array"))
+            list = json_incref((json_t *)sets);
+        json_decref(body);
+    }
+    http_response_free(&r);
+    return list;
+}
+
+/* Returns the entry named name of a weight_sets array (borrowed), or NULL. */
+static const json_t *list_find(const json_t *list, const char *name)
+{
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const char *n = json_string_value(json_object_get(json_array_get(list, i), "name"));
+        if (n != NULL && strcmp(n, name) == 0)
+            return json_array_get(list, i);
+    }
+    return NULL;
+}
+
+/* PUTs a set given as JSON text and checks the status; returns the parsed answer (new
+ * reference) or NULL. */
+static json_t *put_set_text(struct test *t, const struct server *s, const char *name, const char *text, int want)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/weight-sets/%s", name);
+    struct http_response r;
+    http_text(s, "PUT", path, text, &r);
+    json_t *body = NULL;
+    if (expect_status(t, &r, want)) {
+        body = response_json(&r);
+        expect_true(t, json_is_object(body), "the answer to PUT %s is not a JSON object", path);
+    } else {
+        test_detail(t, "    (PUT %s)", path);
+    }
+    http_response_free(&r);
+    return body;
+}
+
+/* Like put_set_text for a JSON value. */
+static json_t *put_set(struct test *t, const struct server *s, const char *name, const json_t *set, int want)
+{
+    char *text = json_dumps(set, JSON_COMPACT);
+    json_t *body = put_set_text(t, s, name, text, want);
+    free(text);
+    return body;
+}
+
+/* GETs a set; returns the body (new reference) when the status is want (200), else NULL. */
+static json_t *get_set(struct test *t, const struct server *s, const char *name, int want)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/weight-sets/%s", name);
+    struct http_response r;
+    http_simple(s, "GET", path, &r);
+    json_t *body = NULL;
+    if (want >= 400) {
+        expect_error(t, &r, want, "unknown_weight_set", NULL);
+    } else if (expect_status(t, &r, want)) {
+        body = response_json(&r);
+        if (!expect_true(t, json_is_object(body), "the answer to GET %s is not a JSON object", path)) {
+            char snippet[400];
+            body_snippet(r.body, r.body_len, snippet, sizeof snippet);
+            test_detail(t, "    response body: %s", snippet);
+        }
+    }
+    http_response_free(&r);
+    return body;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group f: weight sets over HTTP                                                        */
+/* ------------------------------------------------------------------------------------ */
+
+/* Numbers that a careless formatter or parser would not bring back bit for bit: 0.1, the
+ * double nearest 1/3, subnormals down to 5e-324, the largest double, 0.1 + 0.2, ... */
+static const char g_awkward_set[] =
+    "{\"wq\": [[0.1, 0.3333333333333333, 1e-300], [-2.5e300, 5e-324, 2.2250738585072014e-308]],"
+    " \"wk\": [[1.7976931348623157e308, -1e-320, 0.30000000000000004], [123456789.12345679, -7, 1e22]],"
+    " \"wv\": [[0.1, 0.2], [0.7, -0.9999999999999999]],"
+    " \"wo\": [[0.5], [-0.25]],"
+    " \"bq\": [1e-7, -3.0000000000000004, 6.02214076e23], \"bk\": [0, 1, 2], \"bv\": [4.9e-324, 1.1],"
+    " \"bo\": [2.718281828459045]}";
+
+/* What replaces it: other shapes (d_in 1, d_ctx 2), heads, and only some biases. */
+static const char g_replacement_set[] =
+    "{\"heads\": 2, \"wq\": [[0.30000000000000004, -1e-310, 3.141592653589793, 1e300]],"
+    " \"wk\": [[2, 4, 8, 16], [0.1, 0.2, 0.3, 0.4]],"
+    " \"wv\": [[1.0000000000000002, 0.9999999999999998], [-4.440892098500626e-16, 1e-5]],"
+    " \"bk\": [0.5, 0.25, 0.125, 0.0625]}";
+
+/* An out_in set (PyTorch's d_out x d_in) with rectangular matrices, so that a transpose
+ * anywhere shows: wq 4x3 (dk 4, d_in 3), wv 2x3 (dv 2), wo 5x2 (d_out 5), two heads. */
+static const char g_out_in_set[] =
+    "{\"weights_layout\": \"out_in\", \"heads\": 2,"
+    " \"wq\": [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9], [1e-300, -1e300, 5e-324]],"
+    " \"wk\": [[-0.1, 0.3333333333333333, 2.5], [0.6666666666666666, -1.5, 0.125], [3, 1e-10, -2e-10],"
+    " [0.01, 0.02, 0.03]],"
+    " \"wv\": [[1.1, 2.2, 3.3], [-4.4, 5.5, -6.6]],"
+    " \"wo\": [[0.5, -0.5], [0.25, 0.75], [1e-3, 1e3], [-0.2, 0.2], [7, 8]],"
+    " \"bq\": [0.1, 0.2, 0.3, 0.4], \"bv\": [-1e-200, 1e200], \"bo\": [1, 2, 3, 4, 5]}";
+
+/* A tiny set for names and lists. */
+static const char g_tiny_set[] = "{\"wq\": [[1, 0], [0, 1]], \"wk\": [[1, 2], [3, 4]], \"wv\": [[0.5], [0.25]]}";
+
+/* A 65-character name (one too many) and a 64-character one (the longest allowed). */
+#define NAME_64 "abcdefghij-ABCDEFGHIJ_0123456789.abcdefghij-ABCDEFGHIJ_012345678"
+#define NAME_65 NAME_64 "x"
+
+/*
+ * PUT (new and replacing), GET bit for bit in the layout sent, the list, HEAD, DELETE and
+ * the 404s after it, names, 405s and preflights, on the default server.
+ */
+static void run_weight_set_tests(void)
+{
+    static const char *const names[] = {
+        "weight-sets/put-new-201",
+        "weight-sets/get-bit-for-bit",
+        "weight-sets/put-replace-200",
+        "weight-sets/get-after-replace",
+        "weight-sets/out-in-round-trip",
+        "weight-sets/negative-zero-round-trip",
+        "weight-sets/get-body-put-back-unchanged",
+        "weight-sets/list",
+        "weight-sets/head",
+        "weight-sets/delete-then-404",
+        "weight-sets/name-too-long-not-stored",
+        "weight-sets/name-64-characters",
+        "weight-sets/405-post-on-set",
+        "weight-sets/405-put-on-list",
+        "weight-sets/preflight/put",
+        "weight-sets/preflight/delete",
+        "weight-sets/preflight/list",
+        NULL};
+    if (!any_selected(names))
+        return;
+    int report;
+
+    struct test t;
+    struct server *s;
+    struct http_response r;
+    json_t *awkward = json_from_text(g_awkward_set);
+    json_t *replacement = json_from_text(g_replacement_set);
+    json_t *out_in = json_from_text(g_out_in_set);
+    json_t *put_summary = NULL;
+    const char *data_dir = g_servers[SERVER_DEFAULT].data_dir;
+
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-new-201", &report)) {
+        http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_awkward_set, &r);
+        if (expect_status(&t, &r, 201)) {
+            const char *location = http_header(&r, "Location");
+            size_t n = location ? strlen(location) : 0, m = strlen("/v1/weight-sets/crud.Set_1");
+            expect_true(&t, location != NULL && n >= m && strcmp(location + n - m, "/v1/weight-sets/crud.Set_1") == 0 &&
+                                (n == m || strncmp(location, s->base_url, n - m) == 0),
+                        "Location is %s, expected /v1/weight-sets/crud.Set_1", location ? location : "missing");
+            expect_header_contains(&t, &r, "Content-Type", "application/json");
+            json_t *body = response_json(&r);
+            expect_set_summary(&t, body, "crud.Set_1", awkward, data_dir);
+            json_decref(body);
+        }
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-bit-for-bit", &report)) {
+        json_t *body = get_set(&t, s, "crud.Set_1", 200);
+        if (body != NULL)
+            expect_set_body(&t, body, awkward);
+        json_decref(body);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-replace-200", &report)) {
+        json_t *before = get_set(&t, s, "crud.Set_1", 200);
+        http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_replacement_set, &r);
+        if (expect_status(&t, &r, 200)) {
+            put_summary = response_json(&r);
+            expect_set_summary(&t, put_summary, "crud.Set_1", replacement, data_dir);
+            double was = parse_utc_time(json_string_value(json_object_get(before, "stored_at")));
+            double now = parse_utc_time(json_string_value(json_object_get(put_summary, "stored_at")));
+            expect_true(&t, was < 0 || now >= was, "stored_at went back in time on replacement");
+        }
+        json_decref(before);
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-after-replace", &report)) {
+        json_t *body = get_set(&t, s, "crud.Set_1", 200);
+        if (body != NULL)
+            expect_set_body(&t, body, replacement);
+        json_decref(body);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/out-in-round-trip", &report)) {
+        json_t *summary = put_set_text(&t, s, "crud-outin", g_out_in_set, 201);
+        if (summary != NULL)
+            expect_set_summary(&t, summary, "crud-outin", out_in, data_dir);
+        json_t *body = summary ? get_set(&t, s, "crud-outin", 200) : NULL;
+        if (body != NULL)
+            expect_set_body(&t, body, out_in);
+        json_decref(summary);
+        json_decref(body);
+        step_end(&t, report);
+    }
+    /* -0.0 is a double of its own; "-0" reads back as the integer 0 in most JSON parsers. */
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/negative-zero-round-trip", &report)) {
+        static const char text[] = "{\"wq\": [[-0.0, 0.0]], \"wk\": [[1, 2]], \"wv\": [[-0.0]], \"bq\": [-0.0, 1]}";
+        json_t *sent = json_from_text(text);
+        json_t *summary = put_set_text(&t, s, "crud-negzero", text, 201);
+        json_t *body = summary ? get_set(&t, s, "crud-negzero", 200) : NULL;
+        if (body != NULL) {
+            expect_set_body(&t, body, sent);
+            char *got = json_dumps(json_object_get(body, "wq"), JSON_COMPACT);
+            test_detail(&t, "    GET answered wq = %s", got ? got : "?");
+            free(got);
+        }
+        json_decref(sent);
+        json_decref(summary);
+        json_decref(body);
+        step_end(&t, report);
+    }
+    /* api/openapi.yaml: GET returns the set "in the form PUT accepts, so that the body can be
+     * sent back unchanged". */
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-body-put-back-unchanged", &report)) {
+        json_t *body = get_set(&t, s, "crud-outin", 200);
+        json_t *summary = body ? put_set(&t, s, "crud-outin-copy", body, 201) : NULL;
+        json_t *copy = summary ? get_set(&t, s, "crud-outin-copy", 200) : NULL;
+        if (copy != NULL)
+            expect_set_body(&t, copy, out_in);
+        json_decref(body);
+        json_decref(summary);
+        json_decref(copy);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/list", &report)) {
+        static const char *const extra[] = {"Zeta", "alpha", "m.id-1_x", "0-first"};
+        json_t *tiny = json_from_text(g_tiny_set);
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+            json_decref(put_set_text(&t, s, extra[i], g_tiny_set, 201));
+        json_t *list = get_set_list(&t, s);
+        for (size_t i = 0; list != NULL && i < json_array_size(list); i++) {
+            const json_t *e = json_array_get(list, i);
+            static const char *const keys[] = {"name", "shapes", "weights_layout", "heads", "parameters",
+                                               "size_bytes", "stored_at"};
+            for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+                expect_true(&t, json_object_get(e, keys[k]) != NULL, "list entry %zu has no %s", i, keys[k]);
+            if (i > 0) {
+                const char *a = json_string_value(json_object_get(json_array_get(list, i - 1), "name"));
+                const char *b = json_string_value(json_object_get(e, "name"));
+                expect_true(&t, a && b && strcmp(a, b) < 0, "the list is not sorted by name: \"%s\" before \"%s\"",
+                            a ? a : "?", b ? b : "?");
+            }
+        }
+        for (size_t i = 0; list != NULL && i < sizeof extra / sizeof extra[0]; i++) {
+            const json_t *e = list_find(list, extra[i]);
+            if (expect_true(&t, e != NULL, "the list lacks %s", extra[i]))
+                expect_set_summary(&t, e, extra[i], tiny, data_dir);
+        }
+        const json_t *e = list ? list_find(list, "crud.Set_1") : NULL;
+        if (list != NULL && expect_true(&t, e != NULL, "the list lacks crud.Set_1") && put_summary != NULL)
+            expect_same(&t, e, put_summary, 0, "the list entry of crud.Set_1 against the PUT answer");
+        json_decref(list);
+        json_decref(tiny);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/head", &report)) {
+        http_simple(s, "HEAD", "/v1/weight-sets/crud.Set_1", &r);
+        expect_status(&t, &r, 200);
+        http_response_free(&r);
+        http_simple(s, "HEAD", "/v1/weight-sets/no-such-set", &r);
+        expect_status(&t, &r, 404);
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/delete-then-404", &report)) {
+        char path[PATH_MAX];
+        set_file_path(path, sizeof path, data_dir, "crud.Set_1");
+        expect_true(&t, file_size(path) > 0, "%s does not exist before the DELETE", path);
+        http_simple(s, "DELETE", "/v1/weight-sets/crud.Set_1", &r);
+        if (expect_status(&t, &r, 204))
+            expect_true(&t, r.body_len == 0, "the 204 has a body of %zu bytes", r.body_len);
+        http_response_free(&r);
+        expect_true(&t, file_size(path) < 0, "%s is still there after the DELETE", path);
+        http_simple(s, "GET", "/v1/weight-sets/crud.Set_1", &r);
+        expect_error(&t, &r, 404, "unknown_weight_set", "name");
+        http_response_free(&r);
+        http_simple(s, "DELETE", "/v1/weight-sets/crud.Set_1", &r);
+        expect_error(&t, &r, 404, "unknown_weight_set", "name");
+        http_response_free(&r);
+        json_t *list = get_set_list(&t, s);
+        expect_true(&t, list == NULL || list_find(list, "crud.Set_1") == NULL, "the list still has crud.Set_1");
+        json_decref(list);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/name-too-long-not-stored", &report)) {
+        json_t *before = get_set_list(&t, s);
+        http_text(s, "PUT", "/v1/weight-sets/" NAME_65, g_tiny_set, &r);
+        expect_error(&t, &r, 400, "invalid_value", "name");
+        http_response_free(&r);
+        json_t *after = get_set_list(&t, s);
+        expect_true(&t, json_array_size(before) == json_array_size(after), "the list grew from %zu to %zu sets",
+                    json_array_size(before), json_array_size(after));
+        json_decref(before);
+        json_decref(after);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/name-64-characters", &report)) {
+        json_decref(put_set_text(&t, s, NAME_64, g_tiny_set, 201));
+        json_decref(get_set(&t, s, NAME_64, 200));
+        http_simple(s, "DELETE", "/v1/weight-sets/" NAME_64, &r);
+        expect_status(&t, &r, 204);
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/405-post-on-set", &report)) {
+        http_text(s, "POST", "/v1/weight-sets/crud-outin", g_tiny_set, &r);
+        if (expect_error(&t, &r, 405, "method_not_allowed", NULL)) {
+            expect_header_contains(&t, &r, "Allow", "GET");
+            expect_header_contains(&t, &r, "Allow", "PUT");
+            expect_header_contains(&t, &r, "Allow", "DELETE");
+            const char *allow = http_header(&r, "Allow");
+            expect_true(&t, allow == NULL || strstr(allow, "POST") == NULL, "Allow lists POST: %s", allow);
+        }
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/405-put-on-list", &report)) {
+        http_text(s, "PUT", "/v1/weight-sets", g_tiny_set, &r);
+        if (expect_error(&t, &r, 405, "method_not_allowed", NULL)) {
+            expect_header_contains(&t, &r, "Allow", "GET");
+            const char *allow = http_header(&r, "Allow");
+            expect_true(&t, allow == NULL || strstr(allow, "PUT") == NULL, "Allow lists PUT: %s", allow);
+        }
+        http_response_free(&r);
+        step_end(&t, report);
+    }
+    check_preflight("weight-sets/preflight/put", SERVER_DEFAULT, "/v1/weight-sets/crud-outin", NULL, "PUT");
+    check_preflight("weight-sets/preflight/delete", SERVER_DEFAULT, "/v1/weight-sets/crud-outin", NULL, "DELETE");
+    check_preflight("weight-sets/preflight/list", SERVER_DEFAULT, "/v1/weight-sets", NULL, "GET");
+
+    json_decref(put_summary);
+    json_decref(awkward);
+    json_decref(replacement);
+    json_decref(out_in);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group g: attention with a stored weight set                                           */
+/* ------------------------------------------------------------------------------------ */
+
+/* A stored set and a request that names it. Zero means absent / default. */
+struct named_case {
+    const char *name;              /* test name; the set is stored as "named-NAME" */
+    size_t d_in, d_ctx, dk, dv;    /* d_ctx 0: self-attention (d_ctx = d_in) */
+    size_t d_out;                  /* 0: no wo */
+    int biases, bo, out_in;        /* bq/bk/bv, bo, weights_layout out_in */
+    size_t set_heads;              /* heads stored with the set */
+    size_t request_heads;          /* heads named in the request */
+    int request_layout;            /* the request repeats the set's weights_layout */
+    size_t lq, lk;                 /* tokens of x and of context (lk 0: no context) */
+    size_t batch;                  /* 0: 2-D input */
+    int causal, columns, no_attention;
+};
+
+static const struct named_case g_named_cases[] = {
+    {.name = "plain-wo-bo", .d_in = 5, .dk = 4, .dv = 3, .d_out = 6, .biases = 1, .bo = 1, .lq = 4},
+    {.name = "set-heads", .d_in = 6, .dk = 4, .dv = 6, .set_heads = 2, .lq = 3},
+    {.name = "set-heads-repeated-in-request", .d_in = 3, .dk = 6, .dv = 3, .set_heads = 3, .request_heads = 3,
+     .lq = 2},
+    {.name = "out-in", .d_in = 3, .dk = 5, .dv = 2, .d_out = 4, .out_in = 1, .biases = 1, .lq = 4},
+    {.name = "out-in-layout-repeated", .d_in = 4, .dk = 2, .dv = 3, .out_in = 1, .request_layout = 1, .lq = 3},
+    {.name = "context", .d_in = 3, .d_ctx = 5, .dk = 4, .dv = 4, .biases = 1, .lq = 2, .lk = 6},
+    {.name = "context-request-heads", .d_in = 3, .d_ctx = 5, .dk = 4, .dv = 4, .request_heads = 2, .lq = 3,
+     .lk = 4},
+    {.name = "batched-causal-columns-out-in-heads", .d_in = 4, .dk = 4, .dv = 2, .d_out = 3, .bo = 1, .out_in = 1,
+     .set_heads = 2, .lq = 3, .batch = 2, .causal = 1, .columns = 1},
+    {.name = "context-batched-no-attention", .d_in = 2, .d_ctx = 3, .dk = 2, .dv = 5, .biases = 1, .lq = 3,
+     .lk = 2, .batch = 3, .no_attention = 1},
+};
+
+/* Returns a new JSON array of n numbers. */
+static json_t *json_vector(const double *a, size_t n)
+{
+    json_t *v = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(v, json_real(a[i]));
+    return v;
+}
+
+/*
+ * Returns a new weight set of random numbers with these widths: the weights members
+ * (matrices written d_in x d_out, or transposed for out_in), plus weights_layout and
+ * heads when set_heads / out_in ask for them.
+ */
+static json_t *random_weight_set(uint64_t *rng, size_t d_in, size_t d_ctx, size_t dk, size_t dv, size_t d_out,
+                                 int biases, int bo, int out_in, size_t heads)
+{
+    const size_t rows[4] = {d_in, d_ctx, d_ctx, dv}, cols[4] = {dk, dk, dv, d_out};
+    json_t *set = json_object();
+    for (int i = 0; i < 4; i++) {
+        if (cols[i] == 0)
+            continue;
+        double *w = random_values(rng, rows[i] * cols[i], 1.0 / sqrt((double)rows[i]), 0);
+        json_object_set_new(set, g_set_members[i], json_matrix(w, rows[i], cols[i], out_in));
+        free(w);
+        if ((i < 3 && biases) || (i == 3 && bo)) {
+            double *b = random_values(rng, cols[i], 0.5, 0);
+            json_object_set_new(set, g_set_members[i + 4], json_vector(b, cols[i]));
+            free(b);
+        }
+    }
+    if (out_in)
+        json_object_set_new(set, "weights_layout", json_string("out_in"));
+    if (heads > 0)
+        json_object_set_new(set, "heads", json_integer((json_int_t)heads));
+    return set;
+}
+
+/* Returns a new copy of a set's numeric members only (what a request's "weights" holds). */
+static json_t *weights_of(const json_t *set)
+{
+    json_t *w = json_object();
+    for (int i = 0; i < 8; i++)
+        if (json_object_get(set, g_set_members[i]) != NULL)
+            json_object_set(w, g_set_members[i], json_object_get(set, g_set_members[i]));
+    return w;
+}
+
+/*
+ * Compares the answer to a request that names a set with the answer to the same request
+ * with the weights inline: output and attention within 1e-12 (the same arithmetic should
+ * give the same doubles), and the meta block's shape members.
+ */
+static void expect_same_answer(struct test *t, const json_t *named, const json_t *inline_body)
+{
+    char path[512], why[1024];
+    static const char *const keys[] = {"output", "attention"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *want = json_object_get(inline_body, keys[k]);
+        if (want == NULL) {
+            expect_true(t, json_object_get(named, keys[k]) == NULL, "%s is present by name but not inline", keys[k]);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s", keys[k]);
+        expect_true(t, json_numbers_close(json_object_get(named, keys[k]), want, 1e-12, 0.0, path, sizeof path, why,
+                                          sizeof why),
+                    "by name vs inline: %s", why);
+    }
+    static const char *const meta_keys[] = {"heads", "batch", "lq", "lk", "dk", "dv", "d_out", "dtype"};
+    const json_t *meta = json_object_get(named, "meta"), *want_meta = json_object_get(inline_body, "meta");
+    for (size_t i = 0; want_meta != NULL && i < sizeof meta_keys / sizeof meta_keys[0]; i++) {
+        snprintf(path, sizeof path, "meta.%s", meta_keys[i]);
+        expect_true(t, json_same(json_object_get(meta, meta_keys[i]), json_object_get(want_meta, meta_keys[i]), 0,
+                                 path, sizeof path, why, sizeof why),
+                    "by name vs inline: %s", why);
+    }
+}
+
+/* Runs one named case: PUT the set, POST by name and inline, compare; DELETE the set. */
+static void run_named_case(const struct named_case *nc, size_t index)
+{
+    struct test t;
+    struct server *s;
+    char test_name[256], set_name[128], path[256];
+    snprintf(test_name, sizeof test_name, "named/%s", nc->name);
+    snprintf(set_name, sizeof set_name, "named-%s", nc->name);
+    snprintf(path, sizeof path, "/v1/weight-sets/%s", set_name);
+    if (!test_start(&t, SERVER_DEFAULT, &s, test_name))
+        return;
+    uint64_t rng = RANDOM_SEED + 104729u * (uint64_t)(index + 1);
+    const size_t d_ctx = nc->d_ctx ? nc->d_ctx : nc->d_in, batch = nc->batch ? nc->batch : 1;
+    const int batched = nc->batch > 0;
+    json_t *set = random_weight_set(&rng, nc->d_in, d_ctx, nc->dk, nc->dv, nc->d_out, nc->biases, nc->bo, nc->out_in,
+                                    nc->set_heads);
+    json_t *named = json_object(), *inline_req;
+    double *x = random_values(&rng, batch * nc->lq * nc->d_in, 1.0, 0);
+    json_object_set_new(named, "x", json_tensor(x, batch, nc->lq, nc->d_in, batched, nc->columns));
+    free(x);
+    if (nc->lk > 0) {
+        double *c = random_values(&rng, batch * nc->lk * d_ctx, 1.0, 0);
+        json_object_set_new(named, "context", json_tensor(c, batch, nc->lk, d_ctx, batched, nc->columns));
+        free(c);
+    }
+    if (nc->causal)
+        json_object_set_new(named, "causal", json_true());
+    if (nc->columns)
+        json_object_set_new(named, "layout", json_string("columns"));
+    if (nc->no_attention)
+        json_object_set_new(named, "return_attention", json_false());
+    if (nc->request_heads)
+        json_object_set_new(named, "heads", json_integer((json_int_t)nc->request_heads));
+    if (nc->request_layout)
+        json_object_set_new(named, "weights_layout", json_string(nc->out_in ? "out_in" : "in_out"));
+    inline_req = json_deep_copy(named);
+    json_object_set_new(named, "weights", json_string(set_name));
+    json_object_set_new(inline_req, "weights", weights_of(set));
+    if (nc->out_in)
+        json_object_set_new(inline_req, "weights_layout", json_string("out_in"));
+    if (nc->set_heads && !nc->request_heads)
+        json_object_set_new(inline_req, "heads", json_integer((json_int_t)nc->set_heads));
+
+    struct http_response r_named = {0}, r_inline = {0};
+    json_t *b_named = NULL, *b_inline = NULL;
+    json_decref(put_set(&t, s, set_name, set, 201));
+    if (t.failed)
+        goto done;
+    http_post_json(s, "/v1/attention", named, &r_named);
+    http_post_json(s, "/v1/attention", inline_req, &r_inline);
+    if (!expect_status(&t, &r_named, 200) || !expect_status(&t, &r_inline, 200))
+        goto done;
+    b_named = response_json(&r_named);
+    b_inline = response_json(&r_inline);
+    expect_same_answer(&t, b_named, b_inline);
+    size_t heads = nc->request_heads ? nc->request_heads : nc->set_heads;
+    if (heads > 0) {
+        /* The heads axis must be there even though the request did not name heads. */
+        const json_t *meta_heads = json_object_get(json_object_get(b_named, "meta"), "heads");
+        expect_true(&t, json_integer_value(meta_heads) == (json_int_t)heads, "meta.heads is not %zu", heads);
+        const json_t *a = json_object_get(b_named, "attention");
+        if (batched)
+            a = json_array_get(a, 0);
+        if (!nc->no_attention)
+            expect_true(&t, json_array_size(a) == heads && json_is_array(json_array_get(json_array_get(a, 0), 0)),
+                        "attention has no heads axis of %zu", heads);
+    }
+done:
+    if (t.failed) {
+        char snippet[400];
+        body_snippet(r_named.body ? r_named.body : "", r_named.body_len, snippet, sizeof snippet);
+        test_detail(&t, "    by-name answer: %s", snippet);
+    }
+    struct http_response r;
+    http_simple(s, "DELETE", path, &r);
+    http_response_free(&r);
+    json_decref(b_named);
+    json_decref(b_inline);
+    http_response_free(&r_named);
+    http_response_free(&r_inline);
+    json_decref(set);
+    json_decref(named);
+    json_decref(inline_req);
+    test_end(&t);
+}
+
+/* The cases above, then a set replaced and deleted under the same name. */
+static void run_named_attention_tests(void)
+{
+    for (size_t i = 0; i < sizeof g_named_cases / sizeof g_named_cases[0]; i++)
+        run_named_case(&g_named_cases[i], i);
+
+    struct test t;
+    struct server *s;
+    struct http_response r;
+    static const char x_request[] = "{\"x\": [[1, 2], [3, -1]], \"weights\": \"named-lifecycle\"}";
+    if (test_start(&t, SERVER_DEFAULT, &s, "named/follows-replace-and-delete")) {
+        /* Two sets of the same shapes with different numbers: the answer must follow the PUTs. */
+        static const char set_a[] = "{\"wq\": [[1, 0], [0, 1]], \"wk\": [[1, 0], [0, 1]], \"wv\": [[1, 2], [3, 4]]}";
+        static const char set_b[] = "{\"wq\": [[0, 1], [1, 0]], \"wk\": [[2, 0], [0, 2]], \"wv\": [[-1, 0], [0, -1]]}";
+        json_t *answers[2] = {NULL, NULL};
+        for (int i = 0; i < 2; i++) {
+            json_decref(put_set_text(&t, s, "named-lifecycle", i ? set_b : set_a, i ? 200 : 201));
+            http_text(s, "POST", "/v1/attention", x_request, &r);
+            if (expect_status(&t, &r, 200))
+                answers[i] = response_json(&r);
+            http_response_free(&r);
+            /* The same request with the set inline. */
+            json_t *req = json_from_text(x_request), *w = json_from_text(i ? set_b : set_a);
+            json_object_set_new(req, "weights", w);
+            http_post_json(s, "/v1/attention", req, &r);
+            json_decref(req);
+            json_t *want = response_json(&r);
+            if (expect_status(&t, &r, 200) && answers[i] != NULL)
+                expect_same_answer(&t, answers[i], want);
+            json_decref(want);
+            http_response_free(&r);
+        }
+        char path[64] = "output", why[512];
+        expect_true(&t, answers[0] && answers[1] && !json_numbers_close(json_object_get(answers[1], "output"),
+                                                                         json_object_get(answers[0], "output"), 1e-9,
+                                                                         0, path, sizeof path, why, sizeof why),
+                    "the answer did not change when the set was replaced");
+        http_simple(s, "DELETE", "/v1/weight-sets/named-lifecycle", &r);
+        expect_status(&t, &r, 204);
+        http_response_free(&r);
+        http_text(s, "POST", "/v1/attention", x_request, &r);
+        expect_error(&t, &r, 404, "unknown_weight_set", "weights");
+        http_response_free(&r);
+        json_decref(answers[0]);
+        json_decref(answers[1]);
+        test_end(&t);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group h: the limits of the store (413 weight_set_too_large and store_full)            */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * Returns the text of a set with d_in = d_ctx = 5 and dk = dv = n, no biases: 15 n
+ * numbers, so README's file is 80 + 8 (name of at most 8 characters) + 120 n + 8 bytes:
+ * n = 13 takes 1656, n = 14 1776, n = 17 2136 (over the 2048 of the small-store server),
+ * n = 1 216. seed varies the numbers.
+ */
+static char *sized_set_text(size_t n, unsigned seed)
+{
+    uint64_t rng = RANDOM_SEED + seed;
+    json_t *set = random_weight_set(&rng, 5, 5, n, n, 0, 0, 0, 0, 0);
+    char *text = json_dumps(set, JSON_COMPACT);
+    json_decref(set);
+    return text;
+}
+
+/* The list as "name@stored_at ..." for comparing before and after a refused PUT. */
+static char *list_fingerprint(struct test *t, const struct server *s)
+{
+    json_t *list = get_set_list(t, s);
+    size_t cap = 64 + json_array_size(list) * 128, used = 0;
+    char *text = xcalloc(cap, 1);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *e = json_array_get(list, i);
+        used += (size_t)snprintf(text + used, cap - used, "%s@%s/%lld ", json_string_value(json_object_get(e, "name")),
+                                 json_string_value(json_object_get(e, "stored_at")),
+                                 (long long)json_integer_value(json_object_get(e, "size_bytes")));
+    }
+    json_decref(list);
+    return text;
+}
+
+/*
+ * PUTs text as name on the small-store server and expects 413 with code, and that
+ * nothing changed: the list (names, times, sizes), the data directory's entries (no new
+ * file, no temporary file) and, when name exists, its file byte for byte.
+ */
+static void expect_refused_put(struct test *t, const struct server *s, const char *name, const char *text,
+                               const char *code)
+{
+    size_t count, len_before = 0, len_after = 0;
+    char **entries = dir_entries(s->data_dir, &count);
+    char *list_before = list_fingerprint(t, s), path[PATH_MAX], url[256];
+    set_file_path(path, sizeof path, s->data_dir, name);
+    char *file_before = read_whole_file(path, &len_before);
+    snprintf(url, sizeof url, "/v1/weight-sets/%s", name);
+    struct http_response r;
+    http_text(s, "PUT", url, text, &r);
+    expect_error(t, &r, 413, code, NULL);
+    http_response_free(&r);
+    char *list_after = list_fingerprint(t, s);
+    expect_true(t, strcmp(list_before, list_after) == 0, "the list changed: [%s] became [%s]", list_before, list_after);
+    expect_dir_unchanged(t, s->data_dir, entries);
+    char *file_after = read_whole_file(path, &len_after);
+    expect_true(t, (file_before == NULL) == (file_after == NULL) &&
+                       (file_before == NULL || (len_before == len_after && memcmp(file_before, file_after, len_after) == 0)),
+                "%s changed although the PUT was refused", path);
+    free(file_before);
+    free(file_after);
+    free(list_before);
+    free(list_after);
+    free_name_list(entries);
+}
+
+static void run_store_limit_tests(void)
+{
+    static const char *const names[] = {
+        "store-limits/set-too-large",
+        "store-limits/two-sets-fit",
+        "store-limits/store-full-new-set",
+        "store-limits/store-full-replacement-keeps-old",
+        "store-limits/same-size-replacement-fits",
+        "store-limits/room-after-delete",
+        NULL};
+    if (!any_selected(names))
+        return;
+    int report;
+
+    struct test t;
+    struct server *s;
+    struct http_response r;
+    char *n13a = sized_set_text(13, 1), *n13b = sized_set_text(13, 2), *n13c = sized_set_text(13, 3);
+    char *n14 = sized_set_text(14, 4), *n17 = sized_set_text(17, 5), *n1 = sized_set_text(1, 6);
+
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/set-too-large", &report)) {
+        expect_refused_put(&t, s, "big", n17, "weight_set_too_large");
+        json_decref(get_set(&t, s, "big", 404));
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/two-sets-fit", &report)) {
+        json_t *a = put_set_text(&t, s, "s1", n13a, 201), *b = put_set_text(&t, s, "s2", n13b, 201);
+        long long size = json_integer_value(json_object_get(a, "size_bytes"));
+        expect_true(&t, a == NULL || size == 1656, "a set of 195 numbers named s1 takes %lld bytes, README's format "
+                    "says 1656 (the limits of this group assume it)", size);
+        json_decref(a);
+        json_decref(b);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/store-full-new-set", &report)) {
+        expect_refused_put(&t, s, "s3", n1, "store_full");
+        json_decref(get_set(&t, s, "s3", 404));
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/store-full-replacement-keeps-old", &report)) {
+        expect_refused_put(&t, s, "s1", n14, "store_full");
+        json_t *body = get_set(&t, s, "s1", 200), *sent = json_from_text(n13a);
+        if (body != NULL)
+            expect_set_body(&t, body, sent);
+        json_decref(body);
+        json_decref(sent);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/same-size-replacement-fits", &report)) {
+        /* Replacing frees the old file's bytes: 1656 - 1656 + 1656 stays within 3400. */
+        json_decref(put_set_text(&t, s, "s1", n13c, 200));
+        json_t *body = get_set(&t, s, "s1", 200), *sent = json_from_text(n13c);
+        if (body != NULL)
+            expect_set_body(&t, body, sent);
+        json_decref(body);
+        json_decref(sent);
+        step_end(&t, report);
+    }
+    if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/room-after-delete", &report)) {
+        http_simple(s, "DELETE", "/v1/weight-sets/s2", &r);
+        expect_status(&t, &r, 204);
+        http_response_free(&r);
+        json_decref(put_set_text(&t, s, "s3", n1, 201));
+        step_end(&t, report);
+    }
+    free(n13a);
+    free(n13b);
+    free(n13c);
+    free(n14);
+    free(n17);
+    free(n1);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group i: the API examples                                                             */
+/* ------------------------------------------------------------------------------------ */
+
+/* Sizes of a 2-D matrix (or of the first matrix of a 3-D array) as rows and columns. */
+static void matrix_size(const json_t *m, int batched, size_t *rows, size_t *cols)
+{
+    if (batched)
+        m = json_array_get(m, 0);
+    *rows = json_array_size(m);
+    *cols = json_array_size(json_array_get(m, 0));
+}
+
+/*
+ * Checks that v is a nested array of exactly the shape dims (every row of it, not only
+ * the first) with numbers at the leaves. Returns 1, or 0 with the difference in why.
+ */
+static int json_has_shape(const json_t *v, const size_t *dims, size_t rank, char *path, size_t cap, char *why,
+                          size_t why_cap)
+{
+    if (rank == 0) {
+        if (json_is_number(v))
+            return 1;
+        snprintf(why, why_cap, "%s is not a number", path);
+        return 0;
+    }
+    if (!json_is_array(v) || json_array_size(v) != dims[0]) {
+        snprintf(why, why_cap, "%s is %s of %zu, expected %zu entries", path, json_is_array(v) ? "an array" : "not an array",
+                 json_array_size(v), dims[0]);
+        return 0;
+    }
+    size_t base = strlen(path);
+    for (size_t i = 0; i < dims[0]; i++) {
+        snprintf(path + base, cap - base, "[%zu]", i);
+        if (!json_has_shape(json_array_get(v, i), dims + 1, rank - 1, path, cap, why, why_cap))
+            return 0;
+    }
+    path[base] = '\0';
+    return 1;
+}
+
+/* Checks that every innermost row of an attention array holds numbers in [0, 1] that sum
+ * to 1 (or are all 0: a fully masked row). Returns 1, or 0 with the row in why. */
+static int attention_rows_valid(const json_t *a, double tol, char *path, size_t cap, char *why, size_t why_cap)
+{
+    size_t base = strlen(path);
+    if (json_is_array(json_array_get(a, 0))) {
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            snprintf(path + base, cap - base, "[%zu]", i);
+            if (!attention_rows_valid(json_array_get(a, i), tol, path, cap, why, why_cap))
+                return 0;
+        }
+        path[base] = '\0';
+        return 1;
+    }
+    double sum = 0;
+    for (size_t j = 0; j < json_array_size(a); j++) {
+        double p = json_number_value(json_array_get(a, j));
+        if (!(p >= 0 && p <= 1 + tol)) {
+            snprintf(why, why_cap, "%s[%zu] is %.17g, not a probability", path, j, p);
+            return 0;
+        }
+        sum += p;
+    }
+    if (!(fabs(sum - 1) <= tol || sum == 0)) {
+        snprintf(why, why_cap, "%s sums to %.17g, not 1 (nor 0 for a fully masked row)", path, sum);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * Checks an attention answer against the shapes the contract gives for its request:
+ * output Lq x d_out (d_out x Lq with layout columns) with the batch axis of the input,
+ * attention [batch][heads][Lq][Lk] with the batch axis only for batched input and the
+ * heads axis only when the request (or the stored set it names, described by
+ * set_summary) has heads, each row a probability distribution; no attention when
+ * return_attention is false.
+ */
+static void expect_contract_shapes(struct test *t, const json_t *req, const json_t *resp, const json_t *set_summary)
+{
+    const json_t *x = json_object_get(req, "x"), *context = json_object_get(req, "context");
+    const json_t *main_in = x ? x : json_object_get(req, "q");
+    const json_t *kv = x ? (context ? context : x) : json_object_get(req, "k");
+    const json_t *weights = json_object_get(req, "weights");
+    const char *layout = json_string_value(json_object_get(req, "layout"));
+    const char *dtype = json_string_value(json_object_get(req, "dtype"));
+    const int columns = layout != NULL && strcmp(layout, "columns") == 0;
+    const int batched = json_is_array(json_array_get(json_array_get(main_in, 0), 0));
+    size_t rows, cols, lq, lk, d_out = 0, heads = 0, batch = batched ? json_array_size(main_in) : 1;
+    matrix_size(main_in, batched, &rows, &cols);
+    lq = columns ? cols : rows;
+    matrix_size(kv, batched, &rows, &cols);
+    lk = columns ? cols : rows;
+    if (x == NULL) {
+        matrix_size(json_object_get(req, "v"), batched, &rows, &cols);
+        d_out = columns ? rows : cols;
+    } else if (json_is_object(weights)) {
+        const char *wl = json_string_value(json_object_get(req, "weights_layout"));
+        const json_t *w = json_object_get(weights, "wo") ? json_object_get(weights, "wo") : json_object_get(weights, "wv");
+        matrix_size(w, 0, &rows, &cols);
+        d_out = wl != NULL && strcmp(wl, "out_in") == 0 ? rows : cols;
+    } else {
+        const json_t *shapes = json_object_get(set_summary, "shapes");
+        const json_t *w = json_object_get(shapes, "wo") ? json_object_get(shapes, "wo") : json_object_get(shapes, "wv");
+        const char *wl = json_string_value(json_object_get(set_summary, "weights_layout"));
+        d_out = (size_t)json_integer_value(json_array_get(w, wl != NULL && strcmp(wl, "out_in") == 0 ? 0 : 1));
+        heads = (size_t)json_integer_value(json_object_get(set_summary, "heads"));
+    }
+    if (json_is_integer(json_object_get(req, "heads")))
+        heads = (size_t)json_integer_value(json_object_get(req, "heads"));
+
+    size_t dims[4], rank = 0;
+    char path[512], why[1024];
+    if (batched)
+        dims[rank++] = batch;
+    dims[rank++] = columns ? d_out : lq;
+    dims[rank++] = columns ? lq : d_out;
+    snprintf(path, sizeof path, "output");
+    expect_true(t, json_has_shape(json_object_get(resp, "output"), dims, rank, path, sizeof path, why, sizeof why),
+                "%s (expected %s%zu x %zu)", why, batched ? "batch x " : "", dims[rank - 2], dims[rank - 1]);
+    const json_t *attention = json_object_get(resp, "attention");
+    if (json_is_false(json_object_get(req, "return_attention"))) {
+        expect_true(t, attention == NULL, "attention is present although return_attention is false");
+        return;
+    }
+    rank = 0;
+    if (batched)
+        dims[rank++] = batch;
+    if (heads > 0)
+        dims[rank++] = heads;
+    dims[rank++] = lq;
+    dims[rank++] = lk;
+    snprintf(path, sizeof path, "attention");
+    if (expect_true(t, json_has_shape(attention, dims, rank, path, sizeof path, why, sizeof why),
+                    "%s (expected %s%s%zu x %zu)", why, batched ? "batch x " : "", heads ? "heads x " : "", lq, lk)) {
+        snprintf(path, sizeof path, "attention");
+        double tol = dtype != NULL && strcmp(dtype, "float32") == 0 ? 1e-5 : 1e-9;
+        expect_true(t, attention_rows_valid(attention, tol, path, sizeof path, why, sizeof why), "%s", why);
+    }
+}
+
+/* Returns 1 when name ends with suffix. */
+static int ends_with(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), m = strlen(suffix);
+    return n >= m && strcmp(name + n - m, suffix) == 0;
+}
+
+/*
+ * Every api/examples/NAME.request.json: the seed ones must be the request of the fixture
+ * NAME (as JSON values), every fixture must have one, and each must be answered 200 with
+ * the shapes of the contract (after storing the weight set an example names from
+ * api/examples/SET.weight-set.json).
+ */
+static void run_example_tests(const char *dir, const char *fixture_dir)
+{
+    struct test t;
+    struct server *s;
+    size_t count, fixture_count;
+    char **files = dir_entries(dir, &count), **fixtures = list_json_files(fixture_dir, &fixture_count);
+    size_t examples = 0;
+    for (size_t i = 0; i < count; i++)
+        examples += ends_with(files[i], ".request.json");
+    if (test_begin(&t, "examples/present")) {
+        expect_true(&t, examples > 0, "no *.request.json in %s (run from the repository root, or give --examples)", dir);
+        test_end(&t);
+    }
+    if (test_begin(&t, "examples/one-per-fixture")) {
+        for (size_t i = 0; i < fixture_count; i++) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%.*s.request.json", dir, (int)(strlen(fixtures[i]) - 5), fixtures[i]);
+            expect_true(&t, access(path, R_OK) == 0, "fixture %s has no example %s", fixtures[i], path);
+        }
+        test_end(&t);
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (!ends_with(files[i], ".request.json"))
+            continue;
+        char test_name[300], stem[256], path[PATH_MAX];
+        snprintf(stem, sizeof stem, "%.*s", (int)(strlen(files[i]) - strlen(".request.json")), files[i]);
+        snprintf(test_name, sizeof test_name, "examples/%s", stem);
+        if (!test_start(&t, SERVER_DEFAULT, &s, test_name))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        json_error_t error;
+        json_t *req = json_load_file(path, 0, &error), *set_summary = NULL, *body = NULL;
+        struct http_response r = {0};
+        if (!expect_true(&t, json_is_object(req), "%s:%d: %s", path, error.line, req ? "not an object" : error.text))
+            goto next;
+        if (strncmp(stem, "seed", 4) == 0) {
+            snprintf(path, sizeof path, "%.3000s/%s.json", fixture_dir, stem);
+            json_t *fixture = json_load_file(path, 0, &error);
+            if (expect_true(&t, fixture != NULL, "no fixture %s for this example", path))
+                expect_same(&t, req, json_object_get(fixture, "request"), 0, "the example against the fixture's request");
+            json_decref(fixture);
+        }
+        const char *set_name = json_string_value(json_object_get(req, "weights"));
+        if (set_name != NULL) {
+            snprintf(path, sizeof path, "%s/%s.weight-set.json", dir, set_name);
+            size_t len;
+            char *text = read_whole_file(path, &len);
+            if (!expect_true(&t, text != NULL, "the example names the set \"%s\" but there is no %s", set_name, path))
+                goto next;
+            char url[256];
+            snprintf(url, sizeof url, "/v1/weight-sets/%s", set_name);
+            http_text(s, "PUT", url, text, &r);
+            free(text);
+            if (r.status != 200)
+                expect_status(&t, &r, 201);
+            set_summary = response_json(&r);
+            http_response_free(&r);
+            if (t.failed)
+                goto next;
+        }
+        http_post_json(s, "/v1/attention", req, &r);
+        if (!expect_status(&t, &r, 200))
+            goto next;
+        body = response_json(&r);
+        if (expect_true(&t, json_is_object(body), "the answer is not a JSON object"))
+            expect_contract_shapes(&t, req, body, set_summary);
+    next:
+        json_decref(req);
+        json_decref(set_summary);
+        json_decref(body);
+        http_response_free(&r);
+        test_end(&t);
+    }
+    free_name_list(files);
+    free_name_list(fixtures);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group j: attention by name while the set is replaced and deleted                      */
+/* ------------------------------------------------------------------------------------ */
+
+#define REPLACE_READERS 8
+#define REPLACE_WRITES 12    /* PUTs after the first, alternating B, A, B, ... */
+#define REPLACE_DELETE_AT 6 /* before this write: DELETE the set, then PUT it again (201) */
+
+/* Returns 1 when an answer's output and attention are within 1e-12 of want's. */
+static int answer_matches(const json_t *got, const json_t *want)
+{
+    char path[512], why[1024];
+    static const char *const keys[] = {"output", "attention"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s", keys[k]);
+        if (!json_numbers_close(json_object_get(got, keys[k]), json_object_get(want, keys[k]), 1e-12, 0.0, path,
+                                sizeof path, why, sizeof why))
+            return 0;
+    }
+    return 1;
+}
+
+/* One client's request in flight: its curl and when it started. */
+struct timed_request {
+    struct http_pending p;
+    double started;
+    int active;
+    int op; /* writer: index of the operation */
+};
+
+/*
+ * REPLACE_READERS clients send attention requests that name the set "replace-target"
+ * while another replaces it, alternating versions A and B, and once deletes and re-creates
+ * it. Every answer must be exactly A's or B's (a request holds one version), or a 404
+ * unknown_weight_set from a request that overlapped the deleted window.
+ */
+static void run_replace_concurrency_tests(void)
+{
+    struct test t;
+    struct server *s;
+    if (!test_start(&t, SERVER_DEFAULT, &s, "replace-concurrency/answers-are-version-a-or-b"))
+        return;
+    uint64_t rng = RANDOM_SEED + 31337u;
+    json_t *versions[2];
+    char *set_text[2];
+    for (int v = 0; v < 2; v++) {
+        versions[v] = random_weight_set(&rng, 48, 48, 48, 48, 48, 1, 1, 0, 4);
+        set_text[v] = json_dumps(versions[v], JSON_COMPACT);
+    }
+    double *x = random_values(&rng, 16 * 48, 1.0, 0);
+    json_t *req = json_object();
+    json_object_set_new(req, "x", json_matrix(x, 16, 48, 0));
+    free(x);
+    json_t *want[2] = {NULL, NULL};
+    for (int v = 0; v < 2; v++) {
+        json_t *inline_req = json_deep_copy(req);
+        json_object_set_new(inline_req, "weights", weights_of(versions[v]));
+        json_object_set_new(inline_req, "heads", json_integer(4));
+        struct http_response r;
+        http_post_json(s, "/v1/attention", inline_req, &r);
+        if (expect_status(&t, &r, 200))
+            want[v] = response_json(&r);
+        http_response_free(&r);
+        json_decref(inline_req);
+    }
+    json_object_set_new(req, "weights", json_string("replace-target"));
+    char *named_text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    expect_true(&t, want[0] == NULL || want[1] == NULL || !answer_matches(want[0], want[1]),
+                "versions A and B give the same answer, so the test could not tell them apart");
+    json_decref(put_set_text(&t, s, "replace-target", set_text[0], 201));
+    if (t.failed)
+        goto done;
+
+    /* The writer's operations: PUT B, PUT A, ..., with a DELETE and a re-creating PUT A. */
+    struct { const char *method; int version; int want; } ops[REPLACE_WRITES + 2];
+    size_t op_count = 0;
+    for (int i = 0; i < REPLACE_WRITES; i++) {
+        if (i == REPLACE_DELETE_AT) {
+            ops[op_count].method = "DELETE", ops[op_count].version = -1, ops[op_count++].want = 204;
+            ops[op_count].method = "PUT", ops[op_count].version = 0, ops[op_count++].want = 201;
+        }
+        ops[op_count].method = "PUT", ops[op_count].version = (i % 2 == 0), ops[op_count++].want = 200;
+    }
+    struct timed_request readers[REPLACE_READERS], writer;
+    memset(readers, 0, sizeof readers);
+    memset(&writer, 0, sizeof writer);
+    size_t next_op = 0, answers[2] = {0, 0}, not_found = 0, total = 0;
+    double delete_started = -1, recreated = -1;
+    struct http_request named_rq = {.method = "POST", .path = "/v1/attention", .body = named_text,
+                                    .body_len = strlen(named_text)};
+    for (;;) {
+        int busy = 0, progressed = 0;
+        if (!writer.active && next_op < op_count) {
+            struct http_request rq = {.method = ops[next_op].method, .path = "/v1/weight-sets/replace-target"};
+            if (ops[next_op].version >= 0) {
+                rq.body = set_text[ops[next_op].version];
+                rq.body_len = strlen(rq.body);
+            }
+            writer.started = now_seconds();
+            writer.op = (int)next_op++;
+            if (ops[writer.op].version < 0)
+                delete_started = writer.started;
+            http_start(s, &rq, &writer.p);
+            writer.active = 1;
+        }
+        if (writer.active && http_done(&writer.p)) {
+            struct http_response r;
+            http_finish(&writer.p, &r);
+            writer.active = 0;
+            progressed = 1;
+            expect_true(&t, r.status == ops[writer.op].want, "writer %s #%d: status %d, expected %d (%s)",
+                        ops[writer.op].method, writer.op, r.status, ops[writer.op].want, r.transport_error);
+            if (ops[writer.op].want == 201 && writer.op > 0)
+                recreated = now_seconds();
+            http_response_free(&r);
+        }
+        int writing = writer.active || next_op < op_count;
+        for (int i = 0; i < REPLACE_READERS; i++) {
+            struct timed_request *rd = &readers[i];
+            if (rd->active && http_done(&rd->p)) {
+                struct http_response r;
+                http_finish(&rd->p, &r);
+                double ended = now_seconds();
+                rd->active = 0;
+                progressed = 1;
+                total++;
+                json_t *body = response_json(&r);
+                if (r.status == 200) {
+                    int a = want[0] && answer_matches(body, want[0]), b = want[1] && answer_matches(body, want[1]);
+                    answers[0] += (size_t)a;
+                    answers[1] += (size_t)b;
+                    if (!expect_true(&t, a || b, "reader %d: an answer that is neither version A's nor B's", i)) {
+                        char snippet[400];
+                        body_snippet(r.body, r.body_len, snippet, sizeof snippet);
+                        test_detail(&t, "    answer: %s", snippet);
+                    }
+                } else if (r.status == 404) {
+                    const char *code = json_string_value(json_object_get(json_object_get(body, "error"), "code"));
+                    int in_window = delete_started >= 0 && ended >= delete_started &&
+                                    (recreated < 0 || rd->started <= recreated);
+                    not_found++;
+                    expect_true(&t, code != NULL && strcmp(code, "unknown_weight_set") == 0 && in_window,
+                                "reader %d: 404 %s %s the deleted window", i, code ? code : "(no code)",
+                                in_window ? "within" : "outside");
+                } else {
+                    expect_true(&t, 0, "reader %d: status %d (%s)", i, r.status, r.transport_error);
+                }
+                json_decref(body);
+                http_response_free(&r);
+            }
+            if (!rd->active && writing) {
+                rd->started = now_seconds();
+                http_start(s, &named_rq, &rd->p);
+                rd->active = 1;
+            }
+            busy |= rd->active;
+        }
+        if (!busy && !writing && !writer.active)
+            break;
+        if (!progressed)
+            sleep_ms(1);
+    }
+    test_detail(&t, "    %zu answers: %zu of version A, %zu of version B, %zu 404 in the deleted window", total,
+                answers[0], answers[1], not_found);
+    expect_true(&t, answers[0] > 0 && answers[1] > 0,
+                "only %zu answers of A and %zu of B: the replacements were not seen", answers[0], answers[1]);
+done:
+    if (t.failed)
+        detail_stderr_tail(&t, s, 10);
+    test_end(&t);
+    free(named_text);
+    for (int v = 0; v < 2; v++) {
+        json_decref(versions[v]);
+        json_decref(want[v]);
+        free(set_text[v]);
+    }
+    check_still_serving("replace-concurrency", SERVER_DEFAULT);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group k: persistence across a restart, and damaged files                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* Copies a file; returns 0 or -1. */
+static int copy_file(const char *from, const char *to)
+{
+    size_t len;
+    char *data = read_whole_file(from, &len);
+    int rc = data != NULL ? write_whole_file(to, data, len) : -1;
+    free(data);
+    return rc;
+}
+
+/* Flips one bit of the byte at offset of a file; returns 0 or -1. */
+static int flip_byte(const char *path, long long offset)
+{
+    size_t len;
+    char *data = read_whole_file(path, &len);
+    if (data == NULL || offset < 0 || (size_t)offset >= len) {
+        free(data);
+        return -1;
+    }
+    data[offset] ^= 0x10;
+    int rc = write_whole_file(path, data, len);
+    free(data);
+    return rc;
+}
+
+/* Returns 1 when dir has an entry that begins with prefix. */
+static int dir_has_prefix(const char *dir, const char *prefix)
+{
+    size_t count;
+    char **names = dir_entries(dir, &count);
+    int found = 0;
+    for (size_t i = 0; i < count && !found; i++)
+        found = strncmp(names[i], prefix, strlen(prefix)) == 0;
+    free_name_list(names);
+    return found;
+}
+
+/* The sets stored before the restart and kept, and those whose files are damaged. */
+static const char *const g_kept_sets[] = {"keep-plain", "keep-outin", "keep-random"};
+static const char *const g_damaged_files[] = {"victim-flip.wset", "victim-trunc.wset", "victim-header.wset",
+                                              "garbage.wset", "impostor.wset"};
+#define KEEP_COUNT (sizeof g_kept_sets / sizeof g_kept_sets[0])
+#define DAMAGED_COUNT (sizeof g_damaged_files / sizeof g_damaged_files[0])
+
+/*
+ * Stores sets, stops the server with SIGTERM, damages some files in its data directory
+ * (a flipped byte, a truncated file, a cut header, text, a file whose name does not match
+ * the set inside) and leaves an interrupted write (.tmp.*), then starts a server on the
+ * same directory: the kept sets must be there bit for bit and usable by name, the damaged
+ * ones not served and moved to quarantine/, and the leftover removed.
+ */
+static void run_restart_tests(void)
+{
+    static const char *const names[] = {
+        "server/restart-1", "server/restart-2", "restart/stored-before", "restart/damage-files",
+        "restart/sets-identical", "restart/usable-by-name", "restart/damaged-not-served",
+        "restart/damaged-quarantined", "restart/interrupted-write-removed",
+        "restart/name-starting-with-.tmp-survives", "restart/damaged-name-reusable", NULL};
+    if (!any_selected(names))
+        return;
+    static const struct server_kind kind1 = {"restart-1", g_no_strings, g_no_strings};
+    static const struct server_kind kind2 = {"restart-2", g_no_strings, g_no_strings};
+    struct server first, second;
+    memset(&first, 0, sizeof first);
+    memset(&second, 0, sizeof second);
+    first.kind = &kind1;
+    second.kind = &kind2;
+    snprintf(first.data_dir, sizeof first.data_dir, "%s/data-restart", g_tmpdir);
+    snprintf(second.data_dir, sizeof second.data_dir, "%s", first.data_dir);
+    const char *dir = first.data_dir;
+    struct test t;
+    struct http_response r;
+    json_t *saved[KEEP_COUNT] = {NULL}, *named_req = NULL, *named_answer = NULL;
+    int dot_tmp_stored = 0;
+
+    if (server_start(&first) != 0)
+        return;
+    uint64_t rng = RANDOM_SEED + 4242u;
+    json_t *random_set = random_weight_set(&rng, 4, 4, 4, 4, 3, 1, 1, 0, 2);
+    char *random_text = json_dumps(random_set, JSON_COMPACT);
+    const char *texts[KEEP_COUNT] = {g_awkward_set, g_out_in_set, random_text};
+    int selected = test_begin(&t, "restart/stored-before");
+    for (size_t i = 0; i < KEEP_COUNT; i++) {
+        json_decref(put_set_text(&t, &first, g_kept_sets[i], texts[i], 201));
+        saved[i] = get_set(&t, &first, g_kept_sets[i], 200);
+    }
+    static const char *const victims[] = {"victim-flip", "victim-trunc", "victim-header"};
+    for (size_t i = 0; i < 3; i++)
+        json_decref(put_set_text(&t, &first, victims[i], random_text, 201));
+    /* A name that begins like the store's temporary files. */
+    http_text(&first, "PUT", "/v1/weight-sets/.tmp.keep", g_tiny_set, &r);
+    dot_tmp_stored = r.status == 201;
+    expect_true(&t, r.status == 201 || r.status == 400, "PUT .tmp.keep: status %d, expected 201 or 400", r.status);
+    http_response_free(&r);
+    named_req = json_object();
+    double *x = random_values(&rng, 5 * 4, 1.0, 0);
+    json_object_set_new(named_req, "x", json_matrix(x, 5, 4, 0));
+    json_object_set_new(named_req, "weights", json_string("keep-random"));
+    free(x);
+    http_post_json(&first, "/v1/attention", named_req, &r);
+    if (expect_status(&t, &r, 200))
+        named_answer = response_json(&r);
+    http_response_free(&r);
+    if (selected)
+        test_end(&t);
+    server_stop(&first);
+
+    /* Damage files while no server runs. */
+    selected = test_begin(&t, "restart/damage-files");
+    char path[PATH_MAX], other[PATH_MAX];
+    snprintf(path, sizeof path, "%s/victim-flip.wset", dir);
+    long long size = file_size(path);
+    expect_true(&t, size > 16 && flip_byte(path, size / 2) == 0, "cannot flip a byte of %s", path);
+    snprintf(path, sizeof path, "%s/victim-trunc.wset", dir);
+    size = file_size(path);
+    expect_true(&t, size > 16 && truncate(path, (off_t)(size - 8)) == 0, "cannot truncate %s", path);
+    snprintf(path, sizeof path, "%s/victim-header.wset", dir);
+    expect_true(&t, truncate(path, 40) == 0, "cannot truncate %s", path);
+    snprintf(path, sizeof path, "%s/garbage.wset", dir);
+    expect_true(&t, write_whole_file(path, "not a weight set\n", 17) == 0, "cannot write %s", path);
+    snprintf(path, sizeof path, "%s/keep-random.wset", dir);
+    snprintf(other, sizeof other, "%s/impostor.wset", dir);
+    expect_true(&t, copy_file(path, other) == 0, "cannot copy %s to %s", path, other);
+    snprintf(path, sizeof path, "%s/.tmp.keep-random.99999.1", dir);
+    expect_true(&t, write_whole_file(path, "ATTNWSET half", 13) == 0, "cannot write %s", path);
+    if (selected)
+        test_end(&t);
+
+    if (server_start(&second) != 0)
+        goto out;
+    struct server *s = &second;
+    if (test_begin(&t, "restart/sets-identical")) {
+        /* Exactly the kept sets (and .tmp.keep, whose fate its own test reports). */
+        json_t *list = get_set_list(&t, s);
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            const char *name = json_string_value(json_object_get(json_array_get(list, i), "name"));
+            int known = name != NULL && strcmp(name, ".tmp.keep") == 0;
+            for (size_t k = 0; k < KEEP_COUNT && !known; k++)
+                known = name != NULL && strcmp(name, g_kept_sets[k]) == 0;
+            expect_true(&t, known, "the list has %s, which was not stored or is damaged", name ? name : "(no name)");
+        }
+        for (size_t i = 0; i < KEEP_COUNT; i++) {
+            expect_true(&t, list_find(list, g_kept_sets[i]) != NULL, "the list lacks %s", g_kept_sets[i]);
+            json_t *body = get_set(&t, s, g_kept_sets[i], 200);
+            if (body != NULL && saved[i] != NULL)
+                expect_same(&t, body, saved[i], 1, g_kept_sets[i]);
+            json_decref(body);
+        }
+        json_decref(list);
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/usable-by-name")) {
+        http_post_json(s, "/v1/attention", named_req, &r);
+        if (expect_status(&t, &r, 200) && expect_true(&t, named_answer != NULL, "no answer before the restart")) {
+            json_t *body = response_json(&r);
+            expect_same_answer(&t, body, named_answer);
+            json_decref(body);
+        }
+        http_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/damaged-not-served")) {
+        for (size_t i = 0; i < DAMAGED_COUNT; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(strlen(g_damaged_files[i]) - 5), g_damaged_files[i]);
+            json_decref(get_set(&t, s, name, 404));
+        }
+        http_text(s, "POST", "/v1/attention", "{\"x\": [[1, 2, 3, 4]], \"weights\": \"victim-flip\"}", &r);
+        expect_error(&t, &r, 404, "unknown_weight_set", "weights");
+        http_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/damaged-quarantined")) {
+        char qdir[PATH_MAX];
+        snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+        for (size_t i = 0; i < DAMAGED_COUNT; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, g_damaged_files[i]);
+            expect_true(&t, file_size(path) < 0, "%s is still in the data directory", g_damaged_files[i]);
+            expect_true(&t, dir_has_prefix(qdir, g_damaged_files[i]), "%s is not in %s", g_damaged_files[i], qdir);
+        }
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/interrupted-write-removed")) {
+        snprintf(path, sizeof path, "%s/.tmp.keep-random.99999.1", dir);
+        expect_true(&t, file_size(path) < 0, "the leftover %s is still there", path);
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/name-starting-with-.tmp-survives")) {
+        /* Either the name is refused (400), or a 201 means it is on disk and stays. */
+        if (dot_tmp_stored) {
+            json_t *sent = json_from_text(g_tiny_set), *body = get_set(&t, s, ".tmp.keep", 200);
+            if (body != NULL)
+                expect_set_body(&t, body, sent);
+            else
+                test_detail(&t, "    PUT /v1/weight-sets/.tmp.keep answered 201 before the restart");
+            json_decref(sent);
+            json_decref(body);
+        }
+        test_end(&t);
+    }
+    if (test_begin(&t, "restart/damaged-name-reusable")) {
+        json_decref(put_set_text(&t, s, "victim-flip", g_tiny_set, 201));
+        json_decref(get_set(&t, s, "victim-flip", 200));
+        test_end(&t);
+    }
+    server_stop(&second);
+out:
+    for (size_t i = 0; i < KEEP_COUNT; i++)
+        json_decref(saved[i]);
+    json_decref(named_req);
+    json_decref(named_answer);
+    json_decref(random_set);
+    free(random_text);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Group l: draining on SIGTERM                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+/* The slow request: 4 x 2000 tokens of width 8 projected to dk = 512 (about 16 GFLOP of
+ * QK^T, about a second on one core) and dv = 64, without the attention matrix. Its answer
+ * (512000 numbers, about 10 MB) is more than the kernel buffers of a loopback connection
+ * hold, and its client reads at most 16 MB/s, so the answer is still being sent for a
+ * few hundred milliseconds after the computation ends. */
+#define DRAIN_BATCH 4
+#define DRAIN_TOKENS 2000
+#define DRAIN_DV 64
+
+/* Returns the text of the slow request; numbers are multiples of 1/8 so the body stays short. */
+static char *drain_request_text(void)
+{
+    uint64_t rng = RANDOM_SEED + 777u;
+    json_t *req = json_object(), *x = json_array(), *w = json_object();
+    for (size_t b = 0; b < DRAIN_BATCH; b++) {
+        json_t *m = json_array();
+        for (size_t i = 0; i < DRAIN_TOKENS; i++) {
+            json_t *row = json_array();
+            for (size_t j = 0; j < 8; j++)
+                json_array_append_new(row, json_real((double)(rng_next(&rng) % 17) / 8.0 - 1.0));
+            json_array_append_new(m, row);
+        }
+        json_array_append_new(x, m);
+    }
+    const size_t widths[3] = {512, 512, DRAIN_DV};
+    for (int k = 0; k < 3; k++) {
+        json_t *m = json_array();
+        for (size_t i = 0; i < 8; i++) {
+            json_t *row = json_array();
+            for (size_t j = 0; j < widths[k]; j++)
+                json_array_append_new(row, json_real((double)(rng_next(&rng) % 17) / 64.0 - 0.125));
+            json_array_append_new(m, row);
+        }
+        json_object_set_new(w, g_set_members[k], m);
+    }
+    json_object_set_new(req, "x", x);
+    json_object_set_new(req, "weights", w);
+    json_object_set_new(req, "return_attention", json_false());
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return text;
+}
+
+/*
+ * A raw HTTP/1.1 client over one TCP connection, for the one request of the drain test
+ * that needs what curl cannot do: a small receive buffer, and reading that starts late
+ * and goes slowly, so that the server is still sending the answer long after it computed
+ * it (whatever the loopback buffers of the machine hold).
+ */
+
+/* Connects to the server with a receive buffer of rcvbuf bytes; returns the socket or -1. */
+static int raw_connect(const struct server *s, int rcvbuf, char *why, size_t cap)
+{
+    const char *colon = strrchr(s->base_url, ':');
+    int port = colon != NULL ? atoi(colon + 1) : 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+        snprintf(why, cap, "socket: %s", strerror(errno));
+        return -1;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf); /* before connect: sets the window */
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        snprintf(why, cap, "connect to port %d: %s", port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends a POST with body over fd (Connection: close); returns 0 or -1. */
+static int raw_post(int fd, const char *path, const char *body, size_t len)
+{
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n", path, len);
+    const char *parts[2] = {head, body};
+    size_t sizes[2] = {(size_t)n, len};
+    for (int i = 0; i < 2; i++) {
+        size_t done = 0;
+        while (done < sizes[i]) {
+            ssize_t w = write(fd, parts[i] + done, sizes[i] - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return -1;
+            done += (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* Returns 1 when fd has bytes (or EOF) to read now. */
+static int raw_readable(int fd)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+    return poll(&pfd, 1, 0) > 0;
+}
+
+/*
+ * Reads the answer from fd at most rate bytes per second until the connection closes or
+ * Content-Length bytes of body arrived (at most timeout_s), and fills r like http_finish;
+ * a body shorter than its Content-Length is a transport error.
+ */
+static void raw_read_response(int fd, double rate, double timeout_s, struct http_response *r)
+{
+    memset(r, 0, sizeof *r);
+    size_t cap = 1 << 20, used = 0, header_len = 0;
+    long long content_length = -1;
+    char *buf = xcalloc(cap, 1);
+    double start = now_seconds(), first_byte = -1;
+    for (;;) {
+        if (header_len > 0 && content_length >= 0 && used - header_len >= (size_t)content_length)
+            break;
+        double left = start + timeout_s - now_seconds();
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0) {
+            snprintf(r->transport_error, sizeof r->transport_error, "no complete answer within %.0f s", timeout_s);
+            break;
+        }
+        if (used + 65536 + 1 > cap) {
+            cap *= 2;
+            char *bigger = realloc(buf, cap);
+            if (bigger == NULL) {
+                fprintf(stderr, "itest: out of memory\n");
+                exit(2);
+            }
+            buf = bigger;
+        }
+        ssize_t got = read(fd, buf + used, 65536);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (got < 0)
+                snprintf(r->transport_error, sizeof r->transport_error, "read: %s", strerror(errno));
+            break;
+        }
+        used += (size_t)got;
+        buf[used] = '\0';
+        if (header_len == 0) {
+            char *end = strstr(buf, "\r\n\r\n");
+            if (end != NULL) {
+                header_len = (size_t)(end + 4 - buf);
+                r->status = strncmp(buf, "HTTP/1.", 7) == 0 ? atoi(buf + 9) : 0;
+                char *headers = xcalloc(header_len + 1, 1);
+                memcpy(headers, buf, header_len);
+                http_parse_headers(headers, r);
+                free(headers);
+                const char *length = http_header(r, "Content-Length");
+                content_length = length != NULL ? atoll(length) : -1;
+            }
+        }
+        /* Keep to the rate from the first byte on: the bytes so far may not have taken less
+         * than used / rate. */
+        if (first_byte < 0)
+            first_byte = now_seconds();
+        double ahead = (double)used / rate - (now_seconds() - first_byte);
+        if (ahead > 0)
+            sleep_ms((long)(ahead * 1000));
+    }
+    size_t body_len = header_len > 0 ? used - header_len : 0;
+    if (r->transport_error[0] == '\0' && header_len == 0)
+        snprintf(r->transport_error, sizeof r->transport_error, "the connection closed after %zu bytes, before "
+                 "the end of the headers", used);
+    else if (r->transport_error[0] == '\0' && content_length >= 0 && body_len < (size_t)content_length)
+        snprintf(r->transport_error, sizeof r->transport_error, "the connection closed after %zu of the %lld "
+                 "bytes of the body", body_len, content_length);
+    r->body = xcalloc(body_len + 1, 1);
+    memcpy(r->body, buf + header_len, body_len);
+    r->body_len = body_len;
+    free(buf);
+}
+
+/*
+ * A server with --shutdown-grace 5 gets SIGTERM while one request computes (its client
+ * has a small receive buffer and reads slowly, so the 10 MB answer takes a while to send)
+ * and another is still uploading its body. While it drains, /readyz, new attention
+ * requests and writes must get 503 shutting_down with Retry-After, and /healthz 200; the
+ * computing request must get its whole 200 answer, the uploading one an answer (200 or
+ * 503), not a dropped connection; then the process exits 0.
+ */
+static void run_drain_tests(void)
+{
+    static const char *const names[] = {
+        "server/drain", "drain/in-flight-at-sigterm", "drain/readyz-503", "drain/new-attention-503",
+        "drain/put-503", "drain/healthz-200", "drain/in-flight-completes", "drain/uploading-request-answered", NULL};
+    if (!any_selected(names))
+        return;
+    static const char *const args[] = {"--shutdown-grace", "5", NULL};
+    static const struct server_kind kind = {"drain", args, g_no_strings};
+    struct server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.kind = &kind;
+    if (server_start(&srv) != 0)
+        return;
+    struct server *s = &srv;
+    struct test t;
+    struct http_response r;
+    char why[256] = "";
+
+    char *slow_text = drain_request_text();
+    size_t upload_len = 400 * 1024;
+    char *upload_text = xcalloc(upload_len + 1, 1);
+    memset(upload_text, ' ', upload_len);
+    memcpy(upload_text, g_tiny_request, strlen(g_tiny_request));
+    static const char *const slow_writer[] = {"--limit-rate", "200K", NULL};
+    struct http_request upload_rq = {.method = "POST", .path = "/v1/attention", .body = upload_text,
+                                     .body_len = upload_len, .curl_args = slow_writer};
+    struct http_pending upload;
+    int slow_fd = raw_connect(s, 32 * 1024, why, sizeof why);
+    int slow_sent = slow_fd >= 0 && raw_post(slow_fd, "/v1/attention", slow_text, strlen(slow_text)) == 0;
+    http_start(s, &upload_rq, &upload);
+    sleep_ms(400);
+
+    if (test_begin(&t, "drain/in-flight-at-sigterm")) {
+        if (expect_true(&t, slow_sent, "could not send the slow request: %s", why[0] ? why : strerror(errno)))
+            expect_true(&t, !raw_readable(slow_fd), "the slow request was answered within 0.4 s, before SIGTERM; "
+                        "make it slower");
+        expect_true(&t, !http_done(&upload), "the slowly uploading request ended within 0.4 s, before SIGTERM");
+        test_end(&t);
+    }
+    kill(s->pid, SIGTERM);
+    double signalled = now_seconds();
+
+    if (test_begin(&t, "drain/readyz-503")) {
+        for (;;) {
+            http_simple(s, "GET", "/readyz", &r);
+            int in_flight = slow_sent && !raw_readable(slow_fd);
+            if (r.status == 503) {
+                expect_error(&t, &r, 503, "shutting_down", "");
+                expect_true(&t, http_header(&r, "Retry-After") != NULL, "no Retry-After header");
+                http_response_free(&r);
+                break;
+            }
+            if (r.status == 200 && in_flight && now_seconds() - signalled < 0.2) {
+                http_response_free(&r); /* the signal may not have been handled yet */
+                sleep_ms(20);
+                continue;
+            }
+            if (in_flight)
+                expect_true(&t, 0, "/readyz answered %d (%s) while draining with a request in flight", r.status,
+                            r.transport_error);
+            else
+                test_detail(&t, "    the in-flight request ended before /readyz could be asked");
+            http_response_free(&r);
+            break;
+        }
+        test_end(&t);
+    }
+    if (test_begin(&t, "drain/new-attention-503")) {
+        http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
+        if (r.status != 0 || !raw_readable(slow_fd)) {
+            expect_error(&t, &r, 503, "shutting_down", NULL);
+            expect_true(&t, http_header(&r, "Retry-After") != NULL, "no Retry-After header");
+        }
+        http_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "drain/put-503")) {
+        http_text(s, "PUT", "/v1/weight-sets/drained", g_tiny_set, &r);
+        if (r.status != 0 || !raw_readable(slow_fd))
+            expect_error(&t, &r, 503, "shutting_down", NULL);
+        http_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "drain/healthz-200")) {
+        http_simple(s, "GET", "/healthz", &r);
+        if (r.status != 0 || !raw_readable(slow_fd))
+            expect_status(&t, &r, 200);
+        http_response_free(&r);
+        test_end(&t);
+    }
+    /* Read the slow answer at 16 MB/s: about 0.7 s for its 11 MB. */
+    memset(&r, 0, sizeof r);
+    if (slow_sent)
+        raw_read_response(slow_fd, 16e6, 20.0, &r);
+    if (test_begin(&t, "drain/in-flight-completes")) {
+        if (expect_true(&t, slow_sent, "the slow request was not sent") &&
+            expect_true(&t, r.transport_error[0] == '\0', "the in-flight request was cut: %s (status %d)",
+                        r.transport_error, r.status) &&
+            expect_status(&t, &r, 200)) {
+            json_t *body = response_json(&r);
+            size_t dims[3] = {DRAIN_BATCH, DRAIN_TOKENS, DRAIN_DV};
+            char path[512] = "output", shape_why[1024];
+            expect_true(&t, json_has_shape(json_object_get(body, "output"), dims, 3, path, sizeof path, shape_why,
+                                           sizeof shape_why),
+                        "%s", shape_why);
+            json_decref(body);
+        }
+        test_end(&t);
+    }
+    http_response_free(&r);
+    if (slow_fd >= 0)
+        close(slow_fd);
+    http_finish(&upload, &r);
+    if (test_begin(&t, "drain/uploading-request-answered")) {
+        if (expect_true(&t, r.transport_error[0] == '\0' && r.status != 0,
+                        "the request that was still uploading got no answer: %s", r.transport_error) &&
+            r.status != 200)
+            expect_error(&t, &r, 503, "shutting_down", NULL);
+        test_end(&t);
+    }
+    http_response_free(&r);
+    server_wait_exit(s);
+    free(slow_text);
+    free(upload_text);
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Main                                                                                  */
 /* ------------------------------------------------------------------------------------ */
 
 static void usage(FILE *to, const char *argv0)
 {
     fprintf(to,
-            "usage: %s --server PATH --fixtures DIR --cases DIR [--filter SUBSTR]\n"
+            "usage: %s --server PATH --fixtures DIR --cases DIR [--examples DIR] [--filter SUBSTR]\n"
             "  Starts the attention server at PATH on free loopback ports and runs the\n"
-            "  integration tests; --filter runs only tests whose name contains SUBSTR.\n",
+            "  integration tests; --filter runs only tests whose name contains SUBSTR.\n"
+            "  --examples is the directory of the API examples (default: api/examples).\n",
             argv0);
+}
+
+/* Removes dir and everything under it (only files and directories this program and its
+ * servers created: bodies, logs, data directories and their quarantine/). */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 /* Removes the temporary directory, which holds only files this program created. */
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(g_tmpdir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char path[sizeof g_tmpdir + 300];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%.280s", g_tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(g_tmpdir);
+    remove_tree(g_tmpdir);
 }
 
 int main(int argc, char **argv)
 {
-    const char *fixtures = NULL, *cases = NULL;
+    const char *fixtures = NULL, *cases = NULL, *examples = "api/examples";
     for (int i = 1; i < argc; i += 2) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0) {
@@ -2188,6 +4346,8 @@ int main(int argc, char **argv)
             fixtures = value;
         } else if (strcmp(argv[i], "--cases") == 0 && value != NULL) {
             cases = value;
+        } else if (strcmp(argv[i], "--examples") == 0 && value != NULL) {
+            examples = value;
         } else if (strcmp(argv[i], "--filter") == 0 && value != NULL) {
             g_filter = value;
         } else {
@@ -2217,10 +4377,19 @@ int main(int argc, char **argv)
     run_protocol_tests();
     run_random_tests();
     run_concurrency_tests(fixtures);
+    run_weight_set_tests();
+    run_named_attention_tests();
+    run_store_limit_tests();
+    run_example_tests(examples, fixtures);
+    run_replace_concurrency_tests();
 
     for (int id = 0; id < SERVER_COUNT; id++)
         if (g_servers[id].running)
             server_stop(&g_servers[id]);
+
+    /* These start and stop servers of their own. */
+    run_restart_tests();
+    run_drain_tests();
 
     printf("%d passed, %d failed\n", g_passed, g_failed);
     if (g_failed > 0)
