@@ -67,6 +67,10 @@ $(ITEST): $(ITEST_SRCS)
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) -o $@ -ljansson -lm
 
+build/crashtest: tests/integration/crashtest.c tests/ref/reference.c tests/ref/reference.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/ref/reference.c -o $@ -ljansson -lpthread -lm
+
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
@@ -88,7 +92,7 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build

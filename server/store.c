@@ -273,8 +273,10 @@ static int set_write(int fd, weight_set *set)
 
 /* Loads the set file at path (expected to hold a set named `name`).
  * Returns the set, or NULL with a reason in why. */
-static weight_set *set_load(const char *path, const char *name, char *why, size_t why_len)
+static weight_set *set_load(const char *path, const char *name, char *why, size_t why_len,
+                            int *nomem)
 {
+    *nomem = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, why_len, "cannot open: %s", strerror(errno));
@@ -335,6 +337,7 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
         double *a = mem_malloc(n);
         if (a == NULL) {
             snprintf(why, why_len, "out of memory loading it");
+            *nomem = 1;
             goto fail;
         }
         *weights_array(&w, i) = a;
@@ -352,6 +355,7 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
     set = weightset_new(name, &w, (size_t)heads, (int)(flags & 1u));
     if (set == NULL) {
         snprintf(why, why_len, "out of memory loading it");
+        *nomem = 1;
         goto fail;
     }
     set->stored_at_ms = (int64_t)get_u64(header + 72);
@@ -415,7 +419,9 @@ static void quarantine(const weight_store *store, const char *file)
     snprintf(qdir, sizeof qdir, "%s/quarantine", store->dir);
     mkdir(qdir, 0755);
     snprintf(from, sizeof from, "%s/%s", store->dir, file);
-    snprintf(to, sizeof to, "%s/%s.%lld", qdir, file, (long long)time(NULL));
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(to, sizeof to, "%s/%s.%lld%09ld", qdir, file, (long long)now.tv_sec, now.tv_nsec);
     if (rename(from, to) == 0)
         fprintf(stderr, "store: moved %s to %s\n", from, to);
     else
@@ -489,16 +495,25 @@ weight_store *store_open(const char *dir, const store_limits *limits, api_error 
         snprintf(name, sizeof name, "%.*s", (int)(n - 5), file);
         char why[200];
         weight_set *set = NULL;
+        int nomem = 0;
         if (n - 5 > 64) {
             snprintf(why, sizeof why, "the file name is not a valid set name");
         } else {
-            set = set_load(path, name, why, sizeof why);
+            set = set_load(path, name, why, sizeof why, &nomem);
         }
-        if (set == NULL || table_reserve(store) != 0) {
-            fprintf(stderr, "store: skipping %s: %s\n", path, set ? "out of memory" : why);
+        if (nomem || (set != NULL && table_reserve(store) != 0)) {
+            /* A good file must not be quarantined for our lack of memory:
+             * refuse to start instead. */
+            fprintf(stderr, "store: out of memory loading %s\n", path);
             weightset_release(set);
-            if (set == NULL)
-                quarantine(store, file);
+            closedir(d);
+            store_close(store);
+            error_nomem(err);
+            return NULL;
+        }
+        if (set == NULL) {
+            fprintf(stderr, "store: skipping %s: %s\n", path, why);
+            quarantine(store, file);
             skipped++;
             continue;
         }
@@ -636,11 +651,17 @@ int store_delete(weight_store *store, const char *name, api_error *err)
     }
     char path[1400];
     path_of(store, name, path, sizeof path);
-    if (io_fault() != 0 || (unlink(path) != 0 && errno != ENOENT) || fsync_dir(store->dir) != 0) {
+    if (io_fault() != 0 || (unlink(path) != 0 && errno != ENOENT)) {
         rc = error_set(err, ERR_INTERNAL, "internal", NULL,
                        "The weight set could not be deleted: %s. Nothing was changed.",
                        strerror(errno));
         goto done;
+    }
+    if (fsync_dir(store->dir) != 0) {
+        /* The file is gone; as in store_put, the table follows the file. */
+        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
+                       "The weight set was deleted but the directory could not be synced (%s).",
+                       strerror(errno));
     }
     pthread_mutex_lock(&store->map_lock);
     long i = table_find(store, name);

@@ -40,8 +40,9 @@ typedef struct store_limits {
 } store_limits;
 
 /* Opens (creating if needed) the data directory and loads every set in it.
- * Problems with single files are reported on stderr and skipped.  Returns
- * the store, or NULL with err filled when the directory itself is unusable.
+ * A file that is damaged is reported on stderr and moved to quarantine/.
+ * Returns the store, or NULL with err filled when the directory itself is
+ * unusable or memory runs out (good files are never quarantined for that).
  * Close with store_close. */
 weight_store *store_open(const char *dir, const store_limits *limits, api_error *err);
 
@@ -56,8 +57,11 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
 /* Stores set under set->name, replacing any set of that name, durably.
  * Takes ownership of the caller's reference to set in every case.  Returns 0
  * with *created = 1 for a new name and 0 for a replacement, or a negative
- * ERR_* code (413 over the limits, 503/500 on I/O failure) with err filled;
- * on failure the store and its files are as they were. */
+ * ERR_* code (413 over the limits, 503 out of memory, 500 on I/O failure)
+ * with err filled.  On failure the store and its files are as they were,
+ * with one exception: when only the final fsync of the directory fails, the
+ * new file is already in place and the table follows it (the error tells the
+ * client to retry, which is harmless). */
 int store_put(weight_store *store, weight_set *set, int *created, api_error *err);
 
 /* Returns a new reference to the set named name, or NULL if there is none. */

@@ -49,6 +49,8 @@ suite integration build/itest --server build/attention-server --fixtures "$FIXTU
     --cases tests/integration/cases
 suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
     --cases tests/integration/cases
+suite crash build/crashtest --server build/attention-server
+suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
 
 echo

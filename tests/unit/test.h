@@ -77,7 +77,21 @@ extern int test_failed;
     X(config_sizes)                         \
     X(config_help_lists_every_option)       \
     X(oom_decode_run_encode)                \
-    X(oom_api_handle)
+    X(oom_api_handle)                       \
+    X(store_put_reopen_bit_exact)       \
+    X(store_replace)                    \
+    X(store_delete)                     \
+    X(store_reference_outlives_replace_and_delete) \
+    X(store_quarantines_bad_files)      \
+    X(store_every_byte_flip_is_rejected) \
+    X(store_removes_tmp_leftovers)      \
+    X(store_put_io_faults)              \
+    X(store_delete_io_faults)           \
+    X(store_limits)                     \
+    X(store_set_limit_boundary)         \
+    X(store_put_out_of_memory)          \
+    X(store_open_out_of_memory)         \
+    X(store_concurrent_readers)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

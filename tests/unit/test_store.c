@@ -1,0 +1,1269 @@
+/*
+ * test_store.c - the weight-set store: files, durability, reference counts.
+ *
+ * Every test runs in a fresh mkdtemp directory under /tmp that is removed at
+ * the end, whatever happened.  Sets are filled from a seed, so a test can make
+ * the numbers it expects a second time and compare every double bit for bit
+ * (memcmp, so -0.0, subnormals and DBL_MAX count as well).  The store's
+ * start-up messages go to stderr; the tests capture them in a temporary file
+ * so that the output stays readable and so that they can check what was said.
+ *
+ * Failure injection: store_fail_io_after(n) fails the nth file-system step of
+ * a put or delete, and mem_fail_after(n) the nth allocation; the tests walk
+ * n = 0, 1, 2, ... until the operation succeeds and check each time that it
+ * failed cleanly (an error, no temporary file, memory and disk as before).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mem.h"
+#include "store.h"
+#include "test.h"
+
+/* Limits far above anything these tests store. */
+static const store_limits roomy = {(size_t)1 << 30, (size_t)1 << 31};
+
+/* ---- making and checking sets ------------------------------------------ */
+
+/* Which arrays a set has, in the store's order, and its dimensions. */
+enum { HAS_WO = 1u << 3, HAS_BQ = 1u << 4, HAS_BK = 1u << 5, HAS_BV = 1u << 6, HAS_BO = 1u << 7 };
+#define HAS_ALL (HAS_WO | HAS_BQ | HAS_BK | HAS_BV | HAS_BO)
+
+typedef struct set_shape {
+    size_t d_in, d_ctx, dk, dv, d_out; /* d_out is ignored (= dv) without wo */
+    unsigned optional;                 /* HAS_* bits */
+} set_shape;
+
+static uint64_t splitmix(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Any finite double, with the awkward ones (signed zero, subnormals, the
+ * extremes) much more often than chance would give. */
+static double awkward_double(uint64_t *state)
+{
+    static const double special[] = {-0.0, 0.0, DBL_TRUE_MIN, -DBL_TRUE_MIN, DBL_MIN / 3,
+                                     DBL_MAX, -DBL_MAX, DBL_MIN, 1.0, -1.0, 0.1, 1e-300};
+    uint64_t r = splitmix(state);
+    if (r % 8 == 0)
+        return special[(r >> 8) % (sizeof special / sizeof special[0])];
+    uint64_t bits = splitmix(state);
+    if (((bits >> 52) & 0x7FF) == 0x7FF)
+        bits &= ~(1ull << 62); /* Inf or NaN: make it an ordinary large number */
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static size_t array_len(const set_shape *s, int i)
+{
+    size_t d_out = (s->optional & HAS_WO) ? s->d_out : s->dv;
+    switch (i) {
+    case 0: return s->d_in * s->dk;
+    case 1: return s->d_ctx * s->dk;
+    case 2: return s->d_ctx * s->dv;
+    case 3: return s->dv * d_out;
+    case 4: case 5: return s->dk;
+    case 6: return s->dv;
+    default: return d_out;
+    }
+}
+
+static int array_present(const set_shape *s, int i)
+{
+    return i < 3 || (s->optional & (1u << i)) != 0;
+}
+
+static double **array_slot(attn_weights *w, int i)
+{
+    double **slots[8] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->bq, &w->bk, &w->bv, &w->bo};
+    return slots[i];
+}
+
+static void weights_free(attn_weights *w)
+{
+    for (int i = 0; i < 8; i++)
+        mem_free(*array_slot(w, i));
+    memset(w, 0, sizeof *w);
+}
+
+/* Fills w with arrays of shape s made from seed (mem_malloc'ed, as the store
+ * expects).  Returns 0, or -1 when memory runs out (w then empty). */
+static int weights_make(const set_shape *s, uint64_t seed, attn_weights *w)
+{
+    memset(w, 0, sizeof *w);
+    w->d_in = s->d_in;
+    w->d_ctx = s->d_ctx;
+    w->dk = s->dk;
+    w->dv = s->dv;
+    w->d_out = (s->optional & HAS_WO) ? s->d_out : s->dv;
+    uint64_t state = seed;
+    for (int i = 0; i < 8; i++) {
+        if (!array_present(s, i))
+            continue;
+        size_t n = array_len(s, i);
+        double *a = mem_malloc(n * sizeof *a);
+        if (a == NULL) {
+            weights_free(w);
+            return -1;
+        }
+        for (size_t j = 0; j < n; j++)
+            a[j] = awkward_double(&state);
+        *array_slot(w, i) = a;
+    }
+    return 0;
+}
+
+/* A new set named name with the numbers of seed; NULL only when out of memory. */
+static weight_set *set_make(const char *name, const set_shape *s, uint64_t seed, size_t heads,
+                            int out_in)
+{
+    attn_weights w;
+    if (weights_make(s, seed, &w) != 0)
+        return NULL;
+    weight_set *set = weightset_new(name, &w, heads, out_in);
+    if (set == NULL)
+        weights_free(&w);
+    return set;
+}
+
+/* Bytes of the file of a set named name with shape s (the format in store.c). */
+static size_t file_size_of(const char *name, const set_shape *s)
+{
+    size_t size = 80 + ((strlen(name) + 7) & ~(size_t)7) + 8;
+    for (int i = 0; i < 8; i++)
+        if (array_present(s, i))
+            size += array_len(s, i) * sizeof(double);
+    return size;
+}
+
+/* Returns 1 if set holds exactly (every bit) the set made from s, seed,
+ * heads and out_in under name; otherwise 0 with the first difference in why. */
+static int set_matches(const weight_set *set, const char *name, const set_shape *s, uint64_t seed,
+                       size_t heads, int out_in, char *why, size_t why_len)
+{
+    if (set == NULL) {
+        snprintf(why, why_len, "set %s is missing", name);
+        return 0;
+    }
+    attn_weights want;
+    if (weights_make(s, seed, &want) != 0) {
+        snprintf(why, why_len, "out of memory in the test");
+        return 0;
+    }
+    int ok = 0;
+    const attn_weights *got = &set->w;
+    if (strcmp(set->name, name) != 0) {
+        snprintf(why, why_len, "name %s, expected %s", set->name, name);
+    } else if (set->heads != heads || set->out_in != out_in) {
+        snprintf(why, why_len, "%s: heads %zu out_in %d, expected %zu and %d", name, set->heads,
+                 set->out_in, heads, out_in);
+    } else if (got->d_in != want.d_in || got->d_ctx != want.d_ctx || got->dk != want.dk ||
+               got->dv != want.dv || got->d_out != want.d_out) {
+        snprintf(why, why_len, "%s: dimensions %zu %zu %zu %zu %zu, expected %zu %zu %zu %zu %zu",
+                 name, got->d_in, got->d_ctx, got->dk, got->dv, got->d_out, want.d_in, want.d_ctx,
+                 want.dk, want.dv, want.d_out);
+    } else {
+        ok = 1;
+        attn_weights *g = (attn_weights *)got;
+        for (int i = 0; i < 8 && ok; i++) {
+            const double *a = *array_slot(g, i), *b = *array_slot(&want, i);
+            if ((a == NULL) != (b == NULL)) {
+                snprintf(why, why_len, "%s: array %d is %s", name, i, a ? "extra" : "missing");
+                ok = 0;
+            } else if (a != NULL && memcmp(a, b, array_len(s, i) * sizeof(double)) != 0) {
+                snprintf(why, why_len, "%s: array %d differs in its bits", name, i);
+                ok = 0;
+            }
+        }
+    }
+    weights_free(&want);
+    return ok;
+}
+
+/* ASSERT-style check of set_matches. */
+#define ASSERT_SET(set, name, shape, seed, heads, out_in)                                 \
+    do {                                                                                    \
+        char why_[256];                                                                     \
+        if (!set_matches((set), (name), (shape), (seed), (heads), (out_in), why_, sizeof why_)) \
+            FAIL_AT("%s", why_);                                                            \
+    } while (0)
+
+/* ---- the directory ------------------------------------------------------- */
+
+/* Removes dir and everything in it (two levels are all the store makes, but
+ * this goes as deep as it must). */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char path[2048];
+            struct stat st;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                remove_tree(path);
+            else
+                unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Number of entries of dir whose names start with prefix ("" for all); -1
+ * when dir does not exist. */
+static long count_entries(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            !strncmp(e->d_name, prefix, strlen(prefix)))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Size of dir/file, or -1 when it does not exist. */
+static long long file_size(const char *dir, const char *file)
+{
+    char path[2048];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static int read_file(const char *dir, const char *file, unsigned char **data, size_t *len)
+{
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *data = malloc(n > 0 ? (size_t)n : 1);
+    *len = fread(*data, 1, n > 0 ? (size_t)n : 0, f);
+    fclose(f);
+    return *len == (size_t)n ? 0 : -1;
+}
+
+static int write_file(const char *dir, const char *file, const void *data, size_t len)
+{
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return -1;
+    size_t done = fwrite(data, 1, len, f);
+    return fclose(f) == 0 && done == len ? 0 : -1;
+}
+
+/* Stores a test opened and has not closed yet: in_temp_dir closes them when
+ * a failed assert returned early, so that a failure is not also a leak. */
+static weight_store *open_stores[8];
+
+static void track_store(weight_store *store, int open)
+{
+    for (size_t i = 0; i < sizeof open_stores / sizeof open_stores[0]; i++) {
+        if (open && open_stores[i] == NULL) {
+            open_stores[i] = store;
+            return;
+        }
+        if (!open && open_stores[i] == store) {
+            open_stores[i] = NULL;
+            return;
+        }
+    }
+}
+
+static void close_store(weight_store *store)
+{
+    if (store != NULL)
+        track_store(store, 0);
+    store_close(store);
+}
+
+/* Opens the store at dir with its stderr messages captured into log (when
+ * log is not NULL; they are dropped otherwise).  Close with close_store. */
+static weight_store *open_store(const char *dir, const store_limits *limits, api_error *err,
+                                char *log, size_t log_len)
+{
+    FILE *capture = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    fflush(stderr);
+    if (capture != NULL && saved >= 0)
+        dup2(fileno(capture), STDERR_FILENO);
+    error_clear(err);
+    weight_store *store = store_open(dir, limits, err);
+    fflush(stderr);
+    if (saved >= 0) {
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+    }
+    if (log != NULL) {
+        log[0] = '\0';
+        if (capture != NULL) {
+            rewind(capture);
+            size_t n = fread(log, 1, log_len - 1, capture);
+            log[n] = '\0';
+        }
+    }
+    if (capture != NULL)
+        fclose(capture);
+    if (store != NULL)
+        track_store(store, 1);
+    return store;
+}
+
+/* Runs body in a fresh temporary directory and removes the directory after,
+ * also when body failed; failure injection is turned off either way. */
+static void in_temp_dir(void (*body)(const char *dir))
+{
+    char dir[] = "/tmp/attn-store-test-XXXXXX";
+    if (mkdtemp(dir) == NULL)
+        FAIL_AT("mkdtemp: %s", strerror(errno));
+    body(dir);
+    store_fail_io_after(-1);
+    mem_fail_reset();
+    for (size_t i = 0; i < sizeof open_stores / sizeof open_stores[0]; i++)
+        close_store(open_stores[i]);
+    remove_tree(dir);
+}
+
+/* ---- put, reopen, replace, delete ---------------------------------------- */
+
+static const char long_name[] = "L234567890123456789012345678901234567890123456789012345678901234";
+
+static const struct stored_case {
+    const char *name;
+    set_shape shape;
+    size_t heads;
+    int out_in;
+} stored_cases[] = {
+    {"full", {5, 3, 4, 6, 7, HAS_ALL}, 2, 1},
+    {"minimal", {1, 1, 1, 1, 1, 0}, 0, 0},
+    {"wo-no-bo_bk.only", {3, 2, 2, 4, 1, HAS_WO | HAS_BK}, 0, 1},
+    {"x", {8, 8, 8, 8, 8, HAS_BQ | HAS_BV}, 4, 0},
+    {long_name, {2, 3, 6, 3, 2, HAS_WO | HAS_BO}, 3, 0},
+};
+#define STORED_CASES (sizeof stored_cases / sizeof stored_cases[0])
+
+static void body_put_reopen(const char *dir)
+{
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_total_bytes(store), 0);
+    size_t total = 0;
+    int64_t stored_at[STORED_CASES];
+    for (size_t i = 0; i < STORED_CASES; i++) {
+        const struct stored_case *c = &stored_cases[i];
+        weight_set *set = set_make(c->name, &c->shape, 100 + i, c->heads, c->out_in);
+        ASSERT(set != NULL);
+        int created = -1;
+        ASSERT_EQ(store_put(store, set, &created, &err), 0);
+        ASSERT_EQ(created, 1);
+        char file[100];
+        snprintf(file, sizeof file, "%s.wset", c->name);
+        size_t size = file_size_of(c->name, &c->shape);
+        ASSERT_EQ(file_size(dir, file), size);
+        total += size;
+        ASSERT_EQ(store_total_bytes(store), total);
+        weight_set *got = store_get(store, c->name);
+        ASSERT_SET(got, c->name, &c->shape, 100 + i, c->heads, c->out_in);
+        ASSERT_EQ(got->size_bytes, size);
+        ASSERT(got->stored_at_ms > 1500000000000LL);
+        stored_at[i] = got->stored_at_ms;
+        weightset_release(got);
+    }
+    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    close_store(store);
+
+    char log[4096];
+    store = open_store(dir, &roomy, &err, log, sizeof log);
+    ASSERT(store != NULL);
+    ASSERT(strstr(log, "5 weight set(s) loaded") != NULL);
+    ASSERT_EQ(store_total_bytes(store), total);
+    for (size_t i = 0; i < STORED_CASES; i++) {
+        const struct stored_case *c = &stored_cases[i];
+        weight_set *got = store_get(store, c->name);
+        ASSERT_SET(got, c->name, &c->shape, 100 + i, c->heads, c->out_in);
+        ASSERT_EQ(got->stored_at_ms, stored_at[i]);
+        ASSERT_EQ(got->size_bytes, file_size_of(c->name, &c->shape));
+        weightset_release(got);
+    }
+    ASSERT(store_get(store, "nothing") == NULL);
+    size_t count = 0;
+    weight_set **list = store_list(store, &count);
+    ASSERT_EQ(count, STORED_CASES);
+    for (size_t i = 1; i < count; i++)
+        ASSERT(strcmp(list[i - 1]->name, list[i]->name) < 0);
+    store_list_free(list, count);
+    ASSERT_EQ(count_entries(dir, "quarantine"), 0);
+    close_store(store);
+}
+
+void test_store_put_reopen_bit_exact(void)
+{
+    in_temp_dir(body_put_reopen);
+}
+
+static void body_replace(const char *dir)
+{
+    static const set_shape small = {2, 2, 2, 2, 2, 0}, big = {6, 4, 6, 3, 5, HAS_ALL};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    int created = -1;
+    ASSERT_EQ(store_put(store, set_make("other", &small, 1, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 1);
+    ASSERT_EQ(store_put(store, set_make("w", &small, 2, 1, 0), &created, &err), 0);
+    ASSERT_EQ(created, 1);
+    size_t other = file_size_of("other", &small);
+    ASSERT_EQ(store_total_bytes(store), other + file_size_of("w", &small));
+    created = -1;
+    ASSERT_EQ(store_put(store, set_make("w", &big, 3, 3, 1), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    ASSERT_EQ(store_total_bytes(store), other + file_size_of("w", &big));
+    ASSERT_EQ(file_size(dir, "w.wset"), file_size_of("w", &big));
+    weight_set *got = store_get(store, "w");
+    ASSERT_SET(got, "w", &big, 3, 3, 1);
+    ASSERT_EQ(got->size_bytes, file_size_of("w", &big));
+    weightset_release(got);
+    /* And back to the small one: the total shrinks again. */
+    ASSERT_EQ(store_put(store, set_make("w", &small, 4, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    ASSERT_EQ(store_total_bytes(store), other + file_size_of("w", &small));
+    size_t count = 0;
+    weight_set **list = store_list(store, &count);
+    ASSERT_EQ(count, 2);
+    store_list_free(list, count);
+    close_store(store);
+
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    got = store_get(store, "w");
+    ASSERT_SET(got, "w", &small, 4, 0, 0);
+    weightset_release(got);
+    ASSERT_EQ(store_total_bytes(store), other + file_size_of("w", &small));
+    ASSERT_EQ(count_entries(dir, ""), 2);
+    close_store(store);
+}
+
+void test_store_replace(void)
+{
+    in_temp_dir(body_replace);
+}
+
+static void body_delete(const char *dir)
+{
+    static const set_shape shape = {3, 3, 2, 2, 2, HAS_BQ};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("a", &shape, 1, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("b", &shape, 2, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(file_size(dir, "a.wset"), file_size_of("a", &shape));
+    error_clear(&err);
+    ASSERT_EQ(store_delete(store, "a", &err), 0);
+    ASSERT(store_get(store, "a") == NULL);
+    ASSERT_EQ(file_size(dir, "a.wset"), -1);
+    ASSERT_EQ(store_total_bytes(store), file_size_of("b", &shape));
+    error_clear(&err);
+    ASSERT_EQ(store_delete(store, "a", &err), ERR_NOT_FOUND);
+    ASSERT_EQ(error_http_status(err.status_code), 404);
+    ASSERT_STR_EQ(err.code, "unknown_weight_set");
+    ASSERT_EQ(store_delete(store, "never-there", &err), ERR_NOT_FOUND);
+    weight_set *b = store_get(store, "b");
+    ASSERT_SET(b, "b", &shape, 2, 0, 0);
+    weightset_release(b);
+    close_store(store);
+
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT(store_get(store, "a") == NULL);
+    b = store_get(store, "b");
+    ASSERT_SET(b, "b", &shape, 2, 0, 0);
+    weightset_release(b);
+    /* A name can be used again after its deletion, as a new set. */
+    int created = -1;
+    ASSERT_EQ(store_put(store, set_make("a", &shape, 3, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 1);
+    ASSERT_EQ(store_delete(store, "a", &err), 0);
+    ASSERT_EQ(store_delete(store, "b", &err), 0);
+    ASSERT_EQ(store_total_bytes(store), 0);
+    ASSERT_EQ(count_entries(dir, ""), 0);
+    size_t count = 99;
+    weight_set **list = store_list(store, &count);
+    ASSERT(list == NULL);
+    ASSERT_EQ(count, 0);
+    close_store(store);
+}
+
+void test_store_delete(void)
+{
+    in_temp_dir(body_delete);
+}
+
+/* A reference keeps its numbers through a replace, a delete and the close of
+ * the store (run this under the sanitizer build to catch a use after free). */
+static void body_reference(const char *dir)
+{
+    static const set_shape v1 = {4, 4, 4, 4, 4, HAS_ALL}, v2 = {2, 3, 2, 2, 1, HAS_WO};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("r", &v1, 11, 2, 1), NULL, &err), 0);
+    weight_set *old = store_get(store, "r");
+    ASSERT_SET(old, "r", &v1, 11, 2, 1);
+    int created = -1;
+    ASSERT_EQ(store_put(store, set_make("r", &v2, 12, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    ASSERT_SET(old, "r", &v1, 11, 2, 1);
+    weight_set *second = store_get(store, "r");
+    ASSERT_SET(second, "r", &v2, 12, 0, 0);
+    ASSERT_EQ(store_delete(store, "r", &err), 0);
+    ASSERT(store_get(store, "r") == NULL);
+    ASSERT_SET(old, "r", &v1, 11, 2, 1);
+    ASSERT_SET(second, "r", &v2, 12, 0, 0);
+    /* A listed set too stays valid after the store is gone. */
+    ASSERT_EQ(store_put(store, set_make("s", &v1, 13, 0, 0), NULL, &err), 0);
+    size_t count = 0;
+    weight_set **list = store_list(store, &count);
+    ASSERT_EQ(count, 1);
+    close_store(store);
+    ASSERT_SET(old, "r", &v1, 11, 2, 1);
+    ASSERT_SET(second, "r", &v2, 12, 0, 0);
+    ASSERT_SET(list[0], "s", &v1, 13, 0, 0);
+    store_list_free(list, count);
+    weightset_release(old);
+    weightset_release(second);
+    weightset_release(NULL);
+}
+
+void test_store_reference_outlives_replace_and_delete(void)
+{
+    in_temp_dir(body_reference);
+}
+
+/* ---- bad files at start-up ----------------------------------------------- */
+
+/* Writes to dir/file a copy of the set file good (whose name field, at
+ * offset 80, is 5 bytes long) with inner_name in that field, one byte flipped
+ * at offset (none when offset < 0), and cut bytes cut from the end. */
+static int write_damaged(const char *dir, const char *file, const unsigned char *good, size_t len,
+                         const char *inner_name, long offset, size_t cut)
+{
+    unsigned char *copy = malloc(len);
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, good, len);
+    memcpy(copy + 80, inner_name, 5);
+    if (offset >= 0)
+        copy[offset] ^= 0x40;
+    int rc = write_file(dir, file, copy, len - cut);
+    free(copy);
+    return rc;
+}
+
+/* Returns 1 if dir/quarantine holds exactly one entry for file, of size size. */
+static int quarantined(const char *dir, const char *file, long long size)
+{
+    char qdir[1024], prefix[256];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+    snprintf(prefix, sizeof prefix, "%s.", file);
+    DIR *d = opendir(qdir);
+    if (d == NULL)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && file_size(qdir, e->d_name) == size)
+            found++;
+    closedir(d);
+    return found == 1;
+}
+
+static void body_quarantine(const char *dir)
+{
+    static const set_shape shape = {6, 5, 4, 4, 3, HAS_ALL};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("good1", &shape, 1, 2, 0), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("good2", &shape, 2, 0, 1), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("model", &shape, 3, 0, 0), NULL, &err), 0);
+    close_store(store);
+
+    unsigned char *model;
+    size_t len;
+    ASSERT_EQ(read_file(dir, "model.wset", &model, &len), 0);
+    ASSERT_EQ(len, file_size_of("model", &shape));
+    /* Copies of model.wset, each with its own name inside (all 5 letters long,
+     * so the layout is the same) and damaged in one way. */
+    static const struct damage {
+        const char *file, *inner_name;
+        long offset; /* byte to flip; -2: the middle one; -1: none */
+        size_t cut;  /* bytes cut from the end */
+    } damages[] = {
+        {"model.wset", "model", -2, 0}, /* a bit flipped in the middle of the numbers */
+        {"magic.wset", "magic", 0, 0},  /* in the magic */
+        {"dimen.wset", "dimen", 40, 0}, /* in a dimension */
+        {"check.wset", "check", -3, 0}, /* in the checksum itself (last byte) */
+        {"trunc.wset", "trunc", -1, 8}, /* the last 8 bytes cut */
+        {"other.wset", "model", -1, 0}, /* a good file under the wrong name */
+    };
+    size_t n_damages = sizeof damages / sizeof damages[0];
+    for (size_t i = 0; i < n_damages; i++) {
+        long offset = damages[i].offset == -2   ? (long)(len / 2)
+                      : damages[i].offset == -3 ? (long)len - 1
+                                                : damages[i].offset;
+        ASSERT_EQ(write_damaged(dir, damages[i].file, model, len, damages[i].inner_name, offset,
+                                damages[i].cut), 0);
+    }
+    free(model);
+    /* Garbage, a file shorter than a header, and a name longer than 64. */
+    unsigned char garbage[1000];
+    uint64_t state = 42;
+    for (size_t i = 0; i < sizeof garbage; i++)
+        garbage[i] = (unsigned char)splitmix(&state);
+    ASSERT_EQ(write_file(dir, "garbage.wset", garbage, sizeof garbage), 0);
+    ASSERT_EQ(write_file(dir, "tiny.wset", "ATTNWSET", 8), 0);
+    char too_long[100];
+    snprintf(too_long, sizeof too_long, "%sX.wset", long_name);
+    ASSERT_EQ(write_file(dir, too_long, garbage, 100), 0);
+    /* Files that are not sets at all are left alone. */
+    ASSERT_EQ(write_file(dir, "README.txt", "notes", 5), 0);
+    ASSERT_EQ(write_file(dir, ".wset", "x", 1), 0);
+
+    char log[8192];
+    store = open_store(dir, &roomy, &err, log, sizeof log);
+    ASSERT(store != NULL);
+    ASSERT(strstr(log, "2 weight set(s) loaded") != NULL);
+    weight_set *got = store_get(store, "good1");
+    ASSERT_SET(got, "good1", &shape, 1, 2, 0);
+    weightset_release(got);
+    got = store_get(store, "good2");
+    ASSERT_SET(got, "good2", &shape, 2, 0, 1);
+    weightset_release(got);
+    size_t count = 0;
+    weight_set **list = store_list(store, &count);
+    store_list_free(list, count);
+    ASSERT_EQ(count, 2);
+    ASSERT_EQ(store_total_bytes(store), 2 * file_size_of("good1", &shape));
+    for (size_t i = 0; i < n_damages; i++) {
+        const char *file = damages[i].file;
+        if (!quarantined(dir, file, (long long)(len - damages[i].cut)))
+            FAIL_AT("%s was not moved to quarantine/ intact", file);
+        if (file_size(dir, file) != -1)
+            FAIL_AT("%s is still in the data directory", file);
+        if (strstr(log, file) == NULL)
+            FAIL_AT("the log does not name %s:\n%s", file, log);
+    }
+    ASSERT(strstr(log, "checksum") != NULL);
+    ASSERT(strstr(log, "not a version-1") != NULL);
+    ASSERT(strstr(log, "truncated") != NULL);
+    ASSERT(strstr(log, "does not match") != NULL);
+    ASSERT(quarantined(dir, "garbage.wset", sizeof garbage));
+    ASSERT(quarantined(dir, "tiny.wset", 8));
+    ASSERT(quarantined(dir, too_long, 100));
+    ASSERT_EQ(file_size(dir, "README.txt"), 5);
+    ASSERT_EQ(file_size(dir, ".wset"), 1);
+    char qdir[1024];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+    ASSERT_EQ(count_entries(qdir, ""), (long)n_damages + 3);
+    ASSERT(store_get(store, "model") == NULL);
+    ASSERT(store_get(store, "other") == NULL);
+    /* The name of a quarantined file can be stored again. */
+    int created = -1;
+    ASSERT_EQ(store_put(store, set_make("model", &shape, 9, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 1);
+    close_store(store);
+
+    /* Opening again finds nothing new to complain about. */
+    store = open_store(dir, &roomy, &err, log, sizeof log);
+    ASSERT(store != NULL);
+    ASSERT(strstr(log, "3 weight set(s) loaded") != NULL);
+    ASSERT(strstr(log, "(0 skipped)") != NULL);
+    ASSERT_EQ(count_entries(qdir, ""), (long)n_damages + 3);
+    got = store_get(store, "model");
+    ASSERT_SET(got, "model", &shape, 9, 0, 0);
+    weightset_release(got);
+    close_store(store);
+}
+
+void test_store_quarantines_bad_files(void)
+{
+    in_temp_dir(body_quarantine);
+}
+
+/* Flipping bit 0, 3 or 6 of any byte of a small set file is caught: no such
+ * file is ever loaded, and each is moved aside. */
+static void body_every_flip(const char *dir)
+{
+    static const set_shape shape = {2, 1, 2, 1, 1, HAS_BQ};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("f", &shape, 5, 0, 0), NULL, &err), 0);
+    close_store(store);
+    unsigned char *good;
+    size_t len;
+    ASSERT_EQ(read_file(dir, "f.wset", &good, &len), 0);
+    for (size_t offset = 0; offset < len; offset++) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            good[offset] ^= (unsigned char)(1u << bit);
+            int written = write_file(dir, "f.wset", good, len);
+            good[offset] ^= (unsigned char)(1u << bit);
+            if (written != 0) {
+                free(good);
+                FAIL_AT("cannot write f.wset");
+            }
+            store = open_store(dir, &roomy, &err, NULL, 0);
+            weight_set *got = store ? store_get(store, "f") : NULL;
+            close_store(store);
+            if (got != NULL) {
+                weightset_release(got);
+                free(good);
+                FAIL_AT("a file with bit %d of byte %zu flipped was loaded", bit, offset);
+            }
+            if (file_size(dir, "f.wset") != -1) {
+                free(good);
+                FAIL_AT("the damaged file (byte %zu) was not moved aside", offset);
+            }
+        }
+    }
+    free(good);
+}
+
+void test_store_every_byte_flip_is_rejected(void)
+{
+    in_temp_dir(body_every_flip);
+}
+
+static void body_tmp_leftovers(const char *dir)
+{
+    static const set_shape shape = {3, 3, 3, 3, 3, 0};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("a", &shape, 1, 0, 0), NULL, &err), 0);
+    close_store(store);
+    unsigned char *good;
+    size_t len;
+    ASSERT_EQ(read_file(dir, "a.wset", &good, &len), 0);
+    /* What a crash leaves: half a new version of a, a whole new set b that was
+     * never renamed, and an empty file. */
+    int ok = write_file(dir, ".tmp.a.123.1", good, len / 2) == 0 &&
+             write_file(dir, ".tmp.b.123.2", good, len) == 0 &&
+             write_file(dir, ".tmp.c.77.3", "", 0) == 0;
+    free(good);
+    ASSERT(ok);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 3);
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    ASSERT_EQ(count_entries(dir, "quarantine"), 0);
+    weight_set *got = store_get(store, "a");
+    ASSERT_SET(got, "a", &shape, 1, 0, 0);
+    weightset_release(got);
+    ASSERT(store_get(store, "b") == NULL);
+    ASSERT(store_get(store, "c") == NULL);
+    ASSERT_EQ(count_entries(dir, ""), 1);
+    close_store(store);
+}
+
+void test_store_removes_tmp_leftovers(void)
+{
+    in_temp_dir(body_tmp_leftovers);
+}
+
+/* ---- injected I/O faults ------------------------------------------------- */
+
+/* Opens a second store on dir and checks that name holds the set made from
+ * seed (or that there is no such set when seed is 0).  Returns 1 if so. */
+static int on_disk(const char *dir, const char *name, const set_shape *shape, uint64_t seed,
+                   size_t heads, int out_in, char *why, size_t why_len)
+{
+    api_error err;
+    weight_store *again = open_store(dir, &roomy, &err, NULL, 0);
+    if (again == NULL) {
+        snprintf(why, why_len, "reopen failed: %.200s", err.message);
+        return 0;
+    }
+    weight_set *got = store_get(again, name);
+    int ok;
+    if (seed == 0) {
+        ok = got == NULL;
+        if (!ok)
+            snprintf(why, why_len, "%s is on disk but should not be", name);
+    } else {
+        ok = set_matches(got, name, shape, seed, heads, out_in, why, why_len);
+    }
+    weightset_release(got);
+    close_store(again);
+    return ok;
+}
+
+/* Walks the fault through every step of putting name (new version: shape
+ * `next`, seed 2) over the old version (shape `prev`, seed prev_seed; none
+ * when prev_seed is 0).  Sets *steps to the number of steps that failed, or
+ * -1 when the walk itself failed. */
+static void walk_put_faults(const char *dir, const char *name, uint64_t prev_seed, long *steps)
+{
+    static const set_shape prev = {4, 4, 4, 4, 4, HAS_BQ}, next = {6, 5, 4, 2, 3, HAS_ALL};
+    static const set_shape bystander = {2, 2, 2, 2, 2, 0};
+    api_error err;
+    char why[256];
+    *steps = -1;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("bystander", &bystander, 7, 0, 0), NULL, &err), 0);
+    if (prev_seed != 0)
+        ASSERT_EQ(store_put(store, set_make(name, &prev, prev_seed, 1, 0), NULL, &err), 0);
+    size_t total = store_total_bytes(store);
+    int n;
+    for (n = 0; n < 100; n++) {
+        weight_set *set = set_make(name, &next, 2, 2, 1);
+        ASSERT(set != NULL);
+        error_clear(&err);
+        int created = -1;
+        store_fail_io_after(n);
+        int rc = store_put(store, set, &created, &err);
+        store_fail_io_after(-1);
+        if (rc == 0) {
+            ASSERT_EQ(created, prev_seed == 0);
+            break;
+        }
+        if (rc != ERR_INTERNAL && rc != ERR_UNAVAILABLE)
+            FAIL_AT("step %d: store_put returned %d (%s)", n, rc, err.code);
+        if (err.code[0] == '\0' || err.message[0] == '\0')
+            FAIL_AT("step %d: the error is not filled in", n);
+        if (count_entries(dir, ".tmp.") != 0)
+            FAIL_AT("step %d: a .tmp file was left behind", n);
+        weight_set *now = store_get(store, name);
+        int old_in_memory = prev_seed ? set_matches(now, name, &prev, prev_seed, 1, 0, why, sizeof why)
+                                      : now == NULL;
+        int new_in_memory = set_matches(now, name, &next, 2, 2, 1, why, sizeof why);
+        weightset_release(now);
+        int old_on_disk = on_disk(dir, name, &prev, prev_seed, 1, 0, why, sizeof why);
+        int new_on_disk = on_disk(dir, name, &next, 2, 2, 1, why, sizeof why);
+        /* The one documented exception (store.c, store_put): when only the
+         * final fsync of the directory fails, the file has been renamed into
+         * place and the table follows it; the client is told to retry.  It is
+         * the last step, so the next n succeeds. */
+        int last_step_exception = new_in_memory && new_on_disk;
+        if (!(old_in_memory && old_on_disk) && !last_step_exception)
+            FAIL_AT("step %d (%s): the old version is not intact (memory %d, disk %d)", n,
+                    err.message, old_in_memory, old_on_disk);
+        if (last_step_exception) {
+            /* Check that it was the last step indeed. */
+            weight_set *again = set_make(name, &next, 2, 2, 1);
+            store_fail_io_after(n + 1);
+            rc = store_put(store, again, &created, &err);
+            store_fail_io_after(-1);
+            if (rc != 0)
+                FAIL_AT("step %d: the new version is in place after a failure that was not at the "
+                        "last step (%s)", n, err.message);
+            n++;
+            break;
+        }
+        if (store_total_bytes(store) != total)
+            FAIL_AT("step %d: total_bytes changed from %zu to %zu", n, total,
+                    store_total_bytes(store));
+        weight_set *by = store_get(store, "bystander");
+        int by_ok = set_matches(by, "bystander", &bystander, 7, 0, 0, why, sizeof why);
+        weightset_release(by);
+        if (!by_ok)
+            FAIL_AT("step %d: %s", n, why);
+    }
+    /* open, a write for the header, each of 8 arrays and the checksum, fsync,
+     * rename, directory fsync: 14 steps. */
+    if (n < 5)
+        FAIL_AT("only %d failing steps: is the fault injection reaching the store?", n);
+    weight_set *now = store_get(store, name);
+    ASSERT_SET(now, name, &next, 2, 2, 1);
+    weightset_release(now);
+    ASSERT_EQ(store_total_bytes(store), total - (prev_seed ? file_size_of(name, &prev) : 0) +
+                                            file_size_of(name, &next));
+    close_store(store);
+    if (!on_disk(dir, name, &next, 2, 2, 1, why, sizeof why))
+        FAIL_AT("after the successful put: %s", why);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    *steps = n;
+}
+
+static void body_put_faults(const char *dir)
+{
+    long replace_steps, create_steps;
+    walk_put_faults(dir, "replaced", 1, &replace_steps);
+    ASSERT(replace_steps > 0);
+    walk_put_faults(dir, "created", 0, &create_steps);
+    ASSERT(create_steps > 0);
+    ASSERT_EQ(replace_steps, create_steps);
+}
+
+void test_store_put_io_faults(void)
+{
+    in_temp_dir(body_put_faults);
+}
+
+/* A delete that fails must leave memory and disk agreeing: either the set is
+ * still served and still on disk (what store.h promises: "Nothing was
+ * changed"), or it is gone from both. */
+static void body_delete_faults(const char *dir)
+{
+    static const set_shape shape = {2, 2, 2, 2, 2, 0};
+    api_error err;
+    char why[256];
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    for (int n = 0; n < 10; n++) {
+        ASSERT_EQ(store_put(store, set_make("d", &shape, 3, 0, 0), NULL, &err), 0);
+        error_clear(&err);
+        store_fail_io_after(n);
+        int rc = store_delete(store, "d", &err);
+        store_fail_io_after(-1);
+        if (rc == 0)
+            break;
+        ASSERT(rc == ERR_INTERNAL || rc == ERR_UNAVAILABLE);
+        ASSERT(err.code[0] != '\0');
+        weight_set *now = store_get(store, "d");
+        int in_memory = now != NULL;
+        weightset_release(now);
+        int on_disk_still = file_size(dir, "d.wset") >= 0;
+        if (in_memory != on_disk_still)
+            FAIL_AT("fault at step %d of a delete (%s): the set is %s memory but %s disk", n,
+                    err.message, in_memory ? "in" : "not in", on_disk_still ? "on" : "not on");
+        if (on_disk_still && !on_disk(dir, "d", &shape, 3, 0, 0, why, sizeof why))
+            FAIL_AT("step %d: %s", n, why);
+    }
+    close_store(store);
+}
+
+void test_store_delete_io_faults(void)
+{
+    in_temp_dir(body_delete_faults);
+}
+
+/* ---- limits -------------------------------------------------------------- */
+
+static void body_limits(const char *dir)
+{
+    static const set_shape one = {4, 4, 4, 4, 4, 0};   /* 80 + 8 + 384 + 8 = 480 bytes */
+    static const set_shape two = {8, 8, 8, 8, 8, 0};   /* 80 + 8 + 1536 + 8 = 1632 bytes */
+    size_t small = file_size_of("a", &one), large = file_size_of("a", &two);
+    ASSERT_EQ(small, 480);
+    ASSERT_EQ(large, 1632);
+    /* One set may take up to `large` bytes; all together three small ones. */
+    store_limits limits = {large, 3 * small};
+    api_error err;
+    weight_store *store = open_store(dir, &limits, &err, NULL, 0);
+    ASSERT(store != NULL);
+    error_clear(&err);
+    ASSERT_EQ(store_put(store, set_make("big", &two, 1, 0, 0), NULL, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "store_full");  /* 1632 > 1440 in total */
+    ASSERT_EQ(error_http_status(err.status_code), 413);
+    static const set_shape three = {8, 8, 8, 8, 8, HAS_BQ}; /* 64 bytes over `large` */
+    error_clear(&err);
+    ASSERT_EQ(store_put(store, set_make("bigger", &three, 1, 0, 0), NULL, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "weight_set_too_large");
+    ASSERT_EQ(count_entries(dir, ""), 0);
+    ASSERT_EQ(store_total_bytes(store), 0);
+    ASSERT(store_get(store, "big") == NULL);
+    ASSERT(store_get(store, "bigger") == NULL);
+
+    /* Exactly at the total limit is allowed; one byte more is not. */
+    ASSERT_EQ(store_put(store, set_make("a", &one, 1, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("b", &one, 2, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("c", &one, 3, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_total_bytes(store), 3 * small);
+    static const set_shape tiny = {1, 1, 1, 1, 1, 0};
+    error_clear(&err);
+    ASSERT_EQ(store_put(store, set_make("d", &tiny, 4, 0, 0), NULL, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "store_full");
+    ASSERT(store_get(store, "d") == NULL);
+    ASSERT_EQ(file_size(dir, "d.wset"), -1);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    ASSERT_EQ(store_total_bytes(store), 3 * small);
+    /* A replacement counts only the difference: same size fits, bigger not. */
+    int created = -1;
+    ASSERT_EQ(store_put(store, set_make("a", &one, 5, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    error_clear(&err);
+    ASSERT_EQ(store_put(store, set_make("a", &two, 6, 0, 0), &created, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "store_full");
+    weight_set *a = store_get(store, "a");
+    ASSERT_SET(a, "a", &one, 5, 0, 0);
+    weightset_release(a);
+    /* After a delete there is room again. */
+    ASSERT_EQ(store_delete(store, "b", &err), 0);
+    ASSERT_EQ(store_put(store, set_make("d", &tiny, 4, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(count_entries(dir, ""), 3);
+    close_store(store);
+
+    /* Nothing that was refused reached the disk. */
+    store = open_store(dir, &limits, &err, NULL, 0);
+    ASSERT(store != NULL);
+    a = store_get(store, "a");
+    ASSERT_SET(a, "a", &one, 5, 0, 0);
+    weightset_release(a);
+    ASSERT(store_get(store, "big") == NULL);
+    ASSERT(store_get(store, "bigger") == NULL);
+    ASSERT(store_get(store, "b") == NULL);
+    ASSERT_EQ(store_total_bytes(store), 2 * small + file_size_of("d", &tiny));
+    close_store(store);
+}
+
+void test_store_limits(void)
+{
+    in_temp_dir(body_limits);
+}
+
+/* The exact-size boundary of a single set. */
+static void body_set_limit_boundary(const char *dir)
+{
+    static const set_shape one = {4, 4, 4, 4, 4, 0};
+    size_t size = file_size_of("a", &one);
+    store_limits limits = {size, (size_t)1 << 20};
+    api_error err;
+    weight_store *store = open_store(dir, &limits, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("a", &one, 1, 0, 0), NULL, &err), 0);
+    limits.max_set_bytes = size - 1;
+    close_store(store);
+    store = open_store(dir, &limits, &err, NULL, 0);
+    ASSERT(store != NULL);
+    error_clear(&err);
+    ASSERT_EQ(store_put(store, set_make("b", &one, 2, 0, 0), NULL, &err), ERR_TOO_LARGE);
+    ASSERT_STR_EQ(err.code, "weight_set_too_large");
+    ASSERT_EQ(file_size(dir, "b.wset"), -1);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    close_store(store);
+}
+
+void test_store_set_limit_boundary(void)
+{
+    in_temp_dir(body_set_limit_boundary);
+}
+
+/* ---- allocation failures ------------------------------------------------- */
+
+static void body_oom_put(const char *dir)
+{
+    static const set_shape shape = {3, 3, 3, 3, 3, HAS_BV};
+    api_error err;
+    char why[256];
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    /* weightset_new leaves w alone when it fails. */
+    attn_weights w;
+    ASSERT_EQ(weights_make(&shape, 1, &w), 0);
+    mem_fail_after(0);
+    weight_set *none = weightset_new("w", &w, 0, 0);
+    mem_fail_reset();
+    ASSERT(none == NULL);
+    ASSERT(w.wq != NULL && w.bv != NULL && w.d_in == 3);
+    weight_set *set = weightset_new("w", &w, 0, 0);
+    ASSERT(set != NULL);
+    ASSERT(w.wq == NULL && w.bv == NULL);
+    weightset_release(set);
+
+    /* A new name (the table grows) and then a replacement, each with the nth
+     * allocation failing. */
+    const char *names[] = {"first", "first", "second"};
+    uint64_t seeds[] = {1, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        long n;
+        for (n = 0; n < 100; n++) {
+            set = set_make(names[k], &shape, seeds[k], 0, 0);
+            ASSERT(set != NULL);
+            error_clear(&err);
+            int created = -1;
+            mem_fail_after(n);
+            int rc = store_put(store, set, &created, &err);
+            long failures = mem_failures();
+            mem_fail_reset();
+            if (rc == 0) {
+                ASSERT_EQ(created, k != 1);
+                break;
+            }
+            if (rc != ERR_UNAVAILABLE || failures == 0)
+                FAIL_AT("%s, allocation %ld: rc %d (%s), %ld failures", names[k], n, rc, err.code,
+                        failures);
+            ASSERT_STR_EQ(err.code, "overloaded");
+            ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+            weight_set *now = store_get(store, names[k]);
+            int unchanged = k == 1 ? set_matches(now, "first", &shape, 1, 0, 0, why, sizeof why)
+                                   : now == NULL;
+            weightset_release(now);
+            if (!unchanged)
+                FAIL_AT("%s, allocation %ld: the store changed", names[k], n);
+        }
+        weight_set *now = store_get(store, names[k]);
+        ASSERT_SET(now, names[k], &shape, seeds[k], 0, 0);
+        weightset_release(now);
+    }
+    close_store(store);
+}
+
+void test_store_put_out_of_memory(void)
+{
+    in_temp_dir(body_oom_put);
+}
+
+/* store_open with the nth allocation failing must not lose data: it either
+ * fails as a whole or loads every set, and never moves a good file to
+ * quarantine/ because memory ran out. */
+static void body_oom_open(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, HAS_ALL};
+    api_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    for (int i = 0; i < 20; i++) {  /* more than the first table's 16 slots */
+        char name[16];
+        snprintf(name, sizeof name, "set%02d", i);
+        ASSERT_EQ(store_put(store, set_make(name, &shape, 100 + (uint64_t)i, 0, 0), NULL, &err), 0);
+    }
+    close_store(store);
+    long n;
+    for (n = 0; n < 10000; n++) {
+        mem_fail_after(n);
+        store = open_store(dir, &roomy, &err, NULL, 0);
+        long failures = mem_failures();
+        mem_fail_reset();
+        long in_quarantine = count_entries(dir, "quarantine");
+        long files = count_entries(dir, "set");
+        size_t count = 0;
+        if (store != NULL) {
+            weight_set **list = store_list(store, &count);
+            store_list_free(list, count);
+        } else if (err.status_code != ERR_UNAVAILABLE) {
+            FAIL_AT("allocation %ld: store_open failed with %d (%s), expected out of memory", n,
+                    err.status_code, err.code);
+        }
+        close_store(store);
+        if (in_quarantine != 0 || files != 20)
+            FAIL_AT("allocation %ld failed: %ld of 20 files left, quarantine/ %s", n, files,
+                    in_quarantine ? "created" : "absent");
+        if (store != NULL && count != 20)
+            FAIL_AT("allocation %ld failed: store_open succeeded with %zu of 20 sets", n, count);
+        if (failures == 0)
+            break;
+    }
+    if (n < 20)
+        FAIL_AT("only %ld allocations: is failure injection reaching the store?", n);
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    for (int i = 0; i < 20; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "set%02d", i);
+        weight_set *got = store_get(store, name);
+        ASSERT_SET(got, name, &shape, 100 + (uint64_t)i, 0, 0);
+        weightset_release(got);
+    }
+    close_store(store);
+}
+
+void test_store_open_out_of_memory(void)
+{
+    in_temp_dir(body_oom_open);
+}
+
+/* ---- concurrency --------------------------------------------------------- */
+
+/* Readers take references while the main thread replaces the set: every
+ * version they see must be whole (all its numbers equal its version). */
+typedef struct reader_state {
+    weight_store *store;
+    int stop;
+    long seen, torn;
+} reader_state;
+
+static void *reader_main(void *arg)
+{
+    reader_state *st = arg;
+    while (!__atomic_load_n(&st->stop, __ATOMIC_SEQ_CST)) {
+        weight_set *set = store_get(st->store, "c");
+        if (set == NULL)
+            continue;
+        const attn_weights *w = &set->w;
+        double v = w->wq[0];
+        int whole = w->d_in == 2 + (size_t)v % 7 && w->dv == w->d_in;
+        for (size_t i = 0; i < w->d_in * w->dk; i++)
+            whole &= w->wq[i] == v;
+        for (size_t i = 0; i < w->d_ctx * w->dv; i++)
+            whole &= w->wv[i] == v;
+        weightset_release(set);
+        __atomic_add_fetch(&st->seen, 1, __ATOMIC_SEQ_CST);
+        if (!whole)
+            __atomic_add_fetch(&st->torn, 1, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static weight_set *constant_set(size_t version)
+{
+    size_t d = 2 + version % 7;
+    attn_weights w;
+    memset(&w, 0, sizeof w);
+    w.d_in = w.d_ctx = w.dk = w.dv = w.d_out = d;
+    w.wq = mem_malloc(d * d * sizeof(double));
+    w.wk = mem_malloc(d * d * sizeof(double));
+    w.wv = mem_malloc(d * d * sizeof(double));
+    for (size_t i = 0; i < d * d; i++)
+        w.wq[i] = w.wk[i] = w.wv[i] = (double)version;
+    return weightset_new("c", &w, 0, 0);
+}
+
+static void body_concurrent(const char *dir)
+{
+    api_error err;
+    reader_state st = {0};
+    st.store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(st.store != NULL);
+    pthread_t readers[3];
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(pthread_create(&readers[i], NULL, reader_main, &st), 0);
+    int failed_puts = 0;
+    for (size_t version = 1; version <= 40; version++) {
+        weight_set *set = constant_set(version);
+        if (store_put(st.store, set, NULL, &err) != 0)
+            failed_puts++;
+        if (version % 10 == 0 && store_delete(st.store, "c", &err) != 0)
+            failed_puts++;
+    }
+    __atomic_store_n(&st.stop, 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < 3; i++)
+        pthread_join(readers[i], NULL);
+    close_store(st.store);
+    ASSERT_EQ(failed_puts, 0);
+    ASSERT_EQ(st.torn, 0);
+    ASSERT(st.seen > 0);
+}
+
+void test_store_concurrent_readers(void)
+{
+    in_temp_dir(body_concurrent);
+}
