@@ -170,6 +170,20 @@ static json_t *parse_body(const api_request *req, api_error *err)
     return root;
 }
 
+/* Fills resp with a body built by jw (consumed), or the out-of-memory error. */
+static void respond_jw(api_response *resp, int status, jw_buf *w)
+{
+    resp->body = jw_finish(w, &resp->body_len);
+    if (resp->body == NULL) {
+        api_error err;
+        error_nomem(&err);
+        api_respond_error(resp, &err);
+        return;
+    }
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
 /* Decodes, checks limits, computes and encodes one attention request. */
 static void handle_attention(const api_request *req, api_response *resp)
 {
@@ -249,33 +263,12 @@ static void handle_attention(const api_request *req, api_response *resp)
     attention_result_free(&result);
     request_free(&ar);
     weightset_release(set);
-    resp->body = jw_finish(&w, &resp->body_len);
-    if (resp->body == NULL) {
-        error_nomem(&err);
-        api_respond_error(resp, &err);
-        return;
-    }
-    resp->status = 200;
-    resp->content_type = "application/json";
+    respond_jw(resp, 200, &w);
     return;
 fail:
     request_free(&ar);
     weightset_release(set);
     api_respond_error(resp, &err);
-}
-
-/* Fills resp with a body built by jw (consumed), or the out-of-memory error. */
-static void respond_jw(api_response *resp, int status, jw_buf *w)
-{
-    resp->body = jw_finish(w, &resp->body_len);
-    if (resp->body == NULL) {
-        api_error err;
-        error_nomem(&err);
-        api_respond_error(resp, &err);
-        return;
-    }
-    resp->status = status;
-    resp->content_type = "application/json";
 }
 
 static void handle_set_list(api_response *resp)
