@@ -39,6 +39,8 @@ typedef struct http_request {
     int status;
     size_t bytes_in, bytes_out;
     metrics_route route;
+    char method[12];        /* for the access log */
+    char path[96];
 } http_request;
 
 static double seconds_since(const struct timespec *start)
@@ -154,6 +156,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         clock_gettime(CLOCK_MONOTONIC, &hr->start);
         hr->route = ROUTE_OTHER;
+        snprintf(hr->method, sizeof hr->method, "%s", method);
+        /* Keep the path printable: control characters become '?'. */
+        snprintf(hr->path, sizeof hr->path, "%s", url);
+        for (char *p = hr->path; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
         *con_cls = hr;
         metrics_inflight_add(1);
         const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -203,9 +211,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_observe(hr->route, hr->status, seconds, hr->bytes_in, hr->bytes_out);
     metrics_inflight_add(-1);
     if (!srv->cfg->quiet)
-        fprintf(stderr, "access route=%s status=%d in=%zu out=%zu ms=%.3f%s\n",
-                metrics_route_label(hr->route), hr->status, hr->bytes_in, hr->bytes_out,
-                seconds * 1000.0, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
+        fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f%s\n", hr->method,
+                hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
     mem_free(hr->body);
     mem_free(hr);
     *con_cls = NULL;
