@@ -41,7 +41,7 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench clean
+.PHONY: all run test test-build deps lint-api bench fuzz clean
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -63,13 +63,15 @@ $(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS)
+$(ITEST): $(ITEST_SRCS) tests/integration/client.c tests/integration/client.h
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) -o $@ -ljansson -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
 
-build/crashtest: tests/integration/crashtest.c tests/ref/reference.c tests/ref/reference.h
+build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/integration/client.h \
+		tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/ref/reference.c -o $@ -ljansson -lpthread -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
+		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
 
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
@@ -117,6 +119,19 @@ build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash bench/run.sh
+
+# Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
+# api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
+FUZZ_SECONDS ?= 120
+build/fuzz/fuzz-api: $(LIB_SRCS) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
+	@mkdir -p build/fuzz/corpus
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) tests/fuzz/fuzz_api.c -o $@ \
+	    $(PKG_LIBS) -lpthread -lm
+
+fuzz: deps build/fuzz/fuzz-api
+	cd build/fuzz && ./fuzz-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -print_final_stats=1 corpus ../../tests/fuzz/corpus
 
 # The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
 # api/node_modules/.package-lock.json on every install, so it serves as the stamp:

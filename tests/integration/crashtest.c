@@ -21,15 +21,16 @@
  * answer the kill swallowed); attention with "weights": NAME matches the naive reference
  * for a few sets; the server exits 0 on SIGTERM and its stderr has no sanitizer report.
  *
- * HTTP goes through the curl command-line tool (fork/exec, no shell), as in itest.c,
- * and only to 127.0.0.1.
+ * HTTP goes through the curl command-line tool (fork/exec, no shell), and only to
+ * 127.0.0.1; starting the server, reading its banner and the curl client are client.c's,
+ * shared with itest.c.
  *
  * Output: "ok NAME" or "FAIL NAME: why" per check, "# ..." lines of statistics, then
  * "N passed, N failed".  Exit status 0 when nothing failed, 1 otherwise, 2 on usage.
  *
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -g -Wall -Wextra -Werror \
- *          tests/integration/crashtest.c tests/ref/reference.c -o build/crashtest \
- *          -ljansson -lpthread -lm
+ *          tests/integration/crashtest.c tests/integration/client.c tests/ref/reference.c \
+ *          -o build/crashtest -ljansson -lpthread -lm
  * Run:   build/crashtest --server build/attention-server [--puts 500] [--seed N]
  */
 #ifndef _POSIX_C_SOURCE
@@ -37,13 +38,12 @@
 #endif
 
 #include "../ref/reference.h"
+#include "client.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -51,14 +51,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 /* Seconds to wait for the "listening on" line, and for the exit after SIGTERM. */
 #define STARTUP_TIMEOUT_S 20.0
@@ -102,48 +98,16 @@ static void report(int ok, const char *name, const char *fmt, ...)
     fflush(stdout);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "crashtest: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [lo, hi]. */
 static size_t rng_range(uint64_t *state, size_t lo, size_t hi)
 {
-    return lo + (size_t)(rng_next(state) % (hi - lo + 1));
+    return lo + (size_t)(client_rng_next(state) % (hi - lo + 1));
 }
 
 /* Uniform in (-1, 1). */
 static double rng_unit(uint64_t *state)
 {
-    return ((double)(rng_next(state) >> 11) / 9007199254740992.0) * 2.0 - 1.0;
+    return ((double)(client_rng_next(state) >> 11) / 9007199254740992.0) * 2.0 - 1.0;
 }
 
 /* A growing text buffer. */
@@ -158,12 +122,7 @@ static void text_add(text *t, const char *s, size_t n)
         size_t cap = t->cap ? t->cap : 4096;
         while (t->len + n + 1 > cap)
             cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (p == NULL) {
-            fprintf(stderr, "crashtest: out of memory\n");
-            exit(2);
-        }
-        t->p = p;
+        t->p = client_xrealloc(t->p, cap);
         t->cap = cap;
     }
     memcpy(t->p + t->len, s, n);
@@ -174,33 +133,6 @@ static void text_add(text *t, const char *s, size_t n)
 static void text_str(text *t, const char *s)
 {
     text_add(t, s, strlen(s));
-}
-
-static char *read_whole_file(const char *path, size_t *len)
-{
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    text t = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        text_add(&t, chunk, got);
-    fclose(f);
-    if (t.p == NULL)
-        text_add(&t, "", 0);
-    *len = t.len;
-    return t.p;
-}
-
-static int write_whole_file(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (f == NULL)
-        return -1;
-    int ok = fwrite(data, 1, len, f) == len;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
 /* Entries of dir whose names start with prefix; -1 when dir does not exist. */
@@ -217,27 +149,6 @@ static long count_entries(const char *dir, const char *prefix)
             n++;
     closedir(d);
     return n;
-}
-
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char path[1024];
-            struct stat st;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-                remove_tree(path);
-            else
-                unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -267,7 +178,7 @@ static void add_number(text *t, uint64_t *state, int tame)
         "9007199254740993", "0.1", "-0.30000000000000004", "1e22", "6.02214076e23",
         "-0.0", "-0", "-0e0", "0.0"};
     char buf[64];
-    uint64_t r = rng_next(state);
+    uint64_t r = client_rng_next(state);
     double u = rng_unit(state);
     switch (r % (tame ? 7 : 9)) {
     case 0:
@@ -295,7 +206,7 @@ static void add_number(text *t, uint64_t *state, int tame)
         snprintf(buf, sizeof buf, "%s", extremes[(r >> 9) % (sizeof extremes / sizeof extremes[0])]);
         break;
     default: {
-        uint64_t bits = rng_next(state);
+        uint64_t bits = client_rng_next(state);
         if (((bits >> 52) & 0x7FF) == 0x7FF)
             bits &= ~(1ull << 62);
         double v;
@@ -428,7 +339,7 @@ static int g_put_in_flight;  /* the client is waiting for a PUT */
 static int g_starting;       /* the server has not printed its banner yet */
 static long g_kills, g_kills_in_put, g_kills_in_start;
 
-static int g_port;           /* of the running server */
+static char g_base_url[64];  /* "http://127.0.0.1:PORT" of the running server */
 static int g_stdout_fd = -1; /* its stdout pipe */
 
 /* Statistics and failures noticed along the way. */
@@ -442,7 +353,7 @@ static void *killer_main(void *arg)
 {
     uint64_t state = *(uint64_t *)arg;
     for (;;) {
-        sleep_ms((long)rng_range(&state, 20, 300));
+        client_sleep_ms((long)rng_range(&state, 20, 300));
         pthread_mutex_lock(&g_lock);
         if (g_killer_stop) {
             pthread_mutex_unlock(&g_lock);
@@ -505,41 +416,9 @@ static int server_wait_dead(long ms)
     for (long waited = 0; waited <= ms; waited += 10) {
         if (server_reap(0))
             return 1;
-        sleep_ms(10);
+        client_sleep_ms(10);
     }
     return 0;
-}
-
-/* Reads "listening on http://127.0.0.1:PORT" from the server's stdout.  Returns the port,
- * or 0 when the server closed stdout first (it died) or the time ran out. */
-static int read_banner(int fd)
-{
-    char line[256];
-    size_t len = 0;
-    double deadline = now_seconds() + STARTUP_TIMEOUT_S;
-    while (memchr(line, '\n', len) == NULL) {
-        double left = deadline - now_seconds();
-        if (left <= 0 || len == sizeof line - 1)
-            return 0;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int ready = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (ready < 0 && errno == EINTR)
-            continue;
-        if (ready <= 0)
-            continue;
-        ssize_t got = read(fd, line + len, sizeof line - 1 - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return 0;
-        len += (size_t)got;
-    }
-    line[len] = '\0';
-    static const char prefix[] = "listening on http://127.0.0.1:";
-    if (strncmp(line, prefix, sizeof prefix - 1) != 0)
-        return 0;
-    long port = strtol(line + sizeof prefix - 1, NULL, 10);
-    return port > 0 && port < 65536 ? (int)port : 0;
 }
 
 /* Checks the data directory right after a server came up: the start-up removed every
@@ -573,33 +452,15 @@ static int server_start_once(void)
 {
     /* Evidence that kills land mid-write: temporary files left by the last server. */
     g_tmp_leftovers_seen += count_entries(g_data_dir, ".tmp.") > 0;
-    int pipe_fds[2];
-    int err_fd = open(g_stderr_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (err_fd < 0 || pipe(pipe_fds) != 0) {
-        fprintf(stderr, "crashtest: cannot set up the server's stdio: %s\n", strerror(errno));
-        exit(2);
-    }
-    fcntl(pipe_fds[0], F_SETFD, FD_CLOEXEC);
     const char *argv[] = {g_server_path, "--port", "0", "--host", "127.0.0.1", "--quiet",
                           "--data-dir", g_data_dir, NULL};
-    fflush(stdout);
+    char why[1024];
+    /* Under the lock, so that the killer never sees a started server without its pid. */
     pthread_mutex_lock(&g_lock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null_fd = open("/dev/null", O_RDONLY);
-        if (null_fd >= 0)
-            dup2(null_fd, STDIN_FILENO);
-        dup2(pipe_fds[1], STDOUT_FILENO);
-        dup2(err_fd, STDERR_FILENO);
-#ifdef __linux__
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive this program */
-#endif
-        execv(g_server_path, (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = client_spawn_server(argv, NULL, g_stderr_path, 1, &g_stdout_fd, why, sizeof why);
     if (pid < 0) {
         pthread_mutex_unlock(&g_lock);
-        fprintf(stderr, "crashtest: fork: %s\n", strerror(errno));
+        fprintf(stderr, "crashtest: %s\n", why);
         exit(2);
     }
     g_pid = pid;
@@ -607,10 +468,13 @@ static int server_start_once(void)
     g_starting = 1;
     g_starts++;
     pthread_mutex_unlock(&g_lock);
-    close(pipe_fds[1]);
-    close(err_fd);
-    g_stdout_fd = pipe_fds[0];
-    int port = read_banner(g_stdout_fd);
+    /* The port, or 0 when the server closed stdout first (it died), the time ran out, or the
+     * line is not "listening on http://127.0.0.1:PORT". */
+    static const char local[] = "http://127.0.0.1:";
+    int port = client_read_banner(g_stdout_fd, STARTUP_TIMEOUT_S, g_base_url, sizeof g_base_url,
+                                  NULL, why, sizeof why);
+    if (port < 0 || strncmp(g_base_url, local, sizeof local - 1) != 0)
+        port = 0;
     pthread_mutex_lock(&g_lock);
     g_starting = 0;
     pthread_mutex_unlock(&g_lock);
@@ -631,7 +495,6 @@ static int server_start_once(void)
                      g_starts, g_last_exit, g_stderr_path);
         return -1;
     }
-    g_port = port;
     check_directory_after_start();
     return 0;
 }
@@ -666,15 +529,9 @@ static int server_stop_gracefully(char *why, size_t why_len)
     }
     kill(pid, SIGTERM);
     int status = 0;
-    pid_t r = 0;
-    double deadline = now_seconds() + SHUTDOWN_TIMEOUT_S;
-    while ((r = waitpid(pid, &status, WNOHANG)) == 0 && now_seconds() < deadline)
-        sleep_ms(20);
-    if (r == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+    int r = client_wait_exit(pid, SHUTDOWN_TIMEOUT_S, &status);
+    if (r == 0)
         snprintf(why, why_len, "still running %.0f s after SIGTERM", SHUTDOWN_TIMEOUT_S);
-    }
     pthread_mutex_lock(&g_lock);
     g_pid = 0;
     pthread_mutex_unlock(&g_lock);
@@ -696,91 +553,29 @@ static int server_stop_gracefully(char *why, size_t why_len)
 /* HTTP through curl                                                                    */
 /* ------------------------------------------------------------------------------------ */
 
-/* One exchange with the running server.  body_path: a file to send, or NULL.  The
- * response body lands in g_tmpdir/response.  Returns the HTTP status, or 0 when no
- * response came (curl's exit code in *curl_exit). */
-static int http(const char *method, const char *path, const char *body_path, int *curl_exit)
+/* One exchange with the running server: method to path with body (body_len bytes; NULL
+ * for none), its files in g_tmpdir.  Fills r, which the caller frees with
+ * client_response_free.  Returns the HTTP status, or 0 when no response came (curl failed;
+ * r->transport_error says how).  Ends the program when curl cannot be run at all. */
+static int http(const char *method, const char *path, const char *body, size_t body_len,
+                struct client_response *r)
 {
-    char url[256], out_path[400], code_path[400], err_path[400], data_arg[420];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", g_port, path);
-    snprintf(out_path, sizeof out_path, "%s/response", g_tmpdir);
-    snprintf(code_path, sizeof code_path, "%s/code", g_tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/curl.err", g_tmpdir);
-    snprintf(data_arg, sizeof data_arg, "@%s", body_path ? body_path : "");
-    unlink(out_path);
-    const char *argv[32];
-    size_t argc = 0;
-    argv[argc++] = "curl";
-    argv[argc++] = "--silent";
-    argv[argc++] = "--show-error";
-    argv[argc++] = "--max-time";
-    argv[argc++] = "60";
-    argv[argc++] = "--connect-timeout";
-    argv[argc++] = "5";
-    argv[argc++] = "--output";
-    argv[argc++] = out_path;
-    argv[argc++] = "--write-out";
-    argv[argc++] = "%{http_code}";
-    argv[argc++] = "--request";
-    argv[argc++] = method;
-    if (body_path != NULL) {
-        argv[argc++] = "--header";
-        argv[argc++] = "Content-Type: application/json";
-        argv[argc++] = "--header";
-        argv[argc++] = "Expect:";
-        argv[argc++] = "--data-binary";
-        argv[argc++] = data_arg;
-    }
-    argv[argc++] = url;
-    argv[argc] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null_fd = open("/dev/null", O_RDONLY);
-        int code_fd = open(code_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (null_fd < 0 || code_fd < 0 || err_fd < 0)
-            _exit(126);
-        dup2(null_fd, STDIN_FILENO);
-        dup2(code_fd, STDOUT_FILENO);
-        dup2(err_fd, STDERR_FILENO);
-        execvp("curl", (char *const *)argv);
-        _exit(127);
-    }
-    if (pid < 0) {
-        fprintf(stderr, "crashtest: fork: %s\n", strerror(errno));
+    struct client_request rq = {.method = method, .path = path, .body = body, .body_len = body_len};
+    client_http_call(g_base_url, g_tmpdir, &rq, r);
+    if (r->curl_exit < 0 || r->curl_exit == 126 || r->curl_exit == 127) {
+        fprintf(stderr, "crashtest: cannot run curl: %s\n", r->transport_error);
         exit(2);
     }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    *curl_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    if (*curl_exit == 126 || *curl_exit == 127) {
-        fprintf(stderr, "crashtest: cannot run curl\n");
-        exit(2);
-    }
-    size_t len;
-    char *code = read_whole_file(code_path, &len);
-    int http_status = code ? atoi(code) : 0;
-    free(code);
-    return *curl_exit == 0 ? http_status : 0;
-}
-
-/* The response body of the last exchange (caller frees), or NULL. */
-static char *last_response(size_t *len)
-{
-    char path[400];
-    snprintf(path, sizeof path, "%s/response", g_tmpdir);
-    return read_whole_file(path, len);
+    return r->curl_exit == 0 ? r->status : 0;
 }
 
 /* Like http(), but against a server that must stay up: a failed exchange on a live server
  * is noted, and a dead server is restarted (this happens only while the killer runs).
  * Returns the status, or 0 when the server died during the exchange. */
-static int http_or_restart(const char *method, const char *path, const char *body_path)
+static int http_or_restart(const char *method, const char *path, const char *body, size_t body_len,
+                           struct client_response *r)
 {
-    int curl_exit = 0;
-    int status = http(method, path, body_path, &curl_exit);
+    int status = http(method, path, body, body_len, r);
     if (status != 0)
         return status;
     /* No answer: the server died (our kill), or something is wrong with it. */
@@ -788,16 +583,9 @@ static int http_or_restart(const char *method, const char *path, const char *bod
         server_start();
         return 0;
     }
-    if (g_live_errors++ == 0) {
-        size_t len;
-        char errp[400];
-        snprintf(errp, sizeof errp, "%s/curl.err", g_tmpdir);
-        char *err = read_whole_file(errp, &len);
+    if (g_live_errors++ == 0)
         snprintf(g_first_live_error, sizeof g_first_live_error,
-                 "%s %s: curl exit %d (%.200s) while the server was alive", method, path,
-                 curl_exit, err ? err : "");
-        free(err);
-    }
+                 "%s %s: %.300s while the server was alive", method, path, r->transport_error);
     return 0;
 }
 
@@ -838,14 +626,10 @@ static char g_first_bad_status[600], g_first_created_mismatch[300];
 
 /* Sends version v of record r until it is acknowledged, or gives up on it (after a kill,
  * with some probability, or after MAX_ATTEMPTS). */
-static void put_version(name_record *r, int v, uint64_t *state, text *body, const char *body_path)
+static void put_version(name_record *r, int v, uint64_t *state, text *body)
 {
     set_meta meta;
     make_set(r->seeds[v], body, &meta);
-    if (write_whole_file(body_path, body->p, body->len) != 0) {
-        fprintf(stderr, "crashtest: cannot write %s\n", body_path);
-        exit(2);
-    }
     char path[128];
     snprintf(path, sizeof path, "/v1/weight-sets/%s", r->name);
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
@@ -854,10 +638,15 @@ static void put_version(name_record *r, int v, uint64_t *state, text *body, cons
         g_put_in_flight = 1;
         pthread_mutex_unlock(&g_lock);
         g_put_attempts++;
-        int status = http_or_restart("PUT", path, body_path);
+        struct client_response resp;
+        int status = http_or_restart("PUT", path, body->p, body->len, &resp);
         pthread_mutex_lock(&g_lock);
         g_put_in_flight = 0;
         pthread_mutex_unlock(&g_lock);
+        if (status != 0 && status != 200 && status != 201 && g_bad_status++ == 0)
+            snprintf(g_first_bad_status, sizeof g_first_bad_status, "PUT %s: status %d: %.400s",
+                     r->name, status, resp.body);
+        client_response_free(&resp);
         if (status == 200 || status == 201) {
             g_put_acks++;
             /* 201 for a name with an acknowledged version: that version was lost.  200 for
@@ -871,15 +660,8 @@ static void put_version(name_record *r, int v, uint64_t *state, text *body, cons
             r->acked = v;
             return;
         }
-        if (status != 0) {
-            size_t len;
-            char *resp = last_response(&len);
-            if (g_bad_status++ == 0)
-                snprintf(g_first_bad_status, sizeof g_first_bad_status, "PUT %s: status %d: %.400s",
-                         r->name, status, resp ? resp : "");
-            free(resp);
-            return;
-        }
+        if (status != 0)
+            return; /* answered neither 200/201 nor at all: noted above */
         g_put_unanswered++;
         /* The server was killed under this PUT (and has been restarted): retry two
          * times out of three, else move on with the version unacknowledged. */
@@ -893,10 +675,8 @@ static void put_version(name_record *r, int v, uint64_t *state, text *body, cons
 static void put_phase(size_t puts, uint64_t *state)
 {
     text body = {0};
-    char body_path[400];
-    snprintf(body_path, sizeof body_path, "%s/body.json", g_tmpdir);
-    double deadline = now_seconds() + PUT_PHASE_LIMIT_S;
-    while (g_name_count < puts && now_seconds() < deadline) {
+    double deadline = client_now_seconds() + PUT_PHASE_LIMIT_S;
+    while (g_name_count < puts && client_now_seconds() < deadline) {
         name_record *r;
         int v;
         if (g_name_count > 10 && rng_range(state, 0, 7) == 0) {
@@ -905,7 +685,7 @@ static void put_phase(size_t puts, uint64_t *state)
             if (r->acked < 0 || r->versions >= MAX_VERSIONS)
                 continue;
             v = r->versions++;
-            r->seeds[v] = rng_next(state);
+            r->seeds[v] = client_rng_next(state);
             g_replacements++;
         } else {
             r = &g_names[g_name_count];
@@ -913,9 +693,9 @@ static void put_phase(size_t puts, uint64_t *state)
             g_name_count++;
             r->acked = -1;
             v = r->versions++;
-            r->seeds[v] = rng_next(state);
+            r->seeds[v] = client_rng_next(state);
         }
-        put_version(r, v, state, &body, body_path);
+        put_version(r, v, state, &body);
     }
     free(body.p);
 }
@@ -1014,11 +794,10 @@ static name_record *find_record(const char *name)
 /* GET /v1/weight-sets: every acknowledged name listed, nothing never sent. */
 static void check_list(void)
 {
-    int status = http_or_restart("GET", "/v1/weight-sets", NULL);
-    size_t len;
-    char *body = last_response(&len);
-    json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
-    free(body);
+    struct client_response resp;
+    int status = http_or_restart("GET", "/v1/weight-sets", NULL, 0, &resp);
+    json_t *root = json_loadb(resp.body, resp.body_len, 0, NULL);
+    client_response_free(&resp);
     const json_t *sets = json_object_get(root, "weight_sets");
     if (status != 200 || !json_is_array(sets)) {
         report(0, "final/list", "GET /v1/weight-sets: status %d, no weight_sets array", status);
@@ -1072,7 +851,8 @@ static void check_every_set(void)
         name_record *r = &g_names[i];
         char path[128];
         snprintf(path, sizeof path, "/v1/weight-sets/%s", r->name);
-        int status = http_or_restart("GET", path, NULL);
+        struct client_response resp;
+        int status = http_or_restart("GET", path, NULL, 0, &resp);
         char why[500] = "";
         if (status == 404) {
             if (r->acked >= 0)
@@ -1080,15 +860,11 @@ static void check_every_set(void)
         } else if (status != 200) {
             snprintf(why, sizeof why, "status %d", status);
         } else {
-            size_t len;
-            char *body = last_response(&len);
             json_error_t jerr;
-            json_t *got = body ? json_loadb(body, len, 0, &jerr) : NULL;
-            free(body);
+            json_t *got = json_loadb(resp.body, resp.body_len, 0, &jerr);
             int from = r->acked >= 0 ? r->acked : 0, match = 0;
             char mismatch[400];
-            snprintf(mismatch, sizeof mismatch, "the response is not JSON: %s",
-                     body ? jerr.text : "no body");
+            snprintf(mismatch, sizeof mismatch, "the response is not JSON: %s", jerr.text);
             for (int v = r->versions - 1; got != NULL && v >= from && !match; v--)
                 match = matches_seed(got, r->name, r->seeds[v], &scratch, mismatch,
                                      sizeof mismatch);
@@ -1098,6 +874,7 @@ static void check_every_set(void)
             json_decref(got);
             checked++;
         }
+        client_response_free(&resp);
         if (why[0] && bad++ == 0)
             snprintf(first, sizeof first, "%s: %s", r->name, why);
     }
@@ -1111,7 +888,7 @@ static void check_every_set(void)
  * the set is out_in). */
 static double *matrix_in_out(const json_t *m, int out_in, size_t rows, size_t cols)
 {
-    double *a = xmalloc(rows * cols * sizeof *a);
+    double *a = client_xcalloc(rows * cols, sizeof *a);
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++) {
             const json_t *e = out_in ? json_array_get(json_array_get(m, c), r)
@@ -1125,7 +902,7 @@ static double *vector_of(const json_t *v, size_t n)
 {
     if (v == NULL)
         return NULL;
-    double *a = xmalloc(n * sizeof *a);
+    double *a = client_xcalloc(n, sizeof *a);
     for (size_t i = 0; i < n; i++)
         a[i] = json_number_value(json_array_get(v, i));
     return a;
@@ -1161,8 +938,8 @@ static int check_attention_one(name_record *r, uint64_t *state, char *why, size_
     int with_context = m.d_ctx != m.d_in || rng_range(state, 0, 1);
     if (!with_context)
         lk = lq;
-    double *x = xmalloc(lq * m.d_in * sizeof *x);
-    double *ctx = xmalloc(lk * m.d_ctx * sizeof *ctx);
+    double *x = client_xcalloc(lq * m.d_in, sizeof *x);
+    double *ctx = client_xcalloc(lk * m.d_ctx, sizeof *ctx);
     for (size_t i = 0; i < lq * m.d_in; i++)
         x[i] = rng_unit(state);
     for (size_t i = 0; i < lk * m.d_ctx; i++)
@@ -1175,10 +952,10 @@ static int check_attention_one(name_record *r, uint64_t *state, char *why, size_
     double *bk = vector_of(json_object_get(sent, "bk"), m.dk);
     double *bv = vector_of(json_object_get(sent, "bv"), m.dv);
     double *bo = vector_of(json_object_get(sent, "bo"), m.d_out);
-    double *q = xmalloc(lq * m.dk * sizeof *q), *k = xmalloc(lk * m.dk * sizeof *k);
-    double *v = xmalloc(lk * m.dv * sizeof *v), *o = xmalloc(lq * m.dv * sizeof *o);
-    double *att = xmalloc((m.heads ? m.heads : 1) * lq * lk * sizeof *att);
-    double *out = xmalloc(lq * m.d_out * sizeof *out);
+    double *q = client_xcalloc(lq * m.dk, sizeof *q), *k = client_xcalloc(lk * m.dk, sizeof *k);
+    double *v = client_xcalloc(lk * m.dv, sizeof *v), *o = client_xcalloc(lq * m.dv, sizeof *o);
+    double *att = client_xcalloc((m.heads ? m.heads : 1) * lq * lk, sizeof *att);
+    double *out = client_xcalloc(lq * m.d_out, sizeof *out);
     ref_linear(lq, m.d_in, m.dk, x, wq, bq, q);
     ref_linear(lk, m.d_ctx, m.dk, ctx, wk, bk, k);
     ref_linear(lk, m.d_ctx, m.dv, ctx, wv, bv, v);
@@ -1196,18 +973,14 @@ static int check_attention_one(name_record *r, uint64_t *state, char *why, size_
     json_object_set_new(req, "weights", json_string(r->name));
     char *text_req = json_dumps(req, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(req);
-    char body_path[400];
-    snprintf(body_path, sizeof body_path, "%s/attention.json", g_tmpdir);
-    write_whole_file(body_path, text_req, strlen(text_req));
+    struct client_response resp;
+    int status = http_or_restart("POST", "/v1/attention", text_req, strlen(text_req), &resp);
     free(text_req);
-    int status = http_or_restart("POST", "/v1/attention", body_path);
-    size_t len;
-    char *resp = last_response(&len);
-    json_t *got = resp ? json_loadb(resp, len, 0, NULL) : NULL;
+    json_t *got = json_loadb(resp.body, resp.body_len, 0, NULL);
     int ok = 1;
     const json_t *output = json_object_get(got, "output");
     if (status != 200 || !json_is_array(output) || json_array_size(output) != lq) {
-        snprintf(why, why_len, "%s: status %d, %.300s", r->name, status, resp ? resp : "");
+        snprintf(why, why_len, "%s: status %d, %.300s", r->name, status, resp.body);
         ok = 0;
     }
     for (size_t i = 0; ok && i < lq; i++) {
@@ -1226,7 +999,7 @@ static int check_attention_one(name_record *r, uint64_t *state, char *why, size_
             }
         }
     }
-    free(resp);
+    client_response_free(&resp);
     json_decref(got);
     json_decref(sent);
     double *all[] = {x, ctx, wq, wk, wv, wo, bq, bk, bv, bo, q, k, v, o, att, out};
@@ -1288,31 +1061,6 @@ static void check_attention(uint64_t *state)
            first[0] ? "; first: " : "", first);
 }
 
-/* Lines of the server's stderr that a sanitizer wrote. */
-static long sanitizer_lines(char *first, size_t cap)
-{
-    static const char *const patterns[] = {"AddressSanitizer", "LeakSanitizer", "runtime error:",
-                                           "ThreadSanitizer"};
-    size_t len;
-    char *log = read_whole_file(g_stderr_path, &len);
-    long count = 0;
-    first[0] = '\0';
-    for (char *line = log; line != NULL && *line;) {
-        char *end = strchr(line, '\n');
-        if (end)
-            *end = '\0';
-        for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++)
-            if (strstr(line, patterns[i]) != NULL) {
-                if (count++ == 0)
-                    snprintf(first, cap, "%.300s", line);
-                break;
-            }
-        line = end ? end + 1 : NULL;
-    }
-    free(log);
-    return count;
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* main                                                                                 */
 /* ------------------------------------------------------------------------------------ */
@@ -1325,6 +1073,7 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
+    client_set_program_name("crashtest");
     size_t puts = 500;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     int keep = 0;
@@ -1347,8 +1096,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/attn-crash-XXXXXX");
-    if (mkdtemp(g_tmpdir) == NULL) {
+    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, "/tmp", "attn-crash-") != 0) {
         fprintf(stderr, "crashtest: mkdtemp: %s\n", strerror(errno));
         return 2;
     }
@@ -1359,9 +1107,9 @@ int main(int argc, char **argv)
         return 2;
     printf("# seed %llu, %zu new sets, server %s, directory %s\n", (unsigned long long)seed, puts,
            g_server_path, g_tmpdir);
-    double started = now_seconds();
+    double started = client_now_seconds();
 
-    uint64_t state = seed, killer_seed = rng_next(&state);
+    uint64_t state = seed, killer_seed = client_rng_next(&state);
     server_start();
     pthread_t killer;
     if (pthread_create(&killer, NULL, killer_main, &killer_seed) != 0) {
@@ -1373,7 +1121,7 @@ int main(int argc, char **argv)
     g_killer_stop = 1;
     pthread_mutex_unlock(&g_lock);
     pthread_join(killer, NULL);
-    double put_seconds = now_seconds() - started;
+    double put_seconds = client_now_seconds() - started;
 
     long acked_names = 0;
     for (size_t i = 0; i < g_name_count; i++)
@@ -1434,12 +1182,12 @@ int main(int argc, char **argv)
     report(g_unexpected_deaths == 0, "server/no-unexpected-deaths", "%ld; first: %s",
            g_unexpected_deaths, g_first_death);
     char first[400];
-    long reports = sanitizer_lines(first, sizeof first);
+    long reports = client_count_sanitizer_lines(g_stderr_path, first, sizeof first);
     report(reports == 0, "server/no-sanitizer-reports", "%ld line(s); first: %s", reports, first);
-    printf("# total %.1f s\n", now_seconds() - started);
+    printf("# total %.1f s\n", client_now_seconds() - started);
 
     if (g_failed == 0 && !keep)
-        remove_tree(g_tmpdir);
+        client_remove_tree(g_tmpdir);
     else
         printf("# kept %s for inspection\n", g_tmpdir);
     free(g_names);

@@ -7,6 +7,8 @@
  * argument vector (never through a shell), so that what is tested is exactly what a user
  * with curl would see. Request bodies go to curl through temporary files, and curl writes
  * the status, the headers and the body to temporary files that this program reads back.
+ * Starting the server, reading its banner and the curl client are client.c's, shared with
+ * crashtest.c.
  *
  * The tests come in groups, one static function each:
  *   a. fixtures    - every golden case in --fixtures DIR, compared element by element;
@@ -37,7 +39,8 @@
  * The exit status is 0 when nothing failed, 1 when something did, 2 on a usage error.
  *
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
- *          tests/integration/itest.c tests/ref/reference.c -ljansson -lm -o build/itest
+ *          tests/integration/itest.c tests/integration/client.c tests/ref/reference.c \
+ *          -ljansson -lm -o build/itest
  * Run:   build/itest --server build/attention-server --fixtures ../shared/fixtures \
  *                    --cases tests/integration/cases [--examples api/examples] [--filter SUBSTR]
  * Steps of groups f and h build on each other, so they all run when --filter selects any.
@@ -47,10 +50,10 @@
 #endif
 
 #include "../ref/reference.h"
+#include "client.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -70,9 +73,6 @@
 #include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #ifndef PATH_MAX
 #define PATH_MAX 4096
@@ -176,74 +176,6 @@ static void test_end(struct test *t)
  * from it always fit in PATH_MAX. */
 static char g_tmpdir[256];
 
-static void *xcalloc(size_t count, size_t size)
-{
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (p == NULL) {
-        fprintf(stderr, "itest: out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/*
- * Reads a whole file into a new NUL-terminated buffer that the caller frees.
- * Returns NULL (and sets *len to 0) when the file cannot be read.
- */
-static char *read_whole_file(const char *path, size_t *len)
-{
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    size_t cap = 4096, used = 0;
-    char *buf = xcalloc(cap, 1);
-    for (;;) {
-        if (used + 1 >= cap) {
-            cap *= 2;
-            char *bigger = realloc(buf, cap);
-            if (bigger == NULL) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = bigger;
-        }
-        size_t got = fread(buf + used, 1, cap - used - 1, f);
-        used += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[used] = '\0';
-    *len = used;
-    return buf;
-}
-
-/* Writes len bytes to path, replacing the file; returns 0 or -1. */
-static int write_whole_file(const char *path, const char *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (f == NULL)
-        return -1;
-    int ok = fwrite(data, 1, len, f) == len;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
-}
-
 /* Case-insensitive substring search (strcasestr is not POSIX). */
 static const char *find_case_insensitive(const char *haystack, const char *needle)
 {
@@ -271,25 +203,42 @@ static void body_snippet(const char *body, size_t len, char *out, size_t cap)
     out[n] = '\0';
 }
 
-/* Returns the names of the *.json files in dir, sorted, as a NULL-terminated array. */
-static char **list_json_files(const char *dir, size_t *count)
+/* Returns the sorted entries of dir (without . and ..), NULL-terminated; NULL when unreadable. */
+static char **dir_entries(const char *dir, size_t *count)
 {
     *count = 0;
     struct dirent **entries = NULL;
     int n = scandir(dir, &entries, NULL, alphasort);
     if (n < 0)
         return NULL;
-    char **names = xcalloc((size_t)n + 1, sizeof *names);
+    char **names = client_xcalloc((size_t)n + 1, sizeof *names);
     for (int i = 0; i < n; i++) {
-        size_t len = strlen(entries[i]->d_name);
-        if (len > 5 && strcmp(entries[i]->d_name + len - 5, ".json") == 0) {
-            names[*count] = xcalloc(len + 1, 1);
-            memcpy(names[*count], entries[i]->d_name, len + 1);
+        if (strcmp(entries[i]->d_name, ".") != 0 && strcmp(entries[i]->d_name, "..") != 0) {
+            names[*count] = client_xcalloc(strlen(entries[i]->d_name) + 1, 1);
+            strcpy(names[*count], entries[i]->d_name);
             (*count)++;
         }
         free(entries[i]);
     }
     free(entries);
+    return names;
+}
+
+/* Returns the names of the *.json files in dir, sorted, as a NULL-terminated array. */
+static char **list_json_files(const char *dir, size_t *count)
+{
+    char **names = dir_entries(dir, count);
+    size_t kept = 0;
+    for (size_t i = 0; names != NULL && names[i] != NULL; i++) {
+        size_t len = strlen(names[i]);
+        if (len > 5 && strcmp(names[i] + len - 5, ".json") == 0)
+            names[kept++] = names[i];
+        else
+            free(names[i]);
+    }
+    if (names != NULL)
+        names[kept] = NULL;
+    *count = kept;
     return names;
 }
 
@@ -360,7 +309,7 @@ static struct server g_servers[SERVER_COUNT];
 static void detail_stderr_tail(struct test *t, const struct server *s, int lines)
 {
     size_t len;
-    char *text = read_whole_file(s->stderr_path, &len);
+    char *text = client_read_file(s->stderr_path, &len);
     if (text == NULL) {
         test_detail(t, "    (no stderr file %s)", s->stderr_path);
         return;
@@ -398,7 +347,7 @@ static char **server_environment(const struct server_kind *kind)
         n++;
     while (kind->env[extra] != NULL)
         extra++;
-    char **envp = xcalloc(n + extra + 1, sizeof *envp);
+    char **envp = client_xcalloc(n + extra + 1, sizeof *envp);
     size_t used = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "ATTN_", 5) != 0)
@@ -408,78 +357,11 @@ static char **server_environment(const struct server_kind *kind)
     return envp;
 }
 
-/*
- * Waits for the first line on the server's stdout, at most STARTUP_TIMEOUT_S, and takes
- * the base URL from "listening on http://HOST:PORT". Returns 0, or -1 with s->start_error.
- */
-static int server_read_banner(struct server *s)
-{
-    char line[512];
-    size_t len = 0;
-    double deadline = now_seconds() + STARTUP_TIMEOUT_S;
-    char *newline = NULL;
-    while (newline == NULL) {
-        double left = deadline - now_seconds();
-        if (left <= 0) {
-            snprintf(s->start_error, sizeof s->start_error,
-                     "no \"listening on\" line on stdout within %.0f s", STARTUP_TIMEOUT_S);
-            return -1;
-        }
-        struct pollfd pfd = {s->stdout_fd, POLLIN, 0};
-        int ready = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (ready < 0 && errno == EINTR)
-            continue;
-        if (ready <= 0)
-            continue; /* the deadline check above reports the timeout */
-        ssize_t got = read(s->stdout_fd, line + len, sizeof line - 1 - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            snprintf(s->start_error, sizeof s->start_error,
-                     "stdout closed before a \"listening on\" line (the server exited?); got \"%.*s\"",
-                     (int)len, line);
-            return -1;
-        }
-        len += (size_t)got;
-        line[len] = '\0';
-        newline = strchr(line, '\n');
-        if (newline == NULL && len == sizeof line - 1) {
-            snprintf(s->start_error, sizeof s->start_error, "first stdout line is too long");
-            return -1;
-        }
-    }
-    s->extra_stdout = len - (size_t)(newline + 1 - line);
-    *newline = '\0';
-    if (newline > line && newline[-1] == '\r')
-        newline[-1] = '\0';
-
-    static const char prefix[] = "listening on http://";
-    const char *colon = strrchr(line, ':');
-    long port = 0;
-    if (strncmp(line, prefix, sizeof prefix - 1) == 0 && colon != NULL &&
-        colon > line + sizeof prefix - 1) {
-        char *end;
-        port = strtol(colon + 1, &end, 10);
-        if (*end != '\0')
-            port = 0;
-    }
-    if (port <= 0 || port > 65535 || strlen(line + 13) >= sizeof s->base_url) {
-        snprintf(s->start_error, sizeof s->start_error,
-                 "first stdout line is \"%.200s\", expected \"listening on http://HOST:PORT\" with a real port",
-                 line);
-        return -1;
-    }
-    snprintf(s->base_url, sizeof s->base_url, "%s", line + 13);
-    return 0;
-}
-
 /* Kills a server that failed to start properly and reaps it. */
 static void server_abandon(struct server *s)
 {
     if (s->running) {
-        kill(s->pid, SIGKILL);
-        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+        client_kill_and_reap(s->pid, NULL);
         s->running = 0;
     }
     if (s->stdout_fd >= 0) {
@@ -519,47 +401,19 @@ static int server_start(struct server *s)
         argv[argc++] = kind->args[i];
     argv[argc] = NULL;
 
-    int pipe_fds[2];
-    int err_fd = open(s->stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (err_fd < 0 || pipe(pipe_fds) != 0) {
-        snprintf(s->start_error, sizeof s->start_error, "cannot set up stdio: %s", strerror(errno));
-        if (err_fd >= 0)
-            close(err_fd);
-        expect_true(&t, 0, "%s", s->start_error);
-        test_end(&t);
-        return -1;
-    }
-    fcntl(pipe_fds[0], F_SETFD, FD_CLOEXEC);
     char **envp = server_environment(kind);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null_fd = open("/dev/null", O_RDONLY);
-        if (null_fd >= 0)
-            dup2(null_fd, STDIN_FILENO);
-        dup2(pipe_fds[1], STDOUT_FILENO);
-        dup2(err_fd, STDERR_FILENO);
-#ifdef __linux__
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a crashed runner */
-#endif
-        execve(g_server_path, (char *const *)argv, envp);
-        fprintf(stderr, "itest: cannot execute %s: %s\n", g_server_path, strerror(errno));
-        _exit(127);
-    }
+    pid_t pid = client_spawn_server(argv, envp, s->stderr_path, 0, &s->stdout_fd, s->start_error,
+                                    sizeof s->start_error);
     free(envp);
-    close(pipe_fds[1]);
-    close(err_fd);
     if (pid < 0) {
-        close(pipe_fds[0]);
-        snprintf(s->start_error, sizeof s->start_error, "fork failed: %s", strerror(errno));
         expect_true(&t, 0, "%s", s->start_error);
         test_end(&t);
         return -1;
     }
     s->pid = pid;
     s->running = 1;
-    s->stdout_fd = pipe_fds[0];
-    if (server_read_banner(s) != 0) {
+    if (client_read_banner(s->stdout_fd, STARTUP_TIMEOUT_S, s->base_url, sizeof s->base_url, &s->extra_stdout,
+                           s->start_error, sizeof s->start_error) < 0) {
         server_abandon(s);
         expect_true(&t, 0, "%s", s->start_error);
         detail_stderr_tail(&t, s, 30);
@@ -589,35 +443,20 @@ static struct server *test_server(struct test *t, enum server_id id)
     return s;
 }
 
-/* Scans a server's stderr for sanitizer reports; returns how many lines match. */
-static int count_sanitizer_lines(const struct server *s, char *first, size_t cap)
+/*
+ * Starts the test t named name on server id: returns 1 when the test is selected and the
+ * server runs (*s is set; the caller ends the test), 0 when --filter leaves it out or the
+ * server is down (then the failure has already been reported).
+ */
+static int test_start(struct test *t, enum server_id id, struct server **s, const char *name)
 {
-    static const char *const patterns[] = {"AddressSanitizer", "LeakSanitizer", "runtime error:",
-                                           "ThreadSanitizer", "MemorySanitizer"};
-    size_t len;
-    char *text = read_whole_file(s->stderr_path, &len);
-    int count = 0;
-    first[0] = '\0';
-    if (text == NULL)
+    if (!test_begin(t, "%s", name))
         return 0;
-    char *line = text;
-    while (line < text + len) {
-        char *end = strchr(line, '\n');
-        if (end != NULL)
-            *end = '\0';
-        for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
-            if (strstr(line, patterns[i]) != NULL) {
-                if (count++ == 0)
-                    snprintf(first, cap, "%.300s", line);
-                break;
-            }
-        }
-        if (end == NULL)
-            break;
-        line = end + 1;
+    if ((*s = test_server(t, id)) == NULL) {
+        test_end(t);
+        return 0;
     }
-    free(text);
-    return count;
+    return 1;
 }
 
 /*
@@ -631,15 +470,9 @@ static void server_wait_exit(struct server *s)
     const char *label = s->kind->label;
 
     test_begin(&t, "server/%s/exit-status-after-sigterm", label);
-    double deadline = now_seconds() + SHUTDOWN_TIMEOUT_S;
     int status = 0;
-    pid_t done = 0;
-    while ((done = waitpid(s->pid, &status, WNOHANG)) == 0 && now_seconds() < deadline)
-        sleep_ms(20);
+    int done = client_wait_exit(s->pid, SHUTDOWN_TIMEOUT_S, &status);
     if (done == 0) {
-        kill(s->pid, SIGKILL);
-        while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
-            ;
         expect_true(&t, 0, "still running %.0f s after SIGTERM (killed it)", SHUTDOWN_TIMEOUT_S);
     } else if (done < 0) {
         expect_true(&t, 0, "waitpid failed: %s", strerror(errno));
@@ -656,7 +489,7 @@ static void server_wait_exit(struct server *s)
 
     test_begin(&t, "server/%s/no-sanitizer-reports", label);
     char first[512];
-    int reports = count_sanitizer_lines(s, first, sizeof first);
+    int reports = client_count_sanitizer_lines(s->stderr_path, first, sizeof first);
     if (!expect_true(&t, reports == 0, "%d sanitizer line(s) on stderr, first: %s", reports, first))
         detail_stderr_tail(&t, s, 40);
     test_end(&t);
@@ -692,297 +525,47 @@ static void server_stop(struct server *s)
 /* HTTP through the curl command-line tool                                               */
 /* ------------------------------------------------------------------------------------ */
 
-#define HTTP_MAX_EXTRA_HEADERS 16
-#define HTTP_MAX_RESPONSE_HEADERS 64
-
-/* One request. Strings are borrowed; body may hold NUL bytes (body_len counts them). */
-struct http_request {
-    const char *method;         /* "GET", "POST", "HEAD", "OPTIONS", ... */
-    const char *path;           /* appended to the server's base URL, e.g. "/v1/attention" */
-    const char *request_target; /* NULL, or a literal request target such as "*" */
-    const char *body;           /* NULL for no body at all; "" with body_len 0 for an empty one */
-    size_t body_len;
-    const char *headers[HTTP_MAX_EXTRA_HEADERS + 1]; /* "Name: value", NULL-terminated */
-    const char *const *curl_args; /* NULL, or extra curl options, NULL-terminated (e.g. --limit-rate) */
-};
-
-/* One response; everything in it is owned and freed by http_response_free. */
-struct http_response {
-    int status; /* the HTTP status, or 0 when no response arrived */
-    char *body; /* NUL-terminated (the NUL is not counted in body_len) */
-    size_t body_len;
-    size_t header_count;
-    char *header_names[HTTP_MAX_RESPONSE_HEADERS];
-    char *header_values[HTTP_MAX_RESPONSE_HEADERS];
-    char transport_error[512]; /* curl's complaint, empty when curl exited 0 */
-};
-
-/* A request in flight: the curl process and the stem of its temporary files. */
-struct http_pending {
-    pid_t pid; /* -1 when curl could not be started */
-    int reaped;      /* http_done saw curl exit; wait_status holds its status */
-    int wait_status;
-    int is_head;
-    char stem[sizeof g_tmpdir + 32];
-    char start_error[512];
-};
-
-static unsigned g_request_counter;
-
-static void http_response_free(struct http_response *r)
-{
-    free(r->body);
-    for (size_t i = 0; i < r->header_count; i++) {
-        free(r->header_names[i]);
-        free(r->header_values[i]);
-    }
-    memset(r, 0, sizeof *r);
-}
-
-/* Returns the value of the named response header (case-insensitive), or NULL. */
-static const char *http_header(const struct http_response *r, const char *name)
-{
-    for (size_t i = 0; i < r->header_count; i++)
-        if (strcasecmp(r->header_names[i], name) == 0)
-            return r->header_values[i];
-    return NULL;
-}
-
-/*
- * Parses curl's header dump. It may hold several responses (a 100 Continue, say);
- * only the last block counts, so the list restarts at every status line.
- */
-static void http_parse_headers(char *text, struct http_response *r)
-{
-    char *line = text;
-    while (line != NULL && *line != '\0') {
-        char *end = strchr(line, '\n');
-        if (end != NULL)
-            *end = '\0';
-        size_t len = strlen(line);
-        if (len > 0 && line[len - 1] == '\r')
-            line[--len] = '\0';
-        if (strncmp(line, "HTTP/", 5) == 0) {
-            for (size_t i = 0; i < r->header_count; i++) {
-                free(r->header_names[i]);
-                free(r->header_values[i]);
-            }
-            r->header_count = 0;
-        } else {
-            char *colon = strchr(line, ':');
-            if (colon != NULL && r->header_count < HTTP_MAX_RESPONSE_HEADERS) {
-                *colon = '\0';
-                char *value = colon + 1;
-                while (*value == ' ' || *value == '\t')
-                    value++;
-                size_t i = r->header_count++;
-                r->header_names[i] = xcalloc(strlen(line) + 1, 1);
-                strcpy(r->header_names[i], line);
-                r->header_values[i] = xcalloc(strlen(value) + 1, 1);
-                strcpy(r->header_values[i], value);
-            }
-        }
-        line = end != NULL ? end + 1 : NULL;
-    }
-}
-
-/*
- * Starts curl for one request without waiting for it. The body goes through a file
- * (--data-binary @file keeps every byte). A JSON Content-Type is added to requests with
- * a body unless the request names its own, and "Expect:" turns off 100-continue.
- * Always fills p; on failure p->pid is -1 and http_finish reports p->start_error.
- */
-static void http_start(const struct server *s, const struct http_request *rq, struct http_pending *p)
-{
-    memset(p, 0, sizeof *p);
-    p->pid = -1;
-    p->is_head = strcmp(rq->method, "HEAD") == 0;
-    snprintf(p->stem, sizeof p->stem, "%s/req-%u", g_tmpdir, ++g_request_counter);
-
-    char in_path[PATH_MAX], out_path[PATH_MAX], hdr_path[PATH_MAX], code_path[PATH_MAX],
-        err_path[PATH_MAX], data_arg[PATH_MAX + 1], url[1024];
-    snprintf(in_path, sizeof in_path, "%s.in", p->stem);
-    snprintf(out_path, sizeof out_path, "%s.out", p->stem);
-    snprintf(hdr_path, sizeof hdr_path, "%s.hdr", p->stem);
-    snprintf(code_path, sizeof code_path, "%s.code", p->stem);
-    snprintf(err_path, sizeof err_path, "%s.err", p->stem);
-    snprintf(data_arg, sizeof data_arg, "@%s", in_path);
-    snprintf(url, sizeof url, "%s%s", s->base_url, rq->request_target != NULL ? "/" : rq->path);
-
-    if (rq->body != NULL && write_whole_file(in_path, rq->body, rq->body_len) != 0) {
-        snprintf(p->start_error, sizeof p->start_error, "cannot write %.400s", in_path);
-        return;
-    }
-
-    const char *argv[96];
-    size_t argc = 0;
-    int has_content_type = 0;
-    argv[argc++] = "curl";
-    argv[argc++] = "--silent";
-    argv[argc++] = "--show-error";
-    argv[argc++] = "--max-time";
-    argv[argc++] = "60";
-    argv[argc++] = "--connect-timeout";
-    argv[argc++] = "5";
-    argv[argc++] = "--output";
-    argv[argc++] = out_path;
-    argv[argc++] = "--dump-header";
-    argv[argc++] = hdr_path;
-    argv[argc++] = "--write-out";
-    argv[argc++] = "%{http_code}";
-    if (p->is_head) {
-        argv[argc++] = "--head";
-    } else {
-        argv[argc++] = "--request";
-        argv[argc++] = rq->method;
-    }
-    if (rq->request_target != NULL) {
-        argv[argc++] = "--request-target";
-        argv[argc++] = rq->request_target;
-    }
-    for (size_t i = 0; rq->curl_args != NULL && rq->curl_args[i] != NULL && argc < 40; i++)
-        argv[argc++] = rq->curl_args[i];
-    for (size_t i = 0; i < HTTP_MAX_EXTRA_HEADERS && rq->headers[i] != NULL; i++) {
-        argv[argc++] = "--header";
-        argv[argc++] = rq->headers[i];
-        if (strncasecmp(rq->headers[i], "Content-Type:", 13) == 0)
-            has_content_type = 1;
-    }
-    if (rq->body != NULL) {
-        if (!has_content_type) {
-            argv[argc++] = "--header";
-            argv[argc++] = "Content-Type: application/json";
-        }
-        argv[argc++] = "--header";
-        argv[argc++] = "Expect:";
-        argv[argc++] = "--data-binary";
-        argv[argc++] = data_arg;
-    }
-    argv[argc++] = url;
-    argv[argc] = NULL;
-
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null_fd = open("/dev/null", O_RDONLY);
-        int code_fd = open(code_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (null_fd < 0 || code_fd < 0 || err_fd < 0)
-            _exit(126);
-        dup2(null_fd, STDIN_FILENO);
-        dup2(code_fd, STDOUT_FILENO);
-        dup2(err_fd, STDERR_FILENO);
-        execvp("curl", (char *const *)argv);
-        fprintf(stderr, "cannot execute curl: %s\n", strerror(errno));
-        _exit(127);
-    }
-    if (pid < 0) {
-        snprintf(p->start_error, sizeof p->start_error, "fork failed: %s", strerror(errno));
-        return;
-    }
-    p->pid = pid;
-}
-
-/* Waits for the curl process of p, fills r (which the caller frees) and removes the files. */
-static void http_finish(struct http_pending *p, struct http_response *r)
-{
-    memset(r, 0, sizeof *r);
-    static const char *const suffixes[] = {".in", ".out", ".hdr", ".code", ".err"};
-    char path[PATH_MAX];
-    size_t len;
-
-    if (p->pid < 0) {
-        snprintf(r->transport_error, sizeof r->transport_error, "%s", p->start_error);
-        r->body = xcalloc(1, 1);
-        return;
-    }
-    int status = p->wait_status;
-    if (!p->reaped)
-        while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
-            ;
-    int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-
-    snprintf(path, sizeof path, "%s.code", p->stem);
-    char *code = read_whole_file(path, &len);
-    r->status = code != NULL ? atoi(code) : 0;
-    free(code);
-
-    if (exit_code != 0) {
-        snprintf(path, sizeof path, "%s.err", p->stem);
-        char *err = read_whole_file(path, &len);
-        if (err != NULL && len > 0 && err[len - 1] == '\n')
-            err[len - 1] = '\0';
-        snprintf(r->transport_error, sizeof r->transport_error, "curl exited with %d: %.400s", exit_code,
-                 err != NULL ? err : "");
-        free(err);
-    }
-
-    snprintf(path, sizeof path, "%s.out", p->stem);
-    r->body = read_whole_file(path, &r->body_len);
-    if (r->body == NULL || p->is_head) {
-        /* With --head, curl writes the headers where the body would go. */
-        free(r->body);
-        r->body = xcalloc(1, 1);
-        r->body_len = 0;
-    }
-    snprintf(path, sizeof path, "%s.hdr", p->stem);
-    char *headers = read_whole_file(path, &len);
-    if (headers != NULL)
-        http_parse_headers(headers, r);
-    free(headers);
-
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(path, sizeof path, "%s%s", p->stem, suffixes[i]);
-        unlink(path);
-    }
-}
-
-/* Returns 1 when the curl process of p has exited (without waiting), else 0. */
-static int http_done(struct http_pending *p)
-{
-    if (p->pid < 0 || p->reaped)
-        return 1;
-    int status = 0;
-    pid_t done = waitpid(p->pid, &status, WNOHANG);
-    if (done == p->pid) {
-        p->reaped = 1;
-        p->wait_status = status;
-    }
-    return p->reaped;
-}
+/* The request and response types, and the curl machinery, are client.h's; these wrappers
+ * send to a struct server and keep the request files in the temporary directory. */
 
 /* Sends one request and waits for the response (which the caller frees). */
-static void http_call(const struct server *s, const struct http_request *rq, struct http_response *r)
+static void http_call(const struct server *s, const struct client_request *rq, struct client_response *r)
 {
-    struct http_pending p;
-    http_start(s, rq, &p);
-    http_finish(&p, r);
+    client_http_call(s->base_url, g_tmpdir, rq, r);
 }
 
 /* Sends a request without a body. */
-static void http_simple(const struct server *s, const char *method, const char *path, struct http_response *r)
+static void http_simple(const struct server *s, const char *method, const char *path, struct client_response *r)
 {
-    struct http_request rq = {.method = method, .path = path};
+    struct client_request rq = {.method = method, .path = path};
     http_call(s, &rq, r);
 }
 
 /* POSTs a JSON value (serialized compactly; jansson prints reals round-trippably). */
-static void http_post_json(const struct server *s, const char *path, const json_t *body, struct http_response *r)
+static void http_post_json(const struct server *s, const char *path, const json_t *body, struct client_response *r)
 {
     char *text = json_dumps(body, JSON_COMPACT);
-    struct http_request rq = {.method = "POST", .path = path, .body = text, .body_len = strlen(text)};
+    struct client_request rq = {.method = "POST", .path = path, .body = text, .body_len = strlen(text)};
     http_call(s, &rq, r);
     free(text);
 }
 
+/* Sends method to path with text as the body (NULL: no body); the caller frees r. */
+static void http_text(const struct server *s, const char *method, const char *path, const char *text,
+                      struct client_response *r)
+{
+    struct client_request rq = {.method = method, .path = path, .body = text, .body_len = text ? strlen(text) : 0};
+    http_call(s, &rq, r);
+}
+
 /* Parses a response body as JSON; returns a new reference or NULL. */
-static json_t *response_json(const struct http_response *r)
+static json_t *response_json(const struct client_response *r)
 {
     return json_loadb(r->body, r->body_len, 0, NULL);
 }
 
 /* Checks the status of r and, on a mismatch, shows the response body as context. */
-static int expect_status(struct test *t, const struct http_response *r, int want)
+static int expect_status(struct test *t, const struct client_response *r, int want)
 {
     int ok;
     if (r->status == 0)
@@ -998,9 +581,9 @@ static int expect_status(struct test *t, const struct http_response *r, int want
 }
 
 /* Checks that header name is present and contains want (case-insensitive). */
-static int expect_header_contains(struct test *t, const struct http_response *r, const char *name, const char *want)
+static int expect_header_contains(struct test *t, const struct client_response *r, const char *name, const char *want)
 {
-    const char *value = http_header(r, name);
+    const char *value = client_header(r, name);
     if (!expect_true(t, value != NULL, "no %s header", name))
         return 0;
     return expect_true(t, find_case_insensitive(value, want) != NULL, "%s is \"%s\", expected it to contain \"%s\"",
@@ -1008,9 +591,9 @@ static int expect_header_contains(struct test *t, const struct http_response *r,
 }
 
 /* Checks that header name is present with exactly the value want. */
-static int expect_header_equals(struct test *t, const struct http_response *r, const char *name, const char *want)
+static int expect_header_equals(struct test *t, const struct client_response *r, const char *name, const char *want)
 {
-    const char *value = http_header(r, name);
+    const char *value = client_header(r, name);
     if (!expect_true(t, value != NULL, "no %s header", name))
         return 0;
     return expect_true(t, strcmp(value, want) == 0, "%s is \"%s\", expected \"%s\"", name, value, want);
@@ -1166,6 +749,22 @@ static json_t *json_mask(const unsigned char *m, size_t count, size_t lq, size_t
 /* ------------------------------------------------------------------------------------ */
 
 /*
+ * Lists the *.json files of dir (see list_json_files; the caller frees the list with
+ * free_name_list) and reports the test test_name: dir must hold at least one such file,
+ * "no *.json WHAT in DIR" otherwise.
+ */
+static char **list_test_files(const char *dir, const char *test_name, const char *what, size_t *count)
+{
+    struct test t;
+    char **files = list_json_files(dir, count);
+    if (test_begin(&t, "%s", test_name)) {
+        expect_true(&t, files != NULL && *count > 0, "no *.json %s in %s", what, dir);
+        test_end(&t);
+    }
+    return files;
+}
+
+/*
  * POSTs each fixture's request and checks the status and, for a 200, every element of
  * "output" and "attention" that the fixture gives, within the fixture's tolerance.
  * A fixture that expects an error with expect.code has its error code checked instead.
@@ -1174,11 +773,7 @@ static void run_fixture_tests(const char *dir)
 {
     struct test t;
     size_t count;
-    char **files = list_json_files(dir, &count);
-    if (test_begin(&t, "fixtures/present")) {
-        expect_true(&t, files != NULL && count > 0, "no *.json fixtures in %s", dir);
-        test_end(&t);
-    }
+    char **files = list_test_files(dir, "fixtures/present", "fixtures", &count);
     for (size_t i = 0; i < count; i++) {
         const char *file = files[i];
         if (!test_begin(&t, "fixture/%.*s", (int)(strlen(file) - 5), file))
@@ -1191,7 +786,7 @@ static void run_fixture_tests(const char *dir)
         json_t *request = json_object_get(fixture, "request");
         struct server *s = NULL;
         json_t *body = NULL;
-        struct http_response r = {0};
+        struct client_response r = {0};
         if (!expect_true(&t, fixture != NULL, "%s:%d: %s", path, error.line, error.text) ||
             !expect_true(&t, json_is_object(request) && json_is_object(expect) &&
                                  json_is_integer(json_object_get(expect, "status")),
@@ -1221,7 +816,7 @@ static void run_fixture_tests(const char *dir)
     next:
         json_decref(body);
         json_decref(fixture);
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     free_name_list(files);
@@ -1292,7 +887,7 @@ static const char *unknown_key(const json_t *obj, const char *const *allowed)
  * present, a string field. Returns the error object (borrowed from *body_out, which the
  * caller releases), or NULL after recording the failure.
  */
-static const json_t *expect_error_body(struct test *t, const struct http_response *r, json_t **body_out)
+static const json_t *expect_error_body(struct test *t, const struct client_response *r, json_t **body_out)
 {
     *body_out = response_json(r);
     const json_t *error = json_object_get(*body_out, "error");
@@ -1334,7 +929,7 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
     char *body = NULL;
     size_t body_len = 0;
     json_t *response = NULL;
-    struct http_response r = {0};
+    struct client_response r = {0};
     struct server *s;
     const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
     const char *bad_expect_key = json_is_object(expect) ? unknown_key(expect, expect_keys) : NULL;
@@ -1364,12 +959,12 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
         body_len = strlen(body);
     } else if (raw != NULL) {
         body_len = json_string_length(raw);
-        body = xcalloc(body_len + 1, 1);
+        body = client_xcalloc(body_len + 1, 1);
         memcpy(body, json_string_value(raw), body_len);
     }
     if (json_is_integer(pad) && body != NULL && (size_t)json_integer_value(pad) > body_len) {
         size_t want = (size_t)json_integer_value(pad);
-        char *padded = xcalloc(want + 1, 1);
+        char *padded = client_xcalloc(want + 1, 1);
         memcpy(padded, body, body_len);
         memset(padded + body_len, ' ', want - body_len); /* whitespace keeps the JSON valid */
         free(body);
@@ -1377,18 +972,18 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
         body_len = want;
     }
 
-    struct http_request rq = {
+    struct client_request rq = {
         .method = method != NULL ? method : "POST",
         .path = path != NULL ? path : "/v1/attention",
         .body = body,
         .body_len = body_len,
     };
-    char header_lines[HTTP_MAX_EXTRA_HEADERS][512];
+    char header_lines[CLIENT_MAX_EXTRA_HEADERS][512];
     size_t header_count = 0;
     const char *hname;
     json_t *hvalue;
     json_object_foreach((json_t *)headers, hname, hvalue) {
-        if (header_count < HTTP_MAX_EXTRA_HEADERS && json_is_string(hvalue)) {
+        if (header_count < CLIENT_MAX_EXTRA_HEADERS && json_is_string(hvalue)) {
             snprintf(header_lines[header_count], sizeof header_lines[0], "%s: %s", hname, json_string_value(hvalue));
             rq.headers[header_count] = header_lines[header_count];
             header_count++;
@@ -1401,7 +996,7 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
     int want_status = (int)json_integer_value(json_object_get(expect, "status"));
     if (!expect_status(&t, &r, want_status))
         goto done;
-    expect_true(&t, http_header(&r, "Access-Control-Allow-Origin") != NULL, "no Access-Control-Allow-Origin header");
+    expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") != NULL, "no Access-Control-Allow-Origin header");
 
     const json_t *contains = json_object_get(expect, "header_contains");
     const char *cname;
@@ -1439,7 +1034,7 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
 done:
     json_decref(response);
     free(body);
-    http_response_free(&r);
+    client_response_free(&r);
     test_end(&t);
 }
 
@@ -1454,15 +1049,13 @@ static void check_still_serving(const char *name_prefix, enum server_id id)
         return;
     struct server *s = test_server(&t, id);
     if (s != NULL) {
-        struct http_response r;
+        struct client_response r;
         http_simple(s, "GET", "/healthz", &r);
         expect_status(&t, &r, 200);
-        http_response_free(&r);
-        struct http_request rq = {.method = "POST", .path = "/v1/attention", .body = g_tiny_request,
-                                  .body_len = strlen(g_tiny_request)};
-        http_call(s, &rq, &r);
+        client_response_free(&r);
+        http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
         expect_status(&t, &r, 200);
-        http_response_free(&r);
+        client_response_free(&r);
     }
     test_end(&t);
 }
@@ -1475,11 +1068,7 @@ static void run_case_tests(const char *dir)
 {
     struct test t;
     size_t count;
-    char **files = list_json_files(dir, &count);
-    if (test_begin(&t, "cases/present")) {
-        expect_true(&t, files != NULL && count > 0, "no *.json case files in %s", dir);
-        test_end(&t);
-    }
+    char **files = list_test_files(dir, "cases/present", "case files", &count);
     for (size_t i = 0; i < count; i++) {
         char prefix[300], path[PATH_MAX];
         snprintf(prefix, sizeof prefix, "cases/%.*s", (int)(strlen(files[i]) - 5), files[i]);
@@ -1527,7 +1116,7 @@ static void check_info(enum server_id id)
     if (!test_begin(&t, "protocol/info/%s", g_server_kinds[id].label))
         return;
     struct server *s = test_server(&t, id);
-    struct http_response r = {0};
+    struct client_response r = {0};
     json_t *body = NULL;
     if (s == NULL)
         goto done;
@@ -1556,7 +1145,7 @@ static void check_info(enum server_id id)
     expect_true(&t, has64 && has32, "dtypes does not list both float64 and float32");
 done:
     json_decref(body);
-    http_response_free(&r);
+    client_response_free(&r);
     test_end(&t);
 }
 
@@ -1565,24 +1154,22 @@ static void check_preflight(const char *name, enum server_id id, const char *pat
                             const char *allow_method)
 {
     struct test t;
-    if (!test_begin(&t, "%s", name))
+    struct server *s;
+    if (!test_start(&t, id, &s, name))
         return;
-    struct server *s = test_server(&t, id);
-    if (s != NULL) {
-        struct http_request rq = {.method = "OPTIONS", .path = path, .request_target = request_target};
-        rq.headers[0] = "Origin: https://viz.example";
-        rq.headers[1] = "Access-Control-Request-Method: POST";
-        rq.headers[2] = "Access-Control-Request-Headers: content-type";
-        struct http_response r;
-        http_call(s, &rq, &r);
-        if (r.status != 204)
-            expect_status(&t, &r, 200); /* 204 is what DESIGN.md says; 200 is tolerated */
-        expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
-        expect_header_contains(&t, &r, "Access-Control-Allow-Methods", allow_method);
-        expect_true(&t, http_header(&r, "Access-Control-Allow-Headers") != NULL, "no Access-Control-Allow-Headers");
-        expect_true(&t, http_header(&r, "Access-Control-Max-Age") != NULL, "no Access-Control-Max-Age");
-        http_response_free(&r);
-    }
+    struct client_request rq = {.method = "OPTIONS", .path = path, .request_target = request_target};
+    rq.headers[0] = "Origin: https://viz.example";
+    rq.headers[1] = "Access-Control-Request-Method: POST";
+    rq.headers[2] = "Access-Control-Request-Headers: content-type";
+    struct client_response r;
+    http_call(s, &rq, &r);
+    if (r.status != 204)
+        expect_status(&t, &r, 200); /* 204 is what DESIGN.md says; 200 is tolerated */
+    expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
+    expect_header_contains(&t, &r, "Access-Control-Allow-Methods", allow_method);
+    expect_true(&t, client_header(&r, "Access-Control-Allow-Headers") != NULL, "no Access-Control-Allow-Headers");
+    expect_true(&t, client_header(&r, "Access-Control-Max-Age") != NULL, "no Access-Control-Max-Age");
+    client_response_free(&r);
     test_end(&t);
 }
 
@@ -1591,18 +1178,16 @@ static void check_cors_origin(const char *name, enum server_id id, const char *m
                               const char *body, int want_status)
 {
     struct test t;
-    if (!test_begin(&t, "%s", name))
+    struct server *s;
+    if (!test_start(&t, id, &s, name))
         return;
-    struct server *s = test_server(&t, id);
-    if (s != NULL) {
-        struct http_request rq = {.method = method, .path = path, .body = body, .body_len = body ? strlen(body) : 0};
-        rq.headers[0] = "Origin: https://viz.example";
-        struct http_response r;
-        http_call(s, &rq, &r);
-        expect_status(&t, &r, want_status);
-        expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
-        http_response_free(&r);
-    }
+    struct client_request rq = {.method = method, .path = path, .body = body, .body_len = body ? strlen(body) : 0};
+    rq.headers[0] = "Origin: https://viz.example";
+    struct client_response r;
+    http_call(s, &rq, &r);
+    expect_status(&t, &r, want_status);
+    expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
+    client_response_free(&r);
     test_end(&t);
 }
 
@@ -1610,22 +1195,20 @@ static void check_cors_origin(const char *name, enum server_id id, const char *m
 static void check_status_endpoint(const char *name, const char *path, const char *want_status_text)
 {
     struct test t;
-    if (!test_begin(&t, "%s", name))
+    struct server *s;
+    if (!test_start(&t, SERVER_DEFAULT, &s, name))
         return;
-    struct server *s = test_server(&t, SERVER_DEFAULT);
-    if (s != NULL) {
-        struct http_response r;
-        http_simple(s, "GET", path, &r);
-        if (expect_status(&t, &r, 200)) {
-            json_t *body = response_json(&r);
-            const char *status = json_string_value(json_object_get(body, "status"));
-            expect_true(&t, status != NULL && strcmp(status, want_status_text) == 0,
-                        "body \"status\" is %s, expected \"%s\"", status ? status : "(missing)", want_status_text);
-            expect_header_contains(&t, &r, "Content-Type", "application/json");
-            json_decref(body);
-        }
-        http_response_free(&r);
+    struct client_response r;
+    http_simple(s, "GET", path, &r);
+    if (expect_status(&t, &r, 200)) {
+        json_t *body = response_json(&r);
+        const char *status = json_string_value(json_object_get(body, "status"));
+        expect_true(&t, status != NULL && strcmp(status, want_status_text) == 0,
+                    "body \"status\" is %s, expected \"%s\"", status ? status : "(missing)", want_status_text);
+        expect_header_contains(&t, &r, "Content-Type", "application/json");
+        json_decref(body);
     }
+    client_response_free(&r);
     test_end(&t);
 }
 
@@ -1636,20 +1219,18 @@ static void check_status_endpoint(const char *name, const char *path, const char
 static void run_protocol_tests(void)
 {
     struct test t;
-    struct http_response r;
+    struct client_response r;
     struct server *s;
 
     check_status_endpoint("protocol/healthz", "/healthz", "ok");
     check_status_endpoint("protocol/readyz", "/readyz", "ready");
 
-    if (test_begin(&t, "protocol/head-healthz")) {
-        if ((s = test_server(&t, SERVER_DEFAULT)) != NULL) {
-            http_simple(s, "HEAD", "/healthz", &r);
-            expect_status(&t, &r, 200);
-            expect_true(&t, http_header(&r, "Access-Control-Allow-Origin") != NULL,
-                        "no Access-Control-Allow-Origin header");
-            http_response_free(&r);
-        }
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/head-healthz")) {
+        http_simple(s, "HEAD", "/healthz", &r);
+        expect_status(&t, &r, 200);
+        expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") != NULL,
+                    "no Access-Control-Allow-Origin header");
+        client_response_free(&r);
         test_end(&t);
     }
 
@@ -1658,33 +1239,31 @@ static void run_protocol_tests(void)
     check_info(SERVER_CORS);
 
     /* Metrics come after some traffic, so the request counter must have a 200 in it. */
-    if (test_begin(&t, "protocol/metrics")) {
-        if ((s = test_server(&t, SERVER_DEFAULT)) != NULL) {
-            static const char *const names[] = {"attn_http_requests_total", "attn_http_request_duration_seconds",
-                                                "attn_http_request_bytes_total", "attn_http_response_bytes_total",
-                                                "attn_http_inflight_requests"};
-            http_simple(s, "GET", "/metrics", &r);
-            if (expect_status(&t, &r, 200)) {
-                expect_header_contains(&t, &r, "Content-Type", "text/plain");
-                for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-                    expect_true(&t, strstr(r.body, names[i]) != NULL, "no %s in the metrics text", names[i]);
-                /* Some line attn_http_requests_total{...code="200"...} N must have N >= 1. */
-                int counted = 0;
-                for (const char *line = r.body; line != NULL && *line != '\0';) {
-                    const char *end = strchr(line, '\n');
-                    size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
-                    char buf[512];
-                    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-                    const char *close = strrchr(buf, '}');
-                    if (strncmp(buf, "attn_http_requests_total{", 25) == 0 && strstr(buf, "code=\"200\"") != NULL &&
-                        close != NULL && strtod(close + 1, NULL) >= 1.0)
-                        counted = 1;
-                    line = end != NULL ? end + 1 : NULL;
-                }
-                expect_true(&t, counted, "no attn_http_requests_total{...code=\"200\"...} line with a count >= 1");
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/metrics")) {
+        static const char *const names[] = {"attn_http_requests_total", "attn_http_request_duration_seconds",
+                                            "attn_http_request_bytes_total", "attn_http_response_bytes_total",
+                                            "attn_http_inflight_requests"};
+        http_simple(s, "GET", "/metrics", &r);
+        if (expect_status(&t, &r, 200)) {
+            expect_header_contains(&t, &r, "Content-Type", "text/plain");
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                expect_true(&t, strstr(r.body, names[i]) != NULL, "no %s in the metrics text", names[i]);
+            /* Some line attn_http_requests_total{...code="200"...} N must have N >= 1. */
+            int counted = 0;
+            for (const char *line = r.body; line != NULL && *line != '\0';) {
+                const char *end = strchr(line, '\n');
+                size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+                char buf[512];
+                snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+                const char *close = strrchr(buf, '}');
+                if (strncmp(buf, "attn_http_requests_total{", 25) == 0 && strstr(buf, "code=\"200\"") != NULL &&
+                    close != NULL && strtod(close + 1, NULL) >= 1.0)
+                    counted = 1;
+                line = end != NULL ? end + 1 : NULL;
             }
-            http_response_free(&r);
+            expect_true(&t, counted, "no attn_http_requests_total{...code=\"200\"...} line with a count >= 1");
         }
+        client_response_free(&r);
         test_end(&t);
     }
 
@@ -1703,34 +1282,26 @@ static void run_protocol_tests(void)
     check_cors_origin("protocol/cors/configured-origin-400", SERVER_CORS, "POST", "/v1/attention", "[]", 400);
     check_cors_origin("protocol/cors/configured-origin-404", SERVER_CORS, "GET", "/nothing", NULL, 404);
 
-    if (test_begin(&t, "protocol/405-allow/attention")) {
-        if ((s = test_server(&t, SERVER_DEFAULT)) != NULL) {
-            http_simple(s, "GET", "/v1/attention", &r);
-            expect_status(&t, &r, 405);
-            expect_header_contains(&t, &r, "Allow", "POST");
-            expect_header_contains(&t, &r, "Allow", "OPTIONS");
-            http_response_free(&r);
-        }
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/405-allow/attention")) {
+        http_simple(s, "GET", "/v1/attention", &r);
+        expect_status(&t, &r, 405);
+        expect_header_contains(&t, &r, "Allow", "POST");
+        expect_header_contains(&t, &r, "Allow", "OPTIONS");
+        client_response_free(&r);
         test_end(&t);
     }
-    if (test_begin(&t, "protocol/405-allow/healthz")) {
-        if ((s = test_server(&t, SERVER_DEFAULT)) != NULL) {
-            http_simple(s, "POST", "/healthz", &r);
-            expect_status(&t, &r, 405);
-            expect_header_contains(&t, &r, "Allow", "GET");
-            http_response_free(&r);
-        }
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/405-allow/healthz")) {
+        http_simple(s, "POST", "/healthz", &r);
+        expect_status(&t, &r, 405);
+        expect_header_contains(&t, &r, "Allow", "GET");
+        client_response_free(&r);
         test_end(&t);
     }
-    if (test_begin(&t, "protocol/attention-content-type")) {
-        if ((s = test_server(&t, SERVER_DEFAULT)) != NULL) {
-            struct http_request rq = {.method = "POST", .path = "/v1/attention", .body = g_tiny_request,
-                                      .body_len = strlen(g_tiny_request)};
-            http_call(s, &rq, &r);
-            expect_status(&t, &r, 200);
-            expect_header_contains(&t, &r, "Content-Type", "application/json");
-            http_response_free(&r);
-        }
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/attention-content-type")) {
+        http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
+        expect_status(&t, &r, 200);
+        expect_header_contains(&t, &r, "Content-Type", "application/json");
+        client_response_free(&r);
         test_end(&t);
     }
 }
@@ -1826,25 +1397,16 @@ static const struct random_case g_random_cases[] = {
      .dv = 2},
 };
 
-/* splitmix64: a small, well-mixed generator; one state per case keeps cases independent. */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Returns a uniform number in [-1, 1). */
 static double rng_uniform(uint64_t *state)
 {
-    return (double)(rng_next(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+    return (double)(client_rng_next(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
 }
 
 /* Fills n values uniform in [-magnitude, magnitude), rounded to float when float32. */
 static double *random_values(uint64_t *state, size_t n, double magnitude, int float32)
 {
-    double *a = xcalloc(n, sizeof *a);
+    double *a = client_xcalloc(n, sizeof *a);
     for (size_t i = 0; i < n; i++) {
         a[i] = magnitude * rng_uniform(state);
         if (float32)
@@ -1943,7 +1505,7 @@ static void run_random_case(const struct random_case *rc, size_t index)
     struct case_buffers cb = {0};
     json_t *req = json_object();
     json_t *want_output = NULL, *want_attention = NULL, *body = NULL;
-    struct http_response r = {0};
+    struct client_response r = {0};
     struct server *s;
 
     /* Inputs: q/k/v directly, or x (and context) projected by the weights. */
@@ -1988,9 +1550,9 @@ static void run_random_case(const struct random_case *rc, size_t index)
         }
         json_object_set_new(req, "weights", weights);
         /* The projections are row-wise, so all batch entries go through one call. */
-        cb.q = xcalloc(batch * lq * qk_width, sizeof(double));
-        cb.k = xcalloc(batch * lk * qk_width, sizeof(double));
-        cb.v = xcalloc(batch * lk * v_width, sizeof(double));
+        cb.q = client_xcalloc(batch * lq * qk_width, sizeof(double));
+        cb.k = client_xcalloc(batch * lk * qk_width, sizeof(double));
+        cb.v = client_xcalloc(batch * lk * v_width, sizeof(double));
         ref_linear(batch * lq, rc->d_model, qk_width, cb.x, cb.w[0], cb.b[0], cb.q);
         ref_linear(batch * lk, d_source, qk_width, source, cb.w[1], cb.b[1], cb.k);
         ref_linear(batch * lk, d_source, v_width, source, cb.w[2], cb.b[2], cb.v);
@@ -2014,7 +1576,7 @@ static void run_random_case(const struct random_case *rc, size_t index)
     if (rc->mask_rank > 0) {
         /* A 2-D mask is drawn once and repeated for the reference, as the server broadcasts it. */
         size_t drawn = rc->mask_rank == 3 ? batch : 1;
-        cb.mask = xcalloc(batch * lq * lk, 1);
+        cb.mask = client_xcalloc(batch * lq * lk, 1);
         for (size_t n = 0; n < drawn; n++)
             for (size_t e = 0; e < lq * lk; e++)
                 cb.mask[n * lq * lk + e] = rng_uniform(&rng) < 0.4; /* about 70% allowed */
@@ -2027,12 +1589,12 @@ static void run_random_case(const struct random_case *rc, size_t index)
     }
 
     /* The reference answer, shaped as the contract says. */
-    cb.out = xcalloc(batch * lq * v_width, sizeof(double));
-    cb.attn = xcalloc(batch * heads * lq * lk, sizeof(double));
+    cb.out = client_xcalloc(batch * lq * v_width, sizeof(double));
+    cb.attn = client_xcalloc(batch * heads * lq * lk, sizeof(double));
     ref_sdpa(batch, heads, lq, lk, rc->dk, rc->dv, cb.q, cb.k, cb.v, cb.mask, rc->causal, scale, cb.out, cb.attn);
     const double *final = cb.out;
     if (rc->d_out > 0) {
-        cb.final = xcalloc(batch * lq * rc->d_out, sizeof(double));
+        cb.final = client_xcalloc(batch * lq * rc->d_out, sizeof(double));
         ref_linear(batch * lq, v_width, rc->d_out, cb.out, cb.w[3], cb.b[3], cb.final);
         final = cb.final;
     }
@@ -2087,7 +1649,7 @@ done:
     json_decref(want_output);
     json_decref(want_attention);
     json_decref(body);
-    http_response_free(&r);
+    client_response_free(&r);
     case_buffers_free(&cb);
 }
 
@@ -2152,19 +1714,19 @@ static void run_concurrency_tests(const char *fixture_dir)
             test_end(&t);
             continue;
         }
-        struct http_pending pending[CONCURRENT_VALID + CONCURRENT_GARBAGE];
+        struct client_pending pending[CONCURRENT_VALID + CONCURRENT_GARBAGE];
         for (int i = 0; i < CONCURRENT_VALID + CONCURRENT_GARBAGE; i++) {
             /* Interleave the garbage among the valid requests. */
             int is_garbage = i % 5 == 2;
             const char *text = is_garbage ? garbage[(i / 5) % CONCURRENT_GARBAGE] : request_text;
-            struct http_request rq = {.method = "POST", .path = "/v1/attention", .body = text,
-                                      .body_len = strlen(text)};
-            http_start(s, &rq, &pending[i]);
+            struct client_request rq = {.method = "POST", .path = "/v1/attention", .body = text,
+                                        .body_len = strlen(text)};
+            client_http_start(s->base_url, g_tmpdir, &rq, &pending[i]);
         }
         for (int i = 0; i < CONCURRENT_VALID + CONCURRENT_GARBAGE; i++) {
             int is_garbage = i % 5 == 2;
-            struct http_response r;
-            http_finish(&pending[i], &r);
+            struct client_response r;
+            client_http_finish(&pending[i], &r);
             json_t *body = response_json(&r);
             char why[1024] = "";
             if (r.status != (is_garbage ? 400 : 200)) {
@@ -2186,7 +1748,7 @@ static void run_concurrency_tests(const char *fixture_dir)
             }
             expect_true(&t, why[0] == '\0', "%s client %d: %s", is_garbage ? "garbage" : "valid", i, why);
             json_decref(body);
-            http_response_free(&r);
+            client_response_free(&r);
         }
         test_end(&t);
     }
@@ -2201,22 +1763,6 @@ static void run_concurrency_tests(const char *fixture_dir)
 
 /* The members of a weight set that hold numbers, in the order of the file format. */
 static const char *const g_set_members[8] = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
-
-/*
- * Starts the test t named name on server id: returns 1 when the test is selected and the
- * server runs (*s is set; the caller ends the test), 0 when --filter leaves it out or the
- * server is down (then the failure has already been reported).
- */
-static int test_start(struct test *t, enum server_id id, struct server **s, const char *name)
-{
-    if (!test_begin(t, "%s", name))
-        return 0;
-    if ((*s = test_server(t, id)) == NULL) {
-        test_end(t);
-        return 0;
-    }
-    return 1;
-}
 
 /*
  * Starts a step of a sequence of tests that build on each other (a set stored by one is
@@ -2251,20 +1797,13 @@ static int any_selected(const char *const *names)
     return 0;
 }
 
-/* Sends method to path with text as the body (NULL: no body); the caller frees r. */
-static void http_text(const struct server *s, const char *method, const char *path, const char *text,
-                      struct http_response *r)
-{
-    struct http_request rq = {.method = method, .path = path, .body = text, .body_len = text ? strlen(text) : 0};
-    http_call(s, &rq, r);
-}
-
 /*
  * Checks that r is an error answer with this status and code. field: NULL leaves
  * error.field unchecked, "" requires it to be absent, anything else must equal it.
  * Returns 1 when everything holds.
  */
-static int expect_error(struct test *t, const struct http_response *r, int status, const char *code, const char *field)
+static int expect_error(struct test *t, const struct client_response *r, int status, const char *code,
+                        const char *field)
 {
     if (!expect_status(t, r, status))
         return 0;
@@ -2411,27 +1950,6 @@ static double parse_utc_time(const char *text)
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec < 0 || sec >= 61)
         return -1;
     return (double)days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
-}
-
-/* Returns the sorted entries of dir (without . and ..), NULL-terminated; NULL when unreadable. */
-static char **dir_entries(const char *dir, size_t *count)
-{
-    *count = 0;
-    struct dirent **entries = NULL;
-    int n = scandir(dir, &entries, NULL, alphasort);
-    if (n < 0)
-        return NULL;
-    char **names = xcalloc((size_t)n + 1, sizeof *names);
-    for (int i = 0; i < n; i++) {
-        if (strcmp(entries[i]->d_name, ".") != 0 && strcmp(entries[i]->d_name, "..") != 0) {
-            names[*count] = xcalloc(strlen(entries[i]->d_name) + 1, 1);
-            strcpy(names[*count], entries[i]->d_name);
-            (*count)++;
-        }
-        free(entries[i]);
-    }
-    free(entries);
-    return names;
 }
 
 /* Joins a NULL-terminated name list into "a b c" for messages (static buffer). */
@@ -2605,7 +2123,7 @@ static json_t *json_from_text(const char *text)
  * recording the failure in t. */
 static json_t *get_set_list(struct test *t, const struct server *s)
 {
-    struct http_response r;
+    struct client_response r;
     http_simple(s, "GET", "/v1/weight-sets", &r);
     json_t *list = NULL;
     if (expect_status(t, &r, 200)) {
@@ -2615,7 +2133,7 @@ static json_t *get_set_list(struct test *t, const struct server *s)
             list = json_incref((json_t *)sets);
         json_decref(body);
     }
-    http_response_free(&r);
+    client_response_free(&r);
     return list;
 }
 
@@ -2636,7 +2154,7 @@ static json_t *put_set_text(struct test *t, const struct server *s, const char *
 {
     char path[256];
     snprintf(path, sizeof path, "/v1/weight-sets/%s", name);
-    struct http_response r;
+    struct client_response r;
     http_text(s, "PUT", path, text, &r);
     json_t *body = NULL;
     if (expect_status(t, &r, want)) {
@@ -2645,7 +2163,7 @@ static json_t *put_set_text(struct test *t, const struct server *s, const char *
     } else {
         test_detail(t, "    (PUT %s)", path);
     }
-    http_response_free(&r);
+    client_response_free(&r);
     return body;
 }
 
@@ -2663,7 +2181,7 @@ static json_t *get_set(struct test *t, const struct server *s, const char *name,
 {
     char path[256];
     snprintf(path, sizeof path, "/v1/weight-sets/%s", name);
-    struct http_response r;
+    struct client_response r;
     http_simple(s, "GET", path, &r);
     json_t *body = NULL;
     if (want >= 400) {
@@ -2676,8 +2194,42 @@ static json_t *get_set(struct test *t, const struct server *s, const char *name,
             test_detail(t, "    response body: %s", snippet);
         }
     }
-    http_response_free(&r);
+    client_response_free(&r);
     return body;
+}
+
+/* GETs the set name (expecting 200) and checks it against sent with expect_set_body. */
+static void expect_stored_set(struct test *t, const struct server *s, const char *name, const json_t *sent)
+{
+    json_t *body = get_set(t, s, name, 200);
+    if (body != NULL)
+        expect_set_body(t, body, sent);
+    json_decref(body);
+}
+
+/* Checks that r is a 405 method_not_allowed error whose Allow header lists every method of
+ * allowed (NULL-terminated) but not method, the one that was refused. */
+static void expect_method_not_allowed(struct test *t, const struct client_response *r, const char *method,
+                                      const char *const *allowed)
+{
+    if (!expect_error(t, r, 405, "method_not_allowed", NULL))
+        return;
+    for (size_t i = 0; allowed[i] != NULL; i++)
+        expect_header_contains(t, r, "Allow", allowed[i]);
+    const char *allow = client_header(r, "Allow");
+    expect_true(t, allow == NULL || strstr(allow, method) == NULL, "Allow lists %s: %s", method, allow);
+}
+
+/* The step name on server id that only GETs the set set_name and checks it against sent. */
+static void step_expect_stored_set(const char *name, enum server_id id, const char *set_name, const json_t *sent)
+{
+    struct test t;
+    struct server *s;
+    int report;
+    if (step_start(&t, id, &s, name, &report)) {
+        expect_stored_set(&t, s, set_name, sent);
+        step_end(&t, report);
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -2750,7 +2302,7 @@ static void run_weight_set_tests(void)
 
     struct test t;
     struct server *s;
-    struct http_response r;
+    struct client_response r;
     json_t *awkward = json_from_text(g_awkward_set);
     json_t *replacement = json_from_text(g_replacement_set);
     json_t *out_in = json_from_text(g_out_in_set);
@@ -2760,7 +2312,7 @@ static void run_weight_set_tests(void)
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-new-201", &report)) {
         http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_awkward_set, &r);
         if (expect_status(&t, &r, 201)) {
-            const char *location = http_header(&r, "Location");
+            const char *location = client_header(&r, "Location");
             size_t n = location ? strlen(location) : 0, m = strlen("/v1/weight-sets/crud.Set_1");
             expect_true(&t, location != NULL && n >= m && strcmp(location + n - m, "/v1/weight-sets/crud.Set_1") == 0 &&
                                 (n == m || strncmp(location, s->base_url, n - m) == 0),
@@ -2770,16 +2322,10 @@ static void run_weight_set_tests(void)
             expect_set_summary(&t, body, "crud.Set_1", awkward, data_dir);
             json_decref(body);
         }
-        http_response_free(&r);
+        client_response_free(&r);
         step_end(&t, report);
     }
-    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-bit-for-bit", &report)) {
-        json_t *body = get_set(&t, s, "crud.Set_1", 200);
-        if (body != NULL)
-            expect_set_body(&t, body, awkward);
-        json_decref(body);
-        step_end(&t, report);
-    }
+    step_expect_stored_set("weight-sets/get-bit-for-bit", SERVER_DEFAULT, "crud.Set_1", awkward);
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-replace-200", &report)) {
         json_t *before = get_set(&t, s, "crud.Set_1", 200);
         http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_replacement_set, &r);
@@ -2791,25 +2337,17 @@ static void run_weight_set_tests(void)
             expect_true(&t, was < 0 || now >= was, "stored_at went back in time on replacement");
         }
         json_decref(before);
-        http_response_free(&r);
+        client_response_free(&r);
         step_end(&t, report);
     }
-    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-after-replace", &report)) {
-        json_t *body = get_set(&t, s, "crud.Set_1", 200);
-        if (body != NULL)
-            expect_set_body(&t, body, replacement);
-        json_decref(body);
-        step_end(&t, report);
-    }
+    step_expect_stored_set("weight-sets/get-after-replace", SERVER_DEFAULT, "crud.Set_1", replacement);
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/out-in-round-trip", &report)) {
         json_t *summary = put_set_text(&t, s, "crud-outin", g_out_in_set, 201);
-        if (summary != NULL)
+        if (summary != NULL) {
             expect_set_summary(&t, summary, "crud-outin", out_in, data_dir);
-        json_t *body = summary ? get_set(&t, s, "crud-outin", 200) : NULL;
-        if (body != NULL)
-            expect_set_body(&t, body, out_in);
+            expect_stored_set(&t, s, "crud-outin", out_in);
+        }
         json_decref(summary);
-        json_decref(body);
         step_end(&t, report);
     }
     /* -0.0 is a double of its own; "-0" reads back as the integer 0 in most JSON parsers. */
@@ -2834,12 +2372,10 @@ static void run_weight_set_tests(void)
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-body-put-back-unchanged", &report)) {
         json_t *body = get_set(&t, s, "crud-outin", 200);
         json_t *summary = body ? put_set(&t, s, "crud-outin-copy", body, 201) : NULL;
-        json_t *copy = summary ? get_set(&t, s, "crud-outin-copy", 200) : NULL;
-        if (copy != NULL)
-            expect_set_body(&t, copy, out_in);
+        if (summary != NULL)
+            expect_stored_set(&t, s, "crud-outin-copy", out_in);
         json_decref(body);
         json_decref(summary);
-        json_decref(copy);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/list", &report)) {
@@ -2876,10 +2412,10 @@ static void run_weight_set_tests(void)
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/head", &report)) {
         http_simple(s, "HEAD", "/v1/weight-sets/crud.Set_1", &r);
         expect_status(&t, &r, 200);
-        http_response_free(&r);
+        client_response_free(&r);
         http_simple(s, "HEAD", "/v1/weight-sets/no-such-set", &r);
         expect_status(&t, &r, 404);
-        http_response_free(&r);
+        client_response_free(&r);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/delete-then-404", &report)) {
@@ -2889,14 +2425,14 @@ static void run_weight_set_tests(void)
         http_simple(s, "DELETE", "/v1/weight-sets/crud.Set_1", &r);
         if (expect_status(&t, &r, 204))
             expect_true(&t, r.body_len == 0, "the 204 has a body of %zu bytes", r.body_len);
-        http_response_free(&r);
+        client_response_free(&r);
         expect_true(&t, file_size(path) < 0, "%s is still there after the DELETE", path);
         http_simple(s, "GET", "/v1/weight-sets/crud.Set_1", &r);
         expect_error(&t, &r, 404, "unknown_weight_set", "name");
-        http_response_free(&r);
+        client_response_free(&r);
         http_simple(s, "DELETE", "/v1/weight-sets/crud.Set_1", &r);
         expect_error(&t, &r, 404, "unknown_weight_set", "name");
-        http_response_free(&r);
+        client_response_free(&r);
         json_t *list = get_set_list(&t, s);
         expect_true(&t, list == NULL || list_find(list, "crud.Set_1") == NULL, "the list still has crud.Set_1");
         json_decref(list);
@@ -2906,7 +2442,7 @@ static void run_weight_set_tests(void)
         json_t *before = get_set_list(&t, s);
         http_text(s, "PUT", "/v1/weight-sets/" NAME_65, g_tiny_set, &r);
         expect_error(&t, &r, 400, "invalid_value", "name");
-        http_response_free(&r);
+        client_response_free(&r);
         json_t *after = get_set_list(&t, s);
         expect_true(&t, json_array_size(before) == json_array_size(after), "the list grew from %zu to %zu sets",
                     json_array_size(before), json_array_size(after));
@@ -2919,29 +2455,21 @@ static void run_weight_set_tests(void)
         json_decref(get_set(&t, s, NAME_64, 200));
         http_simple(s, "DELETE", "/v1/weight-sets/" NAME_64, &r);
         expect_status(&t, &r, 204);
-        http_response_free(&r);
+        client_response_free(&r);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/405-post-on-set", &report)) {
+        static const char *const allowed[] = {"GET", "PUT", "DELETE", NULL};
         http_text(s, "POST", "/v1/weight-sets/crud-outin", g_tiny_set, &r);
-        if (expect_error(&t, &r, 405, "method_not_allowed", NULL)) {
-            expect_header_contains(&t, &r, "Allow", "GET");
-            expect_header_contains(&t, &r, "Allow", "PUT");
-            expect_header_contains(&t, &r, "Allow", "DELETE");
-            const char *allow = http_header(&r, "Allow");
-            expect_true(&t, allow == NULL || strstr(allow, "POST") == NULL, "Allow lists POST: %s", allow);
-        }
-        http_response_free(&r);
+        expect_method_not_allowed(&t, &r, "POST", allowed);
+        client_response_free(&r);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/405-put-on-list", &report)) {
+        static const char *const allowed[] = {"GET", NULL};
         http_text(s, "PUT", "/v1/weight-sets", g_tiny_set, &r);
-        if (expect_error(&t, &r, 405, "method_not_allowed", NULL)) {
-            expect_header_contains(&t, &r, "Allow", "GET");
-            const char *allow = http_header(&r, "Allow");
-            expect_true(&t, allow == NULL || strstr(allow, "PUT") == NULL, "Allow lists PUT: %s", allow);
-        }
-        http_response_free(&r);
+        expect_method_not_allowed(&t, &r, "PUT", allowed);
+        client_response_free(&r);
         step_end(&t, report);
     }
     check_preflight("weight-sets/preflight/put", SERVER_DEFAULT, "/v1/weight-sets/crud-outin", NULL, "PUT");
@@ -3109,7 +2637,7 @@ static void run_named_case(const struct named_case *nc, size_t index)
     if (nc->set_heads && !nc->request_heads)
         json_object_set_new(inline_req, "heads", json_integer((json_int_t)nc->set_heads));
 
-    struct http_response r_named = {0}, r_inline = {0};
+    struct client_response r_named = {0}, r_inline = {0};
     json_t *b_named = NULL, *b_inline = NULL;
     json_decref(put_set(&t, s, set_name, set, 201));
     if (t.failed)
@@ -3139,13 +2667,13 @@ done:
         body_snippet(r_named.body ? r_named.body : "", r_named.body_len, snippet, sizeof snippet);
         test_detail(&t, "    by-name answer: %s", snippet);
     }
-    struct http_response r;
+    struct client_response r;
     http_simple(s, "DELETE", path, &r);
-    http_response_free(&r);
+    client_response_free(&r);
     json_decref(b_named);
     json_decref(b_inline);
-    http_response_free(&r_named);
-    http_response_free(&r_inline);
+    client_response_free(&r_named);
+    client_response_free(&r_inline);
     json_decref(set);
     json_decref(named);
     json_decref(inline_req);
@@ -3160,7 +2688,7 @@ static void run_named_attention_tests(void)
 
     struct test t;
     struct server *s;
-    struct http_response r;
+    struct client_response r;
     static const char x_request[] = "{\"x\": [[1, 2], [3, -1]], \"weights\": \"named-lifecycle\"}";
     if (test_start(&t, SERVER_DEFAULT, &s, "named/follows-replace-and-delete")) {
         /* Two sets of the same shapes with different numbers: the answer must follow the PUTs. */
@@ -3172,7 +2700,7 @@ static void run_named_attention_tests(void)
             http_text(s, "POST", "/v1/attention", x_request, &r);
             if (expect_status(&t, &r, 200))
                 answers[i] = response_json(&r);
-            http_response_free(&r);
+            client_response_free(&r);
             /* The same request with the set inline. */
             json_t *req = json_from_text(x_request), *w = json_from_text(i ? set_b : set_a);
             json_object_set_new(req, "weights", w);
@@ -3182,7 +2710,7 @@ static void run_named_attention_tests(void)
             if (expect_status(&t, &r, 200) && answers[i] != NULL)
                 expect_same_answer(&t, answers[i], want);
             json_decref(want);
-            http_response_free(&r);
+            client_response_free(&r);
         }
         char path[64] = "output", why[512];
         expect_true(&t, answers[0] && answers[1] && !json_numbers_close(json_object_get(answers[1], "output"),
@@ -3191,10 +2719,10 @@ static void run_named_attention_tests(void)
                     "the answer did not change when the set was replaced");
         http_simple(s, "DELETE", "/v1/weight-sets/named-lifecycle", &r);
         expect_status(&t, &r, 204);
-        http_response_free(&r);
+        client_response_free(&r);
         http_text(s, "POST", "/v1/attention", x_request, &r);
         expect_error(&t, &r, 404, "unknown_weight_set", "weights");
-        http_response_free(&r);
+        client_response_free(&r);
         json_decref(answers[0]);
         json_decref(answers[1]);
         test_end(&t);
@@ -3225,7 +2753,7 @@ static char *list_fingerprint(struct test *t, const struct server *s)
 {
     json_t *list = get_set_list(t, s);
     size_t cap = 64 + json_array_size(list) * 128, used = 0;
-    char *text = xcalloc(cap, 1);
+    char *text = client_xcalloc(cap, 1);
     for (size_t i = 0; i < json_array_size(list); i++) {
         const json_t *e = json_array_get(list, i);
         used += (size_t)snprintf(text + used, cap - used, "%s@%s/%lld ", json_string_value(json_object_get(e, "name")),
@@ -3248,16 +2776,16 @@ static void expect_refused_put(struct test *t, const struct server *s, const cha
     char **entries = dir_entries(s->data_dir, &count);
     char *list_before = list_fingerprint(t, s), path[PATH_MAX], url[256];
     set_file_path(path, sizeof path, s->data_dir, name);
-    char *file_before = read_whole_file(path, &len_before);
+    char *file_before = client_read_file(path, &len_before);
     snprintf(url, sizeof url, "/v1/weight-sets/%s", name);
-    struct http_response r;
+    struct client_response r;
     http_text(s, "PUT", url, text, &r);
     expect_error(t, &r, 413, code, NULL);
-    http_response_free(&r);
+    client_response_free(&r);
     char *list_after = list_fingerprint(t, s);
     expect_true(t, strcmp(list_before, list_after) == 0, "the list changed: [%s] became [%s]", list_before, list_after);
     expect_dir_unchanged(t, s->data_dir, entries);
-    char *file_after = read_whole_file(path, &len_after);
+    char *file_after = client_read_file(path, &len_after);
     expect_true(t, (file_before == NULL) == (file_after == NULL) &&
                        (file_before == NULL || (len_before == len_after && memcmp(file_before, file_after, len_after) == 0)),
                 "%s changed although the PUT was refused", path);
@@ -3284,7 +2812,7 @@ static void run_store_limit_tests(void)
 
     struct test t;
     struct server *s;
-    struct http_response r;
+    struct client_response r;
     char *n13a = sized_set_text(13, 1), *n13b = sized_set_text(13, 2), *n13c = sized_set_text(13, 3);
     char *n14 = sized_set_text(14, 4), *n17 = sized_set_text(17, 5), *n1 = sized_set_text(1, 6);
 
@@ -3309,27 +2837,23 @@ static void run_store_limit_tests(void)
     }
     if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/store-full-replacement-keeps-old", &report)) {
         expect_refused_put(&t, s, "s1", n14, "store_full");
-        json_t *body = get_set(&t, s, "s1", 200), *sent = json_from_text(n13a);
-        if (body != NULL)
-            expect_set_body(&t, body, sent);
-        json_decref(body);
+        json_t *sent = json_from_text(n13a);
+        expect_stored_set(&t, s, "s1", sent);
         json_decref(sent);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/same-size-replacement-fits", &report)) {
         /* Replacing frees the old file's bytes: 1656 - 1656 + 1656 stays within 3400. */
         json_decref(put_set_text(&t, s, "s1", n13c, 200));
-        json_t *body = get_set(&t, s, "s1", 200), *sent = json_from_text(n13c);
-        if (body != NULL)
-            expect_set_body(&t, body, sent);
-        json_decref(body);
+        json_t *sent = json_from_text(n13c);
+        expect_stored_set(&t, s, "s1", sent);
         json_decref(sent);
         step_end(&t, report);
     }
     if (step_start(&t, SERVER_SMALL_STORE, &s, "store-limits/room-after-delete", &report)) {
         http_simple(s, "DELETE", "/v1/weight-sets/s2", &r);
         expect_status(&t, &r, 204);
-        http_response_free(&r);
+        client_response_free(&r);
         json_decref(put_set_text(&t, s, "s3", n1, 201));
         step_end(&t, report);
     }
@@ -3528,7 +3052,7 @@ static void run_example_tests(const char *dir, const char *fixture_dir)
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         json_error_t error;
         json_t *req = json_load_file(path, 0, &error), *set_summary = NULL, *body = NULL;
-        struct http_response r = {0};
+        struct client_response r = {0};
         if (!expect_true(&t, json_is_object(req), "%s:%d: %s", path, error.line, req ? "not an object" : error.text))
             goto next;
         if (strncmp(stem, "seed", 4) == 0) {
@@ -3542,7 +3066,7 @@ static void run_example_tests(const char *dir, const char *fixture_dir)
         if (set_name != NULL) {
             snprintf(path, sizeof path, "%s/%s.weight-set.json", dir, set_name);
             size_t len;
-            char *text = read_whole_file(path, &len);
+            char *text = client_read_file(path, &len);
             if (!expect_true(&t, text != NULL, "the example names the set \"%s\" but there is no %s", set_name, path))
                 goto next;
             char url[256];
@@ -3552,7 +3076,7 @@ static void run_example_tests(const char *dir, const char *fixture_dir)
             if (r.status != 200)
                 expect_status(&t, &r, 201);
             set_summary = response_json(&r);
-            http_response_free(&r);
+            client_response_free(&r);
             if (t.failed)
                 goto next;
         }
@@ -3566,7 +3090,7 @@ static void run_example_tests(const char *dir, const char *fixture_dir)
         json_decref(req);
         json_decref(set_summary);
         json_decref(body);
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     free_name_list(files);
@@ -3597,7 +3121,7 @@ static int answer_matches(const json_t *got, const json_t *want)
 
 /* One client's request in flight: its curl and when it started. */
 struct timed_request {
-    struct http_pending p;
+    struct client_pending p;
     double started;
     int active;
     int op; /* writer: index of the operation */
@@ -3631,11 +3155,11 @@ static void run_replace_concurrency_tests(void)
         json_t *inline_req = json_deep_copy(req);
         json_object_set_new(inline_req, "weights", weights_of(versions[v]));
         json_object_set_new(inline_req, "heads", json_integer(4));
-        struct http_response r;
+        struct client_response r;
         http_post_json(s, "/v1/attention", inline_req, &r);
         if (expect_status(&t, &r, 200))
             want[v] = response_json(&r);
-        http_response_free(&r);
+        client_response_free(&r);
         json_decref(inline_req);
     }
     json_object_set_new(req, "weights", json_string("replace-target"));
@@ -3662,41 +3186,41 @@ static void run_replace_concurrency_tests(void)
     memset(&writer, 0, sizeof writer);
     size_t next_op = 0, answers[2] = {0, 0}, not_found = 0, total = 0;
     double delete_started = -1, recreated = -1;
-    struct http_request named_rq = {.method = "POST", .path = "/v1/attention", .body = named_text,
-                                    .body_len = strlen(named_text)};
+    struct client_request named_rq = {.method = "POST", .path = "/v1/attention", .body = named_text,
+                                      .body_len = strlen(named_text)};
     for (;;) {
         int busy = 0, progressed = 0;
         if (!writer.active && next_op < op_count) {
-            struct http_request rq = {.method = ops[next_op].method, .path = "/v1/weight-sets/replace-target"};
+            struct client_request rq = {.method = ops[next_op].method, .path = "/v1/weight-sets/replace-target"};
             if (ops[next_op].version >= 0) {
                 rq.body = set_text[ops[next_op].version];
                 rq.body_len = strlen(rq.body);
             }
-            writer.started = now_seconds();
+            writer.started = client_now_seconds();
             writer.op = (int)next_op++;
             if (ops[writer.op].version < 0)
                 delete_started = writer.started;
-            http_start(s, &rq, &writer.p);
+            client_http_start(s->base_url, g_tmpdir, &rq, &writer.p);
             writer.active = 1;
         }
-        if (writer.active && http_done(&writer.p)) {
-            struct http_response r;
-            http_finish(&writer.p, &r);
+        if (writer.active && client_http_done(&writer.p)) {
+            struct client_response r;
+            client_http_finish(&writer.p, &r);
             writer.active = 0;
             progressed = 1;
             expect_true(&t, r.status == ops[writer.op].want, "writer %s #%d: status %d, expected %d (%s)",
                         ops[writer.op].method, writer.op, r.status, ops[writer.op].want, r.transport_error);
             if (ops[writer.op].want == 201 && writer.op > 0)
-                recreated = now_seconds();
-            http_response_free(&r);
+                recreated = client_now_seconds();
+            client_response_free(&r);
         }
         int writing = writer.active || next_op < op_count;
         for (int i = 0; i < REPLACE_READERS; i++) {
             struct timed_request *rd = &readers[i];
-            if (rd->active && http_done(&rd->p)) {
-                struct http_response r;
-                http_finish(&rd->p, &r);
-                double ended = now_seconds();
+            if (rd->active && client_http_done(&rd->p)) {
+                struct client_response r;
+                client_http_finish(&rd->p, &r);
+                double ended = client_now_seconds();
                 rd->active = 0;
                 progressed = 1;
                 total++;
@@ -3722,11 +3246,11 @@ static void run_replace_concurrency_tests(void)
                     expect_true(&t, 0, "reader %d: status %d (%s)", i, r.status, r.transport_error);
                 }
                 json_decref(body);
-                http_response_free(&r);
+                client_response_free(&r);
             }
             if (!rd->active && writing) {
-                rd->started = now_seconds();
-                http_start(s, &named_rq, &rd->p);
+                rd->started = client_now_seconds();
+                client_http_start(s->base_url, g_tmpdir, &named_rq, &rd->p);
                 rd->active = 1;
             }
             busy |= rd->active;
@@ -3734,7 +3258,7 @@ static void run_replace_concurrency_tests(void)
         if (!busy && !writing && !writer.active)
             break;
         if (!progressed)
-            sleep_ms(1);
+            client_sleep_ms(1);
     }
     test_detail(&t, "    %zu answers: %zu of version A, %zu of version B, %zu 404 in the deleted window", total,
                 answers[0], answers[1], not_found);
@@ -3761,8 +3285,8 @@ done:
 static int copy_file(const char *from, const char *to)
 {
     size_t len;
-    char *data = read_whole_file(from, &len);
-    int rc = data != NULL ? write_whole_file(to, data, len) : -1;
+    char *data = client_read_file(from, &len);
+    int rc = data != NULL ? client_write_file(to, data, len) : -1;
     free(data);
     return rc;
 }
@@ -3771,13 +3295,13 @@ static int copy_file(const char *from, const char *to)
 static int flip_byte(const char *path, long long offset)
 {
     size_t len;
-    char *data = read_whole_file(path, &len);
+    char *data = client_read_file(path, &len);
     if (data == NULL || offset < 0 || (size_t)offset >= len) {
         free(data);
         return -1;
     }
     data[offset] ^= 0x10;
-    int rc = write_whole_file(path, data, len);
+    int rc = client_write_file(path, data, len);
     free(data);
     return rc;
 }
@@ -3828,7 +3352,7 @@ static void run_restart_tests(void)
     snprintf(second.data_dir, sizeof second.data_dir, "%s", first.data_dir);
     const char *dir = first.data_dir;
     struct test t;
-    struct http_response r;
+    struct client_response r;
     json_t *saved[KEEP_COUNT] = {NULL}, *named_req = NULL, *named_answer = NULL;
     int dot_tmp_stored = 0;
 
@@ -3850,7 +3374,7 @@ static void run_restart_tests(void)
     http_text(&first, "PUT", "/v1/weight-sets/.tmp.keep", g_tiny_set, &r);
     dot_tmp_stored = r.status == 201;
     expect_true(&t, r.status == 201 || r.status == 400, "PUT .tmp.keep: status %d, expected 201 or 400", r.status);
-    http_response_free(&r);
+    client_response_free(&r);
     named_req = json_object();
     double *x = random_values(&rng, 5 * 4, 1.0, 0);
     json_object_set_new(named_req, "x", json_matrix(x, 5, 4, 0));
@@ -3859,7 +3383,7 @@ static void run_restart_tests(void)
     http_post_json(&first, "/v1/attention", named_req, &r);
     if (expect_status(&t, &r, 200))
         named_answer = response_json(&r);
-    http_response_free(&r);
+    client_response_free(&r);
     if (selected)
         test_end(&t);
     server_stop(&first);
@@ -3876,12 +3400,12 @@ static void run_restart_tests(void)
     snprintf(path, sizeof path, "%s/victim-header.wset", dir);
     expect_true(&t, truncate(path, 40) == 0, "cannot truncate %s", path);
     snprintf(path, sizeof path, "%s/garbage.wset", dir);
-    expect_true(&t, write_whole_file(path, "not a weight set\n", 17) == 0, "cannot write %s", path);
+    expect_true(&t, client_write_file(path, "not a weight set\n", 17) == 0, "cannot write %s", path);
     snprintf(path, sizeof path, "%s/keep-random.wset", dir);
     snprintf(other, sizeof other, "%s/impostor.wset", dir);
     expect_true(&t, copy_file(path, other) == 0, "cannot copy %s to %s", path, other);
     snprintf(path, sizeof path, "%s/.tmp.keep-random.99999.1", dir);
-    expect_true(&t, write_whole_file(path, "ATTNWSET half", 13) == 0, "cannot write %s", path);
+    expect_true(&t, client_write_file(path, "ATTNWSET half", 13) == 0, "cannot write %s", path);
     if (selected)
         test_end(&t);
 
@@ -3915,7 +3439,7 @@ static void run_restart_tests(void)
             expect_same_answer(&t, body, named_answer);
             json_decref(body);
         }
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     if (test_begin(&t, "restart/damaged-not-served")) {
@@ -3926,7 +3450,7 @@ static void run_restart_tests(void)
         }
         http_text(s, "POST", "/v1/attention", "{\"x\": [[1, 2, 3, 4]], \"weights\": \"victim-flip\"}", &r);
         expect_error(&t, &r, 404, "unknown_weight_set", "weights");
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     if (test_begin(&t, "restart/damaged-quarantined")) {
@@ -3995,7 +3519,7 @@ static char *drain_request_text(void)
         for (size_t i = 0; i < DRAIN_TOKENS; i++) {
             json_t *row = json_array();
             for (size_t j = 0; j < 8; j++)
-                json_array_append_new(row, json_real((double)(rng_next(&rng) % 17) / 8.0 - 1.0));
+                json_array_append_new(row, json_real((double)(client_rng_next(&rng) % 17) / 8.0 - 1.0));
             json_array_append_new(m, row);
         }
         json_array_append_new(x, m);
@@ -4006,7 +3530,7 @@ static char *drain_request_text(void)
         for (size_t i = 0; i < 8; i++) {
             json_t *row = json_array();
             for (size_t j = 0; j < widths[k]; j++)
-                json_array_append_new(row, json_real((double)(rng_next(&rng) % 17) / 64.0 - 0.125));
+                json_array_append_new(row, json_real((double)(client_rng_next(&rng) % 17) / 64.0 - 0.125));
             json_array_append_new(m, row);
         }
         json_object_set_new(w, g_set_members[k], m);
@@ -4082,20 +3606,20 @@ static int raw_readable(int fd)
 
 /*
  * Reads the answer from fd at most rate bytes per second until the connection closes or
- * Content-Length bytes of body arrived (at most timeout_s), and fills r like http_finish;
- * a body shorter than its Content-Length is a transport error.
+ * Content-Length bytes of body arrived (at most timeout_s), and fills r like
+ * client_http_finish; a body shorter than its Content-Length is a transport error.
  */
-static void raw_read_response(int fd, double rate, double timeout_s, struct http_response *r)
+static void raw_read_response(int fd, double rate, double timeout_s, struct client_response *r)
 {
     memset(r, 0, sizeof *r);
     size_t cap = 1 << 20, used = 0, header_len = 0;
     long long content_length = -1;
-    char *buf = xcalloc(cap, 1);
-    double start = now_seconds(), first_byte = -1;
+    char *buf = client_xcalloc(cap, 1);
+    double start = client_now_seconds(), first_byte = -1;
     for (;;) {
         if (header_len > 0 && content_length >= 0 && used - header_len >= (size_t)content_length)
             break;
-        double left = start + timeout_s - now_seconds();
+        double left = start + timeout_s - client_now_seconds();
         struct pollfd pfd = {fd, POLLIN, 0};
         if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0) {
             snprintf(r->transport_error, sizeof r->transport_error, "no complete answer within %.0f s", timeout_s);
@@ -4103,12 +3627,7 @@ static void raw_read_response(int fd, double rate, double timeout_s, struct http
         }
         if (used + 65536 + 1 > cap) {
             cap *= 2;
-            char *bigger = realloc(buf, cap);
-            if (bigger == NULL) {
-                fprintf(stderr, "itest: out of memory\n");
-                exit(2);
-            }
-            buf = bigger;
+            buf = client_xrealloc(buf, cap);
         }
         ssize_t got = read(fd, buf + used, 65536);
         if (got < 0 && errno == EINTR)
@@ -4125,21 +3644,21 @@ static void raw_read_response(int fd, double rate, double timeout_s, struct http
             if (end != NULL) {
                 header_len = (size_t)(end + 4 - buf);
                 r->status = strncmp(buf, "HTTP/1.", 7) == 0 ? atoi(buf + 9) : 0;
-                char *headers = xcalloc(header_len + 1, 1);
+                char *headers = client_xcalloc(header_len + 1, 1);
                 memcpy(headers, buf, header_len);
-                http_parse_headers(headers, r);
+                client_parse_headers(headers, r);
                 free(headers);
-                const char *length = http_header(r, "Content-Length");
+                const char *length = client_header(r, "Content-Length");
                 content_length = length != NULL ? atoll(length) : -1;
             }
         }
         /* Keep to the rate from the first byte on: the bytes so far may not have taken less
          * than used / rate. */
         if (first_byte < 0)
-            first_byte = now_seconds();
-        double ahead = (double)used / rate - (now_seconds() - first_byte);
+            first_byte = client_now_seconds();
+        double ahead = (double)used / rate - (client_now_seconds() - first_byte);
         if (ahead > 0)
-            sleep_ms((long)(ahead * 1000));
+            client_sleep_ms((long)(ahead * 1000));
     }
     size_t body_len = header_len > 0 ? used - header_len : 0;
     if (r->transport_error[0] == '\0' && header_len == 0)
@@ -4148,7 +3667,7 @@ static void raw_read_response(int fd, double rate, double timeout_s, struct http
     else if (r->transport_error[0] == '\0' && content_length >= 0 && body_len < (size_t)content_length)
         snprintf(r->transport_error, sizeof r->transport_error, "the connection closed after %zu of the %lld "
                  "bytes of the body", body_len, content_length);
-    r->body = xcalloc(body_len + 1, 1);
+    r->body = client_xcalloc(body_len + 1, 1);
     memcpy(r->body, buf + header_len, body_len);
     r->body_len = body_len;
     free(buf);
@@ -4178,32 +3697,32 @@ static void run_drain_tests(void)
         return;
     struct server *s = &srv;
     struct test t;
-    struct http_response r;
+    struct client_response r;
     char why[256] = "";
 
     char *slow_text = drain_request_text();
     size_t upload_len = 400 * 1024;
-    char *upload_text = xcalloc(upload_len + 1, 1);
+    char *upload_text = client_xcalloc(upload_len + 1, 1);
     memset(upload_text, ' ', upload_len);
     memcpy(upload_text, g_tiny_request, strlen(g_tiny_request));
     static const char *const slow_writer[] = {"--limit-rate", "200K", NULL};
-    struct http_request upload_rq = {.method = "POST", .path = "/v1/attention", .body = upload_text,
-                                     .body_len = upload_len, .curl_args = slow_writer};
-    struct http_pending upload;
+    struct client_request upload_rq = {.method = "POST", .path = "/v1/attention", .body = upload_text,
+                                       .body_len = upload_len, .curl_args = slow_writer};
+    struct client_pending upload;
     int slow_fd = raw_connect(s, 32 * 1024, why, sizeof why);
     int slow_sent = slow_fd >= 0 && raw_post(slow_fd, "/v1/attention", slow_text, strlen(slow_text)) == 0;
-    http_start(s, &upload_rq, &upload);
-    sleep_ms(400);
+    client_http_start(s->base_url, g_tmpdir, &upload_rq, &upload);
+    client_sleep_ms(400);
 
     if (test_begin(&t, "drain/in-flight-at-sigterm")) {
         if (expect_true(&t, slow_sent, "could not send the slow request: %s", why[0] ? why : strerror(errno)))
             expect_true(&t, !raw_readable(slow_fd), "the slow request was answered within 0.4 s, before SIGTERM; "
                         "make it slower");
-        expect_true(&t, !http_done(&upload), "the slowly uploading request ended within 0.4 s, before SIGTERM");
+        expect_true(&t, !client_http_done(&upload), "the slowly uploading request ended within 0.4 s, before SIGTERM");
         test_end(&t);
     }
     kill(s->pid, SIGTERM);
-    double signalled = now_seconds();
+    double signalled = client_now_seconds();
 
     if (test_begin(&t, "drain/readyz-503")) {
         for (;;) {
@@ -4211,13 +3730,13 @@ static void run_drain_tests(void)
             int in_flight = slow_sent && !raw_readable(slow_fd);
             if (r.status == 503) {
                 expect_error(&t, &r, 503, "shutting_down", "");
-                expect_true(&t, http_header(&r, "Retry-After") != NULL, "no Retry-After header");
-                http_response_free(&r);
+                expect_true(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After header");
+                client_response_free(&r);
                 break;
             }
-            if (r.status == 200 && in_flight && now_seconds() - signalled < 0.2) {
-                http_response_free(&r); /* the signal may not have been handled yet */
-                sleep_ms(20);
+            if (r.status == 200 && in_flight && client_now_seconds() - signalled < 0.2) {
+                client_response_free(&r); /* the signal may not have been handled yet */
+                client_sleep_ms(20);
                 continue;
             }
             if (in_flight)
@@ -4225,7 +3744,7 @@ static void run_drain_tests(void)
                             r.transport_error);
             else
                 test_detail(&t, "    the in-flight request ended before /readyz could be asked");
-            http_response_free(&r);
+            client_response_free(&r);
             break;
         }
         test_end(&t);
@@ -4234,23 +3753,23 @@ static void run_drain_tests(void)
         http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
         if (r.status != 0 || !raw_readable(slow_fd)) {
             expect_error(&t, &r, 503, "shutting_down", NULL);
-            expect_true(&t, http_header(&r, "Retry-After") != NULL, "no Retry-After header");
+            expect_true(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After header");
         }
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     if (test_begin(&t, "drain/put-503")) {
         http_text(s, "PUT", "/v1/weight-sets/drained", g_tiny_set, &r);
         if (r.status != 0 || !raw_readable(slow_fd))
             expect_error(&t, &r, 503, "shutting_down", NULL);
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     if (test_begin(&t, "drain/healthz-200")) {
         http_simple(s, "GET", "/healthz", &r);
         if (r.status != 0 || !raw_readable(slow_fd))
             expect_status(&t, &r, 200);
-        http_response_free(&r);
+        client_response_free(&r);
         test_end(&t);
     }
     /* Read the slow answer at 16 MB/s: about 0.7 s for its 11 MB. */
@@ -4272,10 +3791,10 @@ static void run_drain_tests(void)
         }
         test_end(&t);
     }
-    http_response_free(&r);
+    client_response_free(&r);
     if (slow_fd >= 0)
         close(slow_fd);
-    http_finish(&upload, &r);
+    client_http_finish(&upload, &r);
     if (test_begin(&t, "drain/uploading-request-answered")) {
         if (expect_true(&t, r.transport_error[0] == '\0' && r.status != 0,
                         "the request that was still uploading got no answer: %s", r.transport_error) &&
@@ -4283,7 +3802,7 @@ static void run_drain_tests(void)
             expect_error(&t, &r, 503, "shutting_down", NULL);
         test_end(&t);
     }
-    http_response_free(&r);
+    client_response_free(&r);
     server_wait_exit(s);
     free(slow_text);
     free(upload_text);
@@ -4303,37 +3822,9 @@ static void usage(FILE *to, const char *argv0)
             argv0);
 }
 
-/* Removes dir and everything under it (only files and directories this program and its
- * servers created: bodies, logs, data directories and their quarantine/). */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char path[PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-/* Removes the temporary directory, which holds only files this program created. */
-static void remove_tmpdir(void)
-{
-    remove_tree(g_tmpdir);
-}
-
 int main(int argc, char **argv)
 {
+    client_set_program_name("itest");
     const char *fixtures = NULL, *cases = NULL, *examples = "api/examples";
     for (int i = 1; i < argc; i += 2) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -4361,11 +3852,7 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
-    const char *tmp = getenv("TMPDIR");
-    if (tmp == NULL || tmp[0] == '\0' || strlen(tmp) > 200)
-        tmp = "/tmp";
-    snprintf(g_tmpdir, sizeof g_tmpdir, "%s/itest.XXXXXX", tmp);
-    if (mkdtemp(g_tmpdir) == NULL) {
+    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, NULL, "itest.") != 0) {
         fprintf(stderr, "itest: cannot create a temporary directory: %s\n", strerror(errno));
         return 2;
     }
@@ -4395,6 +3882,6 @@ int main(int argc, char **argv)
     if (g_failed > 0)
         fprintf(stderr, "itest: kept server logs in %s\n", g_tmpdir);
     else
-        remove_tmpdir();
+        client_remove_tree(g_tmpdir); /* it holds only files this program created */
     return g_failed > 0 ? 1 : 0;
 }
