@@ -10,7 +10,7 @@
 /* GCC builds an AVX2 copy and picks it at run time; other compilers (clang,
  * for the fuzzer) get the portable one. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define EXP_CLONES EXP_CLONES
+#define EXP_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define EXP_CLONES
 #endif
