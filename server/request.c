@@ -308,6 +308,26 @@ static int decode_enum(const json_t *root, const char *name, const char *const *
                      name, json_string_value(v), allowed);
 }
 
+/* Decodes the optional "heads" member of root into *heads (0 when absent,
+ * or null where allow_null says null means "none"). */
+static int decode_heads(const json_t *root, int allow_null, size_t *heads, api_error *err)
+{
+    const json_t *jh = json_object_get(root, "heads");
+    *heads = 0;
+    if (jh == NULL || (allow_null && json_is_null(jh)))
+        return 0;
+    if (!json_is_number(jh))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
+                         "heads is %s; it must be a whole number >= 1%s.", json_kind(jh),
+                         allow_null ? ", or null" : "");
+    double h = json_number_value(jh);
+    if (h < 1 || h != floor(h) || h > 1e6)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",
+                         "heads is %g; it must be a whole number >= 1 that divides dk and dv.", h);
+    *heads = (size_t)h;
+    return 0;
+}
+
 /* ---- field names ------------------------------------------------------- */
 
 /* Levenshtein distance, for "did you mean" hints on short field names. */
@@ -510,18 +530,9 @@ int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weig
     int rc = check_known_fields(root, "", known, sizeof known / sizeof known[0], err);
     if (rc != 0 || (rc = decode_enum(root, "weights_layout", wlayouts, 2, 0, out_in, err)) != 0)
         return rc;
-    const json_t *jh = json_object_get(root, "heads");
-    if (jh != NULL && !json_is_null(jh)) { /* null: no heads, as GET shows it */
-        if (!json_is_number(jh))
-            return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
-                             "heads is %s; it must be a whole number >= 1, or null.",
-                             json_kind(jh));
-        double h = json_number_value(jh);
-        if (h < 1 || h != floor(h) || h > 1e6)
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",
-                             "heads is %g; it must be a whole number >= 1 that divides dk and dv.", h);
-        *heads = (size_t)h;
-    }
+    /* null: no heads, as GET shows it */
+    if ((rc = decode_heads(root, 1, heads, err)) != 0)
+        return rc;
     /* The weights members alone, for the shared decoder. */
     json_t *members = json_object();
     if (members == NULL)
@@ -668,19 +679,11 @@ static int request_decode_into(const json_t *root, const request_limits *limits,
     job->dtype = dtype == 1 ? ATTN_FLOAT32 : ATTN_FLOAT64;
     job->causal = causal;
     job->want_attention = want_attention;
-    job->heads = 1;
-    const json_t *heads = json_object_get(root, "heads");
-    if (heads != NULL) {
-        if (!json_is_number(heads))
-            return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
-                             "heads is %s; it must be a whole number >= 1.", json_kind(heads));
-        double h = json_number_value(heads);
-        if (h < 1 || h != floor(h) || h > 1e6)
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",
-                             "heads is %g; it must be a whole number >= 1 that divides dk and dv.", h);
-        job->heads = (size_t)h;
-        req->heads_given = 1;
-    }
+    size_t heads;
+    if ((rc = decode_heads(root, 0, &heads, err)) != 0)
+        return rc;
+    req->heads_given = heads != 0;
+    job->heads = heads != 0 ? heads : 1;
     const json_t *scale = json_object_get(root, "scale");
     req->scale_given = scale != NULL;
     if (req->scale_given) {
