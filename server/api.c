@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "compute.h"
 #include "jsonw.h"
 #include "mem.h"
 #include "request.h"
@@ -45,7 +46,6 @@ int api_init(const server_config *cfg, api_error *err)
     api_cfg = cfg;
     atomic_store(&api_draining, 0);
     atomic_store(&api_computing, 0);
-    attention_blas_set_threads((int)cfg->blas_threads);
     return 0;
 }
 
@@ -371,10 +371,12 @@ static void handle_info(api_response *resp)
     int threads;
     attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
     json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:[s, s], s:{s:I, s:I, s:I, s:I, s:I}}",
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:[s, s], "
+        "s:{s:I, s:I, s:I, s:I, s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
         "blas", "library", "OpenBLAS", "config", config, "core", core, "threads", threads,
+        "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
         "dtypes", "float64", "float32",
         "limits", "max_body_bytes", (json_int_t)api_cfg->max_body,
         "max_elements", (json_int_t)api_cfg->max_elements,

@@ -6,44 +6,119 @@
  * job first rounds every input to float, runs the float kernels (sgemm,
  * expf), and widens the results back to double, so that all arithmetic is in
  * single precision, as NumPy's float32 would do it.
+ *
+ * The block sizes below were chosen by measurement (tests/bench); see the
+ * README's section on performance.
  */
 #include "attention.h"
 
 #include <assert.h>
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "attention_exp.h"
+#include "compute.h"
 #include "mem.h"
+
+/* Query rows per task (at most; fewer when that leaves too few tasks to
+ * share among the compute threads) and keys per block.  Larger blocks pack
+ * fewer copies of K for OpenBLAS; these were the fastest measured for
+ * n = 4096, d = 64 on one core, in both precisions (see the README). */
+#define BLOCK_Q_MAX 512
+#define BLOCK_Q_MIN 64
+#define BLOCK_K 256
+/* Work below this many floating-point operations runs on its caller's
+ * thread alone: handing it to a helper would cost more than it saves. */
+#define PARALLEL_MIN_FLOPS 4e6
+/* Row chunks of a projection are at least this tall. */
+#define LINEAR_MIN_ROWS 16
+
+/* Returned by the kernels when a score overflowed to Inf (or NaN). */
+#define KERNEL_NOT_FINITE 1
+
+/* How kernel_sdpa splits a job into tasks; made by sdpa_plan_make alone, so
+ * that the memory estimate and the run agree. */
+typedef struct sdpa_plan {
+    size_t bq, bk;              /* query rows per task; keys per block */
+    size_t qblocks, tasks;      /* query blocks per (batch, head); all tasks */
+    int scratch_block;          /* scores go to scratch, not to the attention result */
+    size_t stride;              /* scratch numbers per slot */
+    unsigned slots;             /* compute slots asked for */
+} sdpa_plan;
+
+/* Compute slots worth asking for a piece of work of `flops` operations. */
+static unsigned slots_for(double flops)
+{
+    return flops < PARALLEL_MIN_FLOPS ? 1 : compute_threads();
+}
+
+static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    double flops = 2.0 * (double)job->batch * (double)job->lq * (double)job->lk *
+                   (double)(job->dk + job->dv);
+    if (job->causal)
+        flops /= 2;
+    p->slots = slots_for(flops);
+    size_t bq = BLOCK_Q_MAX, heads = job->batch * job->heads;
+    while (bq > BLOCK_Q_MIN && heads * ((job->lq + bq - 1) / bq) < 2 * (size_t)p->slots)
+        bq /= 2;
+    p->bq = job->lq < bq ? job->lq : bq;
+    p->bk = job->lk < BLOCK_K ? job->lk : BLOCK_K;
+    p->qblocks = (job->lq + p->bq - 1) / p->bq;
+    p->tasks = heads * p->qblocks;
+    if (p->slots > p->tasks)
+        p->slots = (unsigned)p->tasks;
+    /* Double precision forms the weights in the attention result itself. */
+    p->scratch_block = !(job->want_attention && real_size == sizeof(double));
+    size_t kblocks = (job->lk + p->bk - 1) / p->bk;
+    p->stride = 2 * p->bq + (p->scratch_block ? p->bq * p->bk : 0) +
+                (job->want_attention ? p->bq * kblocks : 0);
+}
 
 #define REAL double
 #define SFX d
 #define GEMM cblas_dgemm
 #define EXP exp
+#define MAXV attention_max_d
+#define MAXMV attention_max_masked_d
 #define EXPV attention_exp_shift_d
+#define EXPMV attention_exp_shift_masked_d
 #define REAL_IS_DOUBLE 1
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef MAXV
+#undef MAXMV
 #undef EXPV
+#undef EXPMV
 #undef REAL_IS_DOUBLE
 
 #define REAL float
 #define SFX f
 #define GEMM cblas_sgemm
 #define EXP expf
+#define MAXV attention_max_f
+#define MAXMV attention_max_masked_f
 #define EXPV attention_exp_shift_f
+#define EXPMV attention_exp_shift_masked_f
 #define REAL_IS_DOUBLE 0
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef MAXV
+#undef MAXMV
 #undef EXPV
+#undef EXPMV
 #undef REAL_IS_DOUBLE
 
 size_t attention_output_width(const attn_job *job)
@@ -59,7 +134,8 @@ typedef struct job_sizes {
     size_t biases;
     size_t proj;                         /* projected q, k, v */
     size_t heads_out;                    /* concatenated heads before wo */
-    size_t out, attn_all, attn_scratch;
+    size_t out, attn_all;
+    size_t scratch;                      /* sdpa scratch of every slot (plan.stride each) */
 } job_sizes;
 
 static int job_sizes_compute(const attn_job *job, job_sizes *s)
@@ -71,7 +147,6 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
     bad |= mem_mul(job->batch, job->lq, d_out, &s->out);
     bad |= mem_mul(job->batch, job->heads, job->lq, &t);
     bad |= mem_mul(t, job->lk, 1, &s->attn_all);
-    bad |= mem_mul(job->lq, job->lk, 1, &s->attn_scratch);
     if (w != NULL) {
         bad |= mem_mul(job->batch, job->lq, w->d_in, &s->x);
         if (job->context != NULL)
@@ -98,10 +173,21 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
     return bad ? -1 : 0;
 }
 
+/* Numbers of sdpa scratch the job needs in precision real_size, for every
+ * slot the plan asks for. */
+static int scratch_numbers(const attn_job *job, size_t real_size, size_t *n)
+{
+    sdpa_plan plan;
+    sdpa_plan_make(job, real_size, &plan);
+    return mem_mul(plan.slots, plan.stride, 1, n);
+}
+
 int attention_job_bytes(const attn_job *job, size_t *bytes)
 {
     job_sizes s;
-    if (job_sizes_compute(job, &s) != 0)
+    if (job_sizes_compute(job, &s) != 0 ||
+        scratch_numbers(job, job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double),
+                        &s.scratch) != 0)
         return -1;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
     size_t inputs = s.x + s.context + s.q + s.k + s.v + s.wq + s.wk + s.wv + s.wo + s.biases;
@@ -109,12 +195,12 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
     int bad = 0;
     if (job->dtype == ATTN_FLOAT32) {
         /* double results; float copies of the inputs, output, projections and scratch */
-        size_t floats = inputs + s.out + s.proj + s.heads_out + s.attn_scratch;
+        size_t floats = inputs + s.out + s.proj + s.heads_out + s.scratch;
         bad |= mem_mul(results, sizeof(double), 1, &total);
         bad |= mem_mul(floats, sizeof(float), 1, &part);
         bad |= __builtin_add_overflow(total, part, &total);
     } else {
-        size_t scratch = s.proj + s.heads_out + (job->want_attention ? 0 : s.attn_scratch);
+        size_t scratch = s.proj + s.heads_out + s.scratch;
         bad |= mem_mul(results + scratch, sizeof(double), 1, &total);
     }
     if (bad)
@@ -167,10 +253,9 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, dou
         wf[7] = to_float(w->bo, w->d_out, &fail);
     }
     float *fout = mem_malloc(s->out * sizeof(float));
-    float *scratch = mem_malloc(s->attn_scratch * sizeof(float));
-    if (fail || fout == NULL || scratch == NULL)
+    if (fail || fout == NULL)
         goto done;
-    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, scratch,
+    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout,
                       job->want_attention ? attn : NULL);
     if (rc != 0)
         goto done;
@@ -185,7 +270,6 @@ done:
     for (int i = 0; i < 8; i++)
         mem_free(wf[i]);
     mem_free(fout);
-    mem_free(scratch);
     return rc;
 }
 
@@ -199,6 +283,19 @@ int attention_run(const attn_job *job, attn_result *result, api_error *err)
     if (job_sizes_compute(job, &s) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
                          "The request's shapes multiply to more numbers than this machine can address.");
+    /* BLAS takes int dimensions. */
+    size_t widest = job->lq > job->lk ? job->lq : job->lk;
+    widest = widest > job->dk ? widest : job->dk;
+    widest = widest > job->dv ? widest : job->dv;
+    if (job->weights != NULL) {
+        widest = widest > job->weights->d_in ? widest : job->weights->d_in;
+        widest = widest > job->weights->d_ctx ? widest : job->weights->d_ctx;
+        widest = widest > job->weights->d_out ? widest : job->weights->d_out;
+    }
+    if (widest > INT_MAX)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
+                         "A dimension of %zu is larger than the matrix library accepts (%d).",
+                         widest, INT_MAX);
     result->d_out = attention_output_width(job);
     result->output = mem_malloc(s.out * sizeof(double));
     if (job->want_attention)
@@ -211,26 +308,20 @@ int attention_run(const attn_job *job, attn_result *result, api_error *err)
     if (job->dtype == ATTN_FLOAT32) {
         rc = run_float32(job, &s, result->output, result->attention);
     } else {
-        double *scratch = NULL;
-        if (!job->want_attention && (scratch = mem_malloc(s.attn_scratch * sizeof(double))) == NULL) {
-            rc = ERR_UNAVAILABLE;
-        } else {
-            const attn_weights *w = job->weights;
-            const double *wd[8] = {0};
-            if (w != NULL) {
-                const double *all[8] = {w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv, w->bo};
-                memcpy(wd, all, sizeof all);
-            }
-            rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd,
-                              result->output, scratch, result->attention);
+        const attn_weights *w = job->weights;
+        const double *wd[8] = {0};
+        if (w != NULL) {
+            const double *all[8] = {w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv, w->bo};
+            memcpy(wd, all, sizeof all);
         }
-        mem_free(scratch);
+        rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
+                          result->attention);
     }
-    if (rc != 0) {
+    if (rc == ERR_UNAVAILABLE) {
         attention_result_free(result);
         return error_nomem(err);
     }
-    if (values_finite(result->output, s.out) != 0 ||
+    if (rc == KERNEL_NOT_FINITE || values_finite(result->output, s.out) != 0 ||
         (job->want_attention && values_finite(result->attention, s.attn_all) != 0)) {
         attention_result_free(result);
         return error_set(err, ERR_BAD_REQUEST, "not_finite", NULL,

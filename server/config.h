@@ -22,7 +22,7 @@ typedef struct server_config {
     long max_inflight;
     long max_connections;
     long timeout;               /* seconds */
-    long blas_threads;
+    long compute_threads;       /* 0: one per available CPU */
     long shutdown_grace;        /* seconds */
     char data_dir[1024];
     size_t max_set_bytes;       /* one stored weight set */

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "compute.h"
 #include "config.h"
 #include "http.h"
 #include "mem.h"
@@ -42,16 +43,28 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* After the mask, so that the pool's threads inherit it. */
+    unsigned cpus = compute_available_cpus();
+    unsigned threads = cfg.compute_threads > 0 ? (unsigned)cfg.compute_threads : cpus;
+    if (compute_init(threads) != 0) {
+        fprintf(stderr, "attention-server: cannot start %u compute threads\n", threads);
+        return 1;
+    }
+    fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
+            threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+
     api_error err;
     error_clear(&err);
     if (api_init(&cfg, &err) != 0) {
         fprintf(stderr, "attention-server: %s\n", err.message);
+        compute_shutdown();
         return 1;
     }
     http_server *server = http_start(&cfg, &err);
     if (server == NULL) {
         fprintf(stderr, "attention-server: %s\n", err.message);
         api_shutdown();
+        compute_shutdown();
         return 1;
     }
     const char *host = cfg.host;
@@ -71,6 +84,7 @@ int main(int argc, char **argv)
         nanosleep(&pause, NULL);
     http_stop(server);
     api_shutdown();
+    compute_shutdown();
     fprintf(stderr, "attention-server: stopped\n");
     return 0;
 }

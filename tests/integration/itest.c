@@ -270,7 +270,7 @@ static const char *const g_small_args[] = {"--max-body", "4K", "--max-elements",
  * environment is read at all: max_elements comes from ATTN_MAX_ELEMENTS, max_body from
  * the flag although ATTN_MAX_BODY says otherwise. */
 static const char *const g_cors_args[] = {"--cors-origin", "https://viz.example",
-                                          "--blas-threads", "2", "--max-body", "8K", NULL};
+                                          "--compute-threads", "3", "--max-body", "8K", NULL};
 static const char *const g_cors_env[] = {"ATTN_MAX_ELEMENTS=12345", "ATTN_MAX_BODY=1K", NULL};
 /* The small-store server holds at most 2 KiB per weight set and 3400 bytes in all (see
  * run_store_limit_tests for the arithmetic of the file sizes). */
@@ -283,10 +283,11 @@ static const struct server_kind g_server_kinds[SERVER_COUNT] = {
     [SERVER_SMALL_STORE] = {"small-store", g_small_store_args, g_no_strings},
 };
 
-/* What the info test expects of each kind: body limit, element limit, BLAS threads. */
+/* What the info test expects of each kind: body limit, element limit, compute threads
+ * (0: one per available CPU, as the server reports them). */
 static const long long g_expected_max_body[SERVER_COUNT] = {64LL << 20, 4096, 8192, 64LL << 20};
 static const long long g_expected_max_elements[SERVER_COUNT] = {8LL << 20, 1000, 12345, 8LL << 20};
-static const long long g_expected_blas_threads[SERVER_COUNT] = {1, 1, 2, 1};
+static const long long g_expected_compute_threads[SERVER_COUNT] = {0, 0, 3, 0};
 static const char *const g_expected_origin[SERVER_COUNT] = {"*", "*", "https://viz.example", "*"};
 
 struct server {
@@ -1126,6 +1127,7 @@ static void check_info(enum server_id id)
     body = response_json(&r);
     const json_t *blas = json_object_get(body, "blas");
     const json_t *limits = json_object_get(body, "limits");
+    const json_t *compute = json_object_get(body, "compute");
     const json_t *version = json_object_get(body, "version");
     const json_t *dtypes = json_object_get(body, "dtypes");
     int has64 = 0, has32 = 0;
@@ -1137,9 +1139,15 @@ static void check_info(enum server_id id)
     if (!expect_true(&t, json_is_object(body), "body is not a JSON object") ||
         !expect_true(&t, json_is_string(version) && json_string_length(version) > 0, "version is not a non-empty string") ||
         !expect_true(&t, json_is_object(blas), "no blas object") ||
-        !expect_true(&t, json_is_object(limits), "no limits object"))
+        !expect_true(&t, json_is_object(limits), "no limits object") ||
+        !expect_true(&t, json_is_object(compute), "no compute object"))
         goto done;
-    expect_json_integer(&t, blas, "blas", "threads", g_expected_blas_threads[id]);
+    /* OpenBLAS runs each product on one thread; the compute pool supplies the parallelism. */
+    expect_json_integer(&t, blas, "blas", "threads", 1);
+    json_int_t cpus = json_integer_value(json_object_get(compute, "available_cpus"));
+    expect_true(&t, cpus >= 1, "compute.available_cpus is not a positive integer");
+    expect_json_integer(&t, compute, "compute", "threads",
+                        g_expected_compute_threads[id] ? g_expected_compute_threads[id] : cpus);
     expect_json_integer(&t, limits, "limits", "max_body_bytes", g_expected_max_body[id]);
     expect_json_integer(&t, limits, "limits", "max_elements", g_expected_max_elements[id]);
     expect_true(&t, has64 && has32, "dtypes does not list both float64 and float32");

@@ -60,6 +60,11 @@ extern int test_failed;
     X(attention_without_attention_matrix)   \
     X(attention_overflow_is_reported)       \
     X(attention_job_bytes_overflow)         \
+    X(kernel_block_edges_serial)            \
+    X(kernel_block_edges_on_pool)           \
+    X(kernel_overflow_in_late_block)        \
+    X(compute_pool_runs_each_task_once)     \
+    X(compute_pool_bounds_threads)          \
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \

@@ -267,8 +267,11 @@ void test_attention_without_attention_matrix(void)
     int rc1 = attention_run(&job, &with, &err);
     job.want_attention = 0;
     int rc2 = attention_run(&job, &without, &err);
-    int same = rc1 == 0 && rc2 == 0 && without.attention == NULL &&
-               memcmp(with.output, without.output, 2 * 5 * 4 * sizeof(double)) == 0;
+    /* The two take different paths (normalised weights times V, and the
+     * online softmax, which normalises last), so they agree to rounding. */
+    int same = rc1 == 0 && rc2 == 0 && without.attention == NULL;
+    for (size_t i = 0; same && i < 2 * 5 * 4; i++)
+        same = fabs(with.output[i] - without.output[i]) <= 1e-14;
     attention_result_free(&with);
     attention_result_free(&without);
     free(q);

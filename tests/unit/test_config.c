@@ -30,7 +30,7 @@ void test_config_defaults(void)
     ASSERT_EQ(cfg.max_elements, 8u << 20);
     ASSERT_EQ(cfg.max_request_memory, 1u << 30);
     ASSERT_EQ(cfg.max_inflight, 8);
-    ASSERT_EQ(cfg.blas_threads, 1);
+    ASSERT_EQ(cfg.compute_threads, 0);
     ASSERT_EQ(cfg.quiet, 0);
 }
 
@@ -115,7 +115,7 @@ void test_config_help_lists_every_option(void)
     static const char *const expected[] = {
         "--host", "ATTN_HOST", "--port", "ATTN_PORT", "--cors-origin", "--max-body",
         "--max-elements", "--max-request-memory", "--max-inflight", "--max-connections",
-        "--timeout", "--blas-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080"};
+        "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         if (strstr(text, expected[i]) == NULL) {
             free(text);

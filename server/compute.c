@@ -1,0 +1,211 @@
+/*
+ * compute.c - the compute pool (see compute.h).
+ *
+ * One mutex guards the count of free slots and a small queue of hand-offs
+ * to helper threads.  A hand-off lends one slot to a helper, which runs
+ * tasks of the caller's job until none are left and then gives the slot
+ * back.  Tasks are claimed with an atomic counter, so the caller and its
+ * helpers share them dynamically: a slow task does not hold up the rest.
+ */
+#define _GNU_SOURCE
+#include "compute.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "attention.h"
+
+typedef struct compute_job {
+    compute_task_fn fn;
+    void *ctx;
+    size_t tasks;
+    atomic_size_t next;         /* next task to claim */
+    unsigned helpers;           /* helpers still working on it (under the lock) */
+} compute_job;
+
+typedef struct handoff {
+    compute_job *job;
+    unsigned slot;
+} handoff;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t slot_free;   /* free_slots went up */
+    pthread_cond_t work;        /* a hand-off was queued, or stopping */
+    pthread_cond_t done;        /* a helper finished its part of some job */
+    unsigned slots, free_slots;
+    pthread_t *threads;
+    unsigned thread_count;
+    handoff *queue;             /* ring of `slots` entries */
+    unsigned head, queued;
+    int running, stopping;
+} pool = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .slot_free = PTHREAD_COND_INITIALIZER,
+    .work = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+    .slots = 1,
+};
+
+static void run_tasks(compute_job *job, unsigned slot)
+{
+    for (;;) {
+        size_t t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (t >= job->tasks)
+            return;
+        job->fn(job->ctx, t, slot);
+    }
+}
+
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.queued == 0 && !pool.stopping)
+            pthread_cond_wait(&pool.work, &pool.lock);
+        if (pool.queued == 0)
+            break;
+        handoff h = pool.queue[pool.head];
+        pool.head = (pool.head + 1) % pool.slots;
+        pool.queued--;
+        pthread_mutex_unlock(&pool.lock);
+
+        run_tasks(h.job, h.slot);
+
+        pthread_mutex_lock(&pool.lock);
+        pool.free_slots++;
+        pthread_cond_broadcast(&pool.slot_free);
+        if (--h.job->helpers == 0)
+            pthread_cond_broadcast(&pool.done);
+    }
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+}
+
+int compute_init(unsigned threads)
+{
+    if (threads < 1)
+        threads = 1;
+    attention_blas_set_threads(1);
+    pool.threads = calloc(threads, sizeof *pool.threads);
+    pool.queue = calloc(threads, sizeof *pool.queue);
+    if (pool.threads == NULL || pool.queue == NULL) {
+        free(pool.threads);
+        free(pool.queue);
+        pool.threads = NULL;
+        pool.queue = NULL;
+        return -1;
+    }
+    pool.slots = pool.free_slots = threads;
+    pool.head = pool.queued = 0;
+    pool.stopping = 0;
+    pool.thread_count = 0;
+    for (unsigned i = 0; i + 1 < threads; i++) {
+        if (pthread_create(&pool.threads[i], NULL, helper_main, NULL) != 0) {
+            compute_shutdown();
+            return -1;
+        }
+        pool.thread_count++;
+    }
+    pool.running = 1;
+    return 0;
+}
+
+void compute_shutdown(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    pool.stopping = 1;
+    pool.running = 0;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.lock);
+    for (unsigned i = 0; i < pool.thread_count; i++)
+        pthread_join(pool.threads[i], NULL);
+    free(pool.threads);
+    free(pool.queue);
+    pool.threads = NULL;
+    pool.queue = NULL;
+    pool.thread_count = 0;
+    pool.slots = pool.free_slots = 1;
+}
+
+unsigned compute_threads(void)
+{
+    return pool.running ? pool.slots : 1;
+}
+
+/* The CPU quota of cgroup v2 (/sys/fs/cgroup/cpu.max: "QUOTA PERIOD" or
+ * "max PERIOD"), rounded up to whole CPUs; 0 when there is none. */
+static unsigned cgroup_cpu_quota(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f == NULL)
+        return 0;
+    char quota[32] = "";
+    unsigned long period = 0;
+    int n = fscanf(f, "%31s %lu", quota, &period);
+    fclose(f);
+    if (n != 2 || period == 0)
+        return 0;
+    char *end;
+    unsigned long q = strtoul(quota, &end, 10);
+    if (*end != '\0' || q == 0)
+        return 0;       /* "max": no quota */
+    return (unsigned)((q + period - 1) / period);
+}
+
+unsigned compute_available_cpus(void)
+{
+    unsigned cpus = 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        cpus = (unsigned)CPU_COUNT(&set);
+    unsigned quota = cgroup_cpu_quota();
+    if (quota > 0 && quota < cpus)
+        cpus = quota;
+    return cpus;
+}
+
+void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx)
+{
+    if (tasks == 0)
+        return;
+    compute_job job = {.fn = fn, .ctx = ctx, .tasks = tasks};
+    atomic_init(&job.next, 0);
+    if (!pool.running) {
+        run_tasks(&job, 0);
+        return;
+    }
+    pthread_mutex_lock(&pool.lock);
+    while (pool.free_slots == 0)
+        pthread_cond_wait(&pool.slot_free, &pool.lock);
+    pool.free_slots--;
+    unsigned extra = max_slots > 1 ? max_slots - 1 : 0;
+    if (extra > pool.free_slots)
+        extra = pool.free_slots;
+    if (extra > tasks - 1)
+        extra = (unsigned)(tasks - 1);
+    pool.free_slots -= extra;
+    job.helpers = extra;
+    for (unsigned i = 0; i < extra; i++) {
+        pool.queue[(pool.head + pool.queued) % pool.slots] = (handoff){&job, i + 1};
+        pool.queued++;
+    }
+    if (extra == 1)
+        pthread_cond_signal(&pool.work);
+    else if (extra > 1)
+        pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.lock);
+
+    run_tasks(&job, 0);
+
+    pthread_mutex_lock(&pool.lock);
+    while (job.helpers > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pool.free_slots++;
+    pthread_cond_broadcast(&pool.slot_free);
+    pthread_mutex_unlock(&pool.lock);
+}

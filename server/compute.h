@@ -1,0 +1,58 @@
+/*
+ * compute.h - the compute pool: how many threads do arithmetic at once.
+ *
+ * The server has one thread per connection, and any number of them may want
+ * to compute at the same moment.  If each product also ran on several
+ * OpenBLAS threads, two large requests on a 2-core machine would start four
+ * or more busy threads and slow each other down.  Instead, OpenBLAS is held
+ * to one thread per product, and this pool hands out "compute slots": at most
+ * compute_threads() threads, connection threads and the pool's own helpers
+ * together, compute at any time.
+ *
+ * A request splits its work into independent tasks and calls
+ * compute_parallel.  The calling thread waits for one slot, then takes as
+ * many more as are free right now (up to what the request asked for), and
+ * lends them to helper threads that run tasks beside it.  A small request
+ * asks for one slot and runs entirely on its own thread, with no hand-off; a
+ * large one on an idle server gets every core; under load, each request gets
+ * what is free, and helpers give their slot back as soon as the tasks run
+ * out, so a finishing request makes room for the next at once.
+ *
+ * Without compute_init (unit tests, benchmarks that do not call it), every
+ * call runs its tasks serially on the caller's thread.
+ */
+#ifndef ATTN_COMPUTE_H
+#define ATTN_COMPUTE_H
+
+#include <stddef.h>
+
+/* A task: runs task number `task` of the caller's job; `slot` (0 for the
+ * calling thread, 1..slots-1 for helpers) tells a task which of the
+ * caller's per-thread scratch buffers it may use.  Tasks of one call run
+ * concurrently and must not write the same memory. */
+typedef void (*compute_task_fn)(void *ctx, size_t task, unsigned slot);
+
+/* Starts the pool with `threads` compute slots (threads - 1 helper threads).
+ * Returns 0, or -1 if a thread could not be started (nothing is left
+ * running then).  Sets OpenBLAS to one thread per product. */
+int compute_init(unsigned threads);
+
+/* Stops the helper threads; compute_parallel runs serially afterwards.
+ * No call may be in progress. */
+void compute_shutdown(void);
+
+/* Slots of the pool (1 without compute_init). */
+unsigned compute_threads(void);
+
+/* The number of CPUs this process may use: its affinity mask, lowered to
+ * the cgroup v2 CPU quota (cpu.max) where one is set, as in a container with
+ * a CPU limit; at least 1. */
+unsigned compute_available_cpus(void);
+
+/* Runs fn(ctx, t, slot) for every t in [0, tasks) on at most `max_slots`
+ * threads (the caller's included; 0 counts as 1), and returns when all have
+ * finished.  Tasks are handed out in increasing order of t.  Blocks while
+ * every slot is taken. */
+void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,308 @@
+/*
+ * test_kernel.c - the blocked, online-softmax kernel and the compute pool.
+ *
+ * The kernel splits the queries into blocks of 64 to 512 rows and the keys
+ * into blocks of 256 (server/attention.c), skips key blocks the causal mask
+ * hides, and runs the blocks on the compute pool.  These tests run it
+ * against the naive float64 reference (tests/ref/reference.c) on shapes
+ * chosen to land on every edge of those blocks, with and without the
+ * attention matrix, serially and on a pool of three threads.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "attention.h"
+#include "compute.h"
+#include "ref/reference.h"
+#include "test.h"
+
+static uint64_t kernel_rng = 0x243F6A8885A308D3ull;
+
+static double krnd(void)
+{
+    kernel_rng ^= kernel_rng << 13;
+    kernel_rng ^= kernel_rng >> 7;
+    kernel_rng ^= kernel_rng << 17;
+    return (double)(kernel_rng >> 11) / (double)(1ull << 53) * 4.0 - 2.0;
+}
+
+typedef enum {
+    MASK_NONE,
+    MASK_RANDOM,        /* about 3 in 4 keys allowed; rows with few keys */
+    MASK_BLOCKS,        /* keys 256..511 hidden from every row (one whole key block),
+                         * every 7th row fully masked, the rest random */
+    MASK_KIND_COUNT
+} mask_kind;
+
+/* One (Lq, Lk) pair; see the file comment for what each is at the edge of. */
+typedef struct edge_shape {
+    size_t lq, lk;
+} edge_shape;
+
+static const edge_shape edge_shapes[] = {
+    {1, 1}, {1, 600}, {600, 1}, {63, 257}, {64, 256}, {65, 255},
+    {513, 513}, {512, 700}, {700, 512}, {1100, 300}, {300, 1100},
+};
+
+static unsigned char *make_mask(mask_kind kind, size_t planes, size_t lq, size_t lk)
+{
+    if (kind == MASK_NONE)
+        return NULL;
+    unsigned char *m = malloc(planes * lq * lk);
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < lq; i++)
+            for (size_t j = 0; j < lk; j++) {
+                unsigned char allowed = krnd() > -1.0;
+                if (kind == MASK_BLOCKS && ((j >= 256 && j < 512) || i % 7 == 3))
+                    allowed = 0;
+                m[(p * lq + i) * lk + j] = allowed;
+            }
+    return m;
+}
+
+/* Largest |a - b|, or +Inf when either holds a NaN. */
+static double worst_diff(const double *a, const double *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= worst))
+            worst = d == d ? d : INFINITY;
+    }
+    return worst;
+}
+
+/* Runs one shape in every combination of causal, mask, attention wanted and
+ * dtype against ref_sdpa.  `rising` multiplies key j by 1 + 8 j / lk, so the
+ * row maxima grow block after block and the online softmax must rescale.
+ * Returns 0, or -1 after printing the failing combination. */
+static int edge_case(size_t lq, size_t lk, int rising)
+{
+    const size_t batch = 2, heads = 2, hdk = 5, hdv = 3, dk = heads * hdk, dv = heads * hdv;
+    double *q = malloc(batch * lq * dk * sizeof(double));
+    double *k = malloc(batch * lk * dk * sizeof(double));
+    double *v = malloc(batch * lk * dv * sizeof(double));
+    double *ref_out = malloc(batch * lq * dv * sizeof(double));
+    double *ref_attn = malloc(batch * heads * lq * lk * sizeof(double));
+    unsigned char *full = malloc(batch * lq * lk);
+    for (size_t i = 0; i < batch * lq * dk; i++)
+        q[i] = krnd();
+    for (size_t b = 0; b < batch; b++)
+        for (size_t j = 0; j < lk; j++)
+            for (size_t c = 0; c < dk; c++)
+                k[(b * lk + j) * dk + c] = krnd() * (rising ? 1 + 8.0 * (double)j / (double)lk : 1);
+    for (size_t i = 0; i < batch * lk * dv; i++)
+        v[i] = krnd();
+    int rc = 0;
+    for (int causal = 0; causal < 2 && rc == 0; causal++)
+        for (int kind = 0; kind < MASK_KIND_COUNT && rc == 0; kind++) {
+            int batched = kind == MASK_RANDOM;
+            size_t planes = batched ? batch : 1;
+            unsigned char *mask = make_mask((mask_kind)kind, planes, lq, lk);
+            for (size_t b = 0; b < batch && mask != NULL; b++)
+                memcpy(full + b * lq * lk, mask + (batched ? b : 0) * lq * lk, lq * lk);
+            double scale = 0.7;
+            ref_sdpa(batch, heads, lq, lk, hdk, hdv, q, k, v, mask ? full : NULL, causal, scale,
+                     ref_out, ref_attn);
+            for (int want = 0; want < 2 && rc == 0; want++)
+                for (int dtype = 0; dtype < 2 && rc == 0; dtype++) {
+                    attn_job job = {.batch = batch, .lq = lq, .lk = lk, .heads = heads,
+                                    .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .mask = mask,
+                                    .mask_batched = batched, .causal = causal, .scale = scale,
+                                    .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64,
+                                    .want_attention = want};
+                    attn_result r;
+                    api_error err;
+                    double tol = dtype ? 2e-5 : 1e-12;
+                    if (attention_run(&job, &r, &err) != 0) {
+                        fprintf(stderr, "  attention_run failed: %s\n", err.message);
+                        rc = -1;
+                        break;
+                    }
+                    double e_out = worst_diff(r.output, ref_out, batch * lq * dv);
+                    double e_attn = want ? worst_diff(r.attention, ref_attn,
+                                                      batch * heads * lq * lk) : 0;
+                    /* Fully masked rows must be exactly zero, never NaN. */
+                    int zero_ok = 1;
+                    if (kind == MASK_BLOCKS)
+                        for (size_t b = 0; b < batch; b++)
+                            for (size_t i = 3; i < lq; i += 7)
+                                for (size_t c = 0; c < dv; c++)
+                                    zero_ok &= r.output[(b * lq + i) * dv + c] == 0.0;
+                    if (!(e_out <= tol && e_attn <= tol) || !zero_ok) {
+                        fprintf(stderr, "  lq %zu lk %zu rising %d causal %d mask %d attention %d "
+                                "%s: output error %g, attention error %g, masked rows zero %d\n",
+                                lq, lk, rising, causal, kind, want, dtype ? "float32" : "float64",
+                                e_out, e_attn, zero_ok);
+                        rc = -1;
+                    }
+                    attention_result_free(&r);
+                }
+            free(mask);
+        }
+    free(q);
+    free(k);
+    free(v);
+    free(ref_out);
+    free(ref_attn);
+    free(full);
+    return rc;
+}
+
+static void edge_sweep(void)
+{
+    for (size_t s = 0; s < sizeof edge_shapes / sizeof edge_shapes[0]; s++)
+        for (int rising = 0; rising < 2; rising++)
+            if (edge_case(edge_shapes[s].lq, edge_shapes[s].lk, rising) != 0)
+                FAIL_AT("the kernel disagrees with the reference (see above)");
+}
+
+void test_kernel_block_edges_serial(void)
+{
+    edge_sweep();
+}
+
+void test_kernel_block_edges_on_pool(void)
+{
+    ASSERT_EQ(compute_init(3), 0);
+    ASSERT_EQ(compute_threads(), 3);
+    edge_sweep();
+    compute_shutdown();
+    ASSERT_EQ(compute_threads(), 1);
+}
+
+/* A score that overflows in a late key block is reported, whichever path. */
+void test_kernel_overflow_in_late_block(void)
+{
+    size_t lk = 600;
+    double q[1] = {1e200}, *k = calloc(lk, sizeof(double)), *v = calloc(lk, sizeof(double));
+    k[550] = 1e200;
+    for (int want = 0; want < 2; want++)
+        for (int dtype = 0; dtype < 2; dtype++) {
+            attn_job job = {.batch = 1, .lq = 1, .lk = lk, .heads = 1, .dk = 1, .dv = 1,
+                            .q = q, .k = k, .v = v, .scale = 1, .want_attention = want,
+                            .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+            attn_result r;
+            api_error err;
+            int rc = attention_run(&job, &r, &err);
+            if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0) {
+                free(k);
+                free(v);
+                FAIL_AT("attention %d dtype %d: rc %d, code %s", want, dtype, rc, err.code);
+            }
+        }
+    free(k);
+    free(v);
+}
+
+/* The compute pool runs every task once, hands out slots below max_slots,
+ * and never lets more threads compute at once than it has slots, however
+ * many callers ask at the same time. */
+typedef struct pool_probe {
+    atomic_int *runs;           /* per task */
+    atomic_int active, peak, bad_slot;
+    unsigned max_slots;
+} pool_probe;
+
+static void probe_task(void *arg, size_t task, unsigned slot)
+{
+    pool_probe *p = arg;
+    int now = atomic_fetch_add(&p->active, 1) + 1;
+    int peak = atomic_load(&p->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now))
+        ;
+    if (slot >= p->max_slots)
+        atomic_store(&p->bad_slot, 1);
+    atomic_fetch_add(&p->runs[task], 1);
+    for (volatile int spin = 0; spin < 20000; spin++)
+        ;
+    atomic_fetch_sub(&p->active, 1);
+}
+
+typedef struct caller_arg {
+    pool_probe *probe;
+    size_t tasks;
+} caller_arg;
+
+static void *caller_main(void *arg)
+{
+    caller_arg *c = arg;
+    compute_parallel(c->tasks, c->probe->max_slots, probe_task, c->probe);
+    return NULL;
+}
+
+void test_compute_pool_runs_each_task_once(void)
+{
+    enum { CALLERS = 4, TASKS = 200, SLOTS = 3 };
+    ASSERT_EQ(compute_init(SLOTS), 0);
+    static atomic_int runs[CALLERS][TASKS];
+    pool_probe probe[CALLERS];
+    pthread_t threads[CALLERS];
+    caller_arg args[CALLERS];
+    for (int c = 0; c < CALLERS; c++) {
+        for (int t = 0; t < TASKS; t++)
+            atomic_init(&runs[c][t], 0);
+        probe[c] = (pool_probe){.runs = runs[c], .max_slots = c == 0 ? 1 : SLOTS};
+        atomic_init(&probe[c].active, 0);
+        atomic_init(&probe[c].peak, 0);
+        atomic_init(&probe[c].bad_slot, 0);
+        args[c] = (caller_arg){&probe[c], TASKS};
+        pthread_create(&threads[c], NULL, caller_main, &args[c]);
+    }
+    for (int c = 0; c < CALLERS; c++)
+        pthread_join(threads[c], NULL);
+    compute_shutdown();
+    for (int c = 0; c < CALLERS; c++) {
+        for (int t = 0; t < TASKS; t++)
+            if (atomic_load(&runs[c][t]) != 1)
+                FAIL_AT("caller %d task %d ran %d times", c, t, atomic_load(&runs[c][t]));
+        ASSERT(!atomic_load(&probe[c].bad_slot));
+        ASSERT(atomic_load(&probe[c].peak) <= (int)probe[c].max_slots);
+    }
+    /* Caller 0 asked for one slot: its tasks ran one at a time. */
+    ASSERT_EQ(atomic_load(&probe[0].peak), 1);
+}
+
+/* Across callers, no more threads compute at once than the pool has slots. */
+static atomic_int global_active, global_peak;
+
+static void global_task(void *arg, size_t task, unsigned slot)
+{
+    (void)arg;
+    (void)task;
+    (void)slot;
+    int now = atomic_fetch_add(&global_active, 1) + 1;
+    int peak = atomic_load(&global_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&global_peak, &peak, now))
+        ;
+    for (volatile int spin = 0; spin < 20000; spin++)
+        ;
+    atomic_fetch_sub(&global_active, 1);
+}
+
+static void *global_caller(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20; i++)
+        compute_parallel(16, 8, global_task, NULL);
+    return NULL;
+}
+
+void test_compute_pool_bounds_threads(void)
+{
+    enum { CALLERS = 6, SLOTS = 2 };
+    ASSERT_EQ(compute_init(SLOTS), 0);
+    atomic_init(&global_active, 0);
+    atomic_init(&global_peak, 0);
+    pthread_t threads[CALLERS];
+    for (int c = 0; c < CALLERS; c++)
+        pthread_create(&threads[c], NULL, global_caller, NULL);
+    for (int c = 0; c < CALLERS; c++)
+        pthread_join(threads[c], NULL);
+    compute_shutdown();
+    ASSERT(atomic_load(&global_peak) >= 1);
+    if (atomic_load(&global_peak) > SLOTS)
+        FAIL_AT("%d threads computed at once with %d slots", atomic_load(&global_peak), SLOTS);
+}
