@@ -100,11 +100,11 @@ test-build: deps
 test: test-build
 	@bash tests/run.sh
 
-# Benchmarks (bench/): always the optimised build, whatever SANITIZE says; results go to
-# build/bench/results.  bench/run.sh installs python3-numpy and hey when they are missing.
+# Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
+# build/bench/results.  tests/bench/run.sh installs python3-numpy and hey when they are missing.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-store-load
 
-build/obj/bench/%.o: bench/%.c
+build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iserver -Itests -c $< -o $@
 
@@ -118,7 +118,7 @@ build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
-	@bash bench/run.sh
+	@bash tests/bench/run.sh
 
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
 # api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.

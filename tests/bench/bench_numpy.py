@@ -24,7 +24,7 @@ import time
 try:
     import numpy as np
 except ImportError:
-    sys.exit("bench_numpy.py: NumPy is missing; `bash bench/run.sh` installs Debian's "
+    sys.exit("bench_numpy.py: NumPy is missing; `bash tests/bench/run.sh` installs Debian's "
              "python3-numpy (or: apt-get install python3-numpy) and runs /usr/bin/python3")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

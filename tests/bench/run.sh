@@ -14,11 +14,11 @@
 #   BENCH_HTTP_SECONDS  seconds of load per HTTP run (default 3)
 #   BENCH_STORE_N       wq of the store benchmark is N x N (default 4096)
 #   BENCH_PYTHON        interpreter with Debian's NumPy (default /usr/bin/python3)
-# Usage: bash bench/run.sh [--quick]   (--quick: one run per case, a smoke test, not a measurement)
+# Usage: bash tests/bench/run.sh [--quick]   (--quick: one run per case, a smoke test, not a measurement)
 # Results: build/bench/results/*.tsv. Exit status 0, or 1 when a benchmark or a check failed.
 set -u
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 
 QUICK=()
 STORE_ARGS=()
@@ -49,15 +49,15 @@ step() {
 echo "machine: $(nproc) cores, $(sed -nE 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg); BLAS threads $BENCH_BLAS_THREADS"
 step kernel build/bench/bench-kernel --out "$RESULTS" "${QUICK[@]}"
-step numpy "$BENCH_PYTHON" bench/bench_numpy.py --results "$RESULTS" "${QUICK[@]}"
-step http bash bench/bench_http.sh "$RESULTS"
+step numpy "$BENCH_PYTHON" tests/bench/bench_numpy.py --results "$RESULTS" "${QUICK[@]}"
+step http bash tests/bench/bench_http.sh "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
 
 echo
 echo "================================================================================"
 echo "Summary (medians; a ratio above 1 means the C code is that many times faster)"
 echo
-echo "Attention kernel, ms per call (C: attention_run; NumPy: bench/npattn.py; naive: tests/ref)"
+echo "Attention kernel, ms per call (C: attention_run; NumPy: tests/bench/npattn.py; naive: tests/ref)"
 if [ -s "$RESULTS/kernel.tsv" ]; then
     [ -s "$RESULTS/numpy.tsv" ] || printf 'case\n' >"$RESULTS/numpy.tsv"
     awk -F'\t' '

@@ -2,7 +2,7 @@
 # bench_http.sh - end-to-end latency and throughput of POST /v1/attention, against a NumPy service.
 #
 # Starts build/attention-server on a free loopback port and, as the competing service,
-# bench/numpy_server.py (Python's http.server + NumPy) on another, then for each request body:
+# tests/bench/numpy_server.py (Python's http.server + NumPy) on another, then for each request body:
 #   toy         the request of ../shared/fixtures/seed004_toy.json (3 tokens, inline weights)
 #   L256 attn   q, k, v of 256 x 64, heads 4, return_attention true (about 1 MB in, 6 MB out)
 #   L256 noattn the same with return_attention false
@@ -12,12 +12,12 @@
 # BENCH_BLAS_THREADS (default 1) OpenBLAS threads per product. Every server started here is
 # stopped at the end, whatever happens.
 #
-# Usage: bash bench/bench_http.sh [RESULTS_DIR]   (default build/bench/results)
+# Usage: bash tests/bench/bench_http.sh [RESULTS_DIR]   (default build/bench/results)
 # Writes RESULTS_DIR/http.tsv and RESULTS_DIR/http_checks.tsv and prints a table. Exit status 1
 # when an answer disagrees, a request fails or a server dies during the run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
 
 RESULTS=${1:-build/bench/results}
 FIXTURES=${FIXTURES:-../shared/fixtures}
@@ -63,7 +63,7 @@ start_service c env ATTN_QUIET=true "$SERVER" --host 127.0.0.1 --port 0 \
     --data-dir "$work/data" --blas-threads "$BENCH_BLAS_THREADS"
 C_URL=$URL C_PID=$PID
 start_service numpy env OPENBLAS_NUM_THREADS="$BENCH_BLAS_THREADS" \
-    "$BENCH_PYTHON" bench/numpy_server.py --port 0
+    "$BENCH_PYTHON" tests/bench/numpy_server.py --port 0
 NP_URL=$URL NP_PID=$PID
 echo "C server at $C_URL, NumPy service at $NP_URL (BLAS threads $BENCH_BLAS_THREADS)"
 
