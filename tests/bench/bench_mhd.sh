@@ -47,7 +47,7 @@ for variant in "$@"; do
     bench_start_ours "$variant" "$work" --max-inflight 256
     url=$BENCH_URL
     : >"$work/seed_rps"; : >"$work/seed_p99"; : >"$work/mix_rps"; : >"$work/mix_p99"
-    : >"$work/mix_max"; : >"$work/slow"
+    : >"$work/mix_max"; : >"$work/slow"; rm -f "$work"/slow.*
     errors=0
     for rep in $(seq "$REPS"); do
         bench_wrk "$url" "$work/seed.json" 16 "$SECS"
