@@ -3,7 +3,8 @@
 #   make            build build/attention-server
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, build (plain and sanitized), run every test
-#   make bench      benchmarks against the competing implementation, with ratios
+#   make bench      every benchmark against its competing implementation, one table of ratios
+#   make bench-mhd  libmicrohttpd threading models measured against each other
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 
 CC      ?= cc
@@ -41,7 +42,7 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench fuzz clean
+.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -100,15 +101,16 @@ test-build: deps
 test: test-build
 	@bash tests/run.sh
 
-# Benchmarks (bench/): always the optimised build, whatever SANITIZE says; results go to
-# build/bench/results.  bench/run.sh installs python3-numpy and hey when they are missing.
-BENCH_BINS := build/bench/bench-kernel build/bench/bench-store-load
+# Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
+# build/bench/results.  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
+# gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
+BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load
 
-build/obj/bench/%.o: bench/%.c
+build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iserver -Itests -c $< -o $@
 
-build/bench/bench-kernel: $(LIB_OBJS) build/obj/bench/bench_kernel.o build/obj/tests/ref/reference.o
+build/bench/bench-%: $(LIB_OBJS) build/obj/bench/bench_%.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
@@ -118,7 +120,31 @@ build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
-	@bash bench/run.sh
+	@bash tests/bench/run.sh $(BENCH_ARGS)
+
+# libmicrohttpd threading models, each a server built with its own http.c (see the top of
+# server/http.c); `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).
+MHD_VARIANTS := tpc-select tpc-poll pool1 pool2 pool4 pool8
+MHD_DEFS_tpc-select := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=0
+MHD_DEFS_tpc-poll := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=1
+MHD_DEFS_pool1 := -DHTTP_POOL_THREADS=1
+MHD_DEFS_pool2 := -DHTTP_POOL_THREADS=2
+MHD_DEFS_pool4 := -DHTTP_POOL_THREADS=4
+MHD_DEFS_pool8 := -DHTTP_POOL_THREADS=8
+
+build/bench/mhd/http-%.o: server/http.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(MHD_DEFS_$*) -Iserver -c $< -o $@
+
+build/bench/mhd/attention-server-%: $(filter-out build/obj/http.o,$(LIB_OBJS)) build/obj/main.o \
+		build/bench/mhd/http-%.o
+	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+.PRECIOUS: build/bench/mhd/http-%.o
+
+bench-mhd: deps
+	@$(MAKE) --no-print-directory SANITIZE= $(MHD_VARIANTS:%=build/bench/mhd/attention-server-%)
+	@bash tests/bench/bench_mhd.sh $(BENCH_ARGS) $(MHD_VARIANTS)
 
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
 # api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
@@ -154,4 +180,4 @@ clean:
 	rm -rf build
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d)
--include build/obj/bench/bench_kernel.d build/obj/bench/bench_store_load.d
+-include $(wildcard build/obj/bench/*.d build/bench/mhd/*.d)

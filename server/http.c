@@ -24,6 +24,24 @@
 #include "mem.h"
 #include "metrics.h"
 
+/* Threading model.  Compute blocks the thread that serves the connection, so
+ * the choice decides what waits for what:
+ *   HTTP_POOL_THREADS 0   one thread per connection (HTTP_TPC_POLL: poll()
+ *                         rather than select() in each), so a slow request
+ *                         delays only its own connection;
+ *   HTTP_POOL_THREADS N   N threads, each polling its share of the
+ *                         connections with epoll: a thread busy computing
+ *                         stalls every connection it serves.
+ * Both are compile-time so that tests/bench/bench_mhd.sh can build and measure
+ * each variant (make bench-mhd); README "Threading model" has the numbers
+ * behind the default. */
+#ifndef HTTP_POOL_THREADS
+#define HTTP_POOL_THREADS 0
+#endif
+#ifndef HTTP_TPC_POLL
+#define HTTP_TPC_POLL 0
+#endif
+
 struct http_server {
     struct MHD_Daemon *daemon;
     const server_config *cfg;
@@ -248,12 +266,17 @@ http_server *http_start(const server_config *cfg, api_error *err)
         return NULL;
     }
     srv->cfg = cfg;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    unsigned pool = HTTP_POOL_THREADS;
+    if (pool == 0)
+        flags |= MHD_USE_THREAD_PER_CONNECTION | (HTTP_TPC_POLL ? MHD_USE_POLL : 0);
+    else
+        flags |= MHD_USE_EPOLL;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, &on_request, srv,
+        MHD_OPTION_THREAD_POOL_SIZE, pool > 1 ? pool : 0u,
         MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, &on_completed, srv,

@@ -18,7 +18,7 @@
  *
  * Usage: bench-store-load [--n N] [--dir DIR] [--out FILE] [--reps-bin R]
  *        [--reps-json R] [--keep]
- * Prints a table; --out also writes it as TSV for bench/run.sh.  Exit status
+ * Prints a table; --out also writes it as TSV for tests/bench/run.sh.  Exit status
  * 0, or 1 when a load fails or gives back different numbers.
  */
 #include <errno.h>

@@ -1,10 +1,11 @@
-"""npattn.py - attention written in NumPy the way the notebooks this project replaces write it.
+"""npattn.py - attention in NumPy, written the way a NumPy user writes it.
 
 This is the competing implementation of the benchmarks: bench_numpy.py times it on the same
-shapes as bench_kernel.c, and numpy_server.py serves it over HTTP for bench_http.sh. It follows
-the contract's semantics (heads split the feature axis, causal is top-left aligned, the softmax
-subtracts the row maximum over the allowed keys, a fully masked row gives zeros) so that its
-answers can be compared with the C server's number for number.
+shapes as bench_kernel.c, and peer.py serves it over HTTP. The unmasked path is the textbook
+q @ k.T * scale, a softmax that subtracts the row maximum, then @ v; masks (causal, or given)
+set the excluded scores to -inf first. It follows the contract's semantics (heads split the
+feature axis, causal is top-left aligned, a fully masked row gives zeros) so that its answers
+can be compared with the C server's number for number.
 """
 
 import numpy as np
@@ -30,7 +31,7 @@ def sdpa(q, k, v, heads=None, causal=False, mask=None, scale=None, dtype=np.floa
         v = v.reshape(v.shape[:-1] + (heads, -1)).swapaxes(-2, -3)
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[-1])
-    scores = (q @ k.swapaxes(-1, -2)) * dtype(scale)
+    scores = q @ k.swapaxes(-1, -2) * dtype(scale)
     allowed = None
     if causal:
         allowed = np.tri(lq, lk, dtype=bool)
@@ -39,13 +40,16 @@ def sdpa(q, k, v, heads=None, causal=False, mask=None, scale=None, dtype=np.floa
         if heads is not None and m.ndim == 3:
             m = m[:, None, :, :]  # batch x Lq x Lk -> batch x 1 x Lq x Lk
         allowed = m if allowed is None else allowed & m
-    if allowed is not None:
+    if allowed is None:
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+    else:
         scores = np.where(allowed, scores, -np.inf)
-    row_max = scores.max(axis=-1, keepdims=True)
-    row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows
-    weights = np.exp(scores - row_max)
-    denom = weights.sum(axis=-1, keepdims=True)
-    weights = np.divide(weights, denom, out=np.zeros_like(weights), where=denom > 0)
+        row_max = scores.max(axis=-1, keepdims=True)
+        row_max = np.where(np.isfinite(row_max), row_max, 0)  # fully masked rows
+        weights = np.exp(scores - row_max)
+        denom = weights.sum(axis=-1, keepdims=True)
+        weights = np.divide(weights, denom, out=np.zeros_like(weights), where=denom > 0)
     out = weights @ v
     if heads is not None:
         out = out.swapaxes(-2, -3)
@@ -53,7 +57,8 @@ def sdpa(q, k, v, heads=None, causal=False, mask=None, scale=None, dtype=np.floa
     return out, (weights if return_attention else None)
 
 
-def project(x, w, b=None, dtype=np.float64):
-    """y = x . w + b with w in in_out form (d_in x d_out)."""
-    y = np.asarray(x, dtype=dtype) @ np.asarray(w, dtype=dtype)
+def project(x, w, b=None, dtype=np.float64, out_in=False):
+    """y = x . w + b; w is (d_in x d_out), or (d_out x d_in) when out_in."""
+    w = np.asarray(w, dtype=dtype)
+    y = np.asarray(x, dtype=dtype) @ (w.T if out_in else w)
     return y if b is None else y + np.asarray(b, dtype=dtype)

@@ -1,0 +1,338 @@
+/*
+ * bench_json.c - writing a 512 x 512 attention matrix as JSON: server/jsonw
+ * against jansson, in nanoseconds per number.
+ *
+ * The matrix holds softmax rows (positive, summing to 1, most digits
+ * significant), as an attention answer does.  Timed, each as the median of
+ * repeated runs after one warm-up run:
+ *   jw_double            the server's writer, shortest round-trip digits;
+ *   json_dumps 17        jansson's json_dumps with JSON_REAL_PRECISION(17), as
+ *                        the server used to answer, of the matrix already
+ *                        built as json_t arrays;
+ *   json_dumps default   the same with jansson's default precision;
+ *   build + json_dumps   building the json_t arrays too (json_real per
+ *                        number), the whole cost the old server paid;
+ *   jw_float             the float32 answer: shortest digits that read back
+ *                        to the same float, against json_dumps with
+ *                        JSON_REAL_PRECISION(9) of the float values;
+ *   json_loadb           reading the jw_double text back with jansson (the
+ *                        server reads requests with it), for reference.
+ * Every writer's text is read back with jansson and must give the same
+ * doubles (floats for the float32 pair), bit for bit: a fast writer of wrong
+ * digits fails the run.
+ *
+ * Usage: bench-json [--out DIR] [--quick]; writes DIR/table-json.tsv (rows of
+ * the summary table) and DIR/checks-json.tsv, and prints a table.  Exit
+ * status 0, or 1 when a check failed.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "jsonw.h"
+#include "mem.h"
+
+#define ROWS 512
+#define COLS 512
+#define COUNT ((size_t)ROWS * COLS)
+#define MAX_REPS 200
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static double rnd01(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / (double)(1ull << 53);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bench {
+    const double *m;        /* ROWS x COLS */
+    json_t *tree;           /* the same as json_t arrays, for json_dumps */
+    size_t flags;           /* json_dumps flags */
+    int as_float;           /* jw_float rather than jw_double */
+    char *text;             /* the latest text, for the check (owned) */
+    size_t len;
+} bench;
+
+typedef int (*bench_fn)(bench *b);
+
+static void keep_text(bench *b, char *text, size_t len, int from_jansson)
+{
+    if (b->text != NULL)
+        free(b->text);
+    if (text == NULL) {
+        b->text = NULL;
+        return;
+    }
+    if (!from_jansson) {
+        /* jw_finish's buffer is freed with mem_free; keep a malloc copy. */
+        char *copy = malloc(len + 1);
+        if (copy != NULL)
+            memcpy(copy, text, len + 1);
+        mem_free(text);
+        text = copy;
+    }
+    b->text = text;
+    b->len = len;
+}
+
+static int run_jw(bench *b)
+{
+    jw_buf w;
+    jw_init(&w, COUNT * 24);
+    jw_char(&w, '[');
+    for (size_t i = 0; i < ROWS; i++) {
+        if (i)
+            jw_char(&w, ',');
+        jw_char(&w, '[');
+        for (size_t j = 0; j < COLS; j++) {
+            if (j)
+                jw_char(&w, ',');
+            if (b->as_float)
+                jw_float(&w, b->m[i * COLS + j]);
+            else
+                jw_double(&w, b->m[i * COLS + j]);
+        }
+        jw_char(&w, ']');
+    }
+    jw_char(&w, ']');
+    size_t len;
+    char *text = jw_finish(&w, &len);
+    keep_text(b, text, len, 0);
+    return text == NULL ? -1 : 0;
+}
+
+static json_t *build_tree(const double *m)
+{
+    json_t *rows = json_array();
+    for (size_t i = 0; rows != NULL && i < ROWS; i++) {
+        json_t *row = json_array();
+        for (size_t j = 0; row != NULL && j < COLS; j++)
+            if (json_array_append_new(row, json_real(m[i * COLS + j])) != 0) {
+                json_decref(row);
+                row = NULL;
+            }
+        if (json_array_append_new(rows, row) != 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
+    }
+    return rows;
+}
+
+static int run_dumps(bench *b)
+{
+    char *text = json_dumps(b->tree, b->flags);
+    keep_text(b, text, text ? strlen(text) : 0, 1);
+    return text == NULL ? -1 : 0;
+}
+
+static int run_build_dumps(bench *b)
+{
+    json_t *tree = build_tree(b->m);
+    if (tree == NULL)
+        return -1;
+    char *text = json_dumps(tree, b->flags);
+    json_decref(tree);
+    keep_text(b, text, text ? strlen(text) : 0, 1);
+    return text == NULL ? -1 : 0;
+}
+
+static int run_loadb(bench *b)
+{
+    json_error_t error;
+    json_t *tree = json_loadb(b->text, b->len, 0, &error);
+    if (tree == NULL)
+        return -1;
+    json_decref(tree);
+    return 0;
+}
+
+/* Median seconds of one run of fn; -1 when a run fails. */
+static double time_median(bench_fn fn, bench *b, int min_reps, double budget_s)
+{
+    double times[MAX_REPS];
+    int n = 0;
+    if (fn(b) != 0)
+        return -1;
+    double start = now_s();
+    while (n < MAX_REPS && (n < min_reps || now_s() - start < budget_s)) {
+        double t0 = now_s();
+        if (fn(b) != 0)
+            return -1;
+        times[n++] = now_s() - t0;
+    }
+    qsort(times, (size_t)n, sizeof times[0], compare_doubles);
+    return n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+}
+
+/* Reads text back with jansson; returns the count of numbers that differ from
+ * m (as floats when as_float), or -1 when it does not parse as ROWS x COLS. */
+static long check_text(const char *text, size_t len, const double *m, int as_float)
+{
+    json_error_t error;
+    json_t *tree = json_loadb(text, len, 0, &error);
+    if (tree == NULL || json_array_size(tree) != ROWS) {
+        json_decref(tree);
+        return -1;
+    }
+    long bad = 0;
+    for (size_t i = 0; i < ROWS; i++) {
+        json_t *row = json_array_get(tree, i);
+        if (json_array_size(row) != COLS) {
+            json_decref(tree);
+            return -1;
+        }
+        for (size_t j = 0; j < COLS; j++) {
+            double got = json_number_value(json_array_get(row, j));
+            double want = m[i * COLS + j];
+            if (as_float ? (float)got != (float)want : memcmp(&got, &want, sizeof got) != 0)
+                bad++;
+        }
+    }
+    json_decref(tree);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out_dir = "build/bench/results";
+    int min_reps = 5;
+    double budget = 1.0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out_dir = argv[++i];
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            min_reps = 1;
+            budget = 0;
+        } else {
+            fprintf(stderr, "usage: bench-json [--out DIR] [--quick]\n");
+            return 2;
+        }
+    }
+    mkdir(out_dir, 0755);
+
+    /* Softmax rows of scores uniform in [-4, 4): attention-like values. */
+    double *m = malloc(COUNT * sizeof(double)), *mf = malloc(COUNT * sizeof(double));
+    if (m == NULL || mf == NULL)
+        return 1;
+    for (size_t i = 0; i < ROWS; i++) {
+        double sum = 0;
+        for (size_t j = 0; j < COLS; j++)
+            sum += m[i * COLS + j] = exp(rnd01() * 8 - 4);
+        for (size_t j = 0; j < COLS; j++) {
+            m[i * COLS + j] /= sum;
+            mf[i * COLS + j] = (double)(float)m[i * COLS + j];
+        }
+    }
+    json_t *tree = build_tree(m), *tree_f = build_tree(mf);
+    if (tree == NULL || tree_f == NULL)
+        return 1;
+
+    struct {
+        const char *name, *peer_of;     /* peer_of: the ours row it is compared with */
+        bench_fn fn;
+        const double *m;
+        json_t *tree;
+        size_t flags;
+        int as_float;
+        double s;
+        long bad;
+    } runs[] = {
+        {"jw_double", NULL, run_jw, m, NULL, 0, 0, 0, 0},
+        {"json_dumps, JSON_REAL_PRECISION(17)", "jw_double", run_dumps, m, tree,
+         JSON_COMPACT | JSON_REAL_PRECISION(17), 0, 0, 0},
+        {"json_dumps, default precision", "jw_double", run_dumps, m, tree, JSON_COMPACT, 0, 0,
+         0},
+        {"json_real per number + json_dumps(17)", "jw_double", run_build_dumps, m, NULL,
+         JSON_COMPACT | JSON_REAL_PRECISION(17), 0, 0, 0},
+        {"jw_float", NULL, run_jw, mf, NULL, 0, 1, 0, 0},
+        {"json_dumps, JSON_REAL_PRECISION(9)", "jw_float", run_dumps, mf, tree_f,
+         JSON_COMPACT | JSON_REAL_PRECISION(9), 1, 0, 0},
+    };
+    size_t nruns = sizeof runs / sizeof runs[0];
+    int failed = 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/checks-json.tsv", out_dir);
+    FILE *checks = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/table-json.tsv", out_dir);
+    FILE *table = fopen(path, "w");
+    if (checks == NULL || table == NULL) {
+        fprintf(stderr, "bench-json: cannot write into %s: %s\n", out_dir, strerror(errno));
+        return 1;
+    }
+    char *jw_text = NULL;
+    size_t jw_len = 0;
+    printf("JSON of a %d x %d softmax matrix (%zu numbers)\n", ROWS, COLS, COUNT);
+    printf("%-40s %10s %12s %12s %s\n", "writer", "ms", "ns/number", "bytes", "round trip");
+    for (size_t r = 0; r < nruns; r++) {
+        bench b = {runs[r].m, runs[r].tree, runs[r].flags, runs[r].as_float, NULL, 0};
+        runs[r].s = time_median(runs[r].fn, &b, min_reps, budget);
+        runs[r].bad = b.text ? check_text(b.text, b.len, runs[r].m, runs[r].as_float) : -1;
+        /* jansson at 9 digits round-trips floats, not doubles; the check above
+         * compares as floats there, as for jw_float. */
+        int ok = runs[r].s > 0 && runs[r].bad == 0;
+        failed |= !ok;
+        printf("%-40s %10.3f %12.1f %12zu %s\n", runs[r].name, runs[r].s * 1e3,
+               runs[r].s * 1e9 / (double)COUNT, b.len, ok ? "exact" : "FAILED");
+        fprintf(checks, "json: text read back with jansson\t%s\t%s\t%ld differ\t0\t%s\n",
+                runs[r].name, runs[r].as_float ? "float32" : "float64", runs[r].bad,
+                ok ? "ok" : "FAILED");
+        if (r == 0) {
+            jw_text = b.text;
+            jw_len = b.len;
+        } else {
+            free(b.text);
+        }
+    }
+    for (size_t r = 0; r < nruns; r++) {
+        if (runs[r].peer_of == NULL)
+            continue;
+        size_t o = 0;
+        while (strcmp(runs[o].name, runs[r].peer_of) != 0)
+            o++;
+        double ours = runs[o].s * 1e9 / (double)COUNT, peer = runs[r].s * 1e9 / (double)COUNT;
+        int headline = r == 1 || r == 5;
+        fprintf(table, "json\tJSON write 512x512 %s: %s vs %s\t%.1f\t%.1f\tns\t%s\t\t%.1f / %.1f"
+                       "\t\t\n", runs[r].as_float ? "float32" : "float64", runs[o].name,
+                runs[r].name, ours, peer, headline ? "3" : "", ours, peer);
+    }
+    bench rb = {m, NULL, 0, 0, jw_text, jw_len};
+    double read_s = time_median(run_loadb, &rb, min_reps, budget);
+    printf("%-40s %10.3f %12.1f %12zu\n", "json_loadb (read, for reference)", read_s * 1e3,
+           read_s * 1e9 / (double)COUNT, jw_len);
+    fprintf(table, "json\tJSON read 512x512 float64: json_loadb (reference)\t%.1f\t\tns\t\t\t%.1f"
+                   "\t\tjansson reads requests\n", read_s * 1e9 / (double)COUNT,
+            read_s * 1e9 / (double)COUNT);
+    free(jw_text);
+    failed |= fclose(checks) != 0;
+    failed |= fclose(table) != 0;
+    json_decref(tree);
+    json_decref(tree_f);
+    free(m);
+    free(mf);
+    if (failed)
+        fprintf(stderr, "bench-json: a writer failed or did not round-trip\n");
+    return failed;
+}

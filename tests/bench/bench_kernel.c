@@ -1,0 +1,273 @@
+/*
+ * bench_kernel.c - attention_run timed on the shapes issue 4 sets targets for.
+ *
+ * The headline case is one head of n = 4096 queries and keys with d = 64, in
+ * float64 and in float32, timed with want_attention = 0 (the output only) and
+ * separately with want_attention = 1.  A causal variant and a batch x heads
+ * variant (batch 4, 8 heads, L = 512) are there for information.  The
+ * competing implementation is NumPy (bench_numpy.py), which reads the list of
+ * cases from kernel.tsv, so that the two programs cannot drift apart.
+ *
+ * attention_run gets the OpenBLAS thread count the server would use: the
+ * configuration is loaded exactly as the server loads it (defaults, then the
+ * ATTN_* environment) and passed to attention_blas_set_threads as api_init
+ * does; BENCH_BLAS_THREADS overrides it.  Each timing is the median of
+ * repeated runs after one warm-up run, because the machine is shared.
+ *
+ * A benchmark of a wrong answer is worthless, so for every case the inputs and
+ * the result are written to check-<id>.bin (raw little-endian doubles: q, k,
+ * v, output, then the first ATTN_CHECK_ROWS query rows of every head's
+ * attention when the case returns it), and bench_numpy.py recomputes them with
+ * NumPy on the same inputs and fails the run when they disagree.
+ *
+ * Output, in the directory given by --out (build/bench/results by default):
+ * kernel.tsv and the check files.  A readable table goes to stdout.  Exit
+ * status 0, or 1 when a run failed.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "attention.h"
+#include "config.h"
+
+extern char **environ;
+
+/* One shape to time.  q and k are batch x len x (heads * head_dim). */
+typedef struct bench_case {
+    const char *id;         /* file-name-safe, unique */
+    attn_dtype dtype;
+    size_t batch, heads, len, head_dim;
+    int causal;
+    int want_attention;
+    double target;          /* the issue's target ratio NumPy/C, or 0 for none */
+} bench_case;
+
+static const bench_case bench_cases[] = {
+    {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4},
+    {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0},
+    {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4},
+    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 0},
+    {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0},
+    {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0},
+    {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0},
+};
+#define CASE_COUNT (sizeof bench_cases / sizeof bench_cases[0])
+
+/* Query rows of each head's attention written for the cross-check. */
+#define ATTN_CHECK_ROWS 64
+
+#define MAX_REPS 100
+typedef struct rep_policy {
+    int min_reps;
+    double budget_s;
+} rep_policy;
+
+static uint64_t rng_state;
+
+/* Uniform doubles in [-2, 2) from xorshift64, reproducible from the seed. */
+static double rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / (double)(1ull << 53) * 4.0 - 2.0;
+}
+
+static double *rnd_array(size_t n)
+{
+    double *a = malloc(n * sizeof(double));
+    if (a == NULL) {
+        fprintf(stderr, "bench-kernel: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        a[i] = rnd();
+    return a;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct run_ctx {
+    attn_job job;
+    attn_result result;
+} run_ctx;
+
+/* attention_run on ctx->job; the result of the latest run is kept. */
+static int run_attention(run_ctx *ctx)
+{
+    api_error err;
+    attention_result_free(&ctx->result);
+    if (attention_run(&ctx->job, &ctx->result, &err) != 0) {
+        fprintf(stderr, "bench-kernel: attention_run failed: %s\n", err.message);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs once untimed, then as policy says; returns the median milliseconds of
+ * one run and the number of timed runs in *reps, or -1 when a run fails. */
+static double time_median_ms(run_ctx *ctx, const rep_policy *policy, int *reps)
+{
+    double times[MAX_REPS];
+    int n = 0;
+    if (run_attention(ctx) != 0)
+        return -1;
+    double start = now_s();
+    while (n < MAX_REPS && (n < policy->min_reps || now_s() - start < policy->budget_s)) {
+        double t0 = now_s();
+        if (run_attention(ctx) != 0)
+            return -1;
+        times[n++] = (now_s() - t0) * 1e3;
+    }
+    qsort(times, (size_t)n, sizeof times[0], compare_doubles);
+    *reps = n;
+    return n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+}
+
+static int write_doubles(FILE *f, const double *a, size_t n)
+{
+    return fwrite(a, sizeof(double), n, f) == n ? 0 : -1;
+}
+
+/* Writes check-<id>.bin: q, k, v, output, then the first rows of attention. */
+static int write_check(const char *dir, const bench_case *c, const attn_job *job,
+                       const attn_result *r, size_t check_rows)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/check-%s.bin", dir, c->id);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        fprintf(stderr, "bench-kernel: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t n_in = job->batch * job->lq * job->dk;
+    int failed = write_doubles(f, job->q, n_in) || write_doubles(f, job->k, n_in) ||
+                 write_doubles(f, job->v, n_in) || write_doubles(f, r->output, n_in);
+    for (size_t m = 0; r->attention != NULL && m < job->batch * job->heads; m++)
+        failed |= write_doubles(f, r->attention + m * job->lq * job->lk, check_rows * job->lk);
+    if (fclose(f) != 0 || failed) {
+        fprintf(stderr, "bench-kernel: cannot write %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The thread count the server would give OpenBLAS, or BENCH_BLAS_THREADS. */
+static int server_blas_threads(void)
+{
+    const char *forced = getenv("BENCH_BLAS_THREADS");
+    if (forced != NULL && atoi(forced) > 0)
+        return atoi(forced);
+    server_config cfg;
+    char errbuf[256];
+    char *argv[] = {"attention-server", NULL};
+    if (config_load(&cfg, 1, argv, environ, stderr, errbuf, sizeof errbuf) != CONFIG_OK) {
+        fprintf(stderr, "bench-kernel: the server's configuration does not load: %s\n", errbuf);
+        exit(1);
+    }
+    return (int)cfg.blas_threads;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: bench-kernel [--out DIR] [--quick]\n"
+                 "  --out DIR   where kernel.tsv and the check files go (build/bench/results)\n"
+                 "  --quick     one timed run per case (a smoke test, not a measurement)\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *out_dir = "build/bench/results";
+    rep_policy policy = {5, 1.5};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out_dir = argv[++i];
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            policy = (rep_policy){1, 0};
+        } else {
+            usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    mkdir(out_dir, 0755);
+    int threads = server_blas_threads();
+    attention_blas_set_threads(threads);
+    char blas_config[200], blas_core[40];
+    int blas_threads;
+    attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
+                            &blas_threads);
+
+    char path[1100];
+    snprintf(path, sizeof path, "%s/kernel.tsv", out_dir);
+    FILE *tsv = fopen(path, "w");
+    if (tsv == NULL) {
+        fprintf(stderr, "bench-kernel: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(tsv, "id\tdtype\tbatch\theads\tlen\thead_dim\tcausal\tattention\ttarget\treps\tc_ms\t"
+                 "gflop\tcheck_rows\tblas_threads\n");
+    printf("attention_run; BLAS: %s, core %s; attention_blas_set_threads(%d) as the server "
+           "does, %d thread%s\n", blas_config, blas_core, threads, blas_threads,
+           blas_threads == 1 ? "" : "s");
+    printf("%-18s %5s %10s %9s\n", "case", "runs", "median ms", "GFLOP/s");
+
+    int failures = 0;
+    for (size_t ci = 0; ci < CASE_COUNT; ci++) {
+        const bench_case *c = &bench_cases[ci];
+        size_t d = c->heads * c->head_dim;
+        size_t n_in = c->batch * c->len * d;
+        rng_state = 0x9E3779B97F4A7C15ull + c->batch * 131 + c->len;
+        double *q = rnd_array(n_in), *k = rnd_array(n_in), *v = rnd_array(n_in);
+        run_ctx run;
+        memset(&run, 0, sizeof run);
+        run.job = (attn_job){.batch = c->batch, .lq = c->len, .lk = c->len, .heads = c->heads,
+                             .dk = d, .dv = d, .q = q, .k = k, .v = v, .causal = c->causal,
+                             .scale = 1.0 / sqrt((double)c->head_dim), .dtype = c->dtype,
+                             .want_attention = c->want_attention};
+        int reps = 0;
+        double ms = time_median_ms(&run, &policy, &reps);
+        /* 4 n^2 d per head: two products of 2 n^2 d each; causal counts the same. */
+        double gflop = 4.0 * (double)(c->batch * c->heads) * (double)c->len * (double)c->len *
+                       (double)c->head_dim * 1e-9;
+        size_t check_rows = c->want_attention ? (c->len < ATTN_CHECK_ROWS ? c->len
+                                                                          : ATTN_CHECK_ROWS) : 0;
+        if (ms < 0 || write_check(out_dir, c, &run.job, &run.result, check_rows) != 0) {
+            failures++;
+        } else {
+            printf("%-18s %5d %10.3f %9.1f\n", c->id, reps, ms, gflop / ms * 1e3);
+            fflush(stdout);
+            fprintf(tsv, "%s\t%s\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%g\t%d\t%.6f\t%.6f\t%zu\t%d\n",
+                    c->id, c->dtype == ATTN_FLOAT64 ? "float64" : "float32", c->batch, c->heads,
+                    c->len, c->head_dim, c->causal, c->want_attention, c->target, reps, ms,
+                    gflop, check_rows, blas_threads);
+        }
+        attention_result_free(&run.result);
+        free(q);
+        free(k);
+        free(v);
+    }
+    if (fclose(tsv) != 0) {
+        fprintf(stderr, "bench-kernel: writing %s failed\n", path);
+        failures++;
+    }
+    if (failures != 0)
+        fprintf(stderr, "bench-kernel: %d failure(s)\n", failures);
+    return failures != 0;
+}

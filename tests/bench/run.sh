@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# run.sh - every benchmark of issue 4, each against its peer in the same run, then ONE table.
+# `make bench` builds what it needs and calls this script.
+#
+#   kernel      build/bench/bench-kernel (attention_run) and bench_numpy.py (NumPy), on the same
+#               inputs, after checking that they agree
+#   json        build/bench/bench-json: server/jsonw against jansson's json_dumps, 512 x 512
+#   http        bench_http.sh: the C server against the Flask + NumPy peer (gunicorn, wrk),
+#               including the memory scenario (peak RSS) and the concurrency one
+#   store-load  build/bench/bench-store-load: a 4096 x 4096 weight set, binary file vs JSON
+#
+# Every benchmark first checks its answers (a benchmark of a wrong answer fails the run).
+# Benchmarks are not tests: a target that is missed is marked in the table, not a failure.
+# Settings, all optional:
+#   BENCH_BLAS_THREADS   OpenBLAS threads for attention_run (default: what the server uses,
+#                        from its configuration)
+#   BENCH_NUMPY_THREADS  OpenBLAS threads for NumPy, in bench_numpy.py and in the peer (default:
+#                        unset, so all cores, as a NumPy user gets)
+#   BENCH_HTTP_SECONDS, BENCH_HTTP_REPS   see bench_http.sh
+#   BENCH_PYTHON         interpreter with Debian's NumPy and Flask (default /usr/bin/python3)
+# Usage: bash tests/bench/run.sh [--quick]   (--quick: one short run per figure, a smoke test)
+# Results: build/bench/results/ (summary.txt is the table). Exit status 0, or 1 when a benchmark
+# or a check failed.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/bench/lib.sh
+
+QUICK=()
+STORE_ARGS=()
+if [ "${1:-}" = --quick ]; then
+    QUICK=(--quick)
+    STORE_ARGS=(--reps-bin 1 --reps-json 1 --n 1024)
+fi
+RESULTS=build/bench/results
+mkdir -p "$RESULTS"
+rm -f "$RESULTS"/*.tsv "$RESULTS"/*.bin "$RESULTS"/summary.txt
+[ -n "${BENCH_NUMPY_THREADS:-}" ] && export OPENBLAS_NUM_THREADS=$BENCH_NUMPY_THREADS
+
+for bin in build/attention-server build/bench/bench-kernel build/bench/bench-json \
+    build/bench/bench-store-load; do
+    [ -x "$bin" ] || { echo "run.sh: $bin is missing; run \`make bench\`" >&2; exit 1; }
+done
+bench_need_debs python3-numpy python3-flask gunicorn wrk curl ||
+    { echo "run.sh: cannot install what it needs" >&2; exit 1; }
+
+started=$(date +%s)
+failed=()
+step() {
+    local name=$1; shift
+    echo
+    echo "=== $name"
+    "$@" || failed+=("$name")
+}
+
+machine="$(nproc) cores, $(sed -nE 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+echo "machine: $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+step kernel build/bench/bench-kernel --out "$RESULTS" "${QUICK[@]}"
+step numpy "$BENCH_PYTHON" tests/bench/bench_numpy.py --results "$RESULTS" "${QUICK[@]}"
+step json build/bench/bench-json --out "$RESULTS" "${QUICK[@]}"
+step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
+step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
+
+# The store benchmark's TSV as a table row: ours = the binary file, peer = JSON.
+if [ -s "$RESULTS/store.tsv" ]; then
+    awk -F'\t' 'NR > 1 { ms[$1] = $4; bytes[$1] = $2; shape = $9 }
+        END { printf "store\tweight-set load (%s): binary .wset vs JSON\t%.1f\t%.1f\tms\t\t\t\t\t%d vs %d bytes\n",
+                     shape, ms["binary"], ms["json"], bytes["binary"], bytes["json"] }' \
+        "$RESULTS/store.tsv" >"$RESULTS/table-store.tsv"
+fi
+
+# The table: scenario | ours | peer | ratio | target | GFLOP/s | ns/number | peak RSS.
+# Rows come from table-*.tsv: section, scenario, ours, peer, unit, target, GFLOP/s (ours / peer),
+# ns per number (ours / peer), peak RSS, note. ratio is "x faster": peer/ours for times, ours/peer
+# for rates. A target "N" asks for ratio >= N; "<N MiB" asks for ours' peak RSS under N MiB.
+{
+    echo "attention-server benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
+    echo "machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "ours: build/attention-server and attention_run; peer: NumPy $("$BENCH_PYTHON" -c 'import numpy; print(numpy.__version__)') (kernel), jansson (JSON), Flask + gunicorn 2 workers (HTTP)"
+    echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"
+    echo
+    cat "$RESULTS"/table-kernel.tsv "$RESULTS"/table-json.tsv "$RESULTS"/table-http.tsv \
+        "$RESULTS"/table-store.tsv 2>/dev/null | awk -F'\t' '
+    function num(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
+    {
+        ratio = "-"; met = ""
+        if (num($3) && num($4)) {
+            r = ($5 == "req/s") ? $3 / $4 : $4 / $3
+            ratio = sprintf("%.2fx", r)
+            if ($6 ~ /^[0-9.]+$/) met = (r >= $6) ? " ok" : " MISSED"
+        }
+        target = $6 == "" ? "" : ($6 ~ /^</ ? $6 : ">=" $6 "x")
+        if ($6 ~ /^</) {
+            split($9, rss, " "); limit = substr($6, 2) + 0
+            met = num(rss[1]) ? (rss[1] + 0 < limit ? " ok" : " MISSED") : " MISSED"
+        }
+        unit = $5 == "ns" ? "ns/num" : $5
+        ours = $3 == "" ? "-" : $3 " " unit; peer = $4 == "" ? "-" : $4 " " unit
+        n++
+        rows[n] = sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |", n, $2, ours, peer, ratio,
+                            target met, $7, $8, $9)
+        if ($10 != "") notes[n] = $10
+    }
+    END {
+        print "| # | scenario | ours | peer | ratio | target | GFLOP/s | ns/number | peak RSS |"
+        print "|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= n; i++) print rows[i]
+        print ""
+        print "Notes:"
+        for (i = 1; i <= n; i++)
+            if ((i in notes) && !(notes[i] in said)) { said[notes[i]] = 1; printf "  #%d: %s\n", i, notes[i] }
+    }'
+    echo
+    echo "Agreement checks (a benchmark of a wrong answer fails the run):"
+    cat "$RESULTS"/checks.tsv "$RESULTS"/checks-json.tsv "$RESULTS"/checks-http.tsv 2>/dev/null |
+        awk -F'\t' '{ printf "  %-44s %-40s %-7s %-9s tol %-6s %s\n", $1, $2, $3, $4, $5, $6 }'
+    echo "  store: both weight-set loads give back the original doubles bit for bit (bench-store-load)"
+} >"$RESULTS/summary.txt"
+
+echo
+echo "================================================================================"
+cat "$RESULTS/summary.txt"
+echo
+echo "total $(( $(date +%s) - started )) s; table saved in $RESULTS/summary.txt"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "all benchmarks ran and all checks agreed"
