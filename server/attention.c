@@ -19,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "attention_exp.h"
 #include "compute.h"

@@ -8,10 +8,11 @@
  * competing implementation is NumPy (bench_numpy.py), which reads the list of
  * cases from kernel.tsv, so that the two programs cannot drift apart.
  *
- * attention_run gets the OpenBLAS thread count the server would use: the
+ * attention_run gets the compute threads the server would use: the
  * configuration is loaded exactly as the server loads it (defaults, then the
- * ATTN_* environment) and passed to attention_blas_set_threads as api_init
- * does; BENCH_BLAS_THREADS overrides it.  Each timing is the median of
+ * ATTN_* environment) and the compute pool started as main.c starts it (one
+ * thread per available CPU by default, OpenBLAS at one thread per product);
+ * BENCH_COMPUTE_THREADS overrides it.  Each timing is the median of
  * repeated runs after one warm-up run, because the machine is shared.
  *
  * A benchmark of a wrong answer is worthless, so for every case the inputs and
@@ -34,6 +35,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "compute.h"
 #include "config.h"
 
 extern char **environ;
@@ -169,10 +171,10 @@ static int write_check(const char *dir, const bench_case *c, const attn_job *job
     return 0;
 }
 
-/* The thread count the server would give OpenBLAS, or BENCH_BLAS_THREADS. */
-static int server_blas_threads(void)
+/* The compute threads the server would start, or BENCH_COMPUTE_THREADS. */
+static int server_compute_threads(void)
 {
-    const char *forced = getenv("BENCH_BLAS_THREADS");
+    const char *forced = getenv("BENCH_COMPUTE_THREADS");
     if (forced != NULL && atoi(forced) > 0)
         return atoi(forced);
     server_config cfg;
@@ -182,7 +184,7 @@ static int server_blas_threads(void)
         fprintf(stderr, "bench-kernel: the server's configuration does not load: %s\n", errbuf);
         exit(1);
     }
-    return (int)cfg.blas_threads;
+    return cfg.compute_threads > 0 ? (int)cfg.compute_threads : (int)compute_available_cpus();
 }
 
 static void usage(FILE *out)
@@ -207,8 +209,11 @@ int main(int argc, char **argv)
         }
     }
     mkdir(out_dir, 0755);
-    int threads = server_blas_threads();
-    attention_blas_set_threads(threads);
+    int threads = server_compute_threads();
+    if (compute_init((unsigned)threads) != 0) {
+        fprintf(stderr, "bench-kernel: cannot start %d compute threads\n", threads);
+        return 1;
+    }
     char blas_config[200], blas_core[40];
     int blas_threads;
     attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
@@ -222,10 +227,10 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(tsv, "id\tdtype\tbatch\theads\tlen\thead_dim\tcausal\tattention\ttarget\treps\tc_ms\t"
-                 "gflop\tcheck_rows\tblas_threads\n");
-    printf("attention_run; BLAS: %s, core %s; attention_blas_set_threads(%d) as the server "
-           "does, %d thread%s\n", blas_config, blas_core, threads, blas_threads,
-           blas_threads == 1 ? "" : "s");
+                 "gflop\tcheck_rows\tthreads\n");
+    printf("attention_run; BLAS: %s, core %s, %d thread%s per product; %d compute thread%s "
+           "as the server starts them\n", blas_config, blas_core, blas_threads,
+           blas_threads == 1 ? "" : "s", threads, threads == 1 ? "" : "s");
     printf("%-18s %5s %10s %9s\n", "case", "runs", "median ms", "GFLOP/s");
 
     int failures = 0;
@@ -256,7 +261,7 @@ int main(int argc, char **argv)
             fprintf(tsv, "%s\t%s\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%g\t%d\t%.6f\t%.6f\t%zu\t%d\n",
                     c->id, c->dtype == ATTN_FLOAT64 ? "float64" : "float32", c->batch, c->heads,
                     c->len, c->head_dim, c->causal, c->want_attention, c->target, reps, ms,
-                    gflop, check_rows, blas_threads);
+                    gflop, check_rows, threads);
         }
         attention_result_free(&run.result);
         free(q);

@@ -127,7 +127,7 @@ def main():
         rows.append(("kernel", label(c), f"{c_ms:.3f}", f"{ms:.3f}", "ms",
                      f"{target:g}" if target else "", f"{gflop / c_ms * 1e3:.1f} / "
                      f"{gflop / ms * 1e3:.1f}", "", "",
-                     f"BLAS threads: ours {c['blas_threads']}, NumPy {threads}"))
+                     f"threads: ours {c['threads']}, NumPy {threads}"))
     with open(os.path.join(args.results, "table-kernel.tsv"), "w") as f:
         for row in rows:
             f.write("\t".join(row) + "\n")

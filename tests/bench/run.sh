@@ -12,7 +12,7 @@
 # Every benchmark first checks its answers (a benchmark of a wrong answer fails the run).
 # Benchmarks are not tests: a target that is missed is marked in the table, not a failure.
 # Settings, all optional:
-#   BENCH_BLAS_THREADS   OpenBLAS threads for attention_run (default: what the server uses,
+#   BENCH_COMPUTE_THREADS compute threads for attention_run (default: what the server uses,
 #                        from its configuration)
 #   BENCH_NUMPY_THREADS  OpenBLAS threads for NumPy, in bench_numpy.py and in the peer (default:
 #                        unset, so all cores, as a NumPy user gets)
