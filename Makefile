@@ -41,7 +41,8 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench fuzz clean
+.PHONY: all run test test-build deps lint-api bench fuzz clean container-deps install-container-deps \
+        image test-container test-compose lint-k8s
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -77,16 +78,40 @@ build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
 
-# Installs the Debian packages that are missing (as root, or through sudo).
+# install_missing PACKAGES: installs those of the Debian packages that are missing (as root,
+# or through sudo).
+define install_missing
+@missing=""; for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  echo "installing:$$missing"; \
+  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+fi
+endef
+
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+	$(call install_missing,$(DEB_PKGS))
+
+# The container tools (docker/, `make image`, `make test-container`): podman with runc
+# (crun cannot run on hosts with hybrid cgroups, such as this project's), debootstrap to make
+# the debian:bookworm-slim base image where no registry can be reached, netavark with
+# aardvark-dns so that containers find each other by name, podman-compose for
+# docker/compose.yaml, and jq for the tests.  Not installed when a Docker engine answers.
+CONTAINER_DEB_PKGS := podman runc debootstrap iptables containernetworking-plugins \
+                      netavark aardvark-dns podman-compose jq
+
+container-deps:
+	@if docker info >/dev/null 2>&1; then echo "a Docker engine answers: podman not needed"; \
+	else $(MAKE) --no-print-directory install-container-deps; fi
+
+install-container-deps:
+	$(call install_missing,$(CONTAINER_DEB_PKGS))
+
+# The image (docker/Dockerfile), built with Docker or podman, whichever is present.
+image: container-deps
+	@bash docker/build-image.sh server
 
 run: deps
 	@$(MAKE) --no-print-directory all
