@@ -41,7 +41,7 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench fuzz clean container-deps install-container-deps \
+.PHONY: all run test test-build deps lint-api bench fuzz clean container-deps install-podman \
         image test-container test-compose lint-k8s
 all: $(SERVER)
 
@@ -98,20 +98,29 @@ deps:
 # (crun cannot run on hosts with hybrid cgroups, such as this project's), debootstrap to make
 # the debian:bookworm-slim base image where no registry can be reached, netavark with
 # aardvark-dns so that containers find each other by name, podman-compose for
-# docker/compose.yaml, and jq for the tests.  Not installed when a Docker engine answers.
-CONTAINER_DEB_PKGS := podman runc debootstrap iptables containernetworking-plugins \
-                      netavark aardvark-dns podman-compose jq
+# docker/compose.yaml.  Not installed when a Docker engine answers.  The container tests
+# also need jq and curl, whatever the engine.
+PODMAN_DEB_PKGS := podman runc debootstrap iptables containernetworking-plugins \
+                   netavark aardvark-dns podman-compose
+CONTAINER_TEST_DEB_PKGS := jq curl
 
 container-deps:
+	$(call install_missing,$(CONTAINER_TEST_DEB_PKGS))
 	@if docker info >/dev/null 2>&1; then echo "a Docker engine answers: podman not needed"; \
-	else $(MAKE) --no-print-directory install-container-deps; fi
+	else $(MAKE) --no-print-directory install-podman; fi
 
-install-container-deps:
-	$(call install_missing,$(CONTAINER_DEB_PKGS))
+install-podman:
+	$(call install_missing,$(PODMAN_DEB_PKGS))
 
-# The image (docker/Dockerfile), built with Docker or podman, whichever is present.
+# The image (docker/Dockerfile), built with Docker or podman, whichever is present, and the
+# container suite, which builds it and uses it as a user would (tests/container/image.sh).
+# The suite installs what it needs through container-deps, and skips, saying why, where no
+# engine can run a container.
 image: container-deps
 	@bash docker/build-image.sh server
+
+test-container:
+	@bash tests/container/image.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all
