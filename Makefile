@@ -42,7 +42,7 @@ UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench fuzz clean container-deps install-podman \
-        image test-container test-compose lint-k8s
+        image image-balancer test-container test-compose lint-k8s
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -121,6 +121,15 @@ image: container-deps
 
 test-container:
 	@bash tests/container/image.sh
+
+# The nginx load balancer of docker/compose.yaml, and the suite that brings the compose file
+# up, kills a replica under load and checks that clients do not notice
+# (tests/container/compose.sh).
+image-balancer: container-deps
+	@bash docker/build-image.sh balancer
+
+test-compose:
+	@bash tests/container/compose.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -57,6 +57,7 @@ suite crash build/crashtest --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
 suite container bash tests/container/image.sh
+suite compose bash tests/container/compose.sh
 
 echo
 # Suites that could not run here say so with a "SKIPPED: NAME: why" line; they are named
