@@ -182,16 +182,34 @@ fuzz: deps build/fuzz/fuzz-api
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 API_LINT_STAMP := api/node_modules/.package-lock.json
 
+define need_npm
+@command -v npm >/dev/null 2>&1 || { \
+    echo "npm is missing: installing nodejs and npm from Debian"; \
+    $(SUDO) apt-get update -qq && \
+    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+endef
+
 $(API_LINT_STAMP): api/package.json api/package-lock.json
-	@command -v npm >/dev/null 2>&1 || { \
-	    echo "npm is missing: installing nodejs and npm from Debian"; \
-	    $(SUDO) apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	$(need_npm)
 	cd api && npm ci --no-audit --no-fund
 	touch $@
 
 lint-api: $(API_LINT_STAMP)
 	api/node_modules/.bin/spectral lint --ruleset api/.spectral.yaml --fail-severity=warn api/openapi.yaml
+
+# The Kubernetes manifests in docker/k8s/, validated against the API schemas carried by the
+# kubernetes-models package (pinned by tests/k8s/package-lock.json), plus the deployment
+# rules in tests/k8s/validate.mjs; every example in tests/k8s/bad/ must be rejected.  The
+# stamp works as the linter's above.
+K8S_CHECK_STAMP := tests/k8s/node_modules/.package-lock.json
+
+$(K8S_CHECK_STAMP): tests/k8s/package.json tests/k8s/package-lock.json
+	$(need_npm)
+	cd tests/k8s && npm ci --no-audit --no-fund
+	touch $@
+
+lint-k8s: $(K8S_CHECK_STAMP)
+	@node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
 
 clean:
 	rm -rf build
