@@ -42,7 +42,8 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean
+.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps \
+        install-podman image image-balancer test-container test-compose lint-k8s
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -78,16 +79,58 @@ build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
 
-# Installs the Debian packages that are missing (as root, or through sudo).
+# install_missing PACKAGES: installs those of the Debian packages that are missing (as root,
+# or through sudo).
+define install_missing
+@missing=""; for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  echo "installing:$$missing"; \
+  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+fi
+endef
+
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+	$(call install_missing,$(DEB_PKGS))
+
+# The container tools (docker/, `make image`, `make test-container`): podman with runc
+# (crun cannot run on hosts with hybrid cgroups, such as this project's), debootstrap to make
+# the debian:bookworm-slim base image where no registry can be reached, netavark with
+# aardvark-dns so that containers find each other by name, podman-compose for
+# docker/compose.yaml.  Not installed when a Docker engine answers.  The container tests
+# also need jq and curl, whatever the engine.
+PODMAN_DEB_PKGS := podman runc debootstrap iptables containernetworking-plugins \
+                   netavark aardvark-dns podman-compose
+CONTAINER_TEST_DEB_PKGS := jq curl
+
+container-deps:
+	$(call install_missing,$(CONTAINER_TEST_DEB_PKGS))
+	@if docker info >/dev/null 2>&1; then echo "a Docker engine answers: podman not needed"; \
+	else $(MAKE) --no-print-directory install-podman; fi
+
+install-podman:
+	$(call install_missing,$(PODMAN_DEB_PKGS))
+
+# The image (docker/Dockerfile), built with Docker or podman, whichever is present, and the
+# container suite, which builds it and uses it as a user would (tests/container/image.sh).
+# The suite installs what it needs through container-deps, and skips, saying why, where no
+# engine can run a container.
+image: container-deps
+	@bash docker/build-image.sh server
+
+test-container:
+	@bash tests/container/image.sh
+
+# The nginx load balancer of docker/compose.yaml, and the suite that brings the compose file
+# up, kills a replica under load and checks that clients do not notice
+# (tests/container/compose.sh).
+image-balancer: container-deps
+	@bash docker/build-image.sh balancer
+
+test-compose:
+	@bash tests/container/compose.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -165,16 +208,34 @@ fuzz: deps build/fuzz/fuzz-api
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 API_LINT_STAMP := api/node_modules/.package-lock.json
 
+define need_npm
+@command -v npm >/dev/null 2>&1 || { \
+    echo "npm is missing: installing nodejs and npm from Debian"; \
+    $(SUDO) apt-get update -qq && \
+    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+endef
+
 $(API_LINT_STAMP): api/package.json api/package-lock.json
-	@command -v npm >/dev/null 2>&1 || { \
-	    echo "npm is missing: installing nodejs and npm from Debian"; \
-	    $(SUDO) apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	$(need_npm)
 	cd api && npm ci --no-audit --no-fund
 	touch $@
 
 lint-api: $(API_LINT_STAMP)
 	api/node_modules/.bin/spectral lint --ruleset api/.spectral.yaml --fail-severity=warn api/openapi.yaml
+
+# The Kubernetes manifests in docker/k8s/, validated against the API schemas carried by the
+# kubernetes-models package (pinned by tests/k8s/package-lock.json), plus the deployment
+# rules in tests/k8s/validate.mjs; every example in tests/k8s/bad/ must be rejected.  The
+# stamp works as the linter's above.
+K8S_CHECK_STAMP := tests/k8s/node_modules/.package-lock.json
+
+$(K8S_CHECK_STAMP): tests/k8s/package.json tests/k8s/package-lock.json
+	$(need_npm)
+	cd tests/k8s && npm ci --no-audit --no-fund
+	touch $@
+
+lint-k8s: $(K8S_CHECK_STAMP)
+	@node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
 
 clean:
 	rm -rf build

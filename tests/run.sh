@@ -2,13 +2,16 @@
 # Runs every test suite of the project and prints their combined count as the
 # last line, "N passed, N failed".  Each suite is a program that prints its own
 # "N passed, N failed" line; a suite that dies without one counts as one
-# failure.  Called by `make test` after the builds; run from the repository root.
+# failure.  A suite that cannot run here (the container suites without a container
+# engine) prints "SKIPPED: NAME: why" and "0 passed, 0 failed"; the skips are listed
+# again before the total.  Called by `make test` after the builds; run from the repository root.
 set -u
 cd "$(dirname "$0")/.."
 
 FIXTURES=${FIXTURES:-../shared/fixtures}
 total_passed=0
 total_failed=0
+skipped=
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 
@@ -26,6 +29,7 @@ suite() {
         total_failed=$((total_failed + 1))
         return
     fi
+    skipped="$skipped$(grep -E '^SKIPPED: ' "$log")"$'\n'
     local p f
     p=$(echo "$summary" | sed -E 's/^([0-9]+) passed.*/\1/')
     f=$(echo "$summary" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
@@ -52,7 +56,13 @@ suite integration-asan build/itest --server build/asan/attention-server --fixtur
 suite crash build/crashtest --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
+suite container bash tests/container/image.sh
+suite k8s-manifests make --no-print-directory lint-k8s
+suite compose bash tests/container/compose.sh
 
 echo
+# Suites that could not run here say so with a "SKIPPED: NAME: why" line; they are named
+# again just before the total, so that a skip is never mistaken for a pass.
+echo -n "$skipped" | grep -v '^$'
 echo "$total_passed passed, $total_failed failed"
 [ "$total_failed" -eq 0 ]

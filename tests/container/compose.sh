@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The compose suite (make test-compose): brings docker/compose.yaml up with podman-compose
+# (Debian's, 1.0.3; `docker compose` when a Docker engine answers), the balancer published
+# on a free loopback port, and checks what a user of the balancer sees:
+#   - the balancer answers, and spreads requests over the three replicas;
+#   - under load from several clients, one replica is killed (SIGKILL).  The only requests
+#     allowed to fail are those in flight on that replica when it died; every other one
+#     gets the fixture's answer;
+#   - nginx routes around the dead replica: the requests after the kill are answered by
+#     the two others, both of them;
+#   - the balancer's health check passes.
+# Containers, the network and the replicas' volumes carry the suite's project name and are
+# removed at the end, whatever happened.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SUITE=compose
+. "$ROOT/tests/container/lib.sh"
+cd "$ROOT" || exit 1
+
+project=attn-compose-$$
+WORKERS=4
+REQUESTS_PER_WORKER=120
+
+# compose ARGS...: the compose tool of the engine, on docker/compose.yaml and this project.
+compose() {
+    if [ "$ENGINE" = docker ]; then
+        docker compose -p "$project" -f docker/compose.yaml "$@"
+    else
+        podman-compose -p "$project" -f docker/compose.yaml "$@"
+    fi
+}
+
+# project_containers: the ids of the containers of this suite's project.
+project_containers() {
+    $ENGINE ps -a -q --filter "label=com.docker.compose.project=$project"
+}
+
+# cleanup: removes the containers with their anonymous volumes (which `down` of
+# podman-compose 1.0.3 leaves behind), then the rest through `down`, and the network.
+cleanup() {
+    local ids
+    ids=$(project_containers)
+    [ -n "$ids" ] && $ENGINE rm -f -v $ids >/dev/null 2>&1
+    compose down >/dev/null 2>&1
+    $ENGINE network rm -f "${project}_default" >/dev/null 2>&1
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+engine_ready
+if [ "$ENGINE" = podman ] && ! command -v podman-compose >/dev/null 2>&1; then
+    skip "podman-compose is not installed"
+fi
+
+t0=$(now)
+for image in server balancer; do
+    if [ $image = server ]; then tag=$IMAGE; file=docker/Dockerfile; else tag=$BALANCER_IMAGE; file=docker/balancer/Dockerfile; fi
+    if ! engine_build "$tag" "$file" >"$tmp/build.log" 2>&1; then
+        tail -n 20 "$tmp/build.log"
+        fail "compose/build-$image" "$ENGINE build of $file failed (the last lines are above)"
+        summary
+        exit 1
+    fi
+done
+echo "    built both images in $(seconds_since "$t0") s"
+
+# A free loopback port for the balancer: one that nothing listens on now.
+port=
+for candidate in $(shuf -i 20000-39999 -n 20); do
+    if ! ss -Htln "sport = :$candidate" | grep -q .; then port=$candidate; break; fi
+done
+url=http://127.0.0.1:$port
+
+t0=$(now)
+if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 && wait_healthz "$url" 60; then
+    ok "compose/up"
+    echo "    up and answering through the balancer in $(seconds_since "$t0") s"
+else
+    tail -n 20 "$tmp/up.log"
+    fail "compose/up" "the balancer did not answer $url/healthz within 60 s"
+    summary
+    exit 1
+fi
+
+replicas=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
+    --filter "label=com.docker.compose.service=attention" | wc -l)
+check "compose/three-replicas" "$replicas replicas are running" test "$replicas" = 3
+
+fixture=$FIXTURES/seed004_toy.json
+jq '.request' "$fixture" >"$tmp/request.json"
+
+# Wait until every replica answers through the balancer: one distinct upstream each.
+for ((i = 0; i < 30; i++)); do
+    curl -s -o /dev/null -D - --max-time 10 "$url/readyz" | awk 'tolower($1) == "x-upstream:" { sub(/\r$/, "", $2); print $2 }' >>"$tmp/upstreams"
+    [ "$(sort -u "$tmp/upstreams" | wc -l)" -ge 3 ] && break
+done
+status=$(http POST "$url/v1/attention" --data-binary @"$tmp/request.json")
+check "compose/fixture-through-balancer" "POST through the balancer answered $status, or not the fixture's numbers" \
+    eval '[ "$status" = 200 ] && matches_fixture "$tmp/body" "$fixture"'
+check "compose/spreads-over-replicas" "only $(sort -u "$tmp/upstreams" | wc -l) replicas answered 30 requests" \
+    test "$(sort -u "$tmp/upstreams" | wc -l)" -ge 3
+
+# worker N: sends REQUESTS_PER_WORKER fixture requests one after another, one curl each, and
+# writes "START END STATUS UPSTREAMS BODY-FILE-OK" per request (times in seconds).
+worker() {
+    local n=$1 i start code upstream good
+    for ((i = 0; i < REQUESTS_PER_WORKER; i++)); do
+        start=$EPOCHREALTIME
+        read -r code upstream < <(curl -s -o "$tmp/w$n.body" --max-time 30 \
+            -w '%{http_code} %header{x-upstream}\n' --data-binary @"$tmp/request.json" "$url/v1/attention")
+        upstream=${upstream// /}
+        good=0
+        [ "$code" = 200 ] && matches_fixture "$tmp/w$n.body" "$fixture" && good=1
+        echo "$start $EPOCHREALTIME ${code:-000} ${upstream:--} $good" >>"$tmp/w$n.log"
+    done
+}
+
+victim=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
+    --filter "label=com.docker.compose.service=attention" | head -n 1)
+victim_ip=$($ENGINE inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$victim")
+
+for ((n = 0; n < WORKERS; n++)); do
+    : >"$tmp/w$n.log"
+    worker "$n" &
+done
+# Kill when about a third of the requests are answered, so that load runs on both sides.
+while [ "$(cat "$tmp"/w*.log | wc -l)" -lt $((WORKERS * REQUESTS_PER_WORKER / 3)) ]; do sleep 0.05; done
+# The replica is dead between kill_sent and kill_done (when the engine saw it exit).
+kill_sent=$EPOCHREALTIME
+$ENGINE kill --signal KILL "$victim" >/dev/null
+$ENGINE wait "$victim" >/dev/null 2>&1
+kill_done=$EPOCHREALTIME
+echo "    killed replica $victim_ip:8080 at $kill_sent (gone $(awk -v a="$kill_sent" -v b="$kill_done" 'BEGIN { printf "%.2f", b - a }') s later)"
+wait
+cat "$tmp"/w*.log >"$tmp/all.log"
+
+total=$(wc -l <"$tmp/all.log")
+after=$(awk -v k="$kill_done" '$1 > k' "$tmp/all.log" | wc -l)
+before=$(awk -v k="$kill_sent" '$2 < k' "$tmp/all.log" | wc -l)
+echo "    $total requests: $before answered before the kill, $after sent after it"
+check "compose/kill-under-load" "the kill did not fall between requests ($before before, $after after)" \
+    test "$before" -gt 0 -a "$after" -gt 0
+
+# A failure is allowed only for a request in flight while the replica died whose upstream
+# was the victim.
+awk -v s="$kill_sent" -v d="$kill_done" -v ip="$victim_ip:8080" '
+    $5 != 1 && !($1 <= d && $2 >= s && index($4, ip)) { print }' "$tmp/all.log" >"$tmp/bad.log"
+failures=$(awk '$5 != 1' "$tmp/all.log" | wc -l)
+echo "    failed requests: $failures (in flight on the killed replica: $((failures - $(wc -l <"$tmp/bad.log"))))"
+check "compose/no-failures-beyond-in-flight" \
+    "$(wc -l <"$tmp/bad.log") requests failed that were not in flight on the killed replica, e.g. $(head -n 1 "$tmp/bad.log")" \
+    test ! -s "$tmp/bad.log"
+
+# Routed around: every request sent after the kill was answered by another replica (the
+# victim may appear first in X-Upstream, as tried and skipped), and both survivors served.
+awk -v k="$kill_done" '$1 > k { n = split($4, u, ","); print u[n] }' "$tmp/all.log" |
+    sed 's/^ *//' | sort | uniq -c >"$tmp/after-upstreams"
+cat "$tmp/after-upstreams" | sed 's/^/    answered after the kill by: /'
+check "compose/routes-around-dead-replica" "the killed replica still answered after the kill, or a survivor got nothing" \
+    eval '! grep -qw "$victim_ip:8080" "$tmp/after-upstreams" && [ "$(wc -l <"$tmp/after-upstreams")" = 2 ]'
+
+balancer=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
+    --filter "label=com.docker.compose.service=balancer")
+if [ "$ENGINE" = podman ]; then
+    check "compose/balancer-healthcheck" "podman healthcheck run did not report the balancer healthy" \
+        podman healthcheck run "$balancer"
+fi
+
+summary

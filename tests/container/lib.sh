@@ -1,0 +1,93 @@
+# lib.sh - sourced by the container suites (tests/container/*.sh): counting, the skip rule,
+# the engine and the base image, and curl helpers.  The caller sets ROOT and SUITE.
+#
+# A suite skips, with "SKIPPED: SUITE: why" and "0 passed, 0 failed", only when no engine can
+# run a container here: no Docker engine and podman cannot be installed, or podman cannot
+# start a container.  Everything after that (building the images included) counts as tests.
+
+. "$ROOT/docker/engine.sh"
+
+passed=0
+failed=0
+FIXTURES=${FIXTURES:-$ROOT/../shared/fixtures}
+tmp=$(mktemp -d)
+
+# ok NAME / fail NAME WHY: records one result in the runner's format.
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+# check NAME WHY COMMAND...: ok when COMMAND succeeds, otherwise a failure with WHY.
+check() {
+    local name=$1 why=$2; shift 2
+    if "$@"; then ok "$name"; else fail "$name" "$why"; fi
+}
+
+# summary: prints the closing line; the exit status says whether anything failed.
+summary() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}
+
+# skip WHY: says plainly that the suite did not run and why, and ends it without a failure.
+skip() {
+    echo "SKIPPED: $SUITE: $1"
+    echo "0 passed, 0 failed"
+    exit 0
+}
+
+# engine_ready: installs what is missing (`make container-deps`: jq, curl, and podman when
+# no Docker engine answers), selects the engine, makes the base image and proves that a
+# container starts.  It skips the suite when no engine can run a container here; a base
+# image that cannot be made is a failure.
+engine_ready() {
+    make -C "$ROOT" --no-print-directory container-deps >"$tmp/deps.log" 2>&1 ||
+        skip "the container tools could not be installed: $(tail -n 1 "$tmp/deps.log")"
+    engine_select || skip "$ENGINE_WHY_NOT"
+    echo "engine: $ENGINE ($($ENGINE --version))"
+    if ! base_image_ensure; then
+        fail "$SUITE/base-image" "could not make $BASE_IMAGE (debootstrap from $(debian_mirror))"
+        summary
+        exit 1
+    fi
+    local err
+    if ! err=$($ENGINE run --rm --network none "$BASE_IMAGE" true 2>&1); then
+        skip "$ENGINE cannot start a container here: $(echo "$err" | tail -n 1)"
+    fi
+}
+
+# now: seconds since the epoch, with fractions.
+now() { date +%s.%N; }
+
+# seconds_since T0: prints the seconds elapsed since T0, to a tenth.
+seconds_since() { awk -v t0="$1" -v t1="$(now)" 'BEGIN { printf "%.1f", t1 - t0 }'; }
+
+# http METHOD URL [CURL ARGS...]: sends one request; the body goes to $tmp/body and the
+# status code is printed ("000" when the connection failed).
+http() {
+    local method=$1 url=$2; shift 2
+    curl -s -o "$tmp/body" -w '%{http_code}' -X "$method" --max-time 30 "$@" "$url"
+}
+
+# wait_healthz URL SECONDS: true once URL/healthz answers 200, false after SECONDS.
+wait_healthz() {
+    local i
+    for ((i = 0; i < $2 * 5; i++)); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$1/healthz")" = 200 ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# matches_fixture RESPONSE FIXTURE: true when the response's output and attention equal the
+# fixture's expected ones, element by element within the fixture's tolerance, in the same
+# shape.
+matches_fixture() {
+    jq -e -n --slurpfile got "$1" --slurpfile fx "$2" '
+        $fx[0].expect as $e | $got[0] as $g |
+        ["output", "attention"] | all(
+            . as $k |
+            ($g[$k] | tojson | gsub("[-0-9.eE+]+"; "0")) == ($e[$k] | tojson | gsub("[-0-9.eE+]+"; "0"))
+            and ([$g[$k] | .. | numbers] as $a | [$e[$k] | .. | numbers] as $b |
+                 ($a | length) > 0 and ($a | length) == ($b | length) and
+                 all(range(0; $a | length); ($a[.] - $b[.] | fabs) <= $e.tolerance)))' >/dev/null
+}

@@ -1,0 +1,141 @@
+// validate.mjs - checks the Kubernetes manifests in docker/k8s/ (make lint-k8s).
+//
+// Every document is validated against the Kubernetes API schemas that the kubernetes-models
+// package carries (types, required fields, enums, formats), through the model class of its
+// apiVersion and kind; a kind the package does not know is a failure.  Those schemas allow
+// unknown fields, as the API's own OpenAPI does, so the deployment rules that matter here
+// are checked by name as well: resources, the liveness and readiness probes on /healthz and
+// /readyz, a non-root user, a read-only root filesystem, the weight-set volume, and that
+// the Service and the HorizontalPodAutoscaler point at the Deployment.
+//
+// Every file in tests/k8s/bad/ must be rejected, so that a validator that accepts
+// everything fails this suite.  Output: "ok NAME" or "FAIL NAME: why" per check, then
+// "N passed, N failed".
+//
+//   node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
+
+let passed = 0;
+let failed = 0;
+const ok = (name) => { console.log(`ok   ${name}`); passed++; };
+const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
+
+// Reads every *.yaml document of DIR as [{file, doc}].
+function readManifests(dir) {
+    const out = [];
+    for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml")).sort()) {
+        for (const d of parseAllDocuments(readFileSync(join(dir, file), "utf8"))) {
+            if (d.errors.length) throw new Error(`${file}: ${d.errors[0].message}`);
+            const doc = d.toJSON();
+            if (doc !== null) out.push({ file, doc });
+        }
+    }
+    return out;
+}
+
+// Validates one document against its schema; returns null or the reason it is invalid.
+async function schemaError(doc) {
+    const [group, version] = doc.apiVersion.includes("/") ? doc.apiVersion.split("/") : [null, doc.apiVersion];
+    let models;
+    try {
+        models = await import(group ? `kubernetes-models/${group}/${version}` : `kubernetes-models/${version}`);
+    } catch {
+        return `unknown apiVersion ${doc.apiVersion}`;
+    }
+    const Model = models[doc.kind];
+    if (!Model) return `unknown kind ${doc.kind} in ${doc.apiVersion}`;
+    try {
+        new Model(doc).validate();
+        return null;
+    } catch (e) {
+        return e.message.split("\n")[0];
+    }
+}
+
+// The deployment rules; returns the list of broken ones (empty when all hold).
+function policyErrors(docs) {
+    const errors = [];
+    const byKind = (kind) => docs.filter((d) => d.kind === kind);
+    const deployments = byKind("Deployment");
+    if (deployments.length !== 1) return [`expected one Deployment, found ${deployments.length}`];
+    const dep = deployments[0];
+    const pod = dep.spec?.template?.spec ?? {};
+    const labels = dep.spec?.template?.metadata?.labels ?? {};
+    const c = (pod.containers ?? [])[0] ?? {};
+    const sc = c.securityContext ?? {};
+    const psc = pod.securityContext ?? {};
+    const probe = (p, path) => p?.httpGet?.path === path;
+    if (!c.resources?.requests?.cpu || !c.resources?.requests?.memory) errors.push("no cpu and memory requests");
+    if (!c.resources?.limits?.memory) errors.push("no memory limit");
+    if (!probe(c.livenessProbe, "/healthz")) errors.push("the liveness probe is not GET /healthz");
+    if (!probe(c.readinessProbe, "/readyz")) errors.push("the readiness probe is not GET /readyz");
+    if (!(sc.runAsNonRoot ?? psc.runAsNonRoot)) errors.push("runAsNonRoot is not set");
+    if ((sc.runAsUser ?? psc.runAsUser) === 0) errors.push("runAsUser is 0");
+    if (sc.readOnlyRootFilesystem !== true) errors.push("the root filesystem is not read-only");
+    const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === "/var/lib/attention");
+    if (!mount || !(pod.volumes ?? []).some((v) => v.name === mount.name))
+        errors.push("no volume is mounted on /var/lib/attention for the weight sets");
+    const grace = Number((c.args ?? [])[(c.args ?? []).indexOf("--shutdown-grace") + 1] ?? 10);
+    if ((pod.terminationGracePeriodSeconds ?? 30) <= grace)
+        errors.push("terminationGracePeriodSeconds leaves no time after --shutdown-grace");
+    const selects = (sel) => sel && Object.entries(sel).every(([k, v]) => labels[k] === v);
+    const services = byKind("Service");
+    if (services.length !== 1 || !selects(services[0].spec?.selector))
+        errors.push("no Service selects the Deployment's pods");
+    const hpas = byKind("HorizontalPodAutoscaler");
+    const ref = hpas[0]?.spec?.scaleTargetRef;
+    if (hpas.length !== 1 || ref?.kind !== "Deployment" || ref?.name !== dep.metadata?.name)
+        errors.push("no HorizontalPodAutoscaler scales the Deployment");
+    return errors;
+}
+
+// Checks a folder: the schema of each document and, with rules, the deployment rules.
+// Returns the number of problems found (each is also reported when report is true).
+// The first problem of the last folder checked, for the report of a rejected bad example.
+let firstProblem = "";
+
+async function checkFolder(dir, report) {
+    let problems = 0;
+    firstProblem = "";
+    const note = (name, why) => {
+        if (problems++ === 0) firstProblem = `${name.replace(dir, "")}: ${why}`;
+        if (report) fail(name, why);
+    };
+    let docs;
+    try {
+        docs = readManifests(dir);
+    } catch (e) {
+        note(`${dir}/parse`, e.message);
+        return problems;
+    }
+    for (const { file, doc } of docs) {
+        const name = `schema ${file} ${doc.kind}/${doc.metadata?.name}`;
+        const err = await schemaError(doc);
+        if (err) note(name, err);
+        else if (report) ok(name);
+    }
+    const before = problems;
+    for (const why of policyErrors(docs.map((d) => d.doc))) note(`rules ${dir}`, why);
+    if (report && problems === before) ok(`rules ${dir}`);
+    return problems;
+}
+
+const [goodDir, badDir] = process.argv.slice(2);
+await checkFolder(goodDir, true);
+// Each bad example is the good folder with one file replaced; it must fail somewhere.
+for (const file of readdirSync(badDir).filter((f) => f.endsWith(".yaml")).sort()) {
+    const { mkdtempSync, copyFileSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "k8s-bad-"));
+    for (const f of readdirSync(goodDir).filter((f) => f.endsWith(".yaml"))) copyFileSync(join(goodDir, f), join(dir, f));
+    const target = file.split("--")[0] + ".yaml";
+    copyFileSync(join(badDir, file), join(dir, target));
+    const problems = await checkFolder(dir, false);
+    rmSync(dir, { recursive: true });
+    if (problems > 0) ok(`rejects bad/${file} (${firstProblem})`);
+    else fail(`rejects bad/${file}`, `accepted with ${target} replaced by it`);
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
