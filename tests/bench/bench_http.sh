@@ -185,6 +185,21 @@ if check conc1024; then
     done
     row http "HTTP 4 concurrent x 1024x64, 8 heads, wo, float64 (info)" "$ours_rps" "$peer_rps" \
         "req/s" "" "" "" "" "$(nproc) cores; ${notes[0]}; ${notes[1]}"
+    # The threading model: the same load on our server with 16 compute threads, which lets
+    # every request compute at once and each borrow helpers, as without the pool's bound.
+    bench_start_ours ours-16 "$work" --max-inflight 64 --compute-threads 16
+    "$BENCH_PYTHON" tests/bench/sample.py "$SECS" "$BENCH_PID" >"$work/sample.ours-16" &
+    sampler=$!
+    REPS_SAVED=$REPS REPS=1
+    load conc1024 ours-16 "$BENCH_URL" "$BENCH_PID" 4
+    REPS=$REPS_SAVED
+    wait "$sampler"
+    bench_stop "$BENCH_PID"
+    s=$(cat "$work/sample.ours-16")
+    echo "  ours-16: $s"
+    rmean=$(echo "$s" | sed -nE 's/.*runnable_mean=([0-9.]+).*/\1/p')
+    row http "HTTP 4 concurrent x 1024x64: compute threads = cores vs 16 (info)" "$ours_rps" "$RPS" \
+        "req/s" "" "" "" "" "16 compute threads: runnable threads mean $rmean"
 else failed=1; fi
 
 # d. memory: one large request to a fresh server; its peak RSS.
