@@ -63,6 +63,7 @@ extern int test_failed;
     X(kernel_block_edges_serial)            \
     X(kernel_block_edges_on_pool)           \
     X(kernel_overflow_in_late_block)        \
+    X(kernel_nan_score_reported)            \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(jsonw_numbers_round_trip)             \

@@ -210,6 +210,27 @@ void test_kernel_overflow_in_late_block(void)
     free(v);
 }
 
+/* A NaN score (Inf - Inf in q . k) beside finite ones is reported too, with
+ * or without the attention matrix: it reaches the row's sum and its output. */
+void test_kernel_nan_score_reported(void)
+{
+    /* In each precision's range: the products overflow, the scores do not. */
+    double q64[2] = {1e200, 1e200}, k64[4] = {1, 0, 1e200, -1e200};
+    double q32[2] = {3e38, 3e38}, k32[4] = {1e-30, 0, 3e38, -3e38}, v[2] = {1, 2};
+    for (int want = 0; want < 2; want++)
+        for (int dtype = 0; dtype < 2; dtype++) {
+            attn_job job = {.batch = 1, .lq = 1, .lk = 2, .heads = 1, .dk = 2, .dv = 1,
+                            .q = dtype ? q32 : q64, .k = dtype ? k32 : k64, .v = v,
+                            .scale = dtype ? 1e-3 : 1e-300, .want_attention = want,
+                            .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+            attn_result r;
+            api_error err;
+            int rc = attention_run(&job, &r, &err);
+            if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
+                FAIL_AT("attention %d dtype %d: rc %d, code %s", want, dtype, rc, err.code);
+        }
+}
+
 /* The compute pool runs every task once, hands out slots below max_slots,
  * and never lets more threads compute at once than it has slots, however
  * many callers ask at the same time. */
