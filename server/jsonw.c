@@ -178,7 +178,7 @@ static int shortest_decimal(uint64_t c, int q, int irregular, uint64_t *digits, 
     assert(k >= JW_POW10_K_MIN && k <= JW_POW10_K_MAX);
     const struct jw_pow10 *p = &jw_pow10_table[k - JW_POW10_K_MIN];
     int shift = p->r - q + 2 - 64; /* binary point of the 192-bit product, within its top 128 */
-    assert(shift >= FRAC_BITS && shift <= 66);
+    assert(shift >= FRAC_BITS && shift <= FRAC_BITS + 4); /* checked by the generator */
 
     /* N * g as top * 2^64 + low, for Nv, then Nl = Nv - dl and Nr = Nv + 2 */
     uint64_t nv = c << 2;
@@ -256,17 +256,27 @@ static int format_decimal(char *out, int negative, uint64_t digits, int exp10, i
 {
     char buf[24];
     char *end = buf + sizeof buf, *d = end;
-    while (digits >= 100) {
-        unsigned pair = (unsigned)(digits % 100);
-        digits /= 100;
-        d -= 2;
-        memcpy(d, digit_pairs + 2 * pair, 2);
+    /* right to left, two digits a step, in 32-bit arithmetic past 10^8 */
+    while (digits >= 100000000) {
+        uint32_t eight = (uint32_t)(digits % 100000000);
+        digits /= 100000000;
+        for (int i = 0; i < 4; i++) {
+            d -= 2;
+            memcpy(d, digit_pairs + 2 * (eight % 100), 2);
+            eight /= 100;
+        }
     }
-    if (digits >= 10) {
+    uint32_t rest = (uint32_t)digits;
+    while (rest >= 100) {
         d -= 2;
-        memcpy(d, digit_pairs + 2 * digits, 2);
+        memcpy(d, digit_pairs + 2 * (rest % 100), 2);
+        rest /= 100;
+    }
+    if (rest >= 10) {
+        d -= 2;
+        memcpy(d, digit_pairs + 2 * rest, 2);
     } else {
-        *--d = (char)('0' + digits);
+        *--d = (char)('0' + rest);
     }
     int n = (int)(end - d);
     int sci = exp10 + n - 1; /* the exponent %e would print */
