@@ -3,6 +3,7 @@
  */
 #include "jsonw.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,119 +92,285 @@ void jw_string(jw_buf *w, const char *s)
     jw_char(w, '"');
 }
 
-/* Shortest round-trip digits for 1e-11 <= |v| < 1e15, in exact integer
- * arithmetic (the range where every product fits in 128 bits).  With
- * v = m * 2^-s, the doubles nearest v split the line at (4m -/+ 2) * 2^-(s+2)
- * (the lower one at 4m - 1 when m is a power of two); any decimal strictly
- * between those bounds reads back as v.  Scaled by 10^k = 5^k * 2^k so that
- * v * 10^k has 17 digits, the bounds become integers over 2^(s+2-k); the
- * function takes the fewest digits n for which a multiple of 10^(17-n) lies
- * strictly inside, choosing the one nearest v.  Writes the text to out and
- * returns its length, or 0 when v is outside the range (the caller then
- * falls back to printf). */
-static int shortest_fast(double v, char *out)
+/*
+ * Shortest digits.  A finite nonzero double or float is v = c * 2^q with an
+ * integer significand c.  The decimals that read back as v are those in its
+ * rounding interval: between (c - 1/2) * 2^q and (c + 1/2) * 2^q, the lower
+ * end at (c - 1/4) * 2^q when c is a power of two whose predecessor lies in
+ * the binade below, both ends included when c is even (readers round ties to
+ * even).  In units of 2^(q-2) the bounds and v are the integers
+ * Nl = 4c - 2 (or 4c - 1), Nv = 4c and Nr = 4c + 2.
+ *
+ * With k = floor(log10(width of the interval)), scaling by 10^-k makes the
+ * interval between 1 and 10 wide (X = N * 2^(q-2) * 10^-k for each N).  So it
+ * holds at most one multiple of 10, and if it does, that one, stripped of its
+ * trailing zeros, is the shortest decimal in it.  Otherwise the shortest are
+ * integers at this scale, and the nearest to Xv are floor(Xv) and the next
+ * one: the first of them inside wins, the nearer (ties to even) if both are.
+ * That is four candidates, tried in order, for any double: no search.
+ *
+ * The scaling is one multiplication by g = ceil(10^-k * 2^r), a 128-bit
+ * entry of a generated table (jsonw_pow10.inc), giving X' = N * g / 2^(r-q+2)
+ * in 192 bits, the bounds as exact sums of that product and g.  Since g errs
+ * upward by less than 1, X' - X lies in [0, N / 2^126), below 2^-71.  Of X'
+ * the writer reads the integer part and the top 62 fraction bits F: when
+ * F != 0, X is certainly not an integer and floor(X) = floor(X'); when F is
+ * 0, or (for v) F is exactly one half, an exact divisibility test (is
+ * N * 2^(q-2-k) / 5^k an integer?) tells whether X is that integer or half.
+ * Only a value whose X lies within 2^-62 of an integer without being one
+ * would stay undecided; it goes to the printf search (none did in sweeps of
+ * millions of values), as do the few subnormals with fewer than three
+ * digits at this scale, so every answer is exact.  This is the idea of
+ * Giulietti's Schubfach, with the decisions proved by an error bound and an
+ * exact test instead of a table-wide analysis.
+ *
+ * The text follows printf's %g with precision max(digits, 15) for doubles
+ * and max(digits, 6) for floats, the form the printf search used to give:
+ * "0.1", "100", "1e-05", "1.5e+20".
+ */
+
+typedef unsigned __int128 u128;
+
+#include "jsonw_pow10.inc"
+
+#define LOG10_2_Q41 661971961083ll   /* round(log10(2) * 2^41) */
+#define LOG10_4_3_Q41 274743187321ll /* round(-log10(3/4) * 2^41) */
+#define FRAC_BITS 62
+#define FRAC_MASK ((1ull << FRAC_BITS) - 1)
+#define FRAC_HALF (1ull << (FRAC_BITS - 1))
+
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* Is n * 2^e2 / 5^k an integer (n > 0)?  The exact test behind the fast
+ * path's undecided cases. */
+static int scaled_is_integer(uint64_t n, int e2, int k)
 {
-    typedef unsigned __int128 u128;
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    int negative = (int)(bits >> 63);
-    double a = fabs(v);
-    if (!(a >= 1e-11 && a < 1e15))
+    static const uint64_t pow5[24] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull,
+        78125ull, 390625ull, 1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull,
+        6103515625ull, 30517578125ull, 152587890625ull, 762939453125ull, 3814697265625ull,
+        19073486328125ull, 95367431640625ull, 476837158203125ull, 2384185791015625ull,
+        11920928955078125ull};
+    if (k > 0 && (k >= 24 || n % pow5[k] != 0))
         return 0;
-    int biased = (int)((bits >> 52) & 0x7FF);
-    uint64_t m = (bits & ((1ull << 52) - 1)) | (1ull << 52);
-    int s = 1075 - biased; /* a = m * 2^-s, s > 0 in this range */
-    int k = 16 - (int)floor(log10(a));
-    static const uint64_t pow10[18] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull,
-        1000000ull, 10000000ull, 100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
-        1000000000000ull, 10000000000000ull, 100000000000000ull, 1000000000000000ull,
-        10000000000000000ull, 100000000000000000ull};
-    u128 lo, hi, mid;
-    int t;
-    for (int attempt = 0;; attempt++) {
-        if (k < 0 || k > 27 || attempt > 2)
-            return 0;
-        u128 p5 = 1;
-        for (int i = 0; i < k; i++)
-            p5 *= 5;
-        t = s + 2 - k;
-        if (t <= 0 || t >= 127)
-            return 0;
-        mid = ((u128)m << 2) * p5;
-        u128 mid_int = mid >> t;
-        if (mid_int < pow10[16])
-            k++;
-        else if (mid_int >= pow10[17])
-            k--;
-        else {
-            int pow2 = (bits & ((1ull << 52) - 1)) == 0 && biased > 1;
-            lo = (((u128)m << 2) - (pow2 ? 1 : 2)) * p5;
-            hi = (((u128)m << 2) + 2) * p5;
-            break;
-        }
+    return e2 + __builtin_ctzll(n) >= 0;
+}
+
+/* One scaled point: floor(X') and the top FRAC_BITS bits of its fraction. */
+typedef struct scaled {
+    uint64_t whole, frac;
+} scaled;
+
+static scaled scaled_from(u128 top, int shift)
+{
+    scaled s = {(uint64_t)(top >> shift), (uint64_t)(top >> (shift - FRAC_BITS)) & FRAC_MASK};
+    return s;
+}
+
+/* Finds the shortest decimal digits * 10^exp10 in v's rounding interval,
+ * v = c * 2^q (c > 0; irregular when the lower neighbour is a quarter, not a
+ * half, unit away).  Returns 0, or -1 when the fast path cannot decide (the
+ * caller then searches with printf); see the comment above. */
+static int shortest_decimal(uint64_t c, int q, int irregular, uint64_t *digits, int *exp10)
+{
+    /* k = floor(log10(2^q)), or of 3/4 * 2^q when irregular: the generator checks the
+     * formula for every q; >> of a negative value is GCC's arithmetic shift, a floor */
+    int k = (int)(((long long)q * LOG10_2_Q41 - (irregular ? LOG10_4_3_Q41 : 0)) >> 41);
+    assert(k >= JW_POW10_K_MIN && k <= JW_POW10_K_MAX);
+    const struct jw_pow10 *p = &jw_pow10_table[k - JW_POW10_K_MIN];
+    int shift = p->r - q + 2 - 64; /* binary point of the 192-bit product, within its top 128 */
+    assert(shift >= FRAC_BITS && shift <= FRAC_BITS + 4); /* checked by the generator */
+
+    /* N * g as top * 2^64 + low, for Nv, then Nl = Nv - dl and Nr = Nv + 2 */
+    uint64_t nv = c << 2;
+    u128 a = (u128)nv * p->lo;
+    u128 top_v = (u128)nv * p->hi + (a >> 64);
+    uint64_t low_v = (uint64_t)a;
+    uint64_t dl = irregular ? 1 : 2;
+    u128 dg = (u128)p->lo * dl; /* dl * g = dg_top * 2^64 + dg_low */
+    u128 dg_top = (u128)p->hi * dl + (dg >> 64);
+    uint64_t dg_low = (uint64_t)dg;
+    u128 top_l = top_v - dg_top - (low_v < dg_low);
+    uint64_t ug_low = p->lo << 1; /* 2 * g */
+    u128 ug_top = ((u128)p->hi << 1) + (p->lo >> 63);
+    u128 top_r = top_v + ug_top + ((uint64_t)(low_v + ug_low) < low_v);
+
+    scaled xv = scaled_from(top_v, shift);
+    scaled xl = scaled_from(top_l, shift);
+    scaled xr = scaled_from(top_r, shift);
+    int e2 = q - 2 - k;
+    int l_exact = 0, r_exact = 0, v_half = 0;
+    if (xv.frac == 0 && !scaled_is_integer(nv, e2, k))
+        return -1;
+    if (xv.frac == FRAC_HALF) {
+        if (!scaled_is_integer(nv, e2 + 1, k))
+            return -1;
+        v_half = 1;
     }
-    u128 mask = ((u128)1 << t) - 1;
-    uint64_t first = (uint64_t)(lo >> t) + 1;                       /* smallest x > lo */
-    uint64_t last = (uint64_t)(hi >> t) - ((hi & mask) == 0 ? 1 : 0); /* largest x < hi */
-    uint64_t vq = (uint64_t)(mid >> t);
-    int half_up = ((mid & mask) >> (t - 1)) & 1;
-    uint64_t chosen = 0;
-    for (int n = 1; n <= 17; n++) {
-        uint64_t u = pow10[17 - n];
-        uint64_t down = vq / u * u, up = down + u;
-        /* nearest multiple of u to v first */
-        uint64_t rem = vq - down;
-        int prefer_up = rem > u / 2 || (rem == u / 2 && (u == 1 ? half_up : 1));
-        uint64_t c1 = prefer_up ? up : down, c2 = prefer_up ? down : up;
-        if (c1 >= first && c1 <= last) {
-            chosen = c1;
-            break;
-        }
-        if (c2 >= first && c2 <= last) {
-            chosen = c2;
-            break;
-        }
-    }
-    if (chosen == 0)
-        return 0;
-    /* chosen * 10^-k, with 17 or 18 digits before stripping zeros */
-    char digits[24];
-    int nd = 0;
-    for (uint64_t c = chosen; c > 0; c /= 10)
-        digits[nd++] = (char)('0' + c % 10);
-    int point = nd - k; /* digits before the decimal point */
-    int first_digit = nd - 1, last_digit = 0;
-    while (last_digit < first_digit && digits[last_digit] == '0')
-        last_digit++;
-    int len = 0;
-    if (negative)
-        out[len++] = '-';
-    if (point <= -4) {
-        /* as %g does below 1e-4: d.ddde-XX */
-        out[len++] = digits[first_digit];
-        if (first_digit > last_digit)
-            out[len++] = '.';
-        for (int i = first_digit - 1; i >= last_digit; i--)
-            out[len++] = digits[i];
-        len += snprintf(out + len, 8, "e-%02d", 1 - point);
-    } else if (point <= 0) {
-        out[len++] = '0';
-        out[len++] = '.';
-        for (int i = 0; i < -point; i++)
-            out[len++] = '0';
-        for (int i = first_digit; i >= last_digit; i--)
-            out[len++] = digits[i];
+    if (xl.frac == 0 && !(l_exact = scaled_is_integer(nv - dl, e2, k)))
+        return -1;
+    if (xr.frac == 0 && !(r_exact = scaled_is_integer(nv + 2, e2, k)))
+        return -1;
+
+    uint64_t s = xv.whole;
+    if (s < 100)
+        return -1; /* a tiny subnormal: a multiple of 10 may tie in length */
+    int inclusive = (c & 1) == 0;
+    /* candidate x is inside when above the lower bound and below the upper */
+#define ABOVE_LOWER(x) ((x) > xl.whole || ((x) == xl.whole && inclusive && l_exact))
+#define BELOW_UPPER(x) ((x) < xr.whole || ((x) == xr.whole && (inclusive || !r_exact)))
+    uint64_t tens = s - s % 10;
+    uint64_t chosen;
+    int e = k;
+    if (ABOVE_LOWER(tens)) {
+        chosen = tens / 10;
+        e++;
+    } else if (BELOW_UPPER(tens + 10)) {
+        chosen = tens / 10 + 1;
+        e++;
     } else {
-        int units = nd - point; /* index of the last digit before the point */
-        int stop = last_digit < units ? last_digit : units;
-        for (int i = first_digit; i >= stop; i--) {
-            if (i == units - 1)
-                out[len++] = '.';
-            out[len++] = digits[i];
+        int s_in = ABOVE_LOWER(s), t_in = BELOW_UPPER(s + 1);
+        if (s_in && t_in) {
+            int up = xv.frac > FRAC_HALF || (v_half && (s & 1));
+            chosen = up ? s + 1 : s;
+        } else if (s_in || t_in) {
+            chosen = s_in ? s : s + 1;
+        } else {
+            return -1; /* cannot happen: the interval is at least 1 wide */
         }
     }
-    out[len] = '\0';
-    return len;
+#undef ABOVE_LOWER
+#undef BELOW_UPPER
+    while (chosen % 10 == 0) {
+        chosen /= 10;
+        e++;
+    }
+    *digits = chosen;
+    *exp10 = e;
+    return 0;
+}
+
+/* Writes digits * 10^exp10 (digits > 0, no trailing zeros) as printf's %g
+ * would with precision max(digit count, min_precision), after a '-' when
+ * negative.  Returns the length; out needs 32 bytes. */
+static int format_decimal(char *out, int negative, uint64_t digits, int exp10, int min_precision)
+{
+    char buf[24];
+    char *end = buf + sizeof buf, *d = end;
+    /* right to left, two digits a step, in 32-bit arithmetic past 10^8 */
+    while (digits >= 100000000) {
+        uint32_t eight = (uint32_t)(digits % 100000000);
+        digits /= 100000000;
+        for (int i = 0; i < 4; i++) {
+            d -= 2;
+            memcpy(d, digit_pairs + 2 * (eight % 100), 2);
+            eight /= 100;
+        }
+    }
+    uint32_t rest = (uint32_t)digits;
+    while (rest >= 100) {
+        d -= 2;
+        memcpy(d, digit_pairs + 2 * (rest % 100), 2);
+        rest /= 100;
+    }
+    if (rest >= 10) {
+        d -= 2;
+        memcpy(d, digit_pairs + 2 * rest, 2);
+    } else {
+        *--d = (char)('0' + rest);
+    }
+    int n = (int)(end - d);
+    int sci = exp10 + n - 1; /* the exponent %e would print */
+    int precision = n > min_precision ? n : min_precision;
+    char *o = out;
+    if (negative)
+        *o++ = '-';
+    if (sci < -4 || sci >= precision) {
+        *o++ = d[0];
+        if (n > 1) {
+            *o++ = '.';
+            memcpy(o, d + 1, (size_t)(n - 1));
+            o += n - 1;
+        }
+        *o++ = 'e';
+        *o++ = sci < 0 ? '-' : '+';
+        unsigned x = (unsigned)(sci < 0 ? -sci : sci);
+        if (x >= 100) {
+            *o++ = (char)('0' + x / 100);
+            x %= 100;
+        }
+        memcpy(o, digit_pairs + 2 * x, 2);
+        o += 2;
+    } else if (sci >= 0) {
+        int whole = sci + 1;
+        if (n <= whole) {
+            memcpy(o, d, (size_t)n);
+            memset(o + n, '0', (size_t)(whole - n));
+            o += whole;
+        } else {
+            memcpy(o, d, (size_t)whole);
+            o += whole;
+            *o++ = '.';
+            memcpy(o, d + whole, (size_t)(n - whole));
+            o += n - whole;
+        }
+    } else {
+        *o++ = '0';
+        *o++ = '.';
+        memset(o, '0', (size_t)(-sci - 1));
+        o += -sci - 1;
+        memcpy(o, d, (size_t)n);
+        o += n;
+    }
+    *o = '\0';
+    return (int)(o - out);
+}
+
+/* The slow path: the fewest digits whose printf rounding reads back to v
+ * (as a float when as_float), written as format_decimal writes the fast
+ * path's answers. */
+static int shortest_printf(double v, int as_float, char *out)
+{
+    int max_digits = as_float ? 9 : 17;
+    char text[40];
+    for (int n = 1;; n++) {
+        snprintf(text, sizeof text, "%.*e", n - 1, fabs(v));
+        if (n == max_digits ||
+            (as_float ? strtof(text, NULL) == (float)fabs(v) : strtod(text, NULL) == fabs(v)))
+            break;
+    }
+    /* text is d[.ddd]e<sign><exponent> */
+    uint64_t digits = 0;
+    int count = 0;
+    char *p = text;
+    for (; *p != 'e'; p++)
+        if (*p != '.') {
+            digits = digits * 10 + (uint64_t)(*p - '0');
+            count++;
+        }
+    int exp10 = atoi(p + 1) - (count - 1);
+    while (digits % 10 == 0) {
+        digits /= 10;
+        exp10++;
+    }
+    return format_decimal(out, signbit(v) != 0, digits, exp10, as_float ? 6 : 15);
+}
+
+/* Appends the text of a finite nonzero number, fast path first. */
+static void jw_number(jw_buf *w, double v, int negative, uint64_t c, int q, int irregular,
+                      int as_float)
+{
+    if (jw_reserve(w, 32) != 0)
+        return;
+    char *out = w->data + w->len;
+    uint64_t digits;
+    int exp10;
+    if (shortest_decimal(c, q, irregular, &digits, &exp10) == 0)
+        w->len += (size_t)format_decimal(out, negative, digits, exp10, as_float ? 6 : 15);
+    else
+        w->len += (size_t)shortest_printf(v, as_float, out);
 }
 
 void jw_double(jw_buf *w, double v)
@@ -212,40 +379,41 @@ void jw_double(jw_buf *w, double v)
         jw_raw(w, "null");
         return;
     }
-    if (v == 0 && signbit(v)) {
-        jw_raw(w, "-0.0"); /* "-0" would read back as the integer 0 */
+    if (v == 0) {
+        jw_raw(w, signbit(v) ? "-0.0" : "0"); /* "-0" would read back as the integer 0 */
         return;
     }
-    char text[48];
-    int n = shortest_fast(v, text);
-    if (n == 0) {
-        for (int digits = 15; digits <= 17; digits++) {
-            n = snprintf(text, sizeof text, "%.*g", digits, v);
-            if (strtod(text, NULL) == v)
-                break;
-        }
-    }
-    jw_append(w, text, (size_t)n);
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int biased = (int)((bits >> 52) & 0x7FF);
+    uint64_t fraction = bits & ((1ull << 52) - 1);
+    if (biased == 0)
+        jw_number(w, v, (int)(bits >> 63), fraction, -1074, 0, 0);
+    else
+        jw_number(w, v, (int)(bits >> 63), fraction | (1ull << 52), biased - 1075,
+                  fraction == 0 && biased > 1, 0);
 }
 
 void jw_float(jw_buf *w, double v)
 {
-    if (!isfinite(v)) {
+    float f = (float)v;
+    if (!isfinite(f)) {
         jw_raw(w, "null");
         return;
     }
-    if (v == 0 && signbit(v)) {
-        jw_raw(w, "-0.0");
+    if (f == 0) {
+        jw_raw(w, signbit(f) ? "-0.0" : "0");
         return;
     }
-    char text[32];
-    int n = 0;
-    for (int digits = 6; digits <= 9; digits++) {
-        n = snprintf(text, sizeof text, "%.*g", digits, v);
-        if (strtof(text, NULL) == (float)v)
-            break;
-    }
-    jw_append(w, text, (size_t)n);
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    int biased = (int)((bits >> 23) & 0xFF);
+    uint32_t fraction = bits & ((1u << 23) - 1);
+    if (biased == 0)
+        jw_number(w, (double)f, (int)(bits >> 31), fraction, -149, 0, 1);
+    else
+        jw_number(w, (double)f, (int)(bits >> 31), fraction | (1u << 23), biased - 150,
+                  fraction == 0 && biased > 1, 1);
 }
 
 void jw_size(jw_buf *w, size_t v)

@@ -4,8 +4,10 @@
  * jansson builds a node per number, which for a response of millions of
  * numbers costs several times the memory of the text itself; this writer
  * appends text to one growing buffer instead.  Numbers are written with the
- * fewest significant digits that read back to the same value, so 0.1 stays
- * "0.1" and every double round-trips exactly.
+ * fewest significant digits that read back to the same value (the nearest
+ * such decimal when several have that many digits), so 0.1 stays "0.1" and
+ * every double round-trips exactly; jsonw.c explains how it finds them
+ * without a printf search.
  *
  * Errors are sticky: after an allocation failure every call is a no-op and
  * jw_finish returns NULL, so callers check once at the end.
@@ -29,8 +31,8 @@ void jw_char(jw_buf *w, char c);
 void jw_string(jw_buf *w, const char *s);
 /* Writes a finite double in shortest round-trip form (non-finite: null). */
 void jw_double(jw_buf *w, double v);
-/* Writes v, which holds a float value, in the shortest form that reads back
- * to the same float. */
+/* Writes v, which holds a float value (it is rounded to float first), in the
+ * shortest form that reads back to the same float (non-finite: null). */
 void jw_float(jw_buf *w, double v);
 void jw_size(jw_buf *w, size_t v);
 /* Returns the NUL-terminated text (caller frees with mem_free) and its length

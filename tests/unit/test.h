@@ -69,6 +69,11 @@ extern int test_failed;
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \
+    X(jsonw_double_random_bits)             \
+    X(jsonw_float_random_bits)              \
+    X(jsonw_attention_like_values)          \
+    X(jsonw_edge_values)                    \
+    X(jsonw_ties_and_format)                \
     X(request_qkv_shapes_and_scale)         \
     X(request_columns_layout_transposes)    \
     X(request_out_in_weights_transpose)     \

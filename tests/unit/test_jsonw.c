@@ -1,0 +1,340 @@
+/*
+ * test_jsonw.c - jw_double and jw_float against a reference built on printf
+ * and strtod/strtof.
+ *
+ * The reference finds the fewest digits n for which some n-digit decimal
+ * reads back to the value: for each n it asks printf for the nearest n-digit
+ * decimal (%.{n-1}e, correctly rounded, ties to even) and tries it and its
+ * two n-digit neighbours, since only those can be the nearest one inside the
+ * rounding interval on either side of the value (a neighbour wins only where
+ * the interval is lopsided, below a power of two).  A binary search over n
+ * works because a decimal with n digits also has n + 1.  The chosen decimal
+ * is then written as printf's %g would with precision max(n, 15) (doubles)
+ * or max(n, 6) (floats), and where it is printf's own nearest decimal of a
+ * normal number, the test checks that formatter against printf itself.
+ *
+ * Every writer's text must equal the reference, read back bit for bit with
+ * strtod (strtof for floats), and, for a sample, with jansson.  The random
+ * tests run a few hundred thousand values (the suite also runs under ASan
+ * and valgrind); JSONW_SWEEP=N runs N values of each kind instead.
+ */
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonw.h"
+#include "mem.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t next_bits(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Values per random test: dflt, or JSONW_SWEEP when set. */
+static long sweep_count(long dflt)
+{
+    const char *text = getenv("JSONW_SWEEP");
+    long n = text != NULL ? strtol(text, NULL, 10) : 0;
+    return n > 0 ? n : dflt;
+}
+
+static int reads_back(const char *text, double a, int as_float)
+{
+    return as_float ? strtof(text, NULL) == (float)a : strtod(text, NULL) == a;
+}
+
+/* Is some n-digit decimal read back as a (positive)?  If so, the one nearest
+ * a in *mant * 10^*unit, and *nearest says whether it is printf's. */
+static int decimal_with_digits(double a, int as_float, int n, uint64_t *mant, int *unit,
+                               int *nearest)
+{
+    char text[48];
+    snprintf(text, sizeof text, "%.*e", n - 1, a);
+    uint64_t m = 0;
+    char *p = text;
+    for (; *p != 'e'; p++)
+        if (*p != '.')
+            m = m * 10 + (uint64_t)(*p - '0');
+    int u = atoi(p + 1) - (n - 1);
+    uint64_t low = 1;
+    for (int i = 1; i < n; i++)
+        low *= 10;
+    uint64_t cand[3] = {m, m == low ? low * 10 - 1 : m - 1, m + 1};
+    int cand_unit[3] = {u, m == low ? u - 1 : u, u};
+    for (int i = 0; i < 3; i++) {
+        snprintf(text, sizeof text, "%llue%d", (unsigned long long)cand[i], cand_unit[i]);
+        if (reads_back(text, a, as_float)) {
+            *mant = cand[i];
+            *unit = cand_unit[i];
+            *nearest = i == 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Writes the reference text of v (a float value when as_float) into out (64
+ * bytes).  Returns 0, or -1 when the formatter disagrees with printf. */
+static int reference_text(double v, int as_float, char *out)
+{
+    if (!isfinite(v)) {
+        strcpy(out, "null");
+        return 0;
+    }
+    if (v == 0) {
+        strcpy(out, signbit(v) ? "-0.0" : "0");
+        return 0;
+    }
+    double a = fabs(v);
+    int lo = 1, hi = as_float ? 9 : 17;
+    uint64_t mant;
+    int unit, nearest;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (decimal_with_digits(a, as_float, mid, &mant, &unit, &nearest))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (!decimal_with_digits(a, as_float, lo, &mant, &unit, &nearest))
+        return -1;
+    while (mant % 10 == 0) {
+        mant /= 10;
+        unit++;
+    }
+    char digits[24];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)mant);
+    int sci = unit + n - 1;
+    int min_precision = as_float ? 6 : 15;
+    int precision = n > min_precision ? n : min_precision;
+    char *o = out;
+    if (signbit(v))
+        *o++ = '-';
+    if (sci < -4 || sci >= precision) {
+        o += sprintf(o, "%c%s%se%c%02d", digits[0], n > 1 ? "." : "", digits + 1,
+                     sci < 0 ? '-' : '+', abs(sci));
+    } else if (sci >= 0) {
+        for (int i = 0; i < n || i <= sci; i++) {
+            if (i == sci + 1)
+                *o++ = '.';
+            *o++ = i < n ? digits[i] : '0';
+        }
+        *o = '\0';
+    } else {
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -sci - 1; i++)
+            *o++ = '0';
+        strcpy(o, digits);
+    }
+    int normal = as_float ? fabsf((float)a) >= FLT_MIN : a >= DBL_MIN;
+    if (nearest && normal) {
+        char printed[64];
+        snprintf(printed, sizeof printed, "%.*g", precision, v);
+        if (strcmp(printed, out) != 0) {
+            fprintf(stderr, "  reference formatter: %s, printf: %s\n", out, printed);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Checks one value's text against the reference and its read-back; with
+ * with_jansson, also through json_loads.  Prints and returns -1 on failure. */
+static int check_value(double v, int as_float, int with_jansson)
+{
+    if (as_float)
+        v = (double)(float)v;
+    jw_buf w;
+    jw_init(&w, 0);
+    if (as_float)
+        jw_float(&w, v);
+    else
+        jw_double(&w, v);
+    size_t len;
+    char *text = jw_finish(&w, &len);
+    char ref[64];
+    int ok = text != NULL && reference_text(v, as_float, ref) == 0 && strcmp(text, ref) == 0;
+    if (ok && isfinite(v)) {
+        double back = as_float ? (double)strtof(text, NULL) : strtod(text, NULL);
+        ok = memcmp(&back, &v, sizeof v) == 0;
+        if (ok && with_jansson) {
+            json_error_t error;
+            json_t *value = json_loadb(text, len, JSON_DECODE_ANY, &error);
+            double got = json_number_value(value);
+            ok = value != NULL && (as_float ? (float)got == (float)v : got == v) &&
+                 signbit(got) == signbit(v);
+            json_decref(value);
+        }
+    }
+    if (!ok)
+        fprintf(stderr, "  %s %.17g (%a): wrote %s, reference %s\n", as_float ? "float" : "double",
+                v, v, text ? text : "(null)", ref);
+    mem_free(text);
+    return ok ? 0 : -1;
+}
+
+#define CHECK(v, as_float)                                                  \
+    do {                                                                    \
+        if (check_value((v), (as_float), 0) != 0)                           \
+            FAIL_AT("jsonw disagrees with the reference");                  \
+    } while (0)
+
+void test_jsonw_double_random_bits(void)
+{
+    long count = sweep_count(40000);
+    for (long i = 0; i < count; i++) {
+        uint64_t bits = next_bits();
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (!isfinite(v))
+            continue;
+        if (check_value(v, 0, i % 16 == 0) != 0)
+            FAIL_AT("jw_double disagrees with the reference after %ld values", i);
+    }
+}
+
+void test_jsonw_float_random_bits(void)
+{
+    long count = sweep_count(50000);
+    for (long i = 0; i < count; i++) {
+        uint32_t bits = (uint32_t)(next_bits() >> 32);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        if (!isfinite(f))
+            continue;
+        if (check_value((double)f, 1, i % 16 == 0) != 0)
+            FAIL_AT("jw_float disagrees with the reference after %ld values", i);
+    }
+}
+
+/* What attention answers hold: weights in [0, 1], tiny ones from peaked
+ * softmax rows (down to double's and float's subnormals), and outputs of
+ * either sign around 1. */
+void test_jsonw_attention_like_values(void)
+{
+    long count = sweep_count(20000);
+    for (long i = 0; i < count; i++) {
+        double u = (double)(next_bits() >> 11) / 9007199254740992.0;
+        double v;
+        switch (i % 4) {
+        case 0: v = u; break;
+        case 1: v = exp(-u * 745.0); break;
+        case 2: v = exp(-u * 104.0); break;
+        default: v = (u - 0.5) * 8.0;
+        }
+        if (check_value(v, 0, 0) != 0)
+            FAIL_AT("jw_double disagrees with the reference");
+        if (check_value(v, 1, 0) != 0)
+            FAIL_AT("jw_float disagrees with the reference");
+    }
+}
+
+/* Checks v, its neighbours and their negatives, as a double and a float. */
+static int check_around(double v)
+{
+    double d[4] = {v, nextafter(v, 0), nextafter(v, INFINITY), 0};
+    float f = (float)v;
+    float fl[3] = {f, nextafterf(f, 0), nextafterf(f, INFINITY)};
+    for (int i = 0; i < 3; i++)
+        if (check_value(d[i], 0, 1) != 0 || check_value(-d[i], 0, 0) != 0 ||
+            check_value((double)fl[i], 1, 1) != 0 || check_value(-(double)fl[i], 1, 0) != 0)
+            return -1;
+    return 0;
+}
+
+/* Powers of two (where the rounding interval is lopsided) and of ten, the
+ * extremes, subnormals around the fast path's lower edge, values just below
+ * 1, integers, and the places where the text switches to exponent form. */
+void test_jsonw_edge_values(void)
+{
+    for (int e = -1074; e <= 1023; e++)
+        if (check_around(ldexp(1.0, e)) != 0)
+            FAIL_AT("around 2^%d", e);
+    for (int e = -323; e <= 308; e++) {
+        char text[16];
+        snprintf(text, sizeof text, "1e%d", e);
+        if (check_around(strtod(text, NULL)) != 0 || check_around(strtof(text, NULL)) != 0)
+            FAIL_AT("around %s", text);
+    }
+    double extremes[] = {DBL_MIN, DBL_TRUE_MIN, DBL_MAX, FLT_MIN, FLT_TRUE_MIN, FLT_MAX,
+                         nextafter(DBL_MIN, 0), (double)nextafterf(FLT_MIN, 0), 0.1, 0.2, 0.3,
+                         1.0 / 3.0, 2.0 / 3.0, 3.141592653589793, 2.718281828459045, 9007199254740993.0, 16777217.0};
+    for (size_t i = 0; i < sizeof extremes / sizeof extremes[0]; i++)
+        if (check_around(extremes[i]) != 0)
+            FAIL_AT("around %a", extremes[i]);
+    for (int c = 1; c <= 400; c++) {
+        CHECK(ldexp(c, -1074), 0);
+        CHECK(ldexp(c, -149), 1);
+    }
+    for (int i = 1; i <= 2000; i++) {
+        CHECK(1.0 - ldexp(i, -53), 0);
+        CHECK(1.0 - ldexp(i, -24), 1);
+        CHECK((double)i, 0);
+        CHECK((double)i, 1);
+        CHECK(i / 1000.0, 0);
+        CHECK(i / 1000.0, 1);
+        CHECK(ldexp(1.0, 53) + i, 0);
+        CHECK(ldexp(1.0, 24) + i, 1);
+    }
+}
+
+/* Exact ties between the two nearest shortest decimals (c odd times 2^-2
+ * gives a value ending in .25 or .75 where 17 or 9 digits are needed), and
+ * the text in each form. */
+void test_jsonw_ties_and_format(void)
+{
+    for (int i = 0; i < 2000; i++) {
+        CHECK(ldexp((double)((1ull << 52) + 2 * (uint64_t)i + 1), -2), 0);
+        CHECK(ldexp((double)((1u << 23) + 2 * (unsigned)i + 1), -2), 1);
+    }
+    struct {
+        double v;
+        int as_float;
+        const char *text;
+    } cases[] = {
+        {1125899906842624.25, 0, "1125899906842624.2"},
+        {1125899906842624.75, 0, "1125899906842624.8"},
+        {2097152.25, 1, "2097152.2"},
+        {2097152.75, 1, "2097152.8"},
+        {0.1, 0, "0.1"}, {0.1f, 1, "0.1"}, {1.0, 0, "1"}, {2.0, 1, "2"}, {100.0, 0, "100"},
+        {0.0001, 0, "0.0001"}, {0.00001, 0, "1e-05"}, {1.5e-5, 1, "1.5e-05"},
+        {1e14, 0, "100000000000000"}, {1e15, 0, "1e+15"}, {1234567890123456.0, 0, "1234567890123456"},
+        {1e5, 1, "100000"}, {1e6, 1, "1e+06"}, {1234567.0, 1, "1234567"},
+        {1.5e300, 0, "1.5e+300"}, {-2.5e-300, 0, "-2.5e-300"}, {5e-324, 0, "5e-324"},
+        {DBL_MAX, 0, "1.7976931348623157e+308"}, {DBL_MIN, 0, "2.2250738585072014e-308"},
+        {FLT_MAX, 1, "3.4028235e+38"}, {FLT_MIN, 1, "1.1754944e-38"}, {FLT_TRUE_MIN, 1, "1e-45"},
+        {0.30000000000000004, 0, "0.30000000000000004"}, {1e-30, 1, "1e-30"},
+        {-0.0, 0, "-0.0"}, {-0.0, 1, "-0.0"}, {0.0, 0, "0"}, {0.0, 1, "0"},
+        {INFINITY, 0, "null"}, {NAN, 1, "null"}, {1e300, 1, "null"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        jw_buf w;
+        jw_init(&w, 0);
+        if (cases[i].as_float)
+            jw_float(&w, cases[i].v);
+        else
+            jw_double(&w, cases[i].v);
+        char *text = jw_finish(&w, NULL);
+        int same = text != NULL && strcmp(text, cases[i].text) == 0;
+        if (!same) {
+            fprintf(stderr, "  %.17g: %s, expected %s\n", cases[i].v, text ? text : "(null)",
+                    cases[i].text);
+            mem_free(text);
+            FAIL_AT("case %zu", i);
+        }
+        mem_free(text);
+        if (check_value(cases[i].v, cases[i].as_float, 1) != 0)
+            FAIL_AT("case %zu against the reference", i);
+    }
+}
