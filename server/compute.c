@@ -137,13 +137,41 @@ unsigned compute_threads(void)
     return pool.running ? pool.slots : 1;
 }
 
-/* The CPU quota of cgroup v2 (/sys/fs/cgroup/cpu.max: "QUOTA PERIOD" or
- * "max PERIOD"), rounded up to whole CPUs; 0 when there is none. */
+/* Reads one number from a file of cgroup v1; 0 when it is missing or not
+ * positive (-1 means "no quota" there). */
+static long cgroup_v1_number(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    long v = 0;
+    if (fscanf(f, "%ld", &v) != 1 || v < 0)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+/* The CPU quota of the process's cgroup, rounded up to whole CPUs; 0 when
+ * there is none.  cgroup v2 has /sys/fs/cgroup/cpu.max ("QUOTA PERIOD" or
+ * "max PERIOD"); v1, which Docker and podman still use on hosts with hybrid
+ * cgroups, has cpu.cfs_quota_us and cpu.cfs_period_us under the cpu
+ * controller. */
 static unsigned cgroup_cpu_quota(void)
 {
     FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (f == NULL)
+    if (f == NULL) {
+        static const char *const dirs[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+        for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+            char path[96];
+            snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dirs[i]);
+            long quota = cgroup_v1_number(path);
+            snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dirs[i]);
+            long period = cgroup_v1_number(path);
+            if (quota > 0 && period > 0)
+                return (unsigned)((quota + period - 1) / period);
+        }
         return 0;
+    }
     char quota[32] = "";
     unsigned long period = 0;
     int n = fscanf(f, "%31s %lu", quota, &period);

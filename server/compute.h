@@ -45,8 +45,8 @@ void compute_shutdown(void);
 unsigned compute_threads(void);
 
 /* The number of CPUs this process may use: its affinity mask, lowered to
- * the cgroup v2 CPU quota (cpu.max) where one is set, as in a container with
- * a CPU limit; at least 1. */
+ * the cgroup CPU quota where one is set (v2 cpu.max, or v1
+ * cpu.cfs_quota_us), as in a container with a CPU limit; at least 1. */
 unsigned compute_available_cpus(void);
 
 /* Runs fn(ctx, t, slot) for every t in [0, tasks) on at most `max_slots`

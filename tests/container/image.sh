@@ -5,6 +5,7 @@
 #     and the runtime stage carries no compiler;
 #   - /healthz, and a seed fixture compared element by element with its expected answer;
 #   - the server process, seen from the host, does not run as root;
+#   - with --cpus 1 the server computes on one thread (the cgroup's CPU quota);
 #   - the image's own health check passes, and fails when nothing listens;
 #   - SIGTERM while a request computes: /readyz turns 503, the request still gets its whole
 #     200 answer, and the container exits 0 within a few seconds;
@@ -21,7 +22,7 @@ cd "$ROOT" || exit 1
 name=attn-test-$$
 volume=attn-test-data-$$
 cleanup() {
-    $ENGINE rm -f "$name" "$name-2" >/dev/null 2>&1
+    $ENGINE rm -f "$name" "$name-2" "$name-cpus" >/dev/null 2>&1
     $ENGINE volume rm -f "$volume" >/dev/null 2>&1
     rm -rf "$tmp"
 }
@@ -90,6 +91,20 @@ jq '.request' "$fixture" >"$tmp/fixture-request.json"
 status=$(http POST "$url/v1/attention" -H 'Content-Type: application/json' --data-binary @"$tmp/fixture-request.json")
 check "run/seed-fixture" "POST $(basename "$fixture") answered $status, or not the fixture's numbers" \
     eval '[ "$status" = 200 ] && matches_fixture "$tmp/body" "$fixture"'
+
+# The compute threads follow the container's CPU limit (its cgroup's CPU quota): with
+# --cpus 1 the server computes on one thread, however many CPUs the host has.
+threads=
+if $ENGINE run -d --name "$name-cpus" --cpus 1 -p 127.0.0.1::8080 "${health_flags[@]}" "$IMAGE" \
+        >/dev/null 2>"$tmp/run.err"; then
+    cpus_url="http://$($ENGINE port "$name-cpus" 8080/tcp | head -n 1 | sed 's/^0\.0\.0\.0:/127.0.0.1:/')"
+    wait_healthz "$cpus_url" 30 && threads=$(curl -s --max-time 5 "$cpus_url/v1/info" | jq -r '.compute.threads')
+else
+    cat "$tmp/run.err"
+fi
+$ENGINE rm -f "$name-cpus" >/dev/null 2>&1
+check "run/compute-threads-follow-cpu-limit" "with --cpus 1, /v1/info says compute.threads is '${threads:-}'" \
+    test "${threads:-}" = 1
 
 pid=$($ENGINE inspect --format '{{.State.Pid}}' "$name")
 uids=$(awk '/^Uid:/ { print $2, $3, $4, $5 }' "/proc/$pid/status" 2>/dev/null)
