@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "attention.h"
 #include "compute.h"
 #include "config.h"
@@ -75,10 +76,7 @@ static uint64_t rng_state;
 /* Uniform doubles in [-2, 2) from xorshift64, reproducible from the seed. */
 static double rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ull << 53) * 4.0 - 2.0;
+    return bench_uniform(&rng_state) * 4.0 - 2.0;
 }
 
 static double *rnd_array(size_t n)
@@ -91,19 +89,6 @@ static double *rnd_array(size_t n)
     for (size_t i = 0; i < n; i++)
         a[i] = rnd();
     return a;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 typedef struct run_ctx {

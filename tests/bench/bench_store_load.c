@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "attention.h"
 #include "error.h"
 #include "mem.h"
@@ -49,23 +50,7 @@ static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
  * takes the full 17 digits. */
 static double rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_uniform(&rng_state) * 2.0 - 1.0;
 }
 
 static double median(double *v, int n)
