@@ -93,11 +93,11 @@ static int tensor_scan(const decode_ctx *ctx, const json_t *v, const char *path,
     for (size_t b = 0; b < t->batch; b++) {
         const json_t *mat = v;
         char mpath[100];
-        snprintf(mpath, sizeof mpath, "%.60s", path);
+        /* Paths are formatted only for an error. */
         if (t->rank == 3) {
             mat = json_array_get(v, b);
-            snprintf(mpath, sizeof mpath, "%.60s[%zu]", path, b);
             if (!json_is_array(mat) || json_array_size(mat) != t->rows) {
+                snprintf(mpath, sizeof mpath, "%.60s[%zu]", path, b);
                 if (!json_is_array(mat))
                     return error_set(err, ERR_BAD_REQUEST, "ragged_matrix", mpath,
                                      "%s is %s, but %s[0] is a matrix; every entry of a batch "
@@ -110,6 +110,12 @@ static int tensor_scan(const decode_ctx *ctx, const json_t *v, const char *path,
         }
         for (size_t r = 0; r < t->rows; r++) {
             const json_t *row = json_array_get(mat, r);
+            if (json_is_array(row) && json_array_size(row) == t->cols)
+                continue;
+            if (t->rank == 3)
+                snprintf(mpath, sizeof mpath, "%.60s[%zu]", path, b);
+            else
+                snprintf(mpath, sizeof mpath, "%.60s", path);
             snprintf(at, sizeof at, "%s[%zu]", mpath, r);
             snprintf(ref, sizeof ref, "%s[0]", t->rank == 3 ? path : mpath);
             if (t->rank == 3)
@@ -118,10 +124,9 @@ static int tensor_scan(const decode_ctx *ctx, const json_t *v, const char *path,
                 return error_set(err, ERR_BAD_REQUEST, "ragged_matrix", at,
                                  "%s is %s, but %s is a row of numbers; every row must be an "
                                  "array of the same length.", at, json_kind(row), ref);
-            if (json_array_size(row) != t->cols)
-                return error_set(err, ERR_BAD_REQUEST, "ragged_matrix", at,
-                                 "%s has %zu numbers but %s has %zu; all rows must have the "
-                                 "same length.", at, json_array_size(row), ref, t->cols);
+            return error_set(err, ERR_BAD_REQUEST, "ragged_matrix", at,
+                             "%s has %zu numbers but %s has %zu; all rows must have the "
+                             "same length.", at, json_array_size(row), ref, t->cols);
         }
     }
     size_t n;
@@ -290,6 +295,12 @@ static int decode_enum(const json_t *root, const char *name, const char *const *
     *out = def;
     if (v == NULL)
         return 0;
+    if (json_is_string(v))
+        for (int i = 0; i < count; i++)
+            if (strcmp(json_string_value(v), values[i]) == 0) {
+                *out = i;
+                return 0;
+            }
     char allowed[128] = "";
     for (int i = 0; i < count; i++) {
         size_t used = strlen(allowed);
@@ -299,11 +310,6 @@ static int decode_enum(const json_t *root, const char *name, const char *const *
     if (!json_is_string(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", name, "%s is %s; it must be %s.",
                          name, json_kind(v), allowed);
-    for (int i = 0; i < count; i++)
-        if (strcmp(json_string_value(v), values[i]) == 0) {
-            *out = i;
-            return 0;
-        }
     return error_set(err, ERR_BAD_REQUEST, "invalid_value", name, "%s is \"%.40s\"; it must be %s.",
                      name, json_string_value(v), allowed);
 }
@@ -362,19 +368,20 @@ static int check_known_fields(const json_t *obj, const char *prefix, const char 
     json_object_foreach((json_t *)obj, key, value) {
         (void)value;
         int found = 0;
+        for (size_t i = 0; i < count && !found; i++)
+            found = strcmp(key, known[i]) == 0;
+        if (found)
+            continue;
+        /* An unknown field: the nearest known name, if it is close, as a hint. */
         const char *hint = NULL;
         size_t best = 3;
-        for (size_t i = 0; i < count && !found; i++) {
-            if (strcmp(key, known[i]) == 0)
-                found = 1;
+        for (size_t i = 0; i < count; i++) {
             size_t d = edit_distance(key, known[i]);
             if (d < best && strlen(known[i]) > 1) {
                 best = d;
                 hint = known[i];
             }
         }
-        if (found)
-            continue;
         char path[160], hintbuf[96] = "";
         snprintf(path, sizeof path, "%s%s%.100s", prefix, *prefix ? "." : "", key);
         if (hint != NULL)
