@@ -10,6 +10,8 @@
 #define UNIT_TEST_H
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,6 +49,36 @@ extern int test_failed;
         if (!(fabs(a_ - b_) <= (tol)))                                      \
             FAIL_AT("%s ~ %s: %.17g vs %.17g (tolerance %g)", #a, #b, a_, b_, (double)(tol)); \
     } while (0)
+
+/* The next 64 random bits of a xorshift64 generator, so that failures
+ * reproduce from the state a test starts with. */
+static inline uint64_t test_next_bits(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* A uniform double in [-2, 2), every bit of the significand random. */
+static inline double test_uniform(uint64_t *state)
+{
+    return (double)(test_next_bits(state) >> 11) / (double)(1ull << 53) * 4.0 - 2.0;
+}
+
+/* The largest |a[i] - b[i]|, or +Inf as soon as either side holds a NaN. */
+static inline double test_max_abs_diff(const double *a, const double *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (d != d)
+            return INFINITY;
+        if (d > worst)
+            worst = d;
+    }
+    return worst;
+}
 
 /* Every unit test, in the order they run. */
 #define UNIT_TESTS(X)                       \

@@ -17,10 +17,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static double rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ull << 53) * 4.0 - 2.0;
+    return test_uniform(&rng_state);
 }
 
 static size_t rnd_int(size_t lo, size_t hi)
@@ -34,17 +31,6 @@ static double *rnd_array(size_t n)
     for (size_t i = 0; i < n; i++)
         a[i] = rnd();
     return a;
-}
-
-static double max_abs_diff(const double *a, const double *b, size_t n)
-{
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs(a[i] - b[i]);
-        if (!(d <= worst))
-            worst = d;
-    }
-    return worst;
 }
 
 void test_attention_hand_computed(void)
@@ -154,8 +140,8 @@ static double random_case(size_t batch, size_t heads, size_t lq, size_t lk, size
     double worst = INFINITY;
     *ok = attention_run(&job, &r, &err) == 0;
     if (*ok) {
-        double e1 = max_abs_diff(r.output, ref_out, batch * lq * dv);
-        double e2 = max_abs_diff(r.attention, ref_attn, batch * heads * lq * lk);
+        double e1 = test_max_abs_diff(r.output, ref_out, batch * lq * dv);
+        double e2 = test_max_abs_diff(r.attention, ref_attn, batch * heads * lq * lk);
         worst = e1 > e2 ? e1 : e2;
         if (isnan(e1) || isnan(e2))
             worst = INFINITY;
@@ -242,8 +228,8 @@ void test_attention_projections_against_reference(void)
         attn_result r;
         api_error err;
         int rc = attention_run(&job, &r, &err);
-        double e1 = rc == 0 ? max_abs_diff(r.output, out, batch * lq * d_out) : INFINITY;
-        double e2 = rc == 0 ? max_abs_diff(r.attention, attn, batch * heads * lq * lk) : INFINITY;
+        double e1 = rc == 0 ? test_max_abs_diff(r.output, out, batch * lq * d_out) : INFINITY;
+        double e2 = rc == 0 ? test_max_abs_diff(r.attention, attn, batch * heads * lq * lk) : INFINITY;
         size_t got_d_out = r.d_out;
         attention_result_free(&r);
         free(x); free(ctx); free(q); free(k); free(v); free(heads_out); free(out); free(attn);

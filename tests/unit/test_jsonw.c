@@ -34,10 +34,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint64_t next_bits(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return test_next_bits(&rng_state);
 }
 
 /* Values per random test: dflt, or JSONW_SWEEP when set. */
