@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 
-FIXTURES=${FIXTURES:-../shared/fixtures}
+FIXTURES=${FIXTURES:-tests/fixtures}
 total_passed=0
 total_failed=0
 skipped=

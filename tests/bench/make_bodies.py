@@ -2,7 +2,7 @@
 
 Usage: python3 make_bodies.py DIR [NAME...]   (no NAME: all of them)
 
-  seed.json          the request of the smallest golden fixture (../shared/fixtures, by file
+  seed.json          the request of the smallest golden fixture (tests/fixtures, by file
                      size: seed004_toy), and seed.expect.json its expected answer
   attn512.json       q, k, v of 512 x 64, float64, attention returned
   proj4096.json      x of 4096 x 8 with inline wq/wk/wv of 8 x 64, float64, no attention
@@ -40,7 +40,7 @@ def projected(rng, n, d_in, d, heads=None, wo=False, **extra):
 def main():
     out = sys.argv[1]
     names = sys.argv[2:]
-    fixtures = os.environ.get("FIXTURES", "../shared/fixtures")
+    fixtures = os.environ.get("FIXTURES", "tests/fixtures")
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(4)
     smallest = min(glob.glob(os.path.join(fixtures, "*.json")), key=os.path.getsize)

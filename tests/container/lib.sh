@@ -9,7 +9,7 @@
 
 passed=0
 failed=0
-FIXTURES=${FIXTURES:-$ROOT/../shared/fixtures}
+FIXTURES=${FIXTURES:-$ROOT/tests/fixtures}
 tmp=$(mktemp -d)
 
 # ok NAME / fail NAME WHY: records one result in the runner's format.

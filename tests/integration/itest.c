@@ -41,7 +41,7 @@
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
  *          tests/integration/itest.c tests/integration/client.c tests/ref/reference.c \
  *          -ljansson -lm -o build/itest
- * Run:   build/itest --server build/attention-server --fixtures ../shared/fixtures \
+ * Run:   build/itest --server build/attention-server --fixtures tests/fixtures \
  *                    --cases tests/integration/cases [--examples api/examples] [--filter SUBSTR]
  * Steps of groups f and h build on each other, so they all run when --filter selects any.
  */

@@ -2,14 +2,14 @@
  * ref_check.c - checks the naive attention reference (reference.c) itself.
  *
  * The integration runner and the unit tests trust reference.c as their oracle, so the
- * oracle gets its own test: it must reproduce the golden fixtures in ../shared/fixtures
+ * oracle gets its own test: it must reproduce the golden fixtures in tests/fixtures
  * (values computed outside this project) and it must have the properties that follow
  * from the definition (rows sum to one, masked keys get zero weight, a fully masked row
  * is all zeros, heads and batch entries are independent, large scores do not overflow).
  *
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
  *          tests/ref/ref_check.c tests/ref/reference.c -ljansson -lm -o build/ref_check
- * Run:   build/ref_check ../shared/fixtures
+ * Run:   build/ref_check tests/fixtures
  * It prints "ok   NAME" or "FAIL NAME: reason" per check, then "N passed, N failed".
  */
 #include "reference.h"
