@@ -37,12 +37,12 @@ static const char *const ALLOW_POST = "POST, OPTIONS";
 static const char *const ALLOW_SET = "GET, HEAD, PUT, DELETE, OPTIONS";
 static const char *const SET_PREFIX = "/v1/weight-sets/";
 
-int api_init(const server_config *cfg, api_error *err)
+int api_init(const server_config *cfg, attn_error *err)
 {
     store_limits limits = {cfg->max_set_bytes, cfg->max_store_bytes};
     api_store = store_open(cfg->data_dir, &limits, err);
     if (api_store == NULL)
-        return err->status_code ? err->status_code : ERR_INTERNAL;
+        return err->kind ? err->kind : ERR_INTERNAL;
     api_cfg = cfg;
     atomic_store(&api_draining, 0);
     atomic_store(&api_computing, 0);
@@ -95,7 +95,7 @@ static void respond_static(api_response *resp, int status, const char *body)
     resp->content_type = "application/json";
 }
 
-void api_respond_error(api_response *resp, const api_error *err)
+void api_respond_error(api_response *resp, const attn_error *err)
 {
     jw_buf w;
     jw_init(&w, 256 + strlen(err->message));
@@ -109,9 +109,9 @@ void api_respond_error(api_response *resp, const api_error *err)
     }
     jw_raw(&w, "}}\n");
     api_response_free(resp);
-    resp->status = error_http_status(err->status_code);
+    resp->status = error_http_status(err->kind);
     resp->content_type = "application/json";
-    if (err->status_code == ERR_UNAVAILABLE && resp->retry_after == 0)
+    if (err->kind == ERR_UNAVAILABLE && resp->retry_after == 0)
         resp->retry_after = 1;
     resp->body = jw_finish(&w, &resp->body_len);
     resp->body_static = 0;
@@ -129,7 +129,7 @@ static void respond_json(api_response *resp, int status, json_t *value)
     char *text = value ? json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(value);
     if (text == NULL) {
-        api_error err;
+        attn_error err;
         error_nomem(&err);
         api_respond_error(resp, &err);
         return;
@@ -148,7 +148,7 @@ static double now_seconds(void)
 }
 
 /* Parses the body as JSON; on failure fills err with the parser's words. */
-static json_t *parse_body(const api_request *req, api_error *err)
+static json_t *parse_body(const api_request *req, attn_error *err)
 {
     if (req->body_len == 0) {
         error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -175,7 +175,7 @@ static void respond_jw(api_response *resp, int status, jw_buf *w)
 {
     resp->body = jw_finish(w, &resp->body_len);
     if (resp->body == NULL) {
-        api_error err;
+        attn_error err;
         error_nomem(&err);
         api_respond_error(resp, &err);
         return;
@@ -187,7 +187,7 @@ static void respond_jw(api_response *resp, int status, jw_buf *w)
 /* Decodes, checks limits, computes and encodes one attention request. */
 static void handle_attention(const api_request *req, api_response *resp)
 {
-    api_error err;
+    attn_error err;
     error_clear(&err);
     json_t *root = parse_body(req, &err);
     if (root == NULL) {
@@ -295,7 +295,7 @@ static void handle_set_list(api_response *resp)
 /* GET, PUT and DELETE of /v1/weight-sets/{name}. */
 static void handle_set(const api_request *req, const char *name, api_response *resp)
 {
-    api_error err;
+    attn_error err;
     error_clear(&err);
     if (!request_valid_name(name)) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
@@ -390,7 +390,7 @@ void api_handle(const api_request *req, api_response *resp)
 {
     memset(resp, 0, sizeof *resp);
     const char *allow;
-    api_error err;
+    attn_error err;
     error_clear(&err);
     resp->route = api_route(req->path, &allow);
     resp->allow = allow;

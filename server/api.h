@@ -34,9 +34,10 @@ typedef struct api_response {
     metrics_route route;
 } api_response;
 
-/* Keeps cfg (borrowed for the life of the server) and sets up the BLAS.
- * Returns 0 or a negative ERR_* code with a message in err. */
-int api_init(const server_config *cfg, api_error *err);
+/* Keeps cfg (borrowed for the life of the server) and opens the weight-set
+ * store in cfg->data_dir.  Returns 0, or a negative ERR_* code with err filled
+ * (nothing is left open then). */
+int api_init(const server_config *cfg, attn_error *err);
 
 /* Releases what api_init set up. */
 void api_shutdown(void);
@@ -55,7 +56,7 @@ metrics_route api_route(const char *path, const char **allow);
 void api_handle(const api_request *req, api_response *resp);
 
 /* Fills resp with the JSON error body for err. */
-void api_respond_error(api_response *resp, const api_error *err);
+void api_respond_error(api_response *resp, const attn_error *err);
 
 /* Frees the body of resp (resp may be NULL). */
 void api_response_free(api_response *resp);

@@ -272,7 +272,7 @@ done:
     return rc;
 }
 
-int attention_run(const attn_job *job, attn_result *result, api_error *err)
+int attention_run(const attn_job *job, attn_result *result, attn_error *err)
 {
     assert(job != NULL && result != NULL);
     assert(job->heads >= 1 && job->dk % job->heads == 0 && job->dv % job->heads == 0);

@@ -73,7 +73,7 @@ int attention_job_bytes(const attn_job *job, size_t *bytes);
  * overflows to Inf or NaN: ERR_BAD_REQUEST, code "not_finite") and leaves
  * result empty.  A fully masked query row yields zeros in both output and
  * attention.  Safe to call from several threads at once. */
-int attention_run(const attn_job *job, attn_result *result, api_error *err);
+int attention_run(const attn_job *job, attn_result *result, attn_error *err);
 
 /* Frees the buffers of result (which may be NULL or empty) and zeroes it. */
 void attention_result_free(attn_result *result);

@@ -1,5 +1,5 @@
 /*
- * error.c - filling api_error and mapping error codes to HTTP statuses.
+ * error.c - filling attn_error and mapping error codes to HTTP statuses.
  */
 #include "error.h"
 
@@ -7,37 +7,37 @@
 #include <stdio.h>
 #include <string.h>
 
-int error_set(api_error *err, int status_code, const char *code,
+int error_set(attn_error *err, int kind, const char *code,
               const char *field, const char *fmt, ...)
 {
     if (err == NULL)
-        return status_code;
-    err->status_code = status_code;
+        return kind;
+    err->kind = kind;
     snprintf(err->code, sizeof err->code, "%s", code ? code : "error");
     snprintf(err->field, sizeof err->field, "%s", field ? field : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
-    return status_code;
+    return kind;
 }
 
-int error_nomem(api_error *err)
+int error_nomem(attn_error *err)
 {
     return error_set(err, ERR_UNAVAILABLE, "overloaded", NULL,
                      "The server ran out of memory for this request; retry later or send a smaller one.");
 }
 
-void error_clear(api_error *err)
+void error_clear(attn_error *err)
 {
     if (err == NULL)
         return;
     memset(err, 0, sizeof *err);
 }
 
-int error_http_status(int status_code)
+int error_http_status(int kind)
 {
-    switch (status_code) {
+    switch (kind) {
     case ERR_OK: return 200;
     case ERR_BAD_REQUEST: return 400;
     case ERR_NOT_FOUND: return 404;

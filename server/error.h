@@ -2,7 +2,7 @@
  * error.h - the one error convention of the server.
  *
  * Every fallible function returns 0 on success or a negative ERR_* code, and
- * fills a caller-owned api_error with a snake_case code the client sees, the
+ * fills a caller-owned attn_error with a snake_case code the client sees, the
  * path of the field at fault (empty when no single field is), and a sentence
  * the user can act on.  The HTTP layer maps the ERR_* code to a status with
  * error_http_status() and the struct to a JSON body; nothing else decides
@@ -23,27 +23,27 @@ enum {
     ERR_INTERNAL = -6       /* 500: a bug or an I/O failure of the server */
 };
 
-typedef struct api_error {
-    int status_code;        /* one of the ERR_* values above */
+typedef struct attn_error {
+    int kind;               /* one of the ERR_* values above: what went wrong */
     char code[40];          /* snake_case code, e.g. "shape_mismatch" */
     char field[128];        /* path such as "weights.wq" or "q[2][1]"; "" if none */
     char message[400];      /* one or two sentences in the user's terms */
-} api_error;
+} attn_error;
 
-/* Fills err (which may be NULL) and returns status_code, so callers can write
+/* Fills err (which may be NULL) and returns kind, so callers can write
  * `return error_set(err, ERR_BAD_REQUEST, "wrong_type", "q", "...")`.
  * field may be NULL or "" when no single field is at fault. */
-int error_set(api_error *err, int status_code, const char *code,
+int error_set(attn_error *err, int kind, const char *code,
               const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* Shorthand for the out-of-memory answer (503, code "overloaded"). */
-int error_nomem(api_error *err);
+int error_nomem(attn_error *err);
 
 /* Resets err to "no error". */
-void error_clear(api_error *err);
+void error_clear(attn_error *err);
 
 /* Maps an ERR_* code to its HTTP status (ERR_OK gives 200). */
-int error_http_status(int status_code);
+int error_http_status(int kind);
 
 #endif

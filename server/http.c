@@ -150,7 +150,7 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
 }
 
 static enum MHD_Result queue_error(http_server *srv, struct MHD_Connection *conn,
-                                   http_request *hr, const char *url, const api_error *err)
+                                   http_request *hr, const char *url, const attn_error *err)
 {
     api_response resp;
     memset(&resp, 0, sizeof resp);
@@ -167,7 +167,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     http_server *srv = cls;
     http_request *hr = *con_cls;
-    api_error err;
+    attn_error err;
     if (hr == NULL) {
         hr = mem_calloc(1, sizeof *hr);
         if (hr == NULL)
@@ -244,7 +244,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-http_server *http_start(const server_config *cfg, api_error *err)
+http_server *http_start(const server_config *cfg, attn_error *err)
 {
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);

@@ -19,7 +19,7 @@ typedef struct http_server http_server;
 /* Starts listening on cfg->host:cfg->port (cfg is borrowed for the server's
  * life) with a thread per connection.  Returns the server, or NULL with err
  * filled.  The caller stops it with http_stop. */
-http_server *http_start(const server_config *cfg, api_error *err);
+http_server *http_start(const server_config *cfg, attn_error *err);
 
 /* The port actually bound (useful with port 0). */
 unsigned http_port(const http_server *server);

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
             threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
 
-    api_error err;
+    attn_error err;
     error_clear(&err);
     if (api_init(&cfg, &err) != 0) {
         fprintf(stderr, "attention-server: %s\n", err.message);

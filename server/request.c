@@ -56,7 +56,7 @@ static const char *json_kind(const json_t *v)
  * are not looked at.  Counts the numbers into ctx and fails with 413 past the
  * limit. */
 static int tensor_scan(const decode_ctx *ctx, const json_t *v, const char *path, int max_rank,
-                       tensor *t, api_error *err)
+                       tensor *t, attn_error *err)
 {
     const char *example = max_rank == 3 ? "a matrix (an array of rows, each an array of numbers) "
                                           "or a batch of such matrices"
@@ -143,7 +143,7 @@ static int tensor_scan(const decode_ctx *ctx, const json_t *v, const char *path,
 /* Allocates t->data and copies the elements of v (already scanned into t)
  * into it, checking each is a number (ELEM_NUMBER) or a boolean or 0/1
  * (ELEM_MASK, stored as 0.0/1.0). */
-static int tensor_fill(const json_t *v, const char *path, int kind, tensor *t, api_error *err)
+static int tensor_fill(const json_t *v, const char *path, int kind, tensor *t, attn_error *err)
 {
     size_t n = t->batch * t->rows * t->cols;
     t->data = mem_malloc(n * sizeof(double));
@@ -194,7 +194,7 @@ static int tensor_fill(const json_t *v, const char *path, int kind, tensor *t, a
 }
 
 /* Transposes every matrix of t in place (rows <-> cols). */
-static int tensor_transpose(tensor *t, api_error *err)
+static int tensor_transpose(tensor *t, attn_error *err)
 {
     size_t plane = t->rows * t->cols;
     double *tmp = mem_malloc(plane * sizeof(double));
@@ -217,7 +217,7 @@ static int tensor_transpose(tensor *t, api_error *err)
 /* Decodes the matrix v at path: scan, fill, and for token matrices in the
  * columns layout a transpose, so that t ends up tokens x features. */
 static int tensor_decode(const decode_ctx *ctx, const json_t *v, const char *path, int max_rank,
-                         int kind, int token_matrix, tensor *t, api_error *err)
+                         int kind, int token_matrix, tensor *t, attn_error *err)
 {
     int rc = tensor_scan(ctx, v, path, max_rank, t, err);
     if (rc == 0)
@@ -233,7 +233,7 @@ static int tensor_decode(const decode_ctx *ctx, const json_t *v, const char *pat
 
 /* Decodes a flat array of numbers (a bias) of any length >= 1. */
 static int vector_decode(const decode_ctx *ctx, const json_t *v, const char *path, double **out,
-                         size_t *len, api_error *err)
+                         size_t *len, attn_error *err)
 {
     *out = NULL;
     *len = 0;
@@ -273,7 +273,7 @@ static int vector_decode(const decode_ctx *ctx, const json_t *v, const char *pat
 
 /* ---- scalars ----------------------------------------------------------- */
 
-static int decode_bool(const json_t *root, const char *name, int def, int *out, api_error *err)
+static int decode_bool(const json_t *root, const char *name, int def, int *out, attn_error *err)
 {
     const json_t *v = json_object_get(root, name);
     *out = def;
@@ -289,7 +289,7 @@ static int decode_bool(const json_t *root, const char *name, int def, int *out, 
 /* Decodes an enum string field; *out is the index in `values` (def when the
  * field is absent). */
 static int decode_enum(const json_t *root, const char *name, const char *const *values,
-                       int count, int def, int *out, api_error *err)
+                       int count, int def, int *out, attn_error *err)
 {
     const json_t *v = json_object_get(root, name);
     *out = def;
@@ -316,7 +316,7 @@ static int decode_enum(const json_t *root, const char *name, const char *const *
 
 /* Decodes the optional "heads" member of root into *heads (0 when absent,
  * or null where allow_null says null means "none"). */
-static int decode_heads(const json_t *root, int allow_null, size_t *heads, api_error *err)
+static int decode_heads(const json_t *root, int allow_null, size_t *heads, attn_error *err)
 {
     const json_t *jh = json_object_get(root, "heads");
     *heads = 0;
@@ -361,7 +361,7 @@ static size_t edit_distance(const char *a, const char *b)
 
 /* Fails with unknown_field on the first member of obj not in `known`. */
 static int check_known_fields(const json_t *obj, const char *prefix, const char *const *known,
-                              size_t count, api_error *err)
+                              size_t count, attn_error *err)
 {
     const char *key;
     const json_t *value;
@@ -420,7 +420,7 @@ void request_weights_free(attn_weights *w)
 
 int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t x_width,
                            size_t ctx_width, const char *ctx_name, size_t max_elements,
-                           size_t *elements, attn_weights *w, api_error *err)
+                           size_t *elements, attn_weights *w, attn_error *err)
 {
     static const char *const known[] = {"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"};
     memset(w, 0, sizeof *w);
@@ -519,7 +519,7 @@ int request_decode_weights(const json_t *obj, const char *path, int out_in, size
 }
 
 int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weights *w,
-                              size_t *heads, int *out_in, api_error *err)
+                              size_t *heads, int *out_in, attn_error *err)
 {
     /* The read-only members of a GET answer are accepted and ignored, so that
      * what GET returns can be PUT back unchanged. */
@@ -582,7 +582,7 @@ void request_free(attn_request *req)
 }
 
 /* Checks heads against the widths dk and dv of the job. */
-static int check_heads(const attn_request *req, size_t dk, size_t dv, api_error *err)
+static int check_heads(const attn_request *req, size_t dk, size_t dv, attn_error *err)
 {
     size_t h = req->job.heads;
     if (dk % h != 0)
@@ -596,7 +596,7 @@ static int check_heads(const attn_request *req, size_t dk, size_t dv, api_error 
     return 0;
 }
 
-int request_bind_weights(attn_request *req, const attn_weights *w, int named, api_error *err)
+int request_bind_weights(attn_request *req, const attn_weights *w, int named, attn_error *err)
 {
     const char *feat = req->columns ? "rows" : "columns";
     const char *in_axis = req->out_in ? "columns" : "rows";
@@ -639,7 +639,7 @@ size_t request_result_elements(const attn_request *req)
 
 /* Checks the batch axis of `t` (named `name`) against the reference input. */
 static int check_batch(const tensor *t, const char *name, const tensor *ref, const char *ref_name,
-                       api_error *err)
+                       attn_error *err)
 {
     if (t->rank != ref->rank)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", name,
@@ -654,7 +654,7 @@ static int check_batch(const tensor *t, const char *name, const tensor *ref, con
 
 /* The body of request_decode; on failure the caller frees what req holds. */
 static int request_decode_into(const json_t *root, const request_limits *limits,
-                               attn_request *req, api_error *err)
+                               attn_request *req, attn_error *err)
 {
     static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
                                         "causal", "mask", "scale", "layout", "weights_layout",
@@ -843,7 +843,7 @@ static int request_decode_into(const json_t *root, const request_limits *limits,
 }
 
 int request_decode(const json_t *root, const request_limits *limits, attn_request *req,
-                   api_error *err)
+                   attn_error *err)
 {
     memset(req, 0, sizeof *req);
     int rc = request_decode_into(root, limits, req, err);

@@ -53,13 +53,13 @@ typedef struct attn_request {
  * inline weights, the job is ready to run; with a named set (weights_name
  * non-empty) the caller must request_bind_weights first. */
 int request_decode(const json_t *root, const request_limits *limits, attn_request *req,
-                   api_error *err);
+                   attn_error *err);
 
 /* Checks that weights w fit the request's x/context and heads, and points the
  * job at w (borrowed: it must outlive the job).  `named` says the weights
  * came from a stored set (messages then blame x rather than the weights).
  * Returns 0 or ERR_BAD_REQUEST with err filled; req is unchanged on failure. */
-int request_bind_weights(attn_request *req, const attn_weights *w, int named, api_error *err);
+int request_bind_weights(attn_request *req, const attn_weights *w, int named, attn_error *err);
 
 /* Frees what req owns (req may be NULL) and zeroes it. */
 void request_free(attn_request *req);
@@ -73,7 +73,7 @@ void request_free(attn_request *req);
  * with 413 when that passes max_elements.  On failure w is left empty. */
 int request_decode_weights(const json_t *obj, const char *path, int out_in, size_t x_width,
                            size_t ctx_width, const char *ctx_name, size_t max_elements,
-                           size_t *elements, attn_weights *w, api_error *err);
+                           size_t *elements, attn_weights *w, attn_error *err);
 
 /* Frees the arrays of w (which may be NULL) and zeroes it. */
 void request_weights_free(attn_weights *w);
@@ -95,7 +95,7 @@ void request_encode_response(const attn_request *req, const attn_result *result,
  * "weights_layout" and "heads", which must divide dk and dv.  On success w
  * owns its arrays (in_out form).  On failure w is empty. */
 int request_decode_weight_set(const json_t *root, size_t max_elements, attn_weights *w,
-                              size_t *heads, int *out_in, api_error *err);
+                              size_t *heads, int *out_in, attn_error *err);
 
 /* Appends a JSON object describing set: name, heads, weights_layout, the
  * shape of each matrix as uploaded, size_bytes and stored_at; with

@@ -446,7 +446,7 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
-weight_store *store_open(const char *dir, const store_limits *limits, api_error *err)
+weight_store *store_open(const char *dir, const store_limits *limits, attn_error *err)
 {
     if (strlen(dir) == 0 || strlen(dir) >= 1000) {
         error_set(err, ERR_INTERNAL, "bad_data_dir", "data-dir",
@@ -556,7 +556,7 @@ size_t store_total_bytes(weight_store *store)
     return total;
 }
 
-int store_put(weight_store *store, weight_set *set, int *created, api_error *err)
+int store_put(weight_store *store, weight_set *set, int *created, attn_error *err)
 {
     size_t size = file_size_for(&set->w, present_bits(&set->w), strlen(set->name));
     if (size == 0 || size > store->limits.max_set_bytes) {
@@ -639,7 +639,7 @@ done:
     return rc;
 }
 
-int store_delete(weight_store *store, const char *name, api_error *err)
+int store_delete(weight_store *store, const char *name, attn_error *err)
 {
     pthread_mutex_lock(&store->write_lock);
     int rc = 0;

@@ -44,7 +44,7 @@ typedef struct store_limits {
  * Returns the store, or NULL with err filled when the directory itself is
  * unusable or memory runs out (good files are never quarantined for that).
  * Close with store_close. */
-weight_store *store_open(const char *dir, const store_limits *limits, api_error *err);
+weight_store *store_open(const char *dir, const store_limits *limits, attn_error *err);
 
 /* Frees the store; sets still referenced stay valid until released. */
 void store_close(weight_store *store);
@@ -62,14 +62,14 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
  * with one exception: when only the final fsync of the directory fails, the
  * new file is already in place and the table follows it (the error tells the
  * client to retry, which is harmless). */
-int store_put(weight_store *store, weight_set *set, int *created, api_error *err);
+int store_put(weight_store *store, weight_set *set, int *created, attn_error *err);
 
 /* Returns a new reference to the set named name, or NULL if there is none. */
 weight_set *store_get(weight_store *store, const char *name);
 
 /* Deletes the set named name (its file first).  Returns 0, ERR_NOT_FOUND, or
  * another ERR_* code on I/O failure, with err filled. */
-int store_delete(weight_store *store, const char *name, api_error *err);
+int store_delete(weight_store *store, const char *name, attn_error *err);
 
 /* Returns new references to every set, sorted by name, in a mem_malloc'ed
  * array (*count entries) that the caller frees with store_list_free, or NULL

@@ -99,7 +99,7 @@ typedef struct run_ctx {
 /* attention_run on ctx->job; the result of the latest run is kept. */
 static int run_attention(run_ctx *ctx)
 {
-    api_error err;
+    attn_error err;
     attention_result_free(&ctx->result);
     if (attention_run(&ctx->job, &ctx->result, &err) != 0) {
         fprintf(stderr, "bench-kernel: attention_run failed: %s\n", err.message);

@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     size_t numbers = w.d_in * w.dk + w.d_ctx * (w.dk + w.dv);
 
     /* Write both files (timed once, for information). */
-    api_error err;
+    attn_error err;
     store_limits limits = {SIZE_MAX / 2, SIZE_MAX / 2};
     stderr_off();
     weight_store *store = store_open(store_dir, &limits, &err);

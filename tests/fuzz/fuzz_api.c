@@ -38,7 +38,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     snprintf(fuzz_cfg.data_dir, sizeof fuzz_cfg.data_dir, "%s", dir);
     mem_install_jansson();
-    api_error err;
+    attn_error err;
     if (api_init(&fuzz_cfg, &err) != 0)
         abort();
     return 0;

@@ -40,7 +40,7 @@ void test_attention_hand_computed(void)
     attn_job job = {.batch = 1, .lq = 2, .lk = 2, .heads = 1, .dk = 2, .dv = 2, .q = q, .k = q,
                     .v = v, .scale = 1.0, .want_attention = 1};
     attn_result r;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(attention_run(&job, &r, &err), 0);
     double a = exp(1.0) / (exp(1.0) + 1), b = 1 / (exp(1.0) + 1);
     ASSERT_NEAR(r.attention[0], a, 1e-15);
@@ -63,7 +63,7 @@ void test_attention_causal_hand_computed(void)
     attn_job job = {.batch = 1, .lq = 3, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .q = q, .k = k,
                     .v = v, .scale = 1.0, .causal = 1, .want_attention = 1};
     attn_result r;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(attention_run(&job, &r, &err), 0);
     ASSERT_NEAR(r.attention[0], 1.0, 0);
     ASSERT_NEAR(r.attention[1], 0.0, 0);
@@ -83,7 +83,7 @@ void test_attention_fully_masked_row_is_zero(void)
                         .k = k, .v = v, .mask = mask, .scale = 0.5, .want_attention = 1,
                         .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
         attn_result r;
-        api_error err;
+        attn_error err;
         ASSERT_EQ(attention_run(&job, &r, &err), 0);
         for (int i = 0; i < 2; i++) {
             ASSERT(r.attention[i] == 0.0);
@@ -103,7 +103,7 @@ void test_attention_large_scores_stable(void)
     attn_job job = {.batch = 1, .lq = 1, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .q = q, .k = k,
                     .v = v, .scale = 1.0, .want_attention = 1};
     attn_result r;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(attention_run(&job, &r, &err), 0);
     double w0 = 1 / (1 + exp(-1000.0));
     ASSERT_NEAR(r.attention[0], w0, 1e-15);
@@ -136,7 +136,7 @@ static double random_case(size_t batch, size_t heads, size_t lq, size_t lk, size
     double *ref_attn = malloc(batch * heads * lq * lk * sizeof(double));
     ref_sdpa(batch, heads, lq, lk, hdk, hdv, q, k, v, full_mask, causal, scale, ref_out, ref_attn);
     attn_result r;
-    api_error err;
+    attn_error err;
     double worst = INFINITY;
     *ok = attention_run(&job, &r, &err) == 0;
     if (*ok) {
@@ -226,7 +226,7 @@ void test_attention_projections_against_reference(void)
         else
             memcpy(out, heads_out, batch * lq * dv * sizeof(double));
         attn_result r;
-        api_error err;
+        attn_error err;
         int rc = attention_run(&job, &r, &err);
         double e1 = rc == 0 ? test_max_abs_diff(r.output, out, batch * lq * d_out) : INFINITY;
         double e2 = rc == 0 ? test_max_abs_diff(r.attention, attn, batch * heads * lq * lk) : INFINITY;
@@ -249,7 +249,7 @@ void test_attention_without_attention_matrix(void)
     attn_job job = {.batch = 2, .lq = 5, .lk = 4, .heads = 2, .dk = 6, .dv = 4, .q = q, .k = k,
                     .v = v, .scale = 0.3, .causal = 1, .want_attention = 1};
     attn_result with, without;
-    api_error err;
+    attn_error err;
     int rc1 = attention_run(&job, &with, &err);
     job.want_attention = 0;
     int rc2 = attention_run(&job, &without, &err);
@@ -272,7 +272,7 @@ void test_attention_overflow_is_reported(void)
     attn_job job = {.batch = 1, .lq = 1, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .q = q, .k = q,
                     .v = v, .scale = 1.0, .want_attention = 1};
     attn_result r;
-    api_error err;
+    attn_error err;
     error_clear(&err);
     ASSERT_EQ(attention_run(&job, &r, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.code, "not_finite");

@@ -101,7 +101,7 @@ static int edge_case(size_t lq, size_t lk, int rising)
                                     .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64,
                                     .want_attention = want};
                     attn_result r;
-                    api_error err;
+                    attn_error err;
                     double tol = dtype ? 2e-5 : 1e-12;
                     if (attention_run(&job, &r, &err) != 0) {
                         fprintf(stderr, "  attention_run failed: %s\n", err.message);
@@ -183,7 +183,7 @@ void test_kernel_overflow_in_late_block(void)
                             .q = q, .k = k, .v = v, .scale = 1, .want_attention = want,
                             .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
             attn_result r;
-            api_error err;
+            attn_error err;
             int rc = attention_run(&job, &r, &err);
             if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0) {
                 free(k);
@@ -209,7 +209,7 @@ void test_kernel_nan_score_reported(void)
                             .scale = dtype ? 1e-3 : 1e-300, .want_attention = want,
                             .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
             attn_result r;
-            api_error err;
+            attn_error err;
             int rc = attention_run(&job, &r, &err);
             if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
                 FAIL_AT("attention %d dtype %d: rc %d, code %s", want, dtype, rc, err.code);

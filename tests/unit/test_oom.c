@@ -23,7 +23,7 @@ static const char *const oom_body =
     "\"dtype\":\"%s\"}";
 
 /* Decodes, runs and encodes body; returns 0, or the failing step's code. */
-static int full_pipeline(const char *body, api_error *err)
+static int full_pipeline(const char *body, attn_error *err)
 {
     json_error_t jerr;
     json_t *root = json_loads(body, 0, &jerr);
@@ -56,7 +56,7 @@ void test_oom_decode_run_encode(void)
     for (int dtype = 0; dtype < 2; dtype++) {
         char body[1024];
         snprintf(body, sizeof body, oom_body, dtype ? "float32" : "float64");
-        api_error err;
+        attn_error err;
         ASSERT_EQ(full_pipeline(body, &err), 0);
         long n;
         for (n = 0; n < 10000; n++) {
@@ -88,7 +88,7 @@ void test_oom_api_handle(void)
     char dir[] = "/tmp/attn-unit-XXXXXX";
     ASSERT(mkdtemp(dir) != NULL);
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", dir);
-    api_error err;
+    attn_error err;
     ASSERT_EQ(api_init(&cfg, &err), 0);
     char body[1024];
     snprintf(body, sizeof body, oom_body, "float64");

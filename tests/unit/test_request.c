@@ -8,7 +8,7 @@
 #include "request.h"
 #include "test.h"
 
-static int decode_text(const char *text, size_t max_elements, attn_request *req, api_error *err)
+static int decode_text(const char *text, size_t max_elements, attn_request *req, attn_error *err)
 {
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
@@ -26,7 +26,7 @@ static int decode_text(const char *text, size_t max_elements, attn_request *req,
 void test_request_qkv_shapes_and_scale(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3,4],[5,6,7,8]],"
                           "\"v\":[[1,2],[3,4]],\"heads\":2,\"causal\":true}", 1000, &req, &err), 0);
     ASSERT_EQ(req.job.lq, 1);
@@ -52,7 +52,7 @@ void test_request_qkv_shapes_and_scale(void)
 void test_request_columns_layout_transposes(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     /* q given as 2 features x 3 tokens. */
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3],[4,5,6]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]],"
                           "\"layout\":\"columns\"}", 1000, &req, &err), 0);
@@ -72,7 +72,7 @@ void test_request_columns_layout_transposes(void)
 void test_request_out_in_weights_transpose(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     /* x: 1 token of width 3; wq out_in is (2 x 3). */
     ASSERT_EQ(decode_text("{\"x\":[[1,2,3]],\"weights_layout\":\"out_in\",\"weights\":{"
                           "\"wq\":[[1,2,3],[4,5,6]],\"wk\":[[1,2,3],[4,5,6]],\"wv\":[[1,2,3]],"
@@ -93,7 +93,7 @@ void test_request_out_in_weights_transpose(void)
 void test_request_mask_forms(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2]],\"v\":[[1],[2]],"
                           "\"mask\":[[true,false],[1,0.0]]}", 1000, &req, &err), 0);
     ASSERT(req.job.mask != NULL);
@@ -113,7 +113,7 @@ void test_request_mask_forms(void)
 void test_request_named_weights(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     ASSERT_EQ(decode_text("{\"x\":[[1,2]],\"weights\":\"encoder.v1\"}", 1000, &req, &err), 0);
     ASSERT_STR_EQ(req.weights_name, "encoder.v1");
     ASSERT(req.job.weights == NULL);
@@ -217,7 +217,7 @@ void test_request_invalid_cases(void)
     for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
         const bad_case *c = &bad_cases[i];
         attn_request req;
-        api_error err;
+        attn_error err;
         int rc = decode_text(c->json, 1000, &req, &err);
         if (rc == 0)
             request_free(&req);
@@ -229,7 +229,7 @@ void test_request_invalid_cases(void)
     }
     /* The message names the problem in the user's terms. */
     attn_request req;
-    api_error err;
+    attn_error err;
     decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3]],\"v\":[[1]]}", 1000, &req, &err);
     ASSERT_STR_EQ(err.message, "k has 3 columns but q has 4 (both must be dk).");
     decode_text("{" QKV ",\"casual\":true}", 1000, &req, &err);
@@ -239,7 +239,7 @@ void test_request_invalid_cases(void)
 void test_request_element_limit(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     /* 4 + 4 + 4 numbers: 12 fit, 11 do not. */
     const char *body = "{\"q\":[[1,2],[3,4]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]]}";
     ASSERT_EQ(decode_text(body, 12, &req, &err), 0);
@@ -252,7 +252,7 @@ void test_request_element_limit(void)
 void test_request_response_shapes(void)
 {
     attn_request req;
-    api_error err;
+    attn_error err;
     /* batch 2, heads 2, lq 3, lk 1, columns layout: output comes back dv x lq. */
     ASSERT_EQ(decode_text("{\"q\":[[[1,2,3],[4,5,6]],[[1,2,3],[4,5,6]]],"
                           "\"k\":[[[1],[2]],[[3],[4]]],\"v\":[[[1],[2]],[[3],[4]]],"

@@ -305,7 +305,7 @@ static void close_store(weight_store *store)
 
 /* Opens the store at dir with its stderr messages captured into log (when
  * log is not NULL; they are dropped otherwise).  Close with close_store. */
-static weight_store *open_store(const char *dir, const store_limits *limits, api_error *err,
+static weight_store *open_store(const char *dir, const store_limits *limits, attn_error *err,
                                 char *log, size_t log_len)
 {
     FILE *capture = tmpfile();
@@ -370,7 +370,7 @@ static const struct stored_case {
 
 static void body_put_reopen(const char *dir)
 {
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_total_bytes(store), 0);
@@ -431,7 +431,7 @@ void test_store_put_reopen_bit_exact(void)
 static void body_replace(const char *dir)
 {
     static const set_shape small = {2, 2, 2, 2, 2, 0}, big = {6, 4, 6, 3, 5, HAS_ALL};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     int created = -1;
@@ -478,7 +478,7 @@ void test_store_replace(void)
 static void body_delete(const char *dir)
 {
     static const set_shape shape = {3, 3, 2, 2, 2, HAS_BQ};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("a", &shape, 1, 0, 0), NULL, &err), 0);
@@ -491,7 +491,7 @@ static void body_delete(const char *dir)
     ASSERT_EQ(store_total_bytes(store), file_size_of("b", &shape));
     error_clear(&err);
     ASSERT_EQ(store_delete(store, "a", &err), ERR_NOT_FOUND);
-    ASSERT_EQ(error_http_status(err.status_code), 404);
+    ASSERT_EQ(error_http_status(err.kind), 404);
     ASSERT_STR_EQ(err.code, "unknown_weight_set");
     ASSERT_EQ(store_delete(store, "never-there", &err), ERR_NOT_FOUND);
     weight_set *b = store_get(store, "b");
@@ -530,7 +530,7 @@ void test_store_delete(void)
 static void body_reference(const char *dir)
 {
     static const set_shape v1 = {4, 4, 4, 4, 4, HAS_ALL}, v2 = {2, 3, 2, 2, 1, HAS_WO};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("r", &v1, 11, 2, 1), NULL, &err), 0);
@@ -607,7 +607,7 @@ static int quarantined(const char *dir, const char *file, long long size)
 static void body_quarantine(const char *dir)
 {
     static const set_shape shape = {6, 5, 4, 4, 3, HAS_ALL};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("good1", &shape, 1, 2, 0), NULL, &err), 0);
@@ -722,7 +722,7 @@ void test_store_quarantines_bad_files(void)
 static void body_every_flip(const char *dir)
 {
     static const set_shape shape = {2, 1, 2, 1, 1, HAS_BQ};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("f", &shape, 5, 0, 0), NULL, &err), 0);
@@ -764,7 +764,7 @@ void test_store_every_byte_flip_is_rejected(void)
 static void body_tmp_leftovers(const char *dir)
 {
     static const set_shape shape = {3, 3, 3, 3, 3, 0};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("a", &shape, 1, 0, 0), NULL, &err), 0);
@@ -805,7 +805,7 @@ void test_store_removes_tmp_leftovers(void)
 static int on_disk(const char *dir, const char *name, const set_shape *shape, uint64_t seed,
                    size_t heads, int out_in, char *why, size_t why_len)
 {
-    api_error err;
+    attn_error err;
     weight_store *again = open_store(dir, &roomy, &err, NULL, 0);
     if (again == NULL) {
         snprintf(why, why_len, "reopen failed: %.200s", err.message);
@@ -833,7 +833,7 @@ static void walk_put_faults(const char *dir, const char *name, uint64_t prev_see
 {
     static const set_shape prev = {4, 4, 4, 4, 4, HAS_BQ}, next = {6, 5, 4, 2, 3, HAS_ALL};
     static const set_shape bystander = {2, 2, 2, 2, 2, 0};
-    api_error err;
+    attn_error err;
     char why[256];
     *steps = -1;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
@@ -934,7 +934,7 @@ void test_store_put_io_faults(void)
 static void body_delete_faults(const char *dir)
 {
     static const set_shape shape = {2, 2, 2, 2, 2, 0};
-    api_error err;
+    attn_error err;
     char why[256];
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
@@ -977,13 +977,13 @@ static void body_limits(const char *dir)
     ASSERT_EQ(large, 1632);
     /* One set may take up to `large` bytes; all together three small ones. */
     store_limits limits = {large, 3 * small};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &limits, &err, NULL, 0);
     ASSERT(store != NULL);
     error_clear(&err);
     ASSERT_EQ(store_put(store, set_make("big", &two, 1, 0, 0), NULL, &err), ERR_TOO_LARGE);
     ASSERT_STR_EQ(err.code, "store_full");  /* 1632 > 1440 in total */
-    ASSERT_EQ(error_http_status(err.status_code), 413);
+    ASSERT_EQ(error_http_status(err.kind), 413);
     static const set_shape three = {8, 8, 8, 8, 8, HAS_BQ}; /* 64 bytes over `large` */
     error_clear(&err);
     ASSERT_EQ(store_put(store, set_make("bigger", &three, 1, 0, 0), NULL, &err), ERR_TOO_LARGE);
@@ -1046,7 +1046,7 @@ static void body_set_limit_boundary(const char *dir)
     static const set_shape one = {4, 4, 4, 4, 4, 0};
     size_t size = file_size_of("a", &one);
     store_limits limits = {size, (size_t)1 << 20};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &limits, &err, NULL, 0);
     ASSERT(store != NULL);
     ASSERT_EQ(store_put(store, set_make("a", &one, 1, 0, 0), NULL, &err), 0);
@@ -1072,7 +1072,7 @@ void test_store_set_limit_boundary(void)
 static void body_oom_put(const char *dir)
 {
     static const set_shape shape = {3, 3, 3, 3, 3, HAS_BV};
-    api_error err;
+    attn_error err;
     char why[256];
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
@@ -1138,7 +1138,7 @@ void test_store_put_out_of_memory(void)
 static void body_oom_open(const char *dir)
 {
     static const set_shape shape = {3, 2, 2, 2, 2, HAS_ALL};
-    api_error err;
+    attn_error err;
     weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(store != NULL);
     for (int i = 0; i < 20; i++) {  /* more than the first table's 16 slots */
@@ -1159,9 +1159,9 @@ static void body_oom_open(const char *dir)
         if (store != NULL) {
             weight_set **list = store_list(store, &count);
             store_list_free(list, count);
-        } else if (err.status_code != ERR_UNAVAILABLE) {
+        } else if (err.kind != ERR_UNAVAILABLE) {
             FAIL_AT("allocation %ld: store_open failed with %d (%s), expected out of memory", n,
-                    err.status_code, err.code);
+                    err.kind, err.code);
         }
         close_store(store);
         if (in_quarantine != 0 || files != 20)
@@ -1239,7 +1239,7 @@ static weight_set *constant_set(size_t version)
 
 static void body_concurrent(const char *dir)
 {
-    api_error err;
+    attn_error err;
     reader_state st = {0};
     st.store = open_store(dir, &roomy, &err, NULL, 0);
     ASSERT(st.store != NULL);
