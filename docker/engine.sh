@@ -50,7 +50,7 @@ engine_has_image() {
     fi
 }
 
-# debian_mirror: prints the Debian mirror that apt on this machine already uses for bookworm
+# debian_mirror: prints the Debian mirror that apt on this host already uses for bookworm
 # (DEBIAN_MIRROR wins), or deb.debian.org when none is found.
 debian_mirror() {
     if [ -n "${DEBIAN_MIRROR:-}" ]; then
