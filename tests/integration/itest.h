@@ -153,7 +153,6 @@ extern const long long g_expected_max_elements[];
 
 extern const long long g_expected_compute_threads[];
 
-extern const char *const g_expected_origin[];
 
 extern const char *g_server_path;
 
@@ -373,11 +372,6 @@ json_t *get_set(struct test *t, const struct server *s, const char *name, int wa
 /* GETs the set name (expecting 200) and checks it against sent with expect_set_body. */
 void expect_stored_set(struct test *t, const struct server *s, const char *name, const json_t *sent);
 
-/* Checks that r is a 405 method_not_allowed error whose Allow header lists every method of
- * allowed (NULL-terminated) but not method, the one that was refused. */
-void expect_method_not_allowed(struct test *t, const struct client_response *r, const char *method,
-                               const char *const *allowed);
-
 /* The step name on server id that only GETs the set set_name and checks it against sent. */
 void step_expect_stored_set(const char *name, enum server_id id, const char *set_name, const json_t *sent);
 
@@ -425,9 +419,6 @@ struct itest_paths {
 };
 
 /* Each group reports its tests through test_end; main lists them in g_groups. */
-
-void check_preflight(const char *name, enum server_id id, const char *path, const char *request_target,
-                     const char *allow_method);
 void run_fixture_tests(const struct itest_paths *paths); /* itest_fixtures.c */
 void run_case_tests(const struct itest_paths *paths); /* itest_cases.c */
 void run_protocol_tests(const struct itest_paths *paths); /* itest_protocol.c */

@@ -63,12 +63,217 @@ static const char *unknown_key(const json_t *obj, const char *const *allowed)
     return NULL;
 }
 
-/* Runs one case object from a case file; name_prefix is "cases/FILE". */
-static void run_case(const char *name_prefix, size_t index, const json_t *c, int *servers_used)
+/* Returns the value at a dotted path in v ("error.code", "shapes.wq.0": a segment of
+ * digits indexes an array), borrowed, or NULL when there is none. */
+static const json_t *json_at_path(const json_t *v, const char *path)
 {
-    static const char *const case_keys[] = {"name", "about", "method", "path", "body", "raw_body", "headers",
-                                            "server", "pad_to_bytes", "expect", NULL};
-    static const char *const expect_keys[] = {"status", "code", "field", "header_contains", NULL};
+    char segment[256];
+    while (v != NULL && *path != '\0') {
+        size_t n = strcspn(path, ".");
+        snprintf(segment, sizeof segment, "%.*s", (int)n, path);
+        path += n + (path[n] == '.');
+        if (json_is_array(v) && segment[0] != '\0' && strspn(segment, "0123456789") == strlen(segment))
+            v = json_array_get(v, (size_t)strtoull(segment, NULL, 10));
+        else
+            v = json_object_get(v, segment);
+    }
+    return v;
+}
+
+/* Returns 1 when status is want (an integer) or one of want (an array of integers). */
+static int status_accepted(const json_t *want, int status)
+{
+    if (json_is_integer(want))
+        return json_integer_value(want) == status;
+    for (size_t i = 0; i < json_array_size(want); i++)
+        if (json_integer_value(json_array_get(want, i)) == status)
+            return 1;
+    return 0;
+}
+
+/* Returns 1 when v is a string, or a non-empty array of strings. */
+static int strings_or_string(const json_t *v)
+{
+    if (json_is_string(v))
+        return 1;
+    for (size_t i = 0; i < json_array_size(v); i++)
+        if (!json_is_string(json_array_get(v, i)))
+            return 0;
+    return json_array_size(v) > 0;
+}
+
+/* Returns 1 when every member of obj is a string or an array of strings (NULL: no object). */
+static int header_object_valid(const json_t *obj)
+{
+    if (obj == NULL)
+        return 1;
+    if (!json_is_object(obj))
+        return 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value)
+        if (!strings_or_string(value))
+            return 0;
+    return 1;
+}
+
+/*
+ * Checks the form of case c before anything is sent: only known keys, the required ones,
+ * and values of the right types. A typo in a case file must not silently weaken a test,
+ * so the files are strict. Returns 1 when the case is well formed.
+ */
+static int case_well_formed(struct test *t, const json_t *c)
+{
+    static const char *const case_keys[] = {"name", "about", "method", "path", "request_target", "body", "raw_body",
+                                            "body_file", "headers", "server", "pad_to_bytes", "expect", NULL};
+    static const char *const expect_keys[] = {"status", "code", "field", "header_contains", "header_equals",
+                                              "header_lacks", "headers_present", "json", "body_empty", NULL};
+    const json_t *expect = json_object_get(c, "expect");
+    const json_t *status = json_object_get(expect, "status");
+    const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
+    const char *bad_expect_key = json_is_object(expect) ? unknown_key(expect, expect_keys) : NULL;
+    int bodies = (json_object_get(c, "body") != NULL) + (json_object_get(c, "raw_body") != NULL) +
+                 (json_object_get(c, "body_file") != NULL);
+    const json_t *raw = json_object_get(c, "raw_body"), *file = json_object_get(c, "body_file");
+    const json_t *headers = json_object_get(c, "headers"), *present = json_object_get(expect, "headers_present");
+    const json_t *members = json_object_get(expect, "json");
+    return expect_true(t, json_is_object(c) && json_is_string(json_object_get(c, "name")),
+                       "malformed case: not an object with a \"name\"") &&
+           expect_true(t, bad_case_key == NULL, "malformed case: unknown key \"%s\"", bad_case_key) &&
+           expect_true(t, json_is_object(expect) && (json_is_integer(status) ||
+                                                     (json_array_size(status) > 0 &&
+                                                      json_is_integer(json_array_get(status, 0)))),
+                       "malformed case: expect.status missing") &&
+           expect_true(t, bad_expect_key == NULL, "malformed case: unknown key \"expect.%s\"", bad_expect_key) &&
+           expect_true(t, bodies <= 1, "malformed case: more than one of body, raw_body and body_file") &&
+           expect_true(t, raw == NULL || json_is_string(raw), "malformed case: raw_body is not a string") &&
+           expect_true(t, file == NULL || json_is_string(file), "malformed case: body_file is not a string") &&
+           expect_true(t, headers == NULL || json_is_object(headers), "malformed case: headers is not an object") &&
+           expect_true(t, header_object_valid(json_object_get(expect, "header_contains")) &&
+                              header_object_valid(json_object_get(expect, "header_equals")) &&
+                              header_object_valid(json_object_get(expect, "header_lacks")),
+                       "malformed case: an expect.header_* member is not an object of strings") &&
+           expect_true(t, present == NULL || strings_or_string(present),
+                       "malformed case: expect.headers_present is not an array of names") &&
+           expect_true(t, members == NULL || json_is_object(members), "malformed case: expect.json is not an object");
+}
+
+/* The server a case names: "default" when it names none; returns -1 for an unknown name. */
+static int case_server(const char *name)
+{
+    if (name == NULL)
+        return SERVER_DEFAULT;
+    for (int id = 0; id < SERVER_COUNT; id++)
+        if (strcmp(name, g_server_kinds[id].label) == 0)
+            return id;
+    return -1;
+}
+
+/*
+ * Assembles the body of case c: JSON (with $matrix expanded), raw bytes, or the bytes of
+ * body_file (relative to dir), then optional padding. Returns 0 with *body (NULL when the
+ * case has none; the caller frees it) and *len set, or -1 when body_file cannot be read.
+ */
+static int case_body(const json_t *c, const char *dir, char **body, size_t *len)
+{
+    const json_t *body_json = json_object_get(c, "body"), *raw = json_object_get(c, "raw_body");
+    const char *file = json_string_value(json_object_get(c, "body_file"));
+    const json_t *pad = json_object_get(c, "pad_to_bytes");
+    *body = NULL;
+    *len = 0;
+    if (body_json != NULL) {
+        json_t *expanded = expand_body(body_json);
+        *body = json_dumps(expanded, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(expanded);
+        *len = strlen(*body);
+    } else if (raw != NULL) {
+        *len = json_string_length(raw);
+        *body = client_xcalloc(*len + 1, 1);
+        memcpy(*body, json_string_value(raw), *len);
+    } else if (file != NULL) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%.2000s/%.1000s", dir, file);
+        if ((*body = client_read_file(path, len)) == NULL)
+            return -1;
+    }
+    if (json_is_integer(pad) && *body != NULL && (size_t)json_integer_value(pad) > *len) {
+        size_t want = (size_t)json_integer_value(pad);
+        char *padded = client_xcalloc(want + 1, 1);
+        memcpy(padded, *body, *len);
+        memset(padded + *len, ' ', want - *len); /* whitespace keeps the JSON valid */
+        free(*body);
+        *body = padded;
+        *len = want;
+    }
+    return 0;
+}
+
+/* Calls check(t, r, header, text) for every text of every header of the expect object obj. */
+static void each_header_text(struct test *t, const struct client_response *r, const json_t *obj,
+                             int (*check)(struct test *, const struct client_response *, const char *, const char *))
+{
+    const char *name;
+    json_t *value;
+    json_object_foreach((json_t *)obj, name, value) {
+        if (json_is_string(value))
+            check(t, r, name, json_string_value(value));
+        for (size_t i = 0; i < json_array_size(value); i++)
+            check(t, r, name, json_string_value(json_array_get(value, i)));
+    }
+}
+
+/* Checks that header name, when present, does not contain text (case-sensitive). */
+static int expect_header_lacks(struct test *t, const struct client_response *r, const char *name, const char *text)
+{
+    const char *value = client_header(r, name);
+    return expect_true(t, value == NULL || strstr(value, text) == NULL, "%s lists %s: %s", name, text, value);
+}
+
+/* Checks the error body of r against expect.code and expect.field; *response receives
+ * the parsed body (the caller releases it). */
+static void expect_case_error(struct test *t, const struct client_response *r, const json_t *expect,
+                              json_t **response)
+{
+    expect_header_contains(t, r, "Content-Type", "application/json");
+    const json_t *error = expect_error_body(t, r, response);
+    if (error == NULL)
+        return;
+    const char *got_code = json_string_value(json_object_get(error, "code"));
+    const char *want_code = json_string_value(json_object_get(expect, "code"));
+    if (want_code != NULL)
+        expect_true(t, strcmp(got_code, want_code) == 0, "error code \"%s\", expected \"%s\"", got_code, want_code);
+    const json_t *want_field = json_object_get(expect, "field");
+    const json_t *got_field = json_object_get(error, "field");
+    if (json_is_null(want_field))
+        expect_true(t, got_field == NULL, "error.field is \"%s\", expected no field", json_string_value(got_field));
+    else if (json_is_string(want_field))
+        expect_true(t, got_field != NULL && strcmp(json_string_value(got_field), json_string_value(want_field)) == 0,
+                    "error.field is %s%s%s, expected \"%s\"", got_field ? "\"" : "",
+                    got_field ? json_string_value(got_field) : "absent", got_field ? "\"" : "",
+                    json_string_value(want_field));
+}
+
+/* Checks every member of expect.json against the body of r, compared by value. */
+static void expect_case_members(struct test *t, const struct client_response *r, const json_t *members,
+                                json_t **response)
+{
+    if (*response == NULL)
+        *response = response_json(r);
+    if (!expect_true(t, *response != NULL, "the body is not JSON"))
+        return;
+    const char *path;
+    json_t *want;
+    json_object_foreach((json_t *)members, path, want) {
+        char where[512], why[1024];
+        snprintf(where, sizeof where, "%s", path);
+        int same = json_same(json_at_path(*response, path), want, 0, where, sizeof where, why, sizeof why);
+        expect_true(t, same, "body member %s", why);
+    }
+}
+
+/* Runs one case object from a case file in dir; name_prefix is "cases/FILE". */
+static void run_case(const char *name_prefix, const char *dir, size_t index, const json_t *c, int *servers_used)
+{
     struct test t;
     const char *name = json_string_value(json_object_get(c, "name"));
     char fallback[32];
@@ -78,62 +283,25 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
 
     const json_t *expect = json_object_get(c, "expect");
     const char *method = json_string_value(json_object_get(c, "method"));
-    const char *path = json_string_value(json_object_get(c, "path"));
     const char *server_name = json_string_value(json_object_get(c, "server"));
-    const json_t *headers = json_object_get(c, "headers");
-    const json_t *raw = json_object_get(c, "raw_body");
-    const json_t *body_json = json_object_get(c, "body");
-    const json_t *pad = json_object_get(c, "pad_to_bytes");
-    enum server_id id = SERVER_DEFAULT;
+    int id = case_server(server_name);
     char *body = NULL;
     size_t body_len = 0;
     json_t *response = NULL;
     struct client_response r = {0};
     struct server *s;
-    const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
-    const char *bad_expect_key = json_is_object(expect) ? unknown_key(expect, expect_keys) : NULL;
 
-    /* A typo in a case file must not silently weaken the test, so the files are strict. */
-    if (!expect_true(&t, json_is_object(c) && name != NULL, "malformed case: not an object with a \"name\"") ||
-        !expect_true(&t, bad_case_key == NULL, "malformed case: unknown key \"%s\"", bad_case_key) ||
-        !expect_true(&t, json_is_object(expect) && json_is_integer(json_object_get(expect, "status")),
-                     "malformed case: expect.status missing") ||
-        !expect_true(&t, bad_expect_key == NULL, "malformed case: unknown key \"expect.%s\"", bad_expect_key) ||
-        !expect_true(&t, !(raw != NULL && body_json != NULL), "malformed case: both body and raw_body") ||
-        !expect_true(&t, raw == NULL || json_is_string(raw), "malformed case: raw_body is not a string") ||
-        !expect_true(&t, headers == NULL || json_is_object(headers), "malformed case: headers is not an object"))
-        goto done;
-    if (server_name != NULL && strcmp(server_name, "small-limits") == 0)
-        id = SERVER_SMALL_LIMITS;
-    else if (!expect_true(&t, server_name == NULL || strcmp(server_name, "default") == 0,
-                          "malformed case: unknown server \"%s\"", server_name))
+    if (!case_well_formed(&t, c) ||
+        !expect_true(&t, id >= 0, "malformed case: unknown server \"%s\"", server_name) ||
+        !expect_true(&t, case_body(c, dir, &body, &body_len) == 0, "cannot read body_file %s/%s", dir,
+                     json_string_value(json_object_get(c, "body_file"))))
         goto done;
     *servers_used |= 1 << id;
 
-    /* Assemble the body: JSON (with $matrix expanded), or raw bytes, then optional padding. */
-    if (body_json != NULL) {
-        json_t *expanded = expand_body(body_json);
-        body = json_dumps(expanded, JSON_COMPACT | JSON_ENCODE_ANY);
-        json_decref(expanded);
-        body_len = strlen(body);
-    } else if (raw != NULL) {
-        body_len = json_string_length(raw);
-        body = client_xcalloc(body_len + 1, 1);
-        memcpy(body, json_string_value(raw), body_len);
-    }
-    if (json_is_integer(pad) && body != NULL && (size_t)json_integer_value(pad) > body_len) {
-        size_t want = (size_t)json_integer_value(pad);
-        char *padded = client_xcalloc(want + 1, 1);
-        memcpy(padded, body, body_len);
-        memset(padded + body_len, ' ', want - body_len); /* whitespace keeps the JSON valid */
-        free(body);
-        body = padded;
-        body_len = want;
-    }
-
     struct client_request rq = {
         .method = method != NULL ? method : "POST",
-        .path = path != NULL ? path : "/v1/attention",
+        .path = json_object_get(c, "path") ? json_string_value(json_object_get(c, "path")) : "/v1/attention",
+        .request_target = json_string_value(json_object_get(c, "request_target")),
         .body = body,
         .body_len = body_len,
     };
@@ -141,7 +309,7 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
     size_t header_count = 0;
     const char *hname;
     json_t *hvalue;
-    json_object_foreach((json_t *)headers, hname, hvalue) {
+    json_object_foreach(json_object_get(c, "headers"), hname, hvalue) {
         if (header_count < CLIENT_MAX_EXTRA_HEADERS && json_is_string(hvalue)) {
             snprintf(header_lines[header_count], sizeof header_lines[0], "%s: %s", hname, json_string_value(hvalue));
             rq.headers[header_count] = header_lines[header_count];
@@ -149,42 +317,36 @@ static void run_case(const char *name_prefix, size_t index, const json_t *c, int
         }
     }
 
-    if ((s = test_server(&t, id)) == NULL)
+    if ((s = test_server(&t, (enum server_id)id)) == NULL)
         goto done;
     http_call(s, &rq, &r);
-    int want_status = (int)json_integer_value(json_object_get(expect, "status"));
-    if (!expect_status(&t, &r, want_status))
+    const json_t *want_status = json_object_get(expect, "status");
+    int first_status = (int)json_integer_value(json_is_array(want_status) ? json_array_get(want_status, 0)
+                                                                          : want_status);
+    if (!status_accepted(want_status, r.status)) {
+        expect_status(&t, &r, first_status);
+        if (json_is_array(want_status))
+            test_detail(&t, "    (the case also accepts the other statuses of its list)");
         goto done;
-    expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") != NULL, "no Access-Control-Allow-Origin header");
-
-    const json_t *contains = json_object_get(expect, "header_contains");
-    const char *cname;
-    json_t *cvalue;
-    json_object_foreach((json_t *)contains, cname, cvalue)
-        expect_header_contains(&t, &r, cname, json_string_value(cvalue) != NULL ? json_string_value(cvalue) : "");
-
-    if (want_status >= 400) {
-        expect_header_contains(&t, &r, "Content-Type", "application/json");
-        const json_t *error = expect_error_body(&t, &r, &response);
-        if (error == NULL)
-            goto done;
-        const char *got_code = json_string_value(json_object_get(error, "code"));
-        const char *want_code = json_string_value(json_object_get(expect, "code"));
-        if (want_code != NULL)
-            expect_true(&t, strcmp(got_code, want_code) == 0, "error code \"%s\", expected \"%s\"", got_code,
-                        want_code);
-        const json_t *want_field = json_object_get(expect, "field");
-        const json_t *got_field = json_object_get(error, "field");
-        if (json_is_null(want_field))
-            expect_true(&t, got_field == NULL, "error.field is \"%s\", expected no field",
-                        json_string_value(got_field));
-        else if (json_is_string(want_field))
-            expect_true(&t, got_field != NULL && strcmp(json_string_value(got_field),
-                                                        json_string_value(want_field)) == 0,
-                        "error.field is %s%s%s, expected \"%s\"", got_field ? "\"" : "",
-                        got_field ? json_string_value(got_field) : "absent", got_field ? "\"" : "",
-                        json_string_value(want_field));
     }
+    expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") != NULL, "no Access-Control-Allow-Origin header");
+    each_header_text(&t, &r, json_object_get(expect, "header_contains"), expect_header_contains);
+    each_header_text(&t, &r, json_object_get(expect, "header_equals"), expect_header_equals);
+    each_header_text(&t, &r, json_object_get(expect, "header_lacks"), expect_header_lacks);
+    const json_t *present = json_object_get(expect, "headers_present");
+    for (size_t i = 0; i < (json_is_string(present) ? 1 : json_array_size(present)); i++) {
+        const char *header = json_is_string(present) ? json_string_value(present)
+                                                     : json_string_value(json_array_get(present, i));
+        expect_true(&t, client_header(&r, header) != NULL, "no %s header", header);
+    }
+    if (json_is_true(json_object_get(expect, "body_empty")))
+        expect_true(&t, r.body_len == 0, "the %d answer has a body of %zu bytes", r.status, r.body_len);
+
+    /* A HEAD answer has no body to check. */
+    if (r.status >= 400 && strcmp(rq.method, "HEAD") != 0)
+        expect_case_error(&t, &r, expect, &response);
+    if (json_object_get(expect, "json") != NULL)
+        expect_case_members(&t, &r, json_object_get(expect, "json"), &response);
     if (t.failed) {
         char snippet[400];
         body_snippet(r.body, r.body_len, snippet, sizeof snippet);
@@ -223,7 +385,7 @@ void run_case_tests(const struct itest_paths *paths)
         }
         int servers_used = 0;
         for (size_t j = 0; j < json_array_size(cases); j++)
-            run_case(prefix, j, json_array_get(cases, j), &servers_used);
+            run_case(prefix, dir, j, json_array_get(cases, j), &servers_used);
         for (int id = 0; id < SERVER_COUNT; id++)
             if (servers_used & (1 << id))
                 check_still_serving(prefix, (enum server_id)id);

@@ -1,7 +1,9 @@
 /*
- * itest_protocol.c - health, readiness, /v1/info against the flags and environment each
- * server was started with, /metrics counting the traffic so far, CORS preflights and
- * headers, and the Allow header of 405 answers.
+ * itest_protocol.c - what one request and its answer cannot say about the protocol:
+ * GET /v1/info against the flags and environment each server was started with (the
+ * compute threads depend on the CPUs the server reports), and /metrics counting the
+ * traffic of the earlier groups. Health, readiness, CORS and the Allow header of 405
+ * answers are cases/protocol.json.
  */
 #include "itest.h"
 
@@ -52,91 +54,13 @@ done:
     test_end(&t);
 }
 
-/* Sends a CORS preflight for path and checks the answer; allow_method must be listed. */
-void check_preflight(const char *name, enum server_id id, const char *path, const char *request_target,
-                     const char *allow_method)
-{
-    struct test t;
-    struct server *s;
-    if (!test_start(&t, id, &s, name))
-        return;
-    struct client_request rq = {.method = "OPTIONS", .path = path, .request_target = request_target};
-    rq.headers[0] = "Origin: https://viz.example";
-    rq.headers[1] = "Access-Control-Request-Method: POST";
-    rq.headers[2] = "Access-Control-Request-Headers: content-type";
-    struct client_response r;
-    http_call(s, &rq, &r);
-    if (r.status != 204)
-        expect_status(&t, &r, 200); /* 204 is what DESIGN.md says; 200 is tolerated */
-    expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
-    expect_header_contains(&t, &r, "Access-Control-Allow-Methods", allow_method);
-    expect_true(&t, client_header(&r, "Access-Control-Allow-Headers") != NULL, "no Access-Control-Allow-Headers");
-    expect_true(&t, client_header(&r, "Access-Control-Max-Age") != NULL, "no Access-Control-Max-Age");
-    client_response_free(&r);
-    test_end(&t);
-}
-
-/* Sends one request and checks status and the exact Access-Control-Allow-Origin value. */
-static void check_cors_origin(const char *name, enum server_id id, const char *method, const char *path,
-                              const char *body, int want_status)
-{
-    struct test t;
-    struct server *s;
-    if (!test_start(&t, id, &s, name))
-        return;
-    struct client_request rq = {.method = method, .path = path, .body = body, .body_len = body ? strlen(body) : 0};
-    rq.headers[0] = "Origin: https://viz.example";
-    struct client_response r;
-    http_call(s, &rq, &r);
-    expect_status(&t, &r, want_status);
-    expect_header_equals(&t, &r, "Access-Control-Allow-Origin", g_expected_origin[id]);
-    client_response_free(&r);
-    test_end(&t);
-}
-
-/* GETs path and checks a 200 JSON answer whose "status" member is want_status_text. */
-static void check_status_endpoint(const char *name, const char *path, const char *want_status_text)
-{
-    struct test t;
-    struct server *s;
-    if (!test_start(&t, SERVER_DEFAULT, &s, name))
-        return;
-    struct client_response r;
-    http_simple(s, "GET", path, &r);
-    if (expect_status(&t, &r, 200)) {
-        json_t *body = response_json(&r);
-        const char *status = json_string_value(json_object_get(body, "status"));
-        expect_true(&t, status != NULL && strcmp(status, want_status_text) == 0,
-                    "body \"status\" is %s, expected \"%s\"", status ? status : "(missing)", want_status_text);
-        expect_header_contains(&t, &r, "Content-Type", "application/json");
-        json_decref(body);
-    }
-    client_response_free(&r);
-    test_end(&t);
-}
-
-/*
- * Health, readiness, info, metrics, HEAD, CORS (preflight, on every kind of response,
- * with a configured origin) and the Allow header of 405 answers.
- */
+/* /v1/info on three kinds of server, then /metrics after the traffic of the earlier groups. */
 void run_protocol_tests(const struct itest_paths *paths)
 {
     (void)paths;
     struct test t;
     struct client_response r;
     struct server *s;
-
-    check_status_endpoint("protocol/healthz", "/healthz", "ok");
-    check_status_endpoint("protocol/readyz", "/readyz", "ready");
-
-    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/head-healthz")) {
-        http_simple(s, "HEAD", "/healthz", &r);
-        expect_status(&t, &r, 200);
-        expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") != NULL,
-                    "no Access-Control-Allow-Origin header");
-        client_response_free(&r);
-        test_end(&t);
-    }
 
     check_info(SERVER_DEFAULT);
     check_info(SERVER_SMALL_LIMITS);
@@ -167,44 +91,6 @@ void run_protocol_tests(const struct itest_paths *paths)
             }
             expect_true(&t, counted, "no attn_http_requests_total{...code=\"200\"...} line with a count >= 1");
         }
-        client_response_free(&r);
-        test_end(&t);
-    }
-
-    check_preflight("protocol/preflight/attention", SERVER_DEFAULT, "/v1/attention", NULL, "POST");
-    check_preflight("protocol/preflight/healthz", SERVER_DEFAULT, "/healthz", NULL, "GET");
-    check_preflight("protocol/preflight/asterisk", SERVER_DEFAULT, "/", "*", "POST");
-    check_preflight("protocol/preflight/configured-origin", SERVER_CORS, "/v1/attention", NULL, "POST");
-
-    check_cors_origin("protocol/cors/200", SERVER_DEFAULT, "POST", "/v1/attention", g_tiny_request, 200);
-    check_cors_origin("protocol/cors/400", SERVER_DEFAULT, "POST", "/v1/attention", "{\"q\":", 400);
-    check_cors_origin("protocol/cors/404", SERVER_DEFAULT, "GET", "/no/such/path", NULL, 404);
-    check_cors_origin("protocol/cors/405", SERVER_DEFAULT, "GET", "/v1/attention", NULL, 405);
-    check_cors_origin("protocol/cors/configured-origin-200", SERVER_CORS, "GET", "/healthz", NULL, 200);
-    check_cors_origin("protocol/cors/configured-origin-attention", SERVER_CORS, "POST", "/v1/attention",
-                      g_tiny_request, 200);
-    check_cors_origin("protocol/cors/configured-origin-400", SERVER_CORS, "POST", "/v1/attention", "[]", 400);
-    check_cors_origin("protocol/cors/configured-origin-404", SERVER_CORS, "GET", "/nothing", NULL, 404);
-
-    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/405-allow/attention")) {
-        http_simple(s, "GET", "/v1/attention", &r);
-        expect_status(&t, &r, 405);
-        expect_header_contains(&t, &r, "Allow", "POST");
-        expect_header_contains(&t, &r, "Allow", "OPTIONS");
-        client_response_free(&r);
-        test_end(&t);
-    }
-    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/405-allow/healthz")) {
-        http_simple(s, "POST", "/healthz", &r);
-        expect_status(&t, &r, 405);
-        expect_header_contains(&t, &r, "Allow", "GET");
-        client_response_free(&r);
-        test_end(&t);
-    }
-    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/attention-content-type")) {
-        http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
-        expect_status(&t, &r, 200);
-        expect_header_contains(&t, &r, "Content-Type", "application/json");
         client_response_free(&r);
         test_end(&t);
     }

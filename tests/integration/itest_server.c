@@ -31,7 +31,6 @@ const struct server_kind g_server_kinds[SERVER_COUNT] = {
 const long long g_expected_max_body[SERVER_COUNT] = {64LL << 20, 4096, 8192, 64LL << 20};
 const long long g_expected_max_elements[SERVER_COUNT] = {8LL << 20, 1000, 12345, 8LL << 20};
 const long long g_expected_compute_threads[SERVER_COUNT] = {0, 0, 3, 0};
-const char *const g_expected_origin[SERVER_COUNT] = {"*", "*", "https://viz.example", "*"};
 
 const char *g_server_path;
 struct server g_servers[SERVER_COUNT];

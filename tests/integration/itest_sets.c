@@ -239,17 +239,6 @@ void expect_stored_set(struct test *t, const struct server *s, const char *name,
     json_decref(body);
 }
 
-void expect_method_not_allowed(struct test *t, const struct client_response *r, const char *method,
-                               const char *const *allowed)
-{
-    if (!expect_error(t, r, 405, "method_not_allowed", NULL))
-        return;
-    for (size_t i = 0; allowed[i] != NULL; i++)
-        expect_header_contains(t, r, "Allow", allowed[i]);
-    const char *allow = client_header(r, "Allow");
-    expect_true(t, allow == NULL || strstr(allow, method) == NULL, "Allow lists %s: %s", method, allow);
-}
-
 void step_expect_stored_set(const char *name, enum server_id id, const char *set_name, const json_t *sent)
 {
     struct test t;
