@@ -11,12 +11,12 @@
  *   fixtures     (itest_fixtures.c)     every golden case in --fixtures DIR;
  *   cases        (itest_cases.c)        the data-driven cases of --cases DIR: one request
  *                                       and its expected answer each (cases/README.md);
- *   protocol     (itest_protocol.c)     /v1/info and /metrics;
+ *   protocol     (itest_protocol.c)     /v1/info and /metrics (health, CORS and 405s are
+ *                                       cases/protocol.json);
  *   random       (itest_random.c)       randomized requests against the reference;
  *   concurrency  (itest_concurrency.c)  parallel valid requests mixed with garbage;
  *   weight-sets  (itest_weight_sets.c)  round trips bit for bit, summaries, list, DELETE;
  *   named        (itest_named.c)        attention by name equals the weights inline;
- *   store-limits (itest_store_limits.c) 413 weight_set_too_large and store_full;
  *   examples     (itest_examples.c)     api/examples (--examples DIR);
  *   replace-concurrency (itest_replace.c) sets used while replaced and deleted;
  *   restart      (itest_restart.c)      sets survive a restart; damaged files quarantined;
@@ -34,8 +34,8 @@
  *
  * Run: build/itest --server build/attention-server --fixtures tests/fixtures \
  *                  --cases tests/integration/cases [--examples api/examples] [--filter SUBSTR]
- * Steps of the weight-sets and store-limits groups build on each other, so they all run
- * when --filter selects any of them.
+ * Steps of the weight-sets group, like the cases of one case file, build on each other, so
+ * they all run when --filter selects any of them (only the selected ones are reported).
  */
 #include "itest.h"
 
@@ -211,7 +211,6 @@ static const struct {
     {"concurrency", run_concurrency_tests, 0},
     {"weight-sets", run_weight_set_tests, 0},
     {"named", run_named_attention_tests, 0},
-    {"store-limits", run_store_limit_tests, 0},
     {"examples", run_example_tests, 0},
     {"replace-concurrency", run_replace_concurrency_tests, 0},
     {"restart", run_restart_tests, 1},

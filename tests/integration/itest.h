@@ -90,6 +90,19 @@ struct server {
     char start_error[1024];
 };
 
+/*
+ * What a weight-set store holds at one moment, to show that a refused request wrote
+ * nothing: the list (names, times, sizes), the entries of the data directory and, for a
+ * request about one set, that set's file (NULL when there is none).
+ */
+struct store_snapshot {
+    char *list;
+    char **entries;
+    char path[PATH_MAX];
+    char *file;
+    size_t file_len;
+};
+
 /* ------------------------------------------------------------------------------------ */
 /* Test bookkeeping and small utilities (itest.c)                                       */
 /* ------------------------------------------------------------------------------------ */
@@ -407,6 +420,19 @@ extern const char g_out_in_set[];
 /* A tiny set for names and lists. */
 extern const char g_tiny_set[];
 
+/*
+ * Records in snap what the store of server s holds now (the set name's file too when name
+ * is not NULL). The caller releases snap with store_snapshot_free.
+ */
+void store_snapshot_take(struct test *t, const struct server *s, const char *name, struct store_snapshot *snap);
+
+/* Checks that the store of s still holds exactly what snap recorded: the same list, the
+ * same data-directory entries (and no temporary file), the set's file byte for byte. */
+void expect_store_unchanged(struct test *t, const struct server *s, struct store_snapshot *snap);
+
+/* Frees what store_snapshot_take recorded; snap may be all zero. */
+void store_snapshot_free(struct store_snapshot *snap);
+
 /* ------------------------------------------------------------------------------------ */
 /* The groups of tests, one file each, run in this order by main (itest.c)              */
 /* ------------------------------------------------------------------------------------ */
@@ -426,7 +452,6 @@ void run_random_tests(const struct itest_paths *paths); /* itest_random.c */
 void run_concurrency_tests(const struct itest_paths *paths); /* itest_concurrency.c */
 void run_weight_set_tests(const struct itest_paths *paths); /* itest_weight_sets.c */
 void run_named_attention_tests(const struct itest_paths *paths); /* itest_named.c */
-void run_store_limit_tests(const struct itest_paths *paths); /* itest_store_limits.c */
 void run_example_tests(const struct itest_paths *paths); /* itest_examples.c */
 void run_replace_concurrency_tests(const struct itest_paths *paths); /* itest_replace.c */
 void run_restart_tests(const struct itest_paths *paths); /* itest_restart.c */

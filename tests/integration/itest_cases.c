@@ -127,7 +127,8 @@ static int case_well_formed(struct test *t, const json_t *c)
     static const char *const case_keys[] = {"name", "about", "method", "path", "request_target", "body", "raw_body",
                                             "body_file", "headers", "server", "pad_to_bytes", "expect", NULL};
     static const char *const expect_keys[] = {"status", "code", "field", "header_contains", "header_equals",
-                                              "header_lacks", "headers_present", "json", "body_empty", NULL};
+                                              "header_lacks", "headers_present", "json", "body_empty", "set_file",
+                                              "store_unchanged", NULL};
     const json_t *expect = json_object_get(c, "expect");
     const json_t *status = json_object_get(expect, "status");
     const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
@@ -136,7 +137,7 @@ static int case_well_formed(struct test *t, const json_t *c)
                  (json_object_get(c, "body_file") != NULL);
     const json_t *raw = json_object_get(c, "raw_body"), *file = json_object_get(c, "body_file");
     const json_t *headers = json_object_get(c, "headers"), *present = json_object_get(expect, "headers_present");
-    const json_t *members = json_object_get(expect, "json");
+    const json_t *members = json_object_get(expect, "json"), *set_file = json_object_get(expect, "set_file");
     return expect_true(t, json_is_object(c) && json_is_string(json_object_get(c, "name")),
                        "malformed case: not an object with a \"name\"") &&
            expect_true(t, bad_case_key == NULL, "malformed case: unknown key \"%s\"", bad_case_key) &&
@@ -155,7 +156,8 @@ static int case_well_formed(struct test *t, const json_t *c)
                        "malformed case: an expect.header_* member is not an object of strings") &&
            expect_true(t, present == NULL || strings_or_string(present),
                        "malformed case: expect.headers_present is not an array of names") &&
-           expect_true(t, members == NULL || json_is_object(members), "malformed case: expect.json is not an object");
+           expect_true(t, members == NULL || json_is_object(members), "malformed case: expect.json is not an object") &&
+           expect_true(t, set_file == NULL || json_is_string(set_file), "malformed case: expect.set_file is not a string");
 }
 
 /* The server a case names: "default" when it names none; returns -1 for an unknown name. */
@@ -271,15 +273,43 @@ static void expect_case_members(struct test *t, const struct client_response *r,
     }
 }
 
-/* Runs one case object from a case file in dir; name_prefix is "cases/FILE". */
+/* The name of the set a request path is about ("/v1/weight-sets/NAME"), or NULL. */
+static const char *set_name_of(const char *path)
+{
+    static const char prefix[] = "/v1/weight-sets/";
+    if (path == NULL || strncmp(path, prefix, sizeof prefix - 1) != 0 || path[sizeof prefix - 1] == '\0')
+        return NULL;
+    return path + sizeof prefix - 1;
+}
+
+/* Checks that the body of r is the weight set in the file set_file (relative to dir),
+ * every number bit for bit, as expect_set_body defines. */
+static void expect_case_set_file(struct test *t, const struct client_response *r, const char *dir,
+                                 const char *set_file, json_t **response)
+{
+    char path[PATH_MAX];
+    json_error_t error;
+    snprintf(path, sizeof path, "%.2000s/%.1000s", dir, set_file);
+    json_t *sent = json_load_file(path, 0, &error);
+    if (*response == NULL)
+        *response = response_json(r);
+    if (expect_true(t, sent != NULL, "cannot read set_file %s: %s", path, error.text))
+        expect_set_body(t, *response, sent);
+    json_decref(sent);
+}
+
+/*
+ * Runs one case object from a case file in dir; name_prefix is "cases/FILE". The case
+ * runs whenever its file was selected, since a later case may rely on what it stored, but
+ * is reported only when --filter selects its own name.
+ */
 static void run_case(const char *name_prefix, const char *dir, size_t index, const json_t *c, int *servers_used)
 {
     struct test t;
     const char *name = json_string_value(json_object_get(c, "name"));
     char fallback[32];
     snprintf(fallback, sizeof fallback, "#%zu", index);
-    if (!test_begin(&t, "%s/%s", name_prefix, name != NULL ? name : fallback))
-        return;
+    int report = test_begin(&t, "%s/%s", name_prefix, name != NULL ? name : fallback);
 
     const json_t *expect = json_object_get(c, "expect");
     const char *method = json_string_value(json_object_get(c, "method"));
@@ -319,7 +349,15 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
 
     if ((s = test_server(&t, (enum server_id)id)) == NULL)
         goto done;
+    struct store_snapshot before = {0};
+    int check_store = json_is_true(json_object_get(expect, "store_unchanged"));
+    if (check_store)
+        store_snapshot_take(&t, s, set_name_of(rq.path), &before);
     http_call(s, &rq, &r);
+    if (check_store) {
+        expect_store_unchanged(&t, s, &before);
+        store_snapshot_free(&before);
+    }
     const json_t *want_status = json_object_get(expect, "status");
     int first_status = (int)json_integer_value(json_is_array(want_status) ? json_array_get(want_status, 0)
                                                                           : want_status);
@@ -347,6 +385,8 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
         expect_case_error(&t, &r, expect, &response);
     if (json_object_get(expect, "json") != NULL)
         expect_case_members(&t, &r, json_object_get(expect, "json"), &response);
+    if (json_object_get(expect, "set_file") != NULL)
+        expect_case_set_file(&t, &r, dir, json_string_value(json_object_get(expect, "set_file")), &response);
     if (t.failed) {
         char snippet[400];
         body_snippet(r.body, r.body_len, snippet, sizeof snippet);
@@ -356,7 +396,25 @@ done:
     json_decref(response);
     free(body);
     client_response_free(&r);
-    test_end(&t);
+    if (report)
+        test_end(&t);
+}
+
+/* Returns 1 when --filter selects a case of the file (or its still-serving checks). */
+static int file_selected(const char *prefix, const json_t *cases)
+{
+    char name[600];
+    const char *one[] = {name, NULL};
+    snprintf(name, sizeof name, "%s/still-serving/", prefix);
+    if (any_selected(one))
+        return 1;
+    for (size_t j = 0; j < json_array_size(cases); j++) {
+        const char *case_name = json_string_value(json_object_get(json_array_get(cases, j), "name"));
+        snprintf(name, sizeof name, "%s/%s", prefix, case_name != NULL ? case_name : "");
+        if (any_selected(one))
+            return 1;
+    }
+    return 0;
 }
 
 /*
@@ -384,7 +442,7 @@ void run_case_tests(const struct itest_paths *paths)
             continue;
         }
         int servers_used = 0;
-        for (size_t j = 0; j < json_array_size(cases); j++)
+        for (size_t j = 0; file_selected(prefix, cases) && j < json_array_size(cases); j++)
             run_case(prefix, dir, j, json_array_get(cases, j), &servers_used);
         for (int id = 0; id < SERVER_COUNT; id++)
             if (servers_used & (1 << id))

@@ -347,3 +347,56 @@ const char g_out_in_set[] =
 
 /* A tiny set for names and lists. */
 const char g_tiny_set[] = "{\"wq\": [[1, 0], [0, 1]], \"wk\": [[1, 2], [3, 4]], \"wv\": [[0.5], [0.25]]}";
+
+/* The list as "name@stored_at/size_bytes ..." (the caller frees it). */
+static char *list_fingerprint(struct test *t, const struct server *s)
+{
+    json_t *list = get_set_list(t, s);
+    size_t cap = 64 + json_array_size(list) * 128, used = 0;
+    char *text = client_xcalloc(cap, 1);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *e = json_array_get(list, i);
+        used += (size_t)snprintf(text + used, cap - used, "%s@%s/%lld ", json_string_value(json_object_get(e, "name")),
+                                 json_string_value(json_object_get(e, "stored_at")),
+                                 (long long)json_integer_value(json_object_get(e, "size_bytes")));
+    }
+    json_decref(list);
+    return text;
+}
+
+void store_snapshot_take(struct test *t, const struct server *s, const char *name, struct store_snapshot *snap)
+{
+    size_t count;
+    memset(snap, 0, sizeof *snap);
+    snap->entries = dir_entries(s->data_dir, &count);
+    snap->list = list_fingerprint(t, s);
+    if (name != NULL) {
+        set_file_path(snap->path, sizeof snap->path, s->data_dir, name);
+        snap->file = client_read_file(snap->path, &snap->file_len);
+    }
+}
+
+void expect_store_unchanged(struct test *t, const struct server *s, struct store_snapshot *snap)
+{
+    char *list_after = list_fingerprint(t, s);
+    expect_true(t, strcmp(snap->list, list_after) == 0, "the list changed: [%s] became [%s]", snap->list, list_after);
+    expect_dir_unchanged(t, s->data_dir, snap->entries);
+    if (snap->path[0] != '\0') {
+        size_t len_after = 0;
+        char *file_after = client_read_file(snap->path, &len_after);
+        expect_true(t, (snap->file == NULL) == (file_after == NULL) &&
+                           (snap->file == NULL ||
+                            (snap->file_len == len_after && memcmp(snap->file, file_after, len_after) == 0)),
+                    "%s changed although the request was refused", snap->path);
+        free(file_after);
+    }
+    free(list_after);
+}
+
+void store_snapshot_free(struct store_snapshot *snap)
+{
+    free(snap->file);
+    free(snap->list);
+    free_name_list(snap->entries);
+    memset(snap, 0, sizeof *snap);
+}
