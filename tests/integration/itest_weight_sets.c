@@ -1,20 +1,15 @@
 /*
  * itest_weight_sets.c - weight sets over HTTP where one request and its answer are not
  * enough: numbers that come back bit for bit in the layout they were sent, summaries
- * checked against the file on disk and the clock, replacement, the sorted list, DELETE
- * removing the file, and a refused name leaving the list as it was. The steps build on
- * each other. HEAD, the longest name, 405s and preflights are
+ * checked against the file on disk and the clock, replacement, the sorted list, and
+ * DELETE removing the file. The steps build on each other. HEAD, names, 405s and preflights are
  * cases/weight_set_routes.json.
  */
 #include "itest.h"
 
-/* A 65-character name (one too many) and a 64-character one (the longest allowed). */
-#define NAME_64 "abcdefghij-ABCDEFGHIJ_0123456789.abcdefghij-ABCDEFGHIJ_012345678"
-#define NAME_65 NAME_64 "x"
-
 /*
  * PUT (new and replacing), GET bit for bit in the layout sent, the list, DELETE and
- * the 404s after it, and names, on the default server.
+ * the 404s after it, on the default server.
  */
 void run_weight_set_tests(const struct itest_paths *paths)
 {
@@ -29,7 +24,6 @@ void run_weight_set_tests(const struct itest_paths *paths)
         "weight-sets/get-body-put-back-unchanged",
         "weight-sets/list",
         "weight-sets/delete-then-404",
-        "weight-sets/name-too-long-not-stored",
         NULL};
     if (!any_selected(names))
         return;
@@ -162,18 +156,6 @@ void run_weight_set_tests(const struct itest_paths *paths)
         json_t *list = get_set_list(&t, s);
         expect_true(&t, list == NULL || list_find(list, "crud.Set_1") == NULL, "the list still has crud.Set_1");
         json_decref(list);
-        step_end(&t, report);
-    }
-    if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/name-too-long-not-stored", &report)) {
-        json_t *before = get_set_list(&t, s);
-        http_text(s, "PUT", "/v1/weight-sets/" NAME_65, g_tiny_set, &r);
-        expect_error(&t, &r, 400, "invalid_value", "name");
-        client_response_free(&r);
-        json_t *after = get_set_list(&t, s);
-        expect_true(&t, json_array_size(before) == json_array_size(after), "the list grew from %zu to %zu sets",
-                    json_array_size(before), json_array_size(after));
-        json_decref(before);
-        json_decref(after);
         step_end(&t, report);
     }
 
