@@ -138,6 +138,7 @@ char **dir_entries(const char *dir, size_t *count);
 /* Returns the names of the *.json files in dir, sorted, as a NULL-terminated array. */
 char **list_json_files(const char *dir, size_t *count);
 
+/* Frees a list from dir_entries or list_json_files; accepts NULL. */
 void free_name_list(char **names);
 
 /*
@@ -215,6 +216,7 @@ void check_still_serving(const char *name_prefix, enum server_id id);
  */
 int step_start(struct test *t, enum server_id id, struct server **s, const char *name, int *report);
 
+/* Ends a step begun with step_start: prints and counts it when report is set. */
 void step_end(struct test *t, int report);
 
 /* ------------------------------------------------------------------------------------ */

@@ -5,8 +5,8 @@
  */
 #include "itest.h"
 
-/* The slow request: 4 x 2000 tokens of width 8 projected to dk = 512 (about 16 GFLOP of
- * QK^T, about a second on one core) and dv = 64, without the attention matrix. Its answer
+/* The slow request: 4 x 2000 tokens of width 8 projected to dk = DRAIN_DK (about 65 GFLOP
+ * of QK^T) and dv = 64, without the attention matrix. Its answer
  * (512000 numbers, about 10 MB) is more than the kernel buffers of a loopback connection
  * hold, and its client reads at most 16 MB/s, so the answer is still being sent for a
  * few hundred milliseconds after the computation ends. */
@@ -14,8 +14,8 @@
 #define DRAIN_TOKENS 2000
 #define DRAIN_DV 64
 /* The projection width sets how long the slow request computes (L^2 * DK) without making
- * its answer larger: long enough that it is still running 0.4 s after it was sent (about
- * 1 s on the 2-core machine; with 512 it took 0.3 s once the JSON writer got faster). */
+ * its answer larger: it must still be running 0.4 s after it was sent, with room to spare
+ * on a fast machine (it takes about a second on two cores). */
 #define DRAIN_DK 2048
 
 /* Returns the text of the slow request; numbers are multiples of 1/8 so the body stays short. */

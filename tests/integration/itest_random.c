@@ -160,7 +160,7 @@ static void expect_masked_row_zero(struct test *t, const json_t *body, size_t i,
 /*
  * Builds the request of one random case together with the answer the reference gives,
  * sends it, and reports two tests: "random/NAME" (status, output, attention and its
- * shape) and "random/NAME/meta" (the meta block of DESIGN.md).
+ * shape) and "random/NAME/meta" (the meta block that api/openapi.yaml describes).
  */
 static void run_random_case(const struct random_case *rc, size_t index)
 {
