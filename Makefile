@@ -36,7 +36,7 @@ LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c serve
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
-ITEST_SRCS := tests/integration/itest.c tests/ref/reference.c
+ITEST_SRCS := $(wildcard tests/integration/itest*.c) tests/ref/reference.c
 
 SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
@@ -65,7 +65,7 @@ $(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS) tests/integration/client.c tests/integration/client.h
+$(ITEST): $(ITEST_SRCS) tests/integration/itest.h tests/integration/client.c tests/integration/client.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
 

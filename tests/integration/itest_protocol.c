@@ -1,0 +1,97 @@
+/*
+ * itest_protocol.c - what one request and its answer cannot say about the protocol:
+ * GET /v1/info against the flags and environment each server was started with (the
+ * compute threads depend on the CPUs the server reports), and /metrics counting the
+ * traffic of the earlier groups. Health, readiness, CORS and the Allow header of 405
+ * answers are cases/protocol.json.
+ */
+#include "itest.h"
+
+/* GET /v1/info on server id and check the values it was started with. */
+static void check_info(enum server_id id)
+{
+    struct test t;
+    if (!test_begin(&t, "protocol/info/%s", g_server_kinds[id].label))
+        return;
+    struct server *s = test_server(&t, id);
+    struct client_response r = {0};
+    json_t *body = NULL;
+    if (s == NULL)
+        goto done;
+    http_simple(s, "GET", "/v1/info", &r);
+    if (!expect_status(&t, &r, 200))
+        goto done;
+    body = response_json(&r);
+    const json_t *blas = json_object_get(body, "blas");
+    const json_t *limits = json_object_get(body, "limits");
+    const json_t *compute = json_object_get(body, "compute");
+    const json_t *version = json_object_get(body, "version");
+    const json_t *dtypes = json_object_get(body, "dtypes");
+    int has64 = 0, has32 = 0;
+    for (size_t i = 0; i < json_array_size(dtypes); i++) {
+        const char *d = json_string_value(json_array_get(dtypes, i));
+        has64 |= d != NULL && strcmp(d, "float64") == 0;
+        has32 |= d != NULL && strcmp(d, "float32") == 0;
+    }
+    if (!expect_true(&t, json_is_object(body), "body is not a JSON object") ||
+        !expect_true(&t, json_is_string(version) && json_string_length(version) > 0, "version is not a non-empty string") ||
+        !expect_true(&t, json_is_object(blas), "no blas object") ||
+        !expect_true(&t, json_is_object(limits), "no limits object") ||
+        !expect_true(&t, json_is_object(compute), "no compute object"))
+        goto done;
+    /* OpenBLAS runs each product on one thread; the compute pool supplies the parallelism. */
+    expect_json_integer(&t, blas, "blas", "threads", 1);
+    json_int_t cpus = json_integer_value(json_object_get(compute, "available_cpus"));
+    expect_true(&t, cpus >= 1, "compute.available_cpus is not a positive integer");
+    expect_json_integer(&t, compute, "compute", "threads",
+                        g_expected_compute_threads[id] ? g_expected_compute_threads[id] : cpus);
+    expect_json_integer(&t, limits, "limits", "max_body_bytes", g_expected_max_body[id]);
+    expect_json_integer(&t, limits, "limits", "max_elements", g_expected_max_elements[id]);
+    expect_true(&t, has64 && has32, "dtypes does not list both float64 and float32");
+done:
+    json_decref(body);
+    client_response_free(&r);
+    test_end(&t);
+}
+
+/* /v1/info on three kinds of server, then /metrics after the traffic of the earlier groups. */
+void run_protocol_tests(const struct itest_paths *paths)
+{
+    (void)paths;
+    struct test t;
+    struct client_response r;
+    struct server *s;
+
+    check_info(SERVER_DEFAULT);
+    check_info(SERVER_SMALL_LIMITS);
+    check_info(SERVER_CORS);
+
+    /* Metrics come after some traffic, so the request counter must have a 200 in it. */
+    if (test_start(&t, SERVER_DEFAULT, &s, "protocol/metrics")) {
+        static const char *const names[] = {"attn_http_requests_total", "attn_http_request_duration_seconds",
+                                            "attn_http_request_bytes_total", "attn_http_response_bytes_total",
+                                            "attn_http_inflight_requests"};
+        http_simple(s, "GET", "/metrics", &r);
+        if (expect_status(&t, &r, 200)) {
+            expect_header_contains(&t, &r, "Content-Type", "text/plain");
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                expect_true(&t, strstr(r.body, names[i]) != NULL, "no %s in the metrics text", names[i]);
+            /* Some line attn_http_requests_total{...code="200"...} N must have N >= 1. */
+            int counted = 0;
+            for (const char *line = r.body; line != NULL && *line != '\0';) {
+                const char *end = strchr(line, '\n');
+                size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+                char buf[512];
+                snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+                const char *close = strrchr(buf, '}');
+                if (strncmp(buf, "attn_http_requests_total{", 25) == 0 && strstr(buf, "code=\"200\"") != NULL &&
+                    close != NULL && strtod(close + 1, NULL) >= 1.0)
+                    counted = 1;
+                line = end != NULL ? end + 1 : NULL;
+            }
+            expect_true(&t, counted, "no attn_http_requests_total{...code=\"200\"...} line with a count >= 1");
+        }
+        client_response_free(&r);
+        test_end(&t);
+    }
+}
