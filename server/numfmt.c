@@ -46,8 +46,6 @@ typedef unsigned __int128 u128;
 
 #include "numfmt_pow10.inc"
 
-#define LOG10_2_Q41 661971961083ll   /* round(log10(2) * 2^41) */
-#define LOG10_4_3_Q41 274743187321ll /* round(-log10(3/4) * 2^41) */
 #define FRAC_BITS 62
 #define FRAC_MASK ((1ull << FRAC_BITS) - 1)
 #define FRAC_HALF (1ull << (FRAC_BITS - 1))
@@ -91,7 +89,8 @@ static int shortest_decimal(uint64_t c, int q, int irregular, uint64_t *digits, 
     /* k = floor(log10(2^q)), or of 3/4 * 2^q when irregular: the generator and
      * test_numfmt.c check the formula for every q; >> of a negative value is GCC's
      * arithmetic shift, a floor */
-    int k = (int)(((long long)q * LOG10_2_Q41 - (irregular ? LOG10_4_3_Q41 : 0)) >> 41);
+    int k = (int)(((long long)q * NUMFMT_LOG10_2_Q41 -
+                   (irregular ? NUMFMT_LOG10_4_3_Q41 : 0)) >> 41);
     assert(k >= NUMFMT_POW10_K_MIN && k <= NUMFMT_POW10_K_MAX);
     const struct numfmt_pow10 *p = &numfmt_pow10_table[k - NUMFMT_POW10_K_MIN];
     int shift = p->r - q + 2 - 64; /* binary point of the 192-bit product, within its top 128 */
