@@ -98,6 +98,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_nan_score_reported)            \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
+    X(compute_pool_start_out_of_memory)     \
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \
