@@ -96,7 +96,7 @@ deps:
 	$(call install_missing,$(DEB_PKGS))
 
 # The container tools (docker/, `make image`, `make test-container`): podman with runc
-# (crun cannot run on hosts with hybrid cgroups, such as this project's), debootstrap to make
+# (crun cannot run on hosts with hybrid cgroups), debootstrap to make
 # the debian:bookworm-slim base image where no registry can be reached, netavark with
 # aardvark-dns so that containers find each other by name, podman-compose for
 # docker/compose.yaml.  Not installed when a Docker engine answers.  The container tests
