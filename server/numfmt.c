@@ -1,11 +1,11 @@
 /*
  * numfmt.c - shortest decimal digits without a printf search (see numfmt.h).
  *
- * A finite nonzero double or float is v = c * 2^q with an
- * integer significand c.  The decimals that read back as v are those in its
- * rounding interval: between (c - 1/2) * 2^q and (c + 1/2) * 2^q, the lower
- * end at (c - 1/4) * 2^q when c is a power of two whose predecessor lies in
- * the binade below, both ends included when c is even (readers round ties to
+ * A finite nonzero double or float is v = c * 2^q with an integer significand
+ * c.  The decimals that read back as v are those in its rounding interval:
+ * between (c - 1/2) * 2^q and (c + 1/2) * 2^q, the lower end at
+ * (c - 1/4) * 2^q when c is a power of two whose predecessor lies in the
+ * binade below, both ends included when c is even (readers round ties to
  * even).  In units of 2^(q-2) the bounds and v are the integers
  * Nl = 4c - 2 (or 4c - 1), Nv = 4c and Nr = 4c + 2.
  *
@@ -32,7 +32,6 @@
  * Giulietti's Schubfach, with the decisions proved by an error bound and an
  * exact test instead of a table-wide analysis.
  */
-
 #include "numfmt.h"
 
 #include <assert.h>
@@ -87,8 +86,8 @@ static scaled scaled_from(u128 top, int shift)
 static int shortest_decimal(uint64_t c, int q, int irregular, uint64_t *digits, int *exp10)
 {
     /* k = floor(log10(2^q)), or of 3/4 * 2^q when irregular: the generator and
-     * test_numfmt.c check the formula for every q; >> of a negative value is GCC's
-     * arithmetic shift, a floor */
+     * tests/unit/test_numfmt.c check the formula for every q; >> of a negative
+     * value is GCC's arithmetic shift, a floor */
     int k = (int)(((long long)q * NUMFMT_LOG10_2_Q41 -
                    (irregular ? NUMFMT_LOG10_4_3_Q41 : 0)) >> 41);
     assert(k >= NUMFMT_POW10_K_MIN && k <= NUMFMT_POW10_K_MAX);
