@@ -31,7 +31,7 @@ CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) $(DEFS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
 LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/attention_exp.c server/compute.c \
-            server/jsonw.c \
+            server/jsonw.c server/numfmt.c \
             server/request.c server/store.c server/metrics.c server/api.c server/http.c
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
@@ -96,7 +96,7 @@ deps:
 	$(call install_missing,$(DEB_PKGS))
 
 # The container tools (docker/, `make image`, `make test-container`): podman with runc
-# (crun cannot run on hosts with hybrid cgroups, such as this project's), debootstrap to make
+# (crun cannot run on hosts with hybrid cgroups), debootstrap to make
 # the debian:bookworm-slim base image where no registry can be reached, netavark with
 # aardvark-dns so that containers find each other by name, podman-compose for
 # docker/compose.yaml.  Not installed when a Docker engine answers.  The container tests

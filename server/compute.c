@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "attention.h"
+#include "mem.h"
 
 typedef struct compute_job {
     compute_task_fn fn;
@@ -90,12 +90,11 @@ int compute_init(unsigned threads)
 {
     if (threads < 1)
         threads = 1;
-    attention_blas_set_threads(1);
-    pool.threads = calloc(threads, sizeof *pool.threads);
-    pool.queue = calloc(threads, sizeof *pool.queue);
+    pool.threads = mem_calloc(threads, sizeof *pool.threads);
+    pool.queue = mem_calloc(threads, sizeof *pool.queue);
     if (pool.threads == NULL || pool.queue == NULL) {
-        free(pool.threads);
-        free(pool.queue);
+        mem_free(pool.threads);
+        mem_free(pool.queue);
         pool.threads = NULL;
         pool.queue = NULL;
         return -1;
@@ -124,8 +123,8 @@ void compute_shutdown(void)
     pthread_mutex_unlock(&pool.lock);
     for (unsigned i = 0; i < pool.thread_count; i++)
         pthread_join(pool.threads[i], NULL);
-    free(pool.threads);
-    free(pool.queue);
+    mem_free(pool.threads);
+    mem_free(pool.queue);
     pool.threads = NULL;
     pool.queue = NULL;
     pool.thread_count = 0;

@@ -4,10 +4,11 @@
  * The server has one thread per connection, and any number of them may want
  * to compute at the same moment.  If each product also ran on several
  * OpenBLAS threads, two large requests on a 2-core machine would start four
- * or more busy threads and slow each other down.  Instead, OpenBLAS is held
- * to one thread per product, and this pool hands out "compute slots": at most
- * compute_threads() threads, connection threads and the pool's own helpers
- * together, compute at any time.
+ * or more busy threads and slow each other down.  Instead, the math library
+ * is held to one thread per product (main.c sets that, beside starting this
+ * pool, which knows nothing of BLAS), and this pool hands out "compute
+ * slots": at most compute_threads() threads, connection threads and the
+ * pool's own helpers together, compute at any time.
  *
  * A request splits its work into independent tasks and calls
  * compute_parallel.  The calling thread waits for one slot, then takes as
@@ -32,9 +33,11 @@
  * concurrently and must not write the same memory. */
 typedef void (*compute_task_fn)(void *ctx, size_t task, unsigned slot);
 
-/* Starts the pool with `threads` compute slots (threads - 1 helper threads).
- * Returns 0, or -1 if a thread could not be started (nothing is left
- * running then).  Sets OpenBLAS to one thread per product. */
+/* Starts the pool with `threads` compute slots (threads - 1 helper threads);
+ * its two small arrays are allocated through mem.h and freed by
+ * compute_shutdown.  Returns 0, or -1 if memory ran out or a thread could
+ * not be started (then nothing is left running or allocated, and
+ * compute_parallel runs serially). */
 int compute_init(unsigned threads);
 
 /* Stops the helper threads; compute_parallel runs serially afterwards.

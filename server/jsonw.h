@@ -6,8 +6,8 @@
  * appends text to one growing buffer instead.  Numbers are written with the
  * fewest significant digits that read back to the same value (the nearest
  * such decimal when several have that many digits), so 0.1 stays "0.1" and
- * every double round-trips exactly; jsonw.c explains how it finds them
- * without a printf search.
+ * every double round-trips exactly; numfmt.h finds the digits, this writer
+ * only lays them out as JSON text.
  *
  * Errors are sticky: after an allocation failure every call is a no-op and
  * jw_finish returns NULL, so callers check once at the end.

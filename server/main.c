@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "attention.h"
 #include "compute.h"
 #include "config.h"
 #include "http.h"
@@ -43,7 +44,12 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* After the mask, so that the pool's threads inherit it. */
+    /* The compute pool is the server's only parallelism: OpenBLAS runs each
+     * product on one thread, or every pool thread would start BLAS threads of
+     * its own and oversubscribe the cores.  Set here, beside the pool's size,
+     * so that the pool needs to know nothing of BLAS.  After the mask, so that
+     * the pool's threads inherit it. */
+    attention_blas_set_threads(1);
     unsigned cpus = compute_available_cpus();
     unsigned threads = cfg.compute_threads > 0 ? (unsigned)cfg.compute_threads : cpus;
     if (compute_init(threads) != 0) {

@@ -1,10 +1,12 @@
 /*
  * mem.c - allocation wrappers with failure injection for tests.
  *
- * In production the countdown is negative and the wrappers cost one relaxed
- * atomic load.  Tests set a countdown with mem_fail_after(n); the (n+1)th
- * allocation and all after it return NULL, which lets a test walk n = 0, 1,
- * 2, ... through a code path as SQLite's malloc tests do.
+ * In production the countdown is negative and the wrappers cost a relaxed
+ * atomic load or two.  Tests set a countdown with mem_fail_after(n); the
+ * (n+1)th allocation and all after it return NULL, which lets a test walk
+ * n = 0, 1, 2, ... through a code path as SQLite's malloc tests do.  While a
+ * countdown is set, the wrappers also count the blocks allocated and freed,
+ * so that the test can check that a failed call left nothing allocated.
  */
 #include "mem.h"
 
@@ -16,6 +18,21 @@
 
 static atomic_long fail_countdown = -1;
 static atomic_long fail_count = 0;
+static atomic_long fail_live = 0;   /* blocks allocated minus freed while injecting */
+
+static int mem_injecting(void)
+{
+    return atomic_load_explicit(&fail_countdown, memory_order_relaxed) >= 0;
+}
+
+/* Counts a block allocated (delta 1) or freed (-1) while failures are being
+ * injected, for mem_fail_live. */
+static void *mem_counted(void *ptr, long delta)
+{
+    if (ptr != NULL && mem_injecting())
+        atomic_fetch_add(&fail_live, delta);
+    return ptr;
+}
 
 static int mem_should_fail(void)
 {
@@ -38,7 +55,7 @@ void *mem_malloc(size_t size)
 {
     if (mem_should_fail())
         return NULL;
-    return malloc(size ? size : 1);
+    return mem_counted(malloc(size ? size : 1), 1);
 }
 
 void *mem_calloc(size_t count, size_t size)
@@ -47,18 +64,20 @@ void *mem_calloc(size_t count, size_t size)
         return NULL;
     if (count == 0 || size == 0)
         count = size = 1;
-    return calloc(count, size);
+    return mem_counted(calloc(count, size), 1);
 }
 
 void *mem_realloc(void *ptr, size_t size)
 {
     if (mem_should_fail())
         return NULL;
-    return realloc(ptr, size ? size : 1);
+    void *moved = realloc(ptr, size ? size : 1);
+    return ptr == NULL ? mem_counted(moved, 1) : moved;
 }
 
 void mem_free(void *ptr)
 {
+    mem_counted(ptr, -1);
     free(ptr);
 }
 
@@ -88,6 +107,7 @@ void mem_install_jansson(void)
 void mem_fail_after(long n)
 {
     atomic_store(&fail_count, 0);
+    atomic_store(&fail_live, 0);
     atomic_store(&fail_countdown, n);
 }
 
@@ -99,4 +119,9 @@ void mem_fail_reset(void)
 long mem_failures(void)
 {
     return atomic_load(&fail_count);
+}
+
+long mem_fail_live(void)
+{
+    return atomic_load(&fail_live);
 }

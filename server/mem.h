@@ -31,5 +31,9 @@ void mem_fail_after(long n);
 void mem_fail_reset(void);
 /* Number of allocations refused since the last mem_fail_after/reset. */
 long mem_failures(void);
+/* Blocks allocated minus blocks freed since the last mem_fail_after, counted
+ * only while failures are being injected: 0 after a failed call that freed
+ * everything it allocated (if the test freed nothing allocated before). */
+long mem_fail_live(void);
 
 #endif

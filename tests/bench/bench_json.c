@@ -6,12 +6,12 @@
  * significant), as an attention answer does.  Timed, each as the median of
  * repeated runs after one warm-up run:
  *   jw_double            the server's writer, shortest round-trip digits;
- *   json_dumps 17        jansson's json_dumps with JSON_REAL_PRECISION(17), as
- *                        the server used to answer, of the matrix already
- *                        built as json_t arrays;
+ *   json_dumps 17        jansson's json_dumps with JSON_REAL_PRECISION(17) (the
+ *                        shortest precision that round-trips every double) of
+ *                        the matrix already built as json_t arrays;
  *   json_dumps default   the same with jansson's default precision;
  *   build + json_dumps   building the json_t arrays too (json_real per
- *                        number), the whole cost the old server paid;
+ *                        number), the whole cost of answering through jansson;
  *   jw_float             the float32 answer: shortest digits that read back
  *                        to the same float, against json_dumps with
  *                        JSON_REAL_PRECISION(9) of the float values;

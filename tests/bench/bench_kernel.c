@@ -195,6 +195,7 @@ int main(int argc, char **argv)
     }
     mkdir(out_dir, 0755);
     int threads = server_compute_threads();
+    attention_blas_set_threads(1); /* as the server runs: one BLAS thread per pool thread */
     if (compute_init((unsigned)threads) != 0) {
         fprintf(stderr, "bench-kernel: cannot start %d compute threads\n", threads);
         return 1;

@@ -98,6 +98,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_nan_score_reported)            \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
+    X(compute_pool_start_out_of_memory)     \
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \
@@ -106,6 +107,13 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(jsonw_attention_like_values)          \
     X(jsonw_edge_values)                    \
     X(jsonw_ties_and_format)                \
+    X(numfmt_double_random_bits)            \
+    X(numfmt_float_random_bits)             \
+    X(numfmt_attention_like_values)         \
+    X(numfmt_edge_values)                   \
+    X(numfmt_ties_to_even)                  \
+    X(numfmt_pow10_table_matches_definition) \
+    X(numfmt_pow10_exponent_formula)        \
     X(request_qkv_shapes_and_scale)         \
     X(request_columns_layout_transposes)    \
     X(request_out_in_weights_transpose)     \

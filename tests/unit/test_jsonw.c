@@ -1,22 +1,15 @@
 /*
- * test_jsonw.c - jw_double and jw_float against a reference built on printf
- * and strtod/strtof.
+ * test_jsonw.c - the JSON writer's text for numbers: jw_double and jw_float
+ * against a reference laid out with sprintf and checked against printf.
  *
- * The reference finds the fewest digits n for which some n-digit decimal
- * reads back to the value: for each n it asks printf for the nearest n-digit
- * decimal (%.{n-1}e, correctly rounded, ties to even) and tries it and its
- * two n-digit neighbours, since only those can be the nearest one inside the
- * rounding interval on either side of the value (a neighbour wins only where
- * the interval is lopsided, below a power of two).  A binary search over n
- * works because a decimal with n digits also has n + 1.  The chosen decimal
- * is then written as printf's %g would with precision max(n, 15) (doubles)
- * or max(n, 6) (floats), and where it is printf's own nearest decimal of a
- * normal number, the test checks that formatter against printf itself.
- *
- * Every writer's text must equal the reference, read back bit for bit with
- * strtod (strtof for floats), and, for a sample, with jansson.  The random
- * tests run a few hundred thousand values (the suite also runs under ASan
- * and valgrind); JSONW_SWEEP=N runs N values of each kind instead.
+ * The digits come from numfmt (tests/unit/test_numfmt.c checks them against
+ * a printf and strtod search); here the reference writes those digits as
+ * printf's %g would with precision max(n, 15) (doubles) or max(n, 6)
+ * (floats), and wherever printf's own %g text of a normal number reads back
+ * to the value, the test checks that the reference equals it, character for
+ * character.  Every writer's text must equal the reference, read back bit
+ * for bit with strtod (strtof for floats), and, for a sample, with jansson.
+ * JSONW_SWEEP=N runs N values of each random kind instead of the default.
  */
 #include <float.h>
 #include <jansson.h>
@@ -28,6 +21,7 @@
 
 #include "jsonw.h"
 #include "mem.h"
+#include "numfmt.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -45,43 +39,8 @@ static long sweep_count(long dflt)
     return n > 0 ? n : dflt;
 }
 
-static int reads_back(const char *text, double a, int as_float)
-{
-    return as_float ? strtof(text, NULL) == (float)a : strtod(text, NULL) == a;
-}
-
-/* Is some n-digit decimal read back as a (positive)?  If so, the one nearest
- * a in *mant * 10^*unit, and *nearest says whether it is printf's. */
-static int decimal_with_digits(double a, int as_float, int n, uint64_t *mant, int *unit,
-                               int *nearest)
-{
-    char text[48];
-    snprintf(text, sizeof text, "%.*e", n - 1, a);
-    uint64_t m = 0;
-    char *p = text;
-    for (; *p != 'e'; p++)
-        if (*p != '.')
-            m = m * 10 + (uint64_t)(*p - '0');
-    int u = atoi(p + 1) - (n - 1);
-    uint64_t low = 1;
-    for (int i = 1; i < n; i++)
-        low *= 10;
-    uint64_t cand[3] = {m, m == low ? low * 10 - 1 : m - 1, m + 1};
-    int cand_unit[3] = {u, m == low ? u - 1 : u, u};
-    for (int i = 0; i < 3; i++) {
-        snprintf(text, sizeof text, "%llue%d", (unsigned long long)cand[i], cand_unit[i]);
-        if (reads_back(text, a, as_float)) {
-            *mant = cand[i];
-            *unit = cand_unit[i];
-            *nearest = i == 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* Writes the reference text of v (a float value when as_float) into out (64
- * bytes).  Returns 0, or -1 when the formatter disagrees with printf. */
+ * bytes).  Returns 0, or -1 when the layout disagrees with printf. */
 static int reference_text(double v, int as_float, char *out)
 {
     if (!isfinite(v)) {
@@ -92,25 +51,11 @@ static int reference_text(double v, int as_float, char *out)
         strcpy(out, signbit(v) ? "-0.0" : "0");
         return 0;
     }
-    double a = fabs(v);
-    int lo = 1, hi = as_float ? 9 : 17;
-    uint64_t mant;
-    int unit, nearest;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (decimal_with_digits(a, as_float, mid, &mant, &unit, &nearest))
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    if (!decimal_with_digits(a, as_float, lo, &mant, &unit, &nearest))
+    char digits[NUMFMT_DIGITS_MAX + 1];
+    int unit;
+    int n = as_float ? numfmt_float((float)v, digits, &unit) : numfmt_double(v, digits, &unit);
+    if (n < 1 || (size_t)n != strlen(digits))
         return -1;
-    while (mant % 10 == 0) {
-        mant /= 10;
-        unit++;
-    }
-    char digits[24];
-    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)mant);
     int sci = unit + n - 1;
     int min_precision = as_float ? 6 : 15;
     int precision = n > min_precision ? n : min_precision;
@@ -134,14 +79,18 @@ static int reference_text(double v, int as_float, char *out)
             *o++ = '0';
         strcpy(o, digits);
     }
+    /* printf's %g rounds to the nearest decimal of that precision; when that
+     * one reads back, it is the shortest nearest one (for a normal number at
+     * least 15 or 6 digits fit in no rounding interval twice), so the texts
+     * must agree. */
+    double a = fabs(v);
     int normal = as_float ? fabsf((float)a) >= FLT_MIN : a >= DBL_MIN;
-    if (nearest && normal) {
-        char printed[64];
-        snprintf(printed, sizeof printed, "%.*g", precision, v);
-        if (strcmp(printed, out) != 0) {
-            fprintf(stderr, "  reference formatter: %s, printf: %s\n", out, printed);
-            return -1;
-        }
+    char printed[64];
+    snprintf(printed, sizeof printed, "%.*g", precision, v);
+    double back = as_float ? (double)strtof(printed, NULL) : strtod(printed, NULL);
+    if (normal && back == v && strcmp(printed, out) != 0) {
+        fprintf(stderr, "  reference layout: %s, printf: %s\n", out, printed);
+        return -1;
     }
     return 0;
 }
@@ -189,7 +138,7 @@ static int check_value(double v, int as_float, int with_jansson)
 
 void test_jsonw_double_random_bits(void)
 {
-    long count = sweep_count(40000);
+    long count = sweep_count(10000);
     for (long i = 0; i < count; i++) {
         uint64_t bits = next_bits();
         double v;
@@ -203,7 +152,7 @@ void test_jsonw_double_random_bits(void)
 
 void test_jsonw_float_random_bits(void)
 {
-    long count = sweep_count(50000);
+    long count = sweep_count(10000);
     for (long i = 0; i < count; i++) {
         uint32_t bits = (uint32_t)(next_bits() >> 32);
         float f;
@@ -220,7 +169,7 @@ void test_jsonw_float_random_bits(void)
  * either sign around 1. */
 void test_jsonw_attention_like_values(void)
 {
-    long count = sweep_count(20000);
+    long count = sweep_count(5000);
     for (long i = 0; i < count; i++) {
         double u = (double)(next_bits() >> 11) / 9007199254740992.0;
         double v;

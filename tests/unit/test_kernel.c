@@ -1,5 +1,5 @@
 /*
- * test_kernel.c - the blocked, online-softmax kernel and the compute pool.
+ * test_kernel.c - the blocked, online-softmax kernel.
  *
  * The kernel splits the queries into blocks of 64 to 512 rows and the keys
  * into blocks of 256 (server/attention.c), skips key blocks the causal mask
@@ -8,8 +8,6 @@
  * chosen to land on every edge of those blocks, with and without the
  * attention matrix, serially and on a pool of three threads.
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -214,114 +212,4 @@ void test_kernel_nan_score_reported(void)
             if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
                 FAIL_AT("attention %d dtype %d: rc %d, code %s", want, dtype, rc, err.code);
         }
-}
-
-/* The compute pool runs every task once, hands out slots below max_slots,
- * and never lets more threads compute at once than it has slots, however
- * many callers ask at the same time. */
-typedef struct pool_probe {
-    atomic_int *runs;           /* per task */
-    atomic_int active, peak, bad_slot;
-    unsigned max_slots;
-} pool_probe;
-
-static void probe_task(void *arg, size_t task, unsigned slot)
-{
-    pool_probe *p = arg;
-    int now = atomic_fetch_add(&p->active, 1) + 1;
-    int peak = atomic_load(&p->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now))
-        ;
-    if (slot >= p->max_slots)
-        atomic_store(&p->bad_slot, 1);
-    atomic_fetch_add(&p->runs[task], 1);
-    for (volatile int spin = 0; spin < 20000; spin++)
-        ;
-    atomic_fetch_sub(&p->active, 1);
-}
-
-typedef struct caller_arg {
-    pool_probe *probe;
-    size_t tasks;
-} caller_arg;
-
-static void *caller_main(void *arg)
-{
-    caller_arg *c = arg;
-    compute_parallel(c->tasks, c->probe->max_slots, probe_task, c->probe);
-    return NULL;
-}
-
-void test_compute_pool_runs_each_task_once(void)
-{
-    enum { CALLERS = 4, TASKS = 200, SLOTS = 3 };
-    ASSERT_EQ(compute_init(SLOTS), 0);
-    static atomic_int runs[CALLERS][TASKS];
-    pool_probe probe[CALLERS];
-    pthread_t threads[CALLERS];
-    caller_arg args[CALLERS];
-    for (int c = 0; c < CALLERS; c++) {
-        for (int t = 0; t < TASKS; t++)
-            atomic_init(&runs[c][t], 0);
-        probe[c] = (pool_probe){.runs = runs[c], .max_slots = c == 0 ? 1 : SLOTS};
-        atomic_init(&probe[c].active, 0);
-        atomic_init(&probe[c].peak, 0);
-        atomic_init(&probe[c].bad_slot, 0);
-        args[c] = (caller_arg){&probe[c], TASKS};
-        pthread_create(&threads[c], NULL, caller_main, &args[c]);
-    }
-    for (int c = 0; c < CALLERS; c++)
-        pthread_join(threads[c], NULL);
-    compute_shutdown();
-    for (int c = 0; c < CALLERS; c++) {
-        for (int t = 0; t < TASKS; t++)
-            if (atomic_load(&runs[c][t]) != 1)
-                FAIL_AT("caller %d task %d ran %d times", c, t, atomic_load(&runs[c][t]));
-        ASSERT(!atomic_load(&probe[c].bad_slot));
-        ASSERT(atomic_load(&probe[c].peak) <= (int)probe[c].max_slots);
-    }
-    /* Caller 0 asked for one slot: its tasks ran one at a time. */
-    ASSERT_EQ(atomic_load(&probe[0].peak), 1);
-}
-
-/* Across callers, no more threads compute at once than the pool has slots. */
-static atomic_int global_active, global_peak;
-
-static void global_task(void *arg, size_t task, unsigned slot)
-{
-    (void)arg;
-    (void)task;
-    (void)slot;
-    int now = atomic_fetch_add(&global_active, 1) + 1;
-    int peak = atomic_load(&global_peak);
-    while (now > peak && !atomic_compare_exchange_weak(&global_peak, &peak, now))
-        ;
-    for (volatile int spin = 0; spin < 20000; spin++)
-        ;
-    atomic_fetch_sub(&global_active, 1);
-}
-
-static void *global_caller(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < 20; i++)
-        compute_parallel(16, 8, global_task, NULL);
-    return NULL;
-}
-
-void test_compute_pool_bounds_threads(void)
-{
-    enum { CALLERS = 6, SLOTS = 2 };
-    ASSERT_EQ(compute_init(SLOTS), 0);
-    atomic_init(&global_active, 0);
-    atomic_init(&global_peak, 0);
-    pthread_t threads[CALLERS];
-    for (int c = 0; c < CALLERS; c++)
-        pthread_create(&threads[c], NULL, global_caller, NULL);
-    for (int c = 0; c < CALLERS; c++)
-        pthread_join(threads[c], NULL);
-    compute_shutdown();
-    ASSERT(atomic_load(&global_peak) >= 1);
-    if (atomic_load(&global_peak) > SLOTS)
-        FAIL_AT("%d threads computed at once with %d slots", atomic_load(&global_peak), SLOTS);
 }

@@ -1,0 +1,175 @@
+/*
+ * test_compute.c - the compute pool.
+ *
+ * Several caller threads share a small pool at once: every task runs once,
+ * slots stay below what each caller asked for, and no more threads compute
+ * at the same moment than the pool has slots.  Starting the pool when
+ * memory runs out fails cleanly, leaving nothing allocated and the pool
+ * serial.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "compute.h"
+#include "mem.h"
+#include "test.h"
+
+/* The compute pool runs every task once, hands out slots below max_slots,
+ * and never lets more threads compute at once than it has slots, however
+ * many callers ask at the same time. */
+typedef struct pool_probe {
+    atomic_int *runs;           /* per task */
+    atomic_int active, peak, bad_slot;
+    unsigned max_slots;
+} pool_probe;
+
+static void probe_task(void *arg, size_t task, unsigned slot)
+{
+    pool_probe *p = arg;
+    int now = atomic_fetch_add(&p->active, 1) + 1;
+    int peak = atomic_load(&p->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now))
+        ;
+    if (slot >= p->max_slots)
+        atomic_store(&p->bad_slot, 1);
+    atomic_fetch_add(&p->runs[task], 1);
+    for (volatile int spin = 0; spin < 20000; spin++)
+        ;
+    atomic_fetch_sub(&p->active, 1);
+}
+
+typedef struct caller_arg {
+    pool_probe *probe;
+    size_t tasks;
+} caller_arg;
+
+static void *caller_main(void *arg)
+{
+    caller_arg *c = arg;
+    compute_parallel(c->tasks, c->probe->max_slots, probe_task, c->probe);
+    return NULL;
+}
+
+void test_compute_pool_runs_each_task_once(void)
+{
+    enum { CALLERS = 4, TASKS = 200, SLOTS = 3 };
+    ASSERT_EQ(compute_init(SLOTS), 0);
+    static atomic_int runs[CALLERS][TASKS];
+    pool_probe probe[CALLERS];
+    pthread_t threads[CALLERS];
+    caller_arg args[CALLERS];
+    for (int c = 0; c < CALLERS; c++) {
+        for (int t = 0; t < TASKS; t++)
+            atomic_init(&runs[c][t], 0);
+        probe[c] = (pool_probe){.runs = runs[c], .max_slots = c == 0 ? 1 : SLOTS};
+        atomic_init(&probe[c].active, 0);
+        atomic_init(&probe[c].peak, 0);
+        atomic_init(&probe[c].bad_slot, 0);
+        args[c] = (caller_arg){&probe[c], TASKS};
+        pthread_create(&threads[c], NULL, caller_main, &args[c]);
+    }
+    for (int c = 0; c < CALLERS; c++)
+        pthread_join(threads[c], NULL);
+    compute_shutdown();
+    for (int c = 0; c < CALLERS; c++) {
+        for (int t = 0; t < TASKS; t++)
+            if (atomic_load(&runs[c][t]) != 1)
+                FAIL_AT("caller %d task %d ran %d times", c, t, atomic_load(&runs[c][t]));
+        ASSERT(!atomic_load(&probe[c].bad_slot));
+        ASSERT(atomic_load(&probe[c].peak) <= (int)probe[c].max_slots);
+    }
+    /* Caller 0 asked for one slot: its tasks ran one at a time. */
+    ASSERT_EQ(atomic_load(&probe[0].peak), 1);
+}
+
+/* Across callers, no more threads compute at once than the pool has slots. */
+static atomic_int global_active, global_peak;
+
+static void global_task(void *arg, size_t task, unsigned slot)
+{
+    (void)arg;
+    (void)task;
+    (void)slot;
+    int now = atomic_fetch_add(&global_active, 1) + 1;
+    int peak = atomic_load(&global_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&global_peak, &peak, now))
+        ;
+    for (volatile int spin = 0; spin < 20000; spin++)
+        ;
+    atomic_fetch_sub(&global_active, 1);
+}
+
+static void *global_caller(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20; i++)
+        compute_parallel(16, 8, global_task, NULL);
+    return NULL;
+}
+
+void test_compute_pool_bounds_threads(void)
+{
+    enum { CALLERS = 6, SLOTS = 2 };
+    ASSERT_EQ(compute_init(SLOTS), 0);
+    atomic_init(&global_active, 0);
+    atomic_init(&global_peak, 0);
+    pthread_t threads[CALLERS];
+    for (int c = 0; c < CALLERS; c++)
+        pthread_create(&threads[c], NULL, global_caller, NULL);
+    for (int c = 0; c < CALLERS; c++)
+        pthread_join(threads[c], NULL);
+    compute_shutdown();
+    ASSERT(atomic_load(&global_peak) >= 1);
+    if (atomic_load(&global_peak) > SLOTS)
+        FAIL_AT("%d threads computed at once with %d slots", atomic_load(&global_peak), SLOTS);
+}
+
+/* A task for the out-of-memory test: counts the tasks it ran. */
+static void count_task(void *arg, size_t task, unsigned slot)
+{
+    (void)task;
+    (void)slot;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Fails the pool's Nth allocation for N = 0, 1, 2, ... until compute_init
+ * succeeds: each failure returns -1 with nothing left allocated or running,
+ * and the pool still runs work serially; the start that succeeds gives the
+ * asked-for slots and is undone by compute_shutdown. */
+void test_compute_pool_start_out_of_memory(void)
+{
+    enum { SLOTS = 3, TASKS = 10 };
+    long n = 0;
+    for (;; n++) {
+        ASSERT(n < 100);
+        mem_fail_after(n);
+        int rc = compute_init(SLOTS);
+        if (rc == 0)
+            break;
+        long refused = mem_failures(), live = mem_fail_live();
+        mem_fail_reset();
+        ASSERT_EQ(rc, -1);
+        ASSERT(refused > 0);
+        if (live != 0)
+            FAIL_AT("start failed at allocation %ld leaving %ld blocks allocated", n, live);
+        ASSERT_EQ(compute_threads(), 1);
+        atomic_int runs;
+        atomic_init(&runs, 0);
+        compute_parallel(TASKS, SLOTS, count_task, &runs);
+        ASSERT_EQ(atomic_load(&runs), TASKS);
+    }
+    ASSERT_EQ(mem_failures(), 0);
+    ASSERT(mem_fail_live() > 0);  /* the started pool holds its arrays */
+    ASSERT_EQ(compute_threads(), SLOTS);
+    atomic_int runs;
+    atomic_init(&runs, 0);
+    compute_parallel(TASKS, SLOTS, count_task, &runs);
+    compute_shutdown();
+    long live = mem_fail_live();
+    mem_fail_reset();
+    ASSERT_EQ(atomic_load(&runs), TASKS);
+    ASSERT_EQ(live, 0);
+    ASSERT_EQ(compute_threads(), 1);
+    ASSERT(n >= 1); /* at least the first allocation was failed */
+}
