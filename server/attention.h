@@ -13,22 +13,9 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "weights.h"
 
 typedef enum { ATTN_FLOAT64 = 0, ATTN_FLOAT32 = 1 } attn_dtype;
-
-/* Projection weights in in_out form: W is (d_in x d_out), y = x W + b.
- * A missing optional part has a NULL pointer.  Used both for weights given
- * inline in a request and for stored weight sets; the struct does not say who
- * owns the arrays (see the owner's header). */
-typedef struct attn_weights {
-    size_t d_in;        /* rows of wq (width of x) */
-    size_t d_ctx;       /* rows of wk and wv (width of context, or of x) */
-    size_t dk;          /* columns of wq and wk (all heads together) */
-    size_t dv;          /* columns of wv (all heads together) */
-    size_t d_out;       /* columns of wo; equals dv when wo is absent */
-    double *wq, *wk, *wv, *wo;
-    double *bq, *bk, *bv, *bo;
-} attn_weights;
 
 /* One attention computation.  Arrays are row-major; "batch x" axes have
  * batch >= 1 (an unbatched request has batch = 1).  All pointers are borrowed

@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attention.h"
 #include "error.h"
+#include "weights.h"
 
 typedef struct weight_set {
-    char name[65];
+    char name[WEIGHTS_NAME_MAX + 1];
     attn_weights w;         /* owned by the set */
     size_t heads;           /* 0: none given at upload */
     int out_in;             /* uploaded with weights_layout "out_in" */

@@ -106,14 +106,22 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(jsonw_attention_like_values)          \
     X(jsonw_edge_values)                    \
     X(jsonw_ties_and_format)                \
-    X(request_qkv_shapes_and_scale)         \
-    X(request_columns_layout_transposes)    \
-    X(request_out_in_weights_transpose)     \
-    X(request_mask_forms)                   \
-    X(request_named_weights)                \
-    X(request_invalid_cases)                \
-    X(request_element_limit)                \
-    X(request_response_shapes)              \
+    X(json_in_parse)                        \
+    X(json_in_tensor_shapes_and_paths)      \
+    X(json_in_vector_and_budget)            \
+    X(json_in_fields_and_scalars)           \
+    X(weights_table_matches_struct)         \
+    X(weights_rules)                        \
+    X(weights_json_decode_out_in)           \
+    X(weights_json_set_round_trip)          \
+    X(attention_json_qkv_shapes_and_scale)  \
+    X(attention_json_columns_layout_transposes) \
+    X(attention_json_out_in_weights_transpose) \
+    X(attention_json_mask_forms)            \
+    X(attention_json_named_weights)         \
+    X(attention_json_invalid_cases)         \
+    X(attention_json_element_limit)         \
+    X(attention_json_response_shapes)       \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \

@@ -12,7 +12,7 @@
 
 #include "api.h"
 #include "mem.h"
-#include "request.h"
+#include "attention_json.h"
 #include "test.h"
 
 static const char *const oom_body =
@@ -29,9 +29,9 @@ static int full_pipeline(const char *body, attn_error *err)
     json_t *root = json_loads(body, 0, &jerr);
     if (root == NULL)
         return error_nomem(err);
-    attn_request req;
-    request_limits limits = {100000};
-    int rc = request_decode(root, &limits, &req, err);
+    attention_json_request req;
+    attention_json_limits limits = {100000};
+    int rc = attention_json_decode(root, &limits, &req, err);
     json_decref(root);
     if (rc != 0)
         return rc;
@@ -40,14 +40,14 @@ static int full_pipeline(const char *body, attn_error *err)
     if (rc == 0) {
         jw_buf w;
         jw_init(&w, 16);
-        request_encode_response(&req, &result, 0.0, &w);
+        attention_json_encode(&req, &result, 0.0, &w);
         char *text = jw_finish(&w, NULL);
         if (text == NULL)
             rc = error_nomem(err);
         mem_free(text);
         attention_result_free(&result);
     }
-    request_free(&req);
+    attention_json_free(&req);
     return rc;
 }
 

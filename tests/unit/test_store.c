@@ -85,19 +85,6 @@ static int array_present(const set_shape *s, int i)
     return i < 3 || (s->optional & (1u << i)) != 0;
 }
 
-static double **array_slot(attn_weights *w, int i)
-{
-    double **slots[8] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->bq, &w->bk, &w->bv, &w->bo};
-    return slots[i];
-}
-
-static void weights_free(attn_weights *w)
-{
-    for (int i = 0; i < 8; i++)
-        mem_free(*array_slot(w, i));
-    memset(w, 0, sizeof *w);
-}
-
 /* Fills w with arrays of shape s made from seed (mem_malloc'ed, as the store
  * expects).  Returns 0, or -1 when memory runs out (w then empty). */
 static int weights_make(const set_shape *s, uint64_t seed, attn_weights *w)
@@ -120,7 +107,7 @@ static int weights_make(const set_shape *s, uint64_t seed, attn_weights *w)
         }
         for (size_t j = 0; j < n; j++)
             a[j] = awkward_double(&state);
-        *array_slot(w, i) = a;
+        *weights_slot(w, (weights_part)i) = a;
     }
     return 0;
 }
@@ -176,9 +163,9 @@ static int set_matches(const weight_set *set, const char *name, const set_shape 
                  want.dk, want.dv, want.d_out);
     } else {
         ok = 1;
-        attn_weights *g = (attn_weights *)got;
-        for (int i = 0; i < 8 && ok; i++) {
-            const double *a = *array_slot(g, i), *b = *array_slot(&want, i);
+        for (int i = 0; i < WEIGHTS_COUNT && ok; i++) {
+            const double *a = weights_array(got, (weights_part)i);
+            const double *b = weights_array(&want, (weights_part)i);
             if ((a == NULL) != (b == NULL)) {
                 snprintf(why, why_len, "%s: array %d is %s", name, i, a ? "extra" : "missing");
                 ok = 0;

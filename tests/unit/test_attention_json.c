@@ -1,14 +1,14 @@
 /*
- * test_request.c - the request decoder and the response encoder.
+ * test_attention_json.c - the POST /v1/attention decoder and the answer encoder.
  */
 #include <jansson.h>
 #include <stdlib.h>
 
 #include "mem.h"
-#include "request.h"
+#include "attention_json.h"
 #include "test.h"
 
-static int decode_text(const char *text, size_t max_elements, attn_request *req, attn_error *err)
+static int decode_text(const char *text, size_t max_elements, attention_json_request *req, attn_error *err)
 {
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
@@ -16,16 +16,16 @@ static int decode_text(const char *text, size_t max_elements, attn_request *req,
         fprintf(stderr, "  test JSON does not parse: %s\n", jerr.text);
         return 99;
     }
-    request_limits limits = {max_elements};
+    attention_json_limits limits = {max_elements};
     error_clear(err);
-    int rc = request_decode(root, &limits, req, err);
+    int rc = attention_json_decode(root, &limits, req, err);
     json_decref(root);
     return rc;
 }
 
-void test_request_qkv_shapes_and_scale(void)
+void test_attention_json_qkv_shapes_and_scale(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3,4],[5,6,7,8]],"
                           "\"v\":[[1,2],[3,4]],\"heads\":2,\"causal\":true}", 1000, &req, &err), 0);
@@ -39,19 +39,19 @@ void test_request_qkv_shapes_and_scale(void)
     ASSERT_EQ(req.input_elements, 4 + 8 + 4);
     ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
     ASSERT_NEAR(req.job.k[5], 6, 0);
-    request_free(&req);
+    attention_json_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
                           "\"scale\":2.5,\"dtype\":\"float32\"}", 1000, &req, &err), 0);
     ASSERT_EQ(req.batched, 1);
     ASSERT_EQ(req.job.batch, 2);
     ASSERT_NEAR(req.job.scale, 2.5, 0);
     ASSERT_EQ(req.job.dtype, ATTN_FLOAT32);
-    request_free(&req);
+    attention_json_free(&req);
 }
 
-void test_request_columns_layout_transposes(void)
+void test_attention_json_columns_layout_transposes(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     /* q given as 2 features x 3 tokens. */
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3],[4,5,6]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]],"
@@ -61,7 +61,7 @@ void test_request_columns_layout_transposes(void)
     ASSERT_NEAR(req.job.q[0], 1, 0);
     ASSERT_NEAR(req.job.q[1], 4, 0);
     ASSERT_NEAR(req.job.q[2], 2, 0);
-    request_free(&req);
+    attention_json_free(&req);
     /* In columns layout, q has 2 rows (features) but k has 3: the message says rows. */
     ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2],[3]],\"v\":[[1]],"
                           "\"layout\":\"columns\"}", 1000, &req, &err), ERR_BAD_REQUEST);
@@ -69,9 +69,9 @@ void test_request_columns_layout_transposes(void)
     ASSERT(strstr(err.message, "k has 3 rows but q has 2") != NULL);
 }
 
-void test_request_out_in_weights_transpose(void)
+void test_attention_json_out_in_weights_transpose(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     /* x: 1 token of width 3; wq out_in is (2 x 3). */
     ASSERT_EQ(decode_text("{\"x\":[[1,2,3]],\"weights_layout\":\"out_in\",\"weights\":{"
@@ -87,12 +87,12 @@ void test_request_out_in_weights_transpose(void)
     ASSERT_NEAR(req.weights.wq[2], 2, 0);
     ASSERT(req.job.weights == &req.weights);
     ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
-    request_free(&req);
+    attention_json_free(&req);
 }
 
-void test_request_mask_forms(void)
+void test_attention_json_mask_forms(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2]],\"v\":[[1],[2]],"
                           "\"mask\":[[true,false],[1,0.0]]}", 1000, &req, &err), 0);
@@ -102,38 +102,34 @@ void test_request_mask_forms(void)
     ASSERT_EQ(req.job.mask[2], 1);
     ASSERT_EQ(req.job.mask[3], 0);
     ASSERT_EQ(req.job.mask_batched, 0);
-    request_free(&req);
+    attention_json_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
                           "\"mask\":[[[true]],[[false]]]}", 1000, &req, &err), 0);
     ASSERT_EQ(req.job.mask_batched, 1);
     ASSERT_EQ(req.job.mask[1], 0);
-    request_free(&req);
+    attention_json_free(&req);
 }
 
-void test_request_named_weights(void)
+void test_attention_json_named_weights(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"x\":[[1,2]],\"weights\":\"encoder.v1\"}", 1000, &req, &err), 0);
     ASSERT_STR_EQ(req.weights_name, "encoder.v1");
     ASSERT(req.job.weights == NULL);
     attn_weights w = {.d_in = 2, .d_ctx = 2, .dk = 4, .dv = 3, .d_out = 3};
     req.job.heads = 2;
-    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "heads");
     req.job.heads = 1;
     w.d_in = 5;
-    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "x");
     w.d_in = 2;
-    ASSERT_EQ(request_bind_weights(&req, &w, 1, &err), 0);
+    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), 0);
     ASSERT(req.job.weights == &w);
     ASSERT_NEAR(req.job.scale, 0.5, 0);
-    request_free(&req);
-    ASSERT(request_valid_name("a"));
-    ASSERT(!request_valid_name(""));
-    ASSERT(!request_valid_name("a/b"));
-    ASSERT(!request_valid_name("0123456789012345678901234567890123456789012345678901234567890123X"));
+    attention_json_free(&req);
 }
 
 /* One invalid request and what the decoder must say about it. */
@@ -212,15 +208,15 @@ static const bad_case bad_cases[] = {
      "\"wv\":[[1],[1]]}}", ERR_BAD_REQUEST, "shape_mismatch", "context"},
 };
 
-void test_request_invalid_cases(void)
+void test_attention_json_invalid_cases(void)
 {
     for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
         const bad_case *c = &bad_cases[i];
-        attn_request req;
+        attention_json_request req;
         attn_error err;
         int rc = decode_text(c->json, 1000, &req, &err);
         if (rc == 0)
-            request_free(&req);
+            attention_json_free(&req);
         if (rc != c->status || strcmp(err.code, c->code) != 0 || strcmp(err.field, c->field) != 0)
             FAIL_AT("case %zu %s: got %d %s field \"%s\" (%s), want %d %s field \"%s\"", i, c->json,
                     rc, err.code, err.field, err.message, c->status, c->code, c->field);
@@ -228,7 +224,7 @@ void test_request_invalid_cases(void)
             FAIL_AT("case %zu: message too short: \"%s\"", i, err.message);
     }
     /* The message names the problem in the user's terms. */
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3]],\"v\":[[1]]}", 1000, &req, &err);
     ASSERT_STR_EQ(err.message, "k has 3 columns but q has 4 (both must be dk).");
@@ -236,22 +232,22 @@ void test_request_invalid_cases(void)
     ASSERT(strstr(err.message, "Did you mean \"causal\"?") != NULL);
 }
 
-void test_request_element_limit(void)
+void test_attention_json_element_limit(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     /* 4 + 4 + 4 numbers: 12 fit, 11 do not. */
     const char *body = "{\"q\":[[1,2],[3,4]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]]}";
     ASSERT_EQ(decode_text(body, 12, &req, &err), 0);
-    request_free(&req);
+    attention_json_free(&req);
     ASSERT_EQ(decode_text(body, 11, &req, &err), ERR_TOO_LARGE);
     ASSERT_STR_EQ(err.code, "request_too_large");
     ASSERT_STR_EQ(err.field, "v");
 }
 
-void test_request_response_shapes(void)
+void test_attention_json_response_shapes(void)
 {
-    attn_request req;
+    attention_json_request req;
     attn_error err;
     /* batch 2, heads 2, lq 3, lk 1, columns layout: output comes back dv x lq. */
     ASSERT_EQ(decode_text("{\"q\":[[[1,2,3],[4,5,6]],[[1,2,3],[4,5,6]]],"
@@ -261,9 +257,9 @@ void test_request_response_shapes(void)
     ASSERT_EQ(attention_run(&req.job, &r, &err), 0);
     jw_buf w;
     jw_init(&w, 0);
-    request_encode_response(&req, &r, 1.5, &w);
+    attention_json_encode(&req, &r, 1.5, &w);
     attention_result_free(&r);
-    request_free(&req);
+    attention_json_free(&req);
     char *text = jw_finish(&w, NULL);
     ASSERT(text != NULL);
     json_error_t jerr;
