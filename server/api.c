@@ -324,7 +324,6 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     }
     weight_set *set = weightset_new(name, &wts, heads, out_in);
     if (set == NULL) {
-        weights_free(&wts);
         error_nomem(&err);
         api_respond_error(resp, &err);
         return;

@@ -100,8 +100,10 @@ static int array_bytes(const attn_weights *w, int p, size_t *bytes)
 weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int out_in)
 {
     weight_set_box *box = mem_calloc(1, sizeof *box);
-    if (box == NULL)
+    if (box == NULL) {
+        weights_free(w);
         return NULL;
+    }
     snprintf(box->set.name, sizeof box->set.name, "%s", name);
     box->set.w = *w;
     box->set.heads = heads;

@@ -49,9 +49,10 @@ weight_store *store_open(const char *dir, const store_limits *limits, attn_error
 /* Frees the store; sets still referenced stay valid until released. */
 void store_close(weight_store *store);
 
-/* Makes a new set from w (taking ownership of its arrays, which are then
- * zeroed in *w, on success only), heads and out_in.  Returns NULL when out
- * of memory (w untouched). */
+/* Makes a new set named name (borrowed, copied) from w, heads and out_in,
+ * with one reference that the caller drops with weightset_release.  Takes
+ * ownership of the arrays of w in every case: *w is zeroed, and when memory
+ * runs out the arrays are freed and NULL is returned. */
 weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int out_in);
 
 /* Stores set under set->name, replacing any set of that name, durably.
