@@ -254,7 +254,12 @@ fail:
 static void handle_set_list(api_response *resp)
 {
     size_t count = 0;
-    weight_set **sets = store_list(api_store, &count);
+    weight_set **sets = NULL;
+    attn_error err;
+    if (store_list(api_store, &sets, &count, &err) != 0) {
+        api_respond_error(resp, &err);
+        return;
+    }
     jw_buf w;
     jw_init(&w, 256 + count * 256);
     jw_raw(&w, "{\"weight_sets\":[");

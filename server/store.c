@@ -670,22 +670,26 @@ static int compare_names(const void *a, const void *b)
     return strcmp((*(weight_set *const *)a)->name, (*(weight_set *const *)b)->name);
 }
 
-weight_set **store_list(weight_store *store, size_t *count)
+int store_list(weight_store *store, weight_set ***sets, size_t *count, attn_error *err)
 {
-    pthread_mutex_lock(&store->map_lock);
+    *sets = NULL;
     *count = 0;
-    weight_set **sets = store->count ? mem_malloc(store->count * sizeof *sets) : NULL;
-    if (sets != NULL) {
-        for (size_t i = 0; i < store->count; i++) {
-            sets[i] = store->sets[i];
-            weightset_retain(sets[i]);
+    pthread_mutex_lock(&store->map_lock);
+    size_t n = store->count;
+    weight_set **list = n ? mem_malloc(n * sizeof *list) : NULL;
+    if (list != NULL)
+        for (size_t i = 0; i < n; i++) {
+            list[i] = store->sets[i];
+            weightset_retain(list[i]);
         }
-        *count = store->count;
-    }
     pthread_mutex_unlock(&store->map_lock);
-    if (sets != NULL)
-        qsort(sets, *count, sizeof *sets, compare_names);
-    return sets;
+    if (n != 0 && list == NULL)
+        return error_nomem(err);
+    if (list != NULL)
+        qsort(list, n, sizeof *list, compare_names);
+    *sets = list;
+    *count = n;
+    return 0;
 }
 
 void store_list_free(weight_set **sets, size_t count)

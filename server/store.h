@@ -72,10 +72,15 @@ weight_set *store_get(weight_store *store, const char *name);
  * another ERR_* code on I/O failure, with err filled. */
 int store_delete(weight_store *store, const char *name, attn_error *err);
 
-/* Returns new references to every set, sorted by name, in a mem_malloc'ed
- * array (*count entries) that the caller frees with store_list_free, or NULL
- * with *count = 0 when there are none or memory runs out. */
-weight_set **store_list(weight_store *store, size_t *count);
+/* Lists every set, sorted by name: on success returns 0 with *sets a new
+ * array of *count new references, which the caller frees with
+ * store_list_free (*sets is NULL when *count is 0).  When memory runs out
+ * returns ERR_UNAVAILABLE with err filled, *sets NULL and *count 0, so that
+ * "no sets" and "no memory" are told apart. */
+int store_list(weight_store *store, weight_set ***sets, size_t *count, attn_error *err);
+
+/* Drops the references of sets[0..count) and frees the array (NULL is
+ * fine). */
 void store_list_free(weight_set **sets, size_t count);
 
 /* Bytes of all stored files together. */

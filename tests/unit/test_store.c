@@ -398,7 +398,8 @@ static void body_put_reopen(const char *dir)
     }
     ASSERT(store_get(store, "nothing") == NULL);
     size_t count = 0;
-    weight_set **list = store_list(store, &count);
+    weight_set **list = NULL;
+    ASSERT_EQ(store_list(store, &list, &count, &err), 0);
     ASSERT_EQ(count, STORED_CASES);
     for (size_t i = 1; i < count; i++)
         ASSERT(strcmp(list[i - 1]->name, list[i]->name) < 0);
@@ -439,7 +440,8 @@ static void body_replace(const char *dir)
     ASSERT_EQ(created, 0);
     ASSERT_EQ(store_total_bytes(store), other + file_size_of("w", &small));
     size_t count = 0;
-    weight_set **list = store_list(store, &count);
+    weight_set **list = NULL;
+    ASSERT_EQ(store_list(store, &list, &count, &err), 0);
     ASSERT_EQ(count, 2);
     store_list_free(list, count);
     close_store(store);
@@ -498,7 +500,8 @@ static void body_delete(const char *dir)
     ASSERT_EQ(store_total_bytes(store), 0);
     ASSERT_EQ(count_entries(dir, ""), 0);
     size_t count = 99;
-    weight_set **list = store_list(store, &count);
+    weight_set **list = NULL;
+    ASSERT_EQ(store_list(store, &list, &count, &err), 0);
     ASSERT(list == NULL);
     ASSERT_EQ(count, 0);
     close_store(store);
@@ -533,7 +536,8 @@ static void body_reference(const char *dir)
     /* A listed set too stays valid after the store is gone. */
     ASSERT_EQ(store_put(store, set_make("s", &v1, 13, 0, 0), NULL, &err), 0);
     size_t count = 0;
-    weight_set **list = store_list(store, &count);
+    weight_set **list = NULL;
+    ASSERT_EQ(store_list(store, &list, &count, &err), 0);
     ASSERT_EQ(count, 1);
     close_store(store);
     ASSERT_SET(old, "r", &v1, 11, 2, 1);
@@ -651,7 +655,8 @@ static void body_quarantine(const char *dir)
     ASSERT_SET(got, "good2", &shape, 2, 0, 1);
     weightset_release(got);
     size_t count = 0;
-    weight_set **list = store_list(store, &count);
+    weight_set **list = NULL;
+    ASSERT_EQ(store_list(store, &list, &count, &err), 0);
     store_list_free(list, count);
     ASSERT_EQ(count, 2);
     ASSERT_EQ(store_total_bytes(store), 2 * file_size_of("good1", &shape));
@@ -1144,7 +1149,9 @@ static void body_oom_open(const char *dir)
         long files = count_entries(dir, "set");
         size_t count = 0;
         if (store != NULL) {
-            weight_set **list = store_list(store, &count);
+            weight_set **list = NULL;
+            if (store_list(store, &list, &count, &err) != 0)
+                FAIL_AT("allocation %ld: store_list failed after a successful open", n);
             store_list_free(list, count);
         } else if (err.kind != ERR_UNAVAILABLE) {
             FAIL_AT("allocation %ld: store_open failed with %d (%s), expected out of memory", n,
@@ -1253,4 +1260,49 @@ static void body_concurrent(const char *dir)
 void test_store_concurrent_readers(void)
 {
     in_temp_dir(body_concurrent);
+}
+
+/* Out of memory while listing is an error, never an empty list: with two
+ * sets stored, each allocation store_list makes fails in turn. */
+static void body_list_out_of_memory(const char *dir)
+{
+    static const set_shape shape = {2, 2, 2, 2, 2, 0};
+    attn_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("a", &shape, 1, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_put(store, set_make("b", &shape, 2, 0, 0), NULL, &err), 0);
+    long n;
+    for (n = 0; n < 100; n++) {
+        weight_set **list = (weight_set **)&err; /* anything but NULL */
+        size_t count = 99;
+        error_clear(&err);
+        mem_fail_after(n);
+        int rc = store_list(store, &list, &count, &err);
+        long failures = mem_failures();
+        mem_fail_reset();
+        if (failures == 0) {
+            ASSERT_EQ(rc, 0);
+            ASSERT_EQ(count, 2);
+            ASSERT_STR_EQ(list[0]->name, "a");
+            store_list_free(list, count);
+            break;
+        }
+        ASSERT_EQ(rc, ERR_UNAVAILABLE);
+        ASSERT_STR_EQ(err.code, "overloaded");
+        ASSERT(list == NULL);
+        ASSERT_EQ(count, 0);
+    }
+    if (n < 1)
+        FAIL_AT("store_list made no allocation: is failure injection reaching it?");
+    /* The sets hold no reference left over from a failed list: each is
+     * freed by its delete (a leak would show under ASan and valgrind). */
+    ASSERT_EQ(store_delete(store, "a", &err), 0);
+    ASSERT_EQ(store_delete(store, "b", &err), 0);
+    close_store(store);
+}
+
+void test_store_list_out_of_memory(void)
+{
+    in_temp_dir(body_list_out_of_memory);
 }
