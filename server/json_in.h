@@ -17,8 +17,11 @@
 
 #include "error.h"
 
-/* The flags every body is parsed with: duplicate keys are an error. */
-#define JSON_IN_PARSE_FLAGS JSON_REJECT_DUPLICATES
+/* The flags every body is parsed with: duplicate keys are an error, and
+ * every number is a double (JSON has one kind of number, so 9223372036854775808
+ * is the number 9223372036854775808.0, not an integer too big for jansson).
+ * Fields that must be whole numbers check the double's value. */
+#define JSON_IN_PARSE_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL)
 
 /* The numbers a request may hold, and how many it holds so far. */
 typedef struct json_in_budget {
@@ -42,8 +45,8 @@ typedef enum {
 
 /* Parses text[0..len) as JSON.  Returns a new reference that the caller
  * drops with json_decref, or NULL with err filled: 400 "invalid_json" for an
- * empty body or bad JSON (the message has jansson's words and the place), or
- * 503 when memory runs out. */
+ * empty body, bad JSON or a number past the range of a double (the message
+ * has jansson's words and the place), or 503 when memory runs out. */
 json_t *json_in_parse(const char *text, size_t len, attn_error *err);
 
 /* "an object", "an array", "a string", "a number", "a boolean" or "null":

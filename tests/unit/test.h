@@ -110,6 +110,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(json_in_tensor_shapes_and_paths)      \
     X(json_in_vector_and_budget)            \
     X(json_in_fields_and_scalars)           \
+    X(json_in_big_integers_are_numbers)     \
     X(weights_table_matches_struct)         \
     X(weights_rules)                        \
     X(weights_json_decode_out_in)           \
@@ -122,6 +123,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(attention_json_invalid_cases)         \
     X(attention_json_element_limit)         \
     X(attention_json_response_shapes)       \
+    X(attention_json_big_integers)          \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \

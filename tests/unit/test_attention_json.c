@@ -4,20 +4,22 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "mem.h"
 #include "attention_json.h"
+#include "json_in.h"
+#include "mem.h"
 #include "test.h"
 
-static int decode_text(const char *text, size_t max_elements, attention_json_request *req, attn_error *err)
+/* Parses text as the server does and decodes it; a body that does not parse
+ * returns the parser's error (err filled). */
+static int decode_text(const char *text, size_t max_elements, attention_json_request *req,
+                       attn_error *err)
 {
-    json_error_t jerr;
-    json_t *root = json_loads(text, 0, &jerr);
-    if (root == NULL) {
-        fprintf(stderr, "  test JSON does not parse: %s\n", jerr.text);
-        return 99;
-    }
-    attention_json_limits limits = {max_elements};
     error_clear(err);
+    memset(req, 0, sizeof *req);
+    json_t *root = json_in_parse(text, strlen(text), err);
+    if (root == NULL)
+        return err->kind;
+    attention_json_limits limits = {max_elements};
     int rc = attention_json_decode(root, &limits, req, err);
     json_decref(root);
     return rc;
@@ -282,4 +284,31 @@ void test_attention_json_response_shapes(void)
     ASSERT_NEAR(w000, 1.0, 0);
     ASSERT_EQ(heads, 2);
     ASSERT_EQ(batch, 2);
+}
+
+/* Integer-valued fields take any spelling of a whole number, and numbers
+ * past 2^63 are numbers. */
+void test_attention_json_big_integers(void)
+{
+    attention_json_request req;
+    attn_error err;
+    ASSERT_EQ(decode_text("{\"q\":[[9223372036854775808,0]],\"k\":[[1,0]],"
+                          "\"v\":[[123456789012345678901234567890,0]],\"heads\":2}", 1000, &req,
+                          &err), 0);
+    ASSERT_NEAR(req.job.q[0], 9223372036854775808.0, 0);
+    ASSERT_NEAR(req.job.v[0], 123456789012345678901234567890.0, 0);
+    ASSERT_EQ(req.job.heads, 2);
+    attention_json_free(&req);
+    ASSERT_EQ(decode_text("{\"q\":[[1,0]],\"k\":[[1,0]],\"v\":[[1,1]],\"heads\":2.0}", 1000,
+                          &req, &err), 0);
+    ASSERT_EQ(req.job.heads, 2);
+    attention_json_free(&req);
+    ASSERT_EQ(decode_text("{\"q\":[[1,0]],\"k\":[[1,0]],\"v\":[[1,1]],\"heads\":2.5}", 1000,
+                          &req, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "invalid_value");
+    ASSERT_STR_EQ(err.field, "heads");
+    ASSERT_EQ(decode_text("{\"q\":[[1,0]],\"k\":[[1,0]],\"v\":[[1,1]],"
+                          "\"heads\":9223372036854775808}", 1000, &req, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "invalid_value");
+    ASSERT_STR_EQ(err.field, "heads");
 }

@@ -155,3 +155,36 @@ void test_json_in_fields_and_scalars(void)
     ASSERT(strstr(err.message, "\"float64\" or \"float32\"") != NULL);
     json_decref(v);
 }
+
+/* JSON has one kind of number: an integer of 2^63 or more, or of 30 digits,
+ * is the same number as its ".0" spelling, not "too big". */
+void test_json_in_big_integers_are_numbers(void)
+{
+    static const char *const bodies[] = {"[[9223372036854775808, 1]]",
+                                         "[[9223372036854775808.0, 1]]",
+                                         "[[123456789012345678901234567890, 1]]",
+                                         "[[-123456789012345678901234567890, 1]]"};
+    static const double want[] = {9223372036854775808.0, 9223372036854775808.0,
+                                  123456789012345678901234567890.0,
+                                  -123456789012345678901234567890.0};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        attn_error err;
+        error_clear(&err);
+        json_t *v = json_in_parse(bodies[i], strlen(bodies[i]), &err);
+        if (v == NULL)
+            FAIL_AT("%s: %s %s", bodies[i], err.code, err.message);
+        size_t elements = 0;
+        json_in_budget budget = {100, &elements};
+        json_in_tensor t;
+        int rc = json_in_tensor_decode(&budget, v, "q", 3, JSON_IN_NUMBER, 0, &t, &err);
+        json_decref(v);
+        ASSERT_EQ(rc, 0);
+        double got = t.data[0];
+        mem_free(t.data);
+        ASSERT_NEAR(got, want[i], 0);
+    }
+    /* Past the range of a double it is still an error, and says so. */
+    attn_error err;
+    ASSERT(json_in_parse("[[1e400]]", 9, &err) == NULL);
+    ASSERT_STR_EQ(err.code, "invalid_json");
+}
