@@ -56,9 +56,11 @@ int attention_job_bytes(const attn_job *job, size_t *bytes);
 
 /* Computes job.  On success returns 0 and fills result, whose buffers the
  * caller frees with attention_result_free.  On failure returns a negative
- * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a result that
- * overflows to Inf or NaN: ERR_BAD_REQUEST, code "not_finite") and leaves
- * result empty.  A fully masked query row yields zeros in both output and
+ * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a score, a
+ * projection or an output that is not finite in the job's precision, i.e. a
+ * result that really is past its range: ERR_BAD_REQUEST, code "not_finite")
+ * and leaves result empty.  Intermediate sums that overflow on the way to a
+ * finite result are not an error.  A fully masked query row yields zeros in both output and
  * attention.  Safe to call from several threads at once. */
 int attention_run(const attn_job *job, attn_result *result, attn_error *err);
 

@@ -96,6 +96,8 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_block_edges_on_pool)           \
     X(kernel_overflow_in_late_block)        \
     X(kernel_nan_score_reported)            \
+    X(kernel_finite_result_near_max)        \
+    X(kernel_infinite_result_still_reported) \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(jsonw_numbers_round_trip)             \
@@ -124,6 +126,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(attention_json_element_limit)         \
     X(attention_json_response_shapes)       \
     X(attention_json_big_integers)          \
+    X(attention_json_finite_near_max)       \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \

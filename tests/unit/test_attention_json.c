@@ -312,3 +312,66 @@ void test_attention_json_big_integers(void)
     ASSERT_STR_EQ(err.code, "invalid_value");
     ASSERT_STR_EQ(err.field, "heads");
 }
+
+/* Decodes body, computes and encodes the answer; returns the parsed answer
+ * (caller drops it) or NULL with err filled. */
+static json_t *answer_of(const char *body, attn_error *err)
+{
+    attention_json_request req;
+    if (decode_text(body, 1000, &req, err) != 0)
+        return NULL;
+    attn_result r;
+    int rc = attention_run(&req.job, &r, err);
+    json_t *answer = NULL;
+    if (rc == 0) {
+        jw_buf w;
+        jw_init(&w, 0);
+        attention_json_encode(&req, &r, 0.0, &w);
+        attention_result_free(&r);
+        char *text = jw_finish(&w, NULL);
+        answer = text ? json_in_parse(text, strlen(text), err) : NULL;
+        mem_free(text);
+    }
+    attention_json_free(&req);
+    return answer;
+}
+
+/* Through the decoder and encoder: answers near the largest number of each
+ * precision come back, with and without the attention matrix. */
+void test_attention_json_finite_near_max(void)
+{
+    static const char *const bodies[] = {
+        "{\"q\":[[0]],\"k\":[[1],[1]],\"v\":[[9e307],[9e307]]}",
+        "{\"q\":[[0]],\"k\":[[1],[1]],\"v\":[[9e307],[9e307]],\"return_attention\":false}",
+        "{\"q\":[[0]],\"k\":[[1],[1]],\"v\":[[3e38],[3e38]],\"dtype\":\"float32\"}",
+        "{\"q\":[[0]],\"k\":[[1],[1]],\"v\":[[3e38],[3e38]],\"dtype\":\"float32\","
+        "\"return_attention\":false}"};
+    /* float32 answers are printed with the fewest digits that give the float. */
+    static const double want[] = {9e307, 9e307, 3e38, 3e38};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        attn_error err;
+        error_clear(&err);
+        json_t *answer = answer_of(bodies[i], &err);
+        if (answer == NULL)
+            FAIL_AT("%s: %s (%s)", bodies[i], err.code, err.message);
+        json_t *out = json_array_get(json_array_get(json_object_get(answer, "output"), 0), 0);
+        double got = json_number_value(out);
+        int is_number = json_is_number(out);
+        int has_attention = json_object_get(answer, "attention") != NULL;
+        double a0 = json_number_value(
+            json_array_get(json_array_get(json_object_get(answer, "attention"), 0), 0));
+        json_decref(answer);
+        ASSERT(is_number);
+        ASSERT_NEAR(got, want[i], 0);
+        if (i >= 2)
+            ASSERT((float)got == 3e38f);
+        ASSERT_EQ(has_attention, i % 2 == 0);
+        if (has_attention)
+            ASSERT_NEAR(a0, 0.5, 0);
+    }
+    /* float32 cannot hold 4e38: that answer is not finite. */
+    attn_error err;
+    ASSERT(answer_of("{\"q\":[[0]],\"k\":[[1],[1]],\"v\":[[4e38],[4e38]],\"dtype\":\"float32\"}",
+                     &err) == NULL);
+    ASSERT_STR_EQ(err.code, "not_finite");
+}
