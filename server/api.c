@@ -81,7 +81,12 @@ metrics_route api_route(const char *path, const char **allow)
             *allow = routes[i].post ? ALLOW_POST : ALLOW_GET;
             return routes[i].route;
         }
-    if (strncmp(path, SET_PREFIX, strlen(SET_PREFIX)) == 0 && path[strlen(SET_PREFIX)] != '\0') {
+    /* /v1/weight-sets/{name} is one segment: a path with more below it is
+     * no endpoint (404), while a single segment that is not a valid name is
+     * a bad request for a weight set (400). */
+    size_t prefix = strlen(SET_PREFIX);
+    if (strncmp(path, SET_PREFIX, prefix) == 0 && path[prefix] != '\0' &&
+        strchr(path + prefix, '/') == NULL) {
         *allow = ALLOW_SET;
         return ROUTE_WEIGHT_SET;
     }

@@ -48,8 +48,10 @@ void api_set_draining(int draining);
 /* Attention computations under way now. */
 long api_busy(void);
 
-/* The route a path belongs to, and the methods it allows ("GET, HEAD,
- * OPTIONS"), or NULL for an unknown path. */
+/* The route a path belongs to, and in *allow the methods it allows ("GET,
+ * HEAD, OPTIONS"; a static string), or ROUTE_OTHER and NULL for an unknown
+ * path.  /v1/weight-sets/{name} takes one segment: a longer path below
+ * /v1/weight-sets/ is unknown. */
 metrics_route api_route(const char *path, const char **allow);
 
 /* Answers req into resp (always filled, even when out of memory). */
