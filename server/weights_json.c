@@ -263,11 +263,13 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
     const attn_weights *wt = &set->w;
     jw_raw(w, "{\"name\":");
     jw_string(w, set->name);
-    jw_raw(w, ",\"heads\":");
-    if (set->heads)
+    /* The summary always has heads; the full set only when it was stored. */
+    if (set->heads) {
+        jw_raw(w, ",\"heads\":");
         jw_size(w, set->heads);
-    else
-        jw_raw(w, "null");
+    } else if (!with_arrays) {
+        jw_raw(w, ",\"heads\":null");
+    }
     jw_raw(w, ",\"weights_layout\":");
     jw_string(w, set->out_in ? "out_in" : "in_out");
     jw_raw(w, ",\"shapes\":{");

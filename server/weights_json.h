@@ -54,12 +54,13 @@ int weights_json_decode_heads(const json_t *root, int allow_null, size_t *heads,
 int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weights *w,
                             size_t *heads, int *out_in, attn_error *err);
 
-/* Appends a JSON object describing set (borrowed) to w: name, heads (null
- * when the set has none), weights_layout, the shape of each array as
- * uploaded, parameters, size_bytes and stored_at; with with_arrays (the
- * answer of GET /v1/weight-sets/{name}), also every array exactly as
- * uploaded (same layout, every double printed so that it reads back bit for
- * bit). */
+/* Appends a JSON object describing set (borrowed) to w.  Without
+ * with_arrays it is the summary of the list and of the answer to a PUT:
+ * name, heads (null when the set has none), weights_layout, the shape of
+ * each array as uploaded, parameters, size_bytes and stored_at.  With
+ * with_arrays it is the answer of GET /v1/weight-sets/{name}: the same, but
+ * heads only when the set has it, and every array exactly as uploaded (same
+ * layout, every double printed so that it reads back bit for bit). */
 void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w);
 
 #endif

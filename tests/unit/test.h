@@ -133,6 +133,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(config_sizes)                         \
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
+    X(api_weight_set_heads)                 \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
     X(store_put_reopen_bit_exact)       \

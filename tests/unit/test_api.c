@@ -84,3 +84,52 @@ void test_api_weight_set_paths(void)
     ASSERT_EQ(bad_name, 400);
     ASSERT_EQ(unknown, 404);
 }
+
+/* GET /v1/weight-sets/{name} has "heads" only when the set was stored with
+ * it; the list and the answer to PUT always have it (null for none). */
+void test_api_weight_set_heads(void)
+{
+    server_config cfg;
+    char dir[] = "/tmp/attn-api-XXXXXX";
+    ASSERT_EQ(api_start(&cfg, dir), 0);
+    json_t *put_none, *put_two, *get_none, *get_two, *list;
+    int s1 = call("PUT", "/v1/weight-sets/none", "{\"wq\":[[1,2]],\"wk\":[[1,2]],\"wv\":[[1,2]]}",
+                  &put_none);
+    int s2 = call("PUT", "/v1/weight-sets/two",
+                  "{\"wq\":[[1,2]],\"wk\":[[1,2]],\"wv\":[[1,2]],\"heads\":2}", &put_two);
+    int s3 = call("GET", "/v1/weight-sets/none", NULL, &get_none);
+    int s4 = call("GET", "/v1/weight-sets/two", NULL, &get_two);
+    int s5 = call("GET", "/v1/weight-sets", NULL, &list);
+    /* What GET answers can be PUT back unchanged. */
+    char *again = get_none ? json_dumps(get_none, JSON_COMPACT) : NULL;
+    int s6 = again ? call("PUT", "/v1/weight-sets/none", again, NULL) : 0;
+    mem_free(again);
+    call("DELETE", "/v1/weight-sets/none", NULL, NULL);
+    call("DELETE", "/v1/weight-sets/two", NULL, NULL);
+    api_shutdown();
+    rmdir(dir);
+    const json_t *none_entry = json_array_get(json_object_get(list, "weight_sets"), 0);
+    int ok_put = json_is_null(json_object_get(put_none, "heads")) &&
+                 json_number_value(json_object_get(put_two, "heads")) == 2;
+    int get_none_has = json_object_get(get_none, "heads") != NULL;
+    double get_two_heads = json_number_value(json_object_get(get_two, "heads"));
+    int list_null = json_is_null(json_object_get(none_entry, "heads"));
+    const char *list_name = json_string_value(json_object_get(none_entry, "name"));
+    int list_is_none = list_name != NULL && strcmp(list_name, "none") == 0;
+    json_decref(put_none);
+    json_decref(put_two);
+    json_decref(get_none);
+    json_decref(get_two);
+    json_decref(list);
+    ASSERT_EQ(s1, 201);
+    ASSERT_EQ(s2, 201);
+    ASSERT_EQ(s3, 200);
+    ASSERT_EQ(s4, 200);
+    ASSERT_EQ(s5, 200);
+    ASSERT_EQ(s6, 200);
+    ASSERT(ok_put);
+    ASSERT(!get_none_has);
+    ASSERT_NEAR(get_two_heads, 2, 0);
+    ASSERT(list_is_none);
+    ASSERT(list_null);
+}
