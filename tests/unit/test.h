@@ -122,6 +122,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(attention_json_out_in_weights_transpose) \
     X(attention_json_mask_forms)            \
     X(attention_json_named_weights)         \
+    X(attention_json_integration_cases)     \
     X(attention_json_invalid_cases)         \
     X(attention_json_element_limit)         \
     X(attention_json_response_shapes)       \
