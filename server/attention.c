@@ -152,7 +152,8 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
         for (int p = 0; p < WEIGHTS_COUNT; p++) {
             if (weights_array(w, (weights_part)p) == NULL)
                 continue;
-            bad |= mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p), 1, &t);
+            bad |= mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p), 1,
+                           &t);
             bad |= __builtin_add_overflow(s->weights, t, &s->weights);
         }
         size_t pq, pk, pv;
@@ -273,7 +274,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The request's shapes multiply to more numbers than this machine can address.");
+                         "The request's shapes multiply to more numbers than the server can address.");
     /* BLAS takes int dimensions. */
     size_t widest = job->lq > job->lk ? job->lq : job->lk;
     widest = widest > job->dk ? widest : job->dk;

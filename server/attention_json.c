@@ -31,7 +31,8 @@ void attention_json_free(attention_json_request *req)
     memset(req, 0, sizeof *req);
 }
 
-int attention_json_bind_weights(attention_json_request *req, const attn_weights *w, int named, attn_error *err)
+int attention_json_bind_weights(attention_json_request *req, const attn_weights *w, int named,
+                                attn_error *err)
 {
     const char *feat = req->columns ? "rows" : "columns";
     const char *in_axis = req->out_in ? "columns" : "rows";
@@ -73,8 +74,8 @@ size_t attention_json_result_elements(const attention_json_request *req)
 }
 
 /* Checks the batch axis of `t` (named `name`) against the reference input. */
-static int check_batch(const json_in_tensor *t, const char *name, const json_in_tensor *ref, const char *ref_name,
-                       attn_error *err)
+static int check_batch(const json_in_tensor *t, const char *name, const json_in_tensor *ref,
+                       const char *ref_name, attn_error *err)
 {
     if (t->rank != ref->rank)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", name,

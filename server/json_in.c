@@ -36,8 +36,8 @@ const char *json_in_kind(const json_t *v)
  * at `path`, checking every level is an array of the same length.  Elements
  * are not looked at.  Counts the numbers into budget and fails with 413 past the
  * limit. */
-static int tensor_scan(const json_in_budget *budget, const json_t *v, const char *path, int max_rank,
-                       json_in_tensor *t, attn_error *err)
+static int tensor_scan(const json_in_budget *budget, const json_t *v, const char *path,
+                       int max_rank, json_in_tensor *t, attn_error *err)
 {
     const char *example = max_rank == 3 ? "a matrix (an array of rows, each an array of numbers) "
                                           "or a batch of such matrices"
@@ -212,14 +212,15 @@ int json_in_tensor_decode(const json_in_budget *budget, const json_t *v, const c
     return rc;
 }
 
-int json_in_vector_decode(const json_in_budget *budget, const json_t *v, const char *path, double **out,
-                         size_t *len, attn_error *err)
+int json_in_vector_decode(const json_in_budget *budget, const json_t *v, const char *path,
+                          double **out, size_t *len, attn_error *err)
 {
     *out = NULL;
     *len = 0;
     if (!json_is_array(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", path,
-                         "%s is %s; a bias must be a flat array of numbers.", path, json_in_kind(v));
+                         "%s is %s; a bias must be a flat array of numbers.", path,
+                         json_in_kind(v));
     size_t n = json_array_size(v);
     if (n == 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape", path,

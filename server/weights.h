@@ -53,7 +53,7 @@ typedef struct weights_part_info {
     int required;           /* wq, wk and wv must be given */
     weights_dim rows;       /* a matrix's rows in in_out form (its inputs); unused for a bias */
     weights_dim cols;       /* a matrix's columns (its outputs), or a bias's length */
-    weights_part matrix;    /* for a bias, the matrix whose outputs it shifts; itself for a matrix */
+    weights_part matrix;    /* a bias: the matrix whose outputs it shifts; a matrix: itself */
 } weights_part_info;
 
 extern const weights_part_info weights_parts[WEIGHTS_COUNT];

@@ -134,7 +134,8 @@ static int decode_members(const json_t *obj, const char *path, int out_in,
     memset(&ps, 0, sizeof ps);
     int rc = 0;
     for (int p = 0; p < WEIGHTS_COUNT; p++)
-        snprintf(ps.path[p], sizeof ps.path[p], "%s%s%s", path, *path ? "." : "", weights_parts[p].name);
+        snprintf(ps.path[p], sizeof ps.path[p], "%s%s%s", path, *path ? "." : "",
+                 weights_parts[p].name);
     for (int p = 0; p < WEIGHTS_COUNT && rc == 0; p++) {
         const weights_part_info *info = &weights_parts[p];
         const json_t *m = json_object_get(obj, weights_parts[p].name);

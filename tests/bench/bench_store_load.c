@@ -1,6 +1,6 @@
 /*
  * bench_store_load.c - loading a large weight set: the store's binary file
- * against the same set as JSON (the measurement issue 3 asks for).
+ * against the same set as JSON.
  *
  * One weight set with a 4096 x 4096 wq (128 MiB of doubles) and small wk/wv
  * (8 x 4096 and 8 x 64: a cross-attention set with a narrow context) is
