@@ -82,8 +82,9 @@ metrics_route api_route(const char *path, const char **allow)
             return routes[i].route;
         }
     /* /v1/weight-sets/{name} is one segment: a path with more below it is
-     * no endpoint (404), while a single segment that is not a valid name is
-     * a bad request for a weight set (400). */
+     * no endpoint (404; api_handle lets a PUT there say that the name is
+     * invalid), while a single segment that is not a valid name is a bad
+     * request for a weight set (400). */
     size_t prefix = strlen(SET_PREFIX);
     if (strncmp(path, SET_PREFIX, prefix) == 0 && path[prefix] != '\0' &&
         strchr(path + prefix, '/') == NULL) {
@@ -386,6 +387,14 @@ void api_handle(const api_request *req, api_response *resp)
     if (!strcmp(req->method, "OPTIONS") && !strcmp(req->path, "*")) {
         resp->allow = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
         respond_static(resp, 204, "");
+        return;
+    }
+    size_t prefix = strlen(SET_PREFIX);
+    if (allow == NULL && !strcmp(req->method, "PUT") && !strncmp(req->path, SET_PREFIX, prefix) &&
+        req->path[prefix] != '\0') {
+        /* PUT chooses the name: one with a slash (a/b, or a%2Fb decoded) is
+         * an invalid name (400) rather than an unknown path. */
+        handle_set(req, req->path + prefix, resp);
         return;
     }
     if (allow == NULL) {

@@ -51,7 +51,8 @@ long api_busy(void);
 /* The route a path belongs to, and in *allow the methods it allows ("GET,
  * HEAD, OPTIONS"; a static string), or ROUTE_OTHER and NULL for an unknown
  * path.  /v1/weight-sets/{name} takes one segment: a longer path below
- * /v1/weight-sets/ is unknown. */
+ * /v1/weight-sets/ is unknown (404), except that api_handle answers a PUT
+ * there as a PUT of an invalid name (400 invalid_value). */
 metrics_route api_route(const char *path, const char **allow);
 
 /* Answers req (borrowed) into resp, which is always filled, even when

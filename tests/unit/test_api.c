@@ -46,12 +46,13 @@ static const char *error_code(const json_t *body)
     return json_string_value(json_object_get(json_object_get(body, "error"), "code"));
 }
 
-/* A path with more segments below /v1/weight-sets/ is no endpoint. */
+/* A path with more segments below /v1/weight-sets/ is no endpoint; a PUT
+ * there names a set that cannot exist, which is an invalid name. */
 void test_api_weight_set_paths(void)
 {
     static const char *const paths[] = {"/v1/weight-sets/a/b", "/v1/weight-sets/a/",
                                         "/v1/weight-sets//a"};
-    static const char *const methods[] = {"GET", "DELETE", "PUT"};
+    static const char *const methods[] = {"GET", "DELETE", "HEAD", "PUT"};
     const char *allow = "";
     server_config cfg;
     char dir[] = "/tmp/attn-api-XXXXXX";
@@ -62,12 +63,14 @@ void test_api_weight_set_paths(void)
             fprintf(stderr, "  %s is routed\n", paths[p]);
             failed = 1;
         }
-        for (size_t m = 0; m < 3 && !failed; m++) {
+        for (size_t m = 0; m < 4 && !failed; m++) {
             json_t *body;
             int status = call(methods[m], paths[p], "{\"wq\":[[1]],\"wk\":[[1]],\"wv\":[[1]]}",
                               &body);
             const char *code = error_code(body);
-            if (status != 404 || code == NULL || strcmp(code, "not_found") != 0) {
+            int put = m == 3;
+            if (status != (put ? 400 : 404) || code == NULL ||
+                strcmp(code, put ? "invalid_value" : "not_found") != 0) {
                 fprintf(stderr, "  %s %s: %d %s\n", methods[m], paths[p], status,
                         code ? code : "(no code)");
                 failed = 1;
