@@ -17,12 +17,15 @@
 #include <time.h>
 
 #include "attention.h"
+#include "attention_json.h"
 #include "compute.h"
+#include "json_in.h"
 #include "jsonw.h"
 #include "mem.h"
-#include "request.h"
 #include "store.h"
 #include "version.h"
+#include "weights.h"
+#include "weights_json.h"
 
 /* Bytes a number takes in the response at most ("-1.2345678901234567e-300,"). */
 #define RESPONSE_BYTES_PER_NUMBER 26
@@ -78,7 +81,13 @@ metrics_route api_route(const char *path, const char **allow)
             *allow = routes[i].post ? ALLOW_POST : ALLOW_GET;
             return routes[i].route;
         }
-    if (strncmp(path, SET_PREFIX, strlen(SET_PREFIX)) == 0 && path[strlen(SET_PREFIX)] != '\0') {
+    /* /v1/weight-sets/{name} is one segment: a path with more below it is
+     * no endpoint (404; api_handle lets a PUT there say that the name is
+     * invalid), while a single segment that is not a valid name is a bad
+     * request for a weight set (400). */
+    size_t prefix = strlen(SET_PREFIX);
+    if (strncmp(path, SET_PREFIX, prefix) == 0 && path[prefix] != '\0' &&
+        strchr(path + prefix, '/') == NULL) {
         *allow = ALLOW_SET;
         return ROUTE_WEIGHT_SET;
     }
@@ -147,29 +156,6 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Parses the body as JSON; on failure fills err with the parser's words. */
-static json_t *parse_body(const api_request *req, attn_error *err)
-{
-    if (req->body_len == 0) {
-        error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
-                  "The body is empty; send a JSON object with the request's fields.");
-        return NULL;
-    }
-    json_error_t jerr;
-    memset(&jerr, 0, sizeof jerr);
-    json_t *root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        /* jansson leaves jerr empty when it cannot even start for lack of memory. */
-        if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
-            error_nomem(err);
-        else
-            error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
-                      "The body is not valid JSON: %s (line %d, column %d).", jerr.text, jerr.line,
-                      jerr.column);
-    }
-    return root;
-}
-
 /* Fills resp with a body built by jw (consumed), or the out-of-memory error. */
 static void respond_jw(api_response *resp, int status, jw_buf *w)
 {
@@ -189,14 +175,14 @@ static void handle_attention(const api_request *req, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
-    json_t *root = parse_body(req, &err);
+    json_t *root = json_in_parse(req->body, req->body_len, &err);
     if (root == NULL) {
         api_respond_error(resp, &err);
         return;
     }
-    attn_request ar;
-    request_limits limits = {api_cfg->max_elements};
-    int rc = request_decode(root, &limits, &ar, &err);
+    attention_json_request ar;
+    attention_json_limits limits = {api_cfg->max_elements};
+    int rc = attention_json_decode(root, &limits, &ar, &err);
     json_decref(root);
     if (rc != 0) {
         api_respond_error(resp, &err);
@@ -230,10 +216,10 @@ static void handle_attention(const api_request *req, api_response *resp)
             ar.job.heads = set->heads;
             ar.heads_given = 1;
         }
-        if (request_bind_weights(&ar, &set->w, 1, &err) != 0)
+        if (attention_json_bind_weights(&ar, &set->w, 1, &err) != 0)
             goto fail;
     }
-    size_t result_elements = request_result_elements(&ar), work_bytes = 0, response_bytes = 0;
+    size_t result_elements = attention_json_result_elements(&ar), work_bytes = 0, response_bytes = 0;
     if (result_elements > api_cfg->max_elements) {
         error_set(&err, ERR_TOO_LARGE, "request_too_large", NULL,
                   "The answer would hold %zu numbers, more than the server's limit of %zu "
@@ -259,14 +245,14 @@ static void handle_attention(const api_request *req, api_response *resp)
         goto fail;
     jw_buf w;
     jw_init(&w, response_bytes / 2 + 512);
-    request_encode_response(&ar, &result, ms, &w);
+    attention_json_encode(&ar, &result, ms, &w);
     attention_result_free(&result);
-    request_free(&ar);
+    attention_json_free(&ar);
     weightset_release(set);
     respond_jw(resp, 200, &w);
     return;
 fail:
-    request_free(&ar);
+    attention_json_free(&ar);
     weightset_release(set);
     api_respond_error(resp, &err);
 }
@@ -274,14 +260,19 @@ fail:
 static void handle_set_list(api_response *resp)
 {
     size_t count = 0;
-    weight_set **sets = store_list(api_store, &count);
+    weight_set **sets = NULL;
+    attn_error err;
+    if (store_list(api_store, &sets, &count, &err) != 0) {
+        api_respond_error(resp, &err);
+        return;
+    }
     jw_buf w;
     jw_init(&w, 256 + count * 256);
     jw_raw(&w, "{\"weight_sets\":[");
     for (size_t i = 0; i < count; i++) {
         if (i)
             jw_char(&w, ',');
-        request_encode_weight_set(sets[i], 0, &w);
+        weights_json_encode_set(sets[i], 0, &w);
     }
     jw_raw(&w, "],\"count\":");
     jw_size(&w, count);
@@ -297,7 +288,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
 {
     attn_error err;
     error_clear(&err);
-    if (!request_valid_name(name)) {
+    if (!weights_valid_name(name)) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
                   "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ -.",
                   name);
@@ -314,7 +305,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         }
         jw_buf w;
         jw_init(&w, set->size_bytes * 3 + 1024);
-        request_encode_weight_set(set, 1, &w);
+        weights_json_encode_set(set, 1, &w);
         weightset_release(set);
         respond_jw(resp, 200, &w);
         return;
@@ -328,7 +319,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         return;
     }
     /* PUT */
-    json_t *root = parse_body(req, &err);
+    json_t *root = json_in_parse(req->body, req->body_len, &err);
     if (root == NULL) {
         api_respond_error(resp, &err);
         return;
@@ -336,7 +327,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     attn_weights wts;
     size_t heads;
     int out_in;
-    int rc = request_decode_weight_set(root, api_cfg->max_elements, &wts, &heads, &out_in, &err);
+    int rc = weights_json_decode_set(root, api_cfg->max_elements, &wts, &heads, &out_in, &err);
     json_decref(root);
     if (rc != 0) {
         api_respond_error(resp, &err);
@@ -344,7 +335,6 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     }
     weight_set *set = weightset_new(name, &wts, heads, out_in);
     if (set == NULL) {
-        request_weights_free(&wts);
         error_nomem(&err);
         api_respond_error(resp, &err);
         return;
@@ -358,7 +348,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     }
     jw_buf w;
     jw_init(&w, 512);
-    request_encode_weight_set(set, 0, &w);
+    weights_json_encode_set(set, 0, &w);
     weightset_release(set);
     if (created)
         snprintf(resp->location, sizeof resp->location, "%s%s", SET_PREFIX, name);
@@ -397,6 +387,14 @@ void api_handle(const api_request *req, api_response *resp)
     if (!strcmp(req->method, "OPTIONS") && !strcmp(req->path, "*")) {
         resp->allow = "GET, HEAD, POST, PUT, DELETE, OPTIONS";
         respond_static(resp, 204, "");
+        return;
+    }
+    size_t prefix = strlen(SET_PREFIX);
+    if (allow == NULL && !strcmp(req->method, "PUT") && !strncmp(req->path, SET_PREFIX, prefix) &&
+        req->path[prefix] != '\0') {
+        /* PUT chooses the name: one with a slash (a/b, or a%2Fb decoded) is
+         * an invalid name (400) rather than an unknown path. */
+        handle_set(req, req->path + prefix, resp);
         return;
     }
     if (allow == NULL) {

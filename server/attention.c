@@ -129,8 +129,7 @@ size_t attention_output_width(const attn_job *job)
  * attention_run so the two cannot drift apart. */
 typedef struct job_sizes {
     size_t x, context, q, k, v;          /* inputs */
-    size_t wq, wk, wv, wo;               /* weights (biases are negligible but counted) */
-    size_t biases;
+    size_t weights;                      /* every weight array present, biases included */
     size_t proj;                         /* projected q, k, v */
     size_t heads_out;                    /* concatenated heads before wo */
     size_t out, attn_all;
@@ -150,12 +149,13 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
         bad |= mem_mul(job->batch, job->lq, w->d_in, &s->x);
         if (job->context != NULL)
             bad |= mem_mul(job->batch, job->lk, w->d_ctx, &s->context);
-        bad |= mem_mul(w->d_in, w->dk, 1, &s->wq);
-        bad |= mem_mul(w->d_ctx, w->dk, 1, &s->wk);
-        bad |= mem_mul(w->d_ctx, w->dv, 1, &s->wv);
-        if (w->wo != NULL)
-            bad |= mem_mul(w->dv, w->d_out, 1, &s->wo);
-        s->biases = 2 * w->dk + w->dv + w->d_out;
+        for (int p = 0; p < WEIGHTS_COUNT; p++) {
+            if (weights_array(w, (weights_part)p) == NULL)
+                continue;
+            bad |= mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p), 1,
+                           &t);
+            bad |= __builtin_add_overflow(s->weights, t, &s->weights);
+        }
         size_t pq, pk, pv;
         bad |= mem_mul(job->batch, job->lq, job->dk, &pq);
         bad |= mem_mul(job->batch, job->lk, job->dk, &pk);
@@ -189,7 +189,7 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
                         &s.scratch) != 0)
         return -1;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
-    size_t inputs = s.x + s.context + s.q + s.k + s.v + s.wq + s.wk + s.wv + s.wo + s.biases;
+    size_t inputs = s.x + s.context + s.q + s.k + s.v + s.weights;
     size_t total, part = 0;
     int bad = 0;
     if (job->dtype == ATTN_FLOAT32) {
@@ -240,17 +240,10 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, dou
     float *x = to_float(job->x, s->x, &fail), *ctx = to_float(job->context, s->context, &fail);
     float *q = to_float(job->q, s->q, &fail), *k = to_float(job->k, s->k, &fail);
     float *v = to_float(job->v, s->v, &fail);
-    float *wf[8] = {0};
-    if (w != NULL) {
-        wf[0] = to_float(w->wq, s->wq, &fail);
-        wf[1] = to_float(w->wk, s->wk, &fail);
-        wf[2] = to_float(w->wv, s->wv, &fail);
-        wf[3] = to_float(w->wo, s->wo, &fail);
-        wf[4] = to_float(w->bq, w->dk, &fail);
-        wf[5] = to_float(w->bk, w->dk, &fail);
-        wf[6] = to_float(w->bv, w->dv, &fail);
-        wf[7] = to_float(w->bo, w->d_out, &fail);
-    }
+    float *wf[WEIGHTS_COUNT] = {0};
+    for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
+        wf[p] = to_float(weights_array(w, (weights_part)p),
+                         weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p), &fail);
     float *fout = mem_malloc(s->out * sizeof(float));
     if (fail || fout == NULL)
         goto done;
@@ -266,8 +259,8 @@ done:
     mem_free(q);
     mem_free(k);
     mem_free(v);
-    for (int i = 0; i < 8; i++)
-        mem_free(wf[i]);
+    for (int p = 0; p < WEIGHTS_COUNT; p++)
+        mem_free(wf[p]);
     mem_free(fout);
     return rc;
 }
@@ -281,7 +274,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The request's shapes multiply to more numbers than this machine can address.");
+                         "The request's shapes multiply to more numbers than the server can address.");
     /* BLAS takes int dimensions. */
     size_t widest = job->lq > job->lk ? job->lq : job->lk;
     widest = widest > job->dk ? widest : job->dk;
@@ -308,11 +301,9 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
         rc = run_float32(job, &s, result->output, result->attention);
     } else {
         const attn_weights *w = job->weights;
-        const double *wd[8] = {0};
-        if (w != NULL) {
-            const double *all[8] = {w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv, w->bo};
-            memcpy(wd, all, sizeof all);
-        }
+        const double *wd[WEIGHTS_COUNT] = {0};
+        for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
+            wd[p] = weights_array(w, (weights_part)p);
         rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
                           result->attention);
     }

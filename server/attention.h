@@ -3,9 +3,9 @@
  * per head, and the output projection, on dense row-major arrays.
  *
  * This module knows nothing of JSON or HTTP.  It receives an attn_job whose
- * shapes the request decoder has already checked against each other, computes
- * in float64 or float32 through OpenBLAS, and writes into caller-owned
- * result buffers.  It is the only module that includes cblas.h.
+ * shapes the decoder (attention_json) has already checked against each
+ * other, computes in float64 or float32 through OpenBLAS, and writes into
+ * result buffers that the caller frees with attention_result_free.  It is the only module that includes cblas.h.
  */
 #ifndef ATTN_ATTENTION_H
 #define ATTN_ATTENTION_H
@@ -13,22 +13,9 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "weights.h"
 
 typedef enum { ATTN_FLOAT64 = 0, ATTN_FLOAT32 = 1 } attn_dtype;
-
-/* Projection weights in in_out form: W is (d_in x d_out), y = x W + b.
- * A missing optional part has a NULL pointer.  Used both for weights given
- * inline in a request and for stored weight sets; the struct does not say who
- * owns the arrays (see the owner's header). */
-typedef struct attn_weights {
-    size_t d_in;        /* rows of wq (width of x) */
-    size_t d_ctx;       /* rows of wk and wv (width of context, or of x) */
-    size_t dk;          /* columns of wq and wk (all heads together) */
-    size_t dv;          /* columns of wv (all heads together) */
-    size_t d_out;       /* columns of wo; equals dv when wo is absent */
-    double *wq, *wk, *wv, *wo;
-    double *bq, *bk, *bv, *bo;
-} attn_weights;
 
 /* One attention computation.  Arrays are row-major; "batch x" axes have
  * batch >= 1 (an unbatched request has batch = 1).  All pointers are borrowed
@@ -69,9 +56,11 @@ int attention_job_bytes(const attn_job *job, size_t *bytes);
 
 /* Computes job.  On success returns 0 and fills result, whose buffers the
  * caller frees with attention_result_free.  On failure returns a negative
- * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a result that
- * overflows to Inf or NaN: ERR_BAD_REQUEST, code "not_finite") and leaves
- * result empty.  A fully masked query row yields zeros in both output and
+ * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a score, a
+ * projection or an output that is not finite in the job's precision, i.e. a
+ * result that really is past its range: ERR_BAD_REQUEST, code "not_finite")
+ * and leaves result empty.  Intermediate sums that overflow on the way to a
+ * finite result are not an error.  A fully masked query row yields zeros in both output and
  * attention.  Safe to call from several threads at once. */
 int attention_run(const attn_job *job, attn_result *result, attn_error *err);
 

@@ -7,6 +7,13 @@
  * the user can act on.  The HTTP layer maps the ERR_* code to a status with
  * error_http_status() and the struct to a JSON body; nothing else decides
  * statuses.
+ *
+ * Ownership follows one rule in every header of the server.  A function
+ * that takes ownership of an argument takes it whether it succeeds or fails
+ * (it frees it on failure); every other pointer argument is borrowed.  A
+ * result the caller must free names, in its header comment, the function
+ * that frees it; every free function accepts NULL.  A failed call leaves
+ * borrowed inputs unchanged.
  */
 #ifndef ATTN_ERROR_H
 #define ATTN_ERROR_H
@@ -40,7 +47,7 @@ int error_set(attn_error *err, int kind, const char *code,
 /* Shorthand for the out-of-memory answer (503, code "overloaded"). */
 int error_nomem(attn_error *err);
 
-/* Resets err to "no error". */
+/* Resets err (which may be NULL) to "no error". */
 void error_clear(attn_error *err);
 
 /* Maps an ERR_* code to its HTTP status (ERR_OK gives 200). */

@@ -10,7 +10,7 @@
  *       16     8  heads (0: none)
  *       24    40  d_in, d_ctx, dk, dv, d_out (5 x u64)
  *       64     4  which arrays follow (bits: wq wk wv wo bq bk bv bo)
- *       68     4  name length n (1..64)
+ *       68     4  name length n (1..WEIGHTS_NAME_MAX = 64)
  *       72     8  stored_at, Unix time in milliseconds (i64)
  *       80     n  the name, then zero padding to a multiple of 8
  *        .     .  the arrays present, in the order of the bits, as IEEE-754
@@ -49,7 +49,6 @@
 #define MAGIC "ATTNWSET"
 #define FORMAT_VERSION 1u
 #define HEADER_FIXED 80
-#define ARRAY_COUNT 8
 
 struct weight_store {
     char dir[1024];
@@ -90,32 +89,21 @@ static int io_fault(void)
 
 /* ---- sets -------------------------------------------------------------- */
 
-static double **weights_array(attn_weights *w, int i)
+/* Bytes of array p of w (whether present or not) into *bytes; -1 when that
+ * overflows. */
+static int array_bytes(const attn_weights *w, int p, size_t *bytes)
 {
-    double **arrays[ARRAY_COUNT] = {&w->wq, &w->wk, &w->wv, &w->wo,
-                                    &w->bq, &w->bk, &w->bv, &w->bo};
-    return arrays[i];
-}
-
-/* Number of doubles of array i of w (whether present or not). */
-static size_t weights_array_len(const attn_weights *w, int i)
-{
-    switch (i) {
-    case 0: return w->d_in * w->dk;
-    case 1: return w->d_ctx * w->dk;
-    case 2: return w->d_ctx * w->dv;
-    case 3: return w->dv * w->d_out;
-    case 4: case 5: return w->dk;
-    case 6: return w->dv;
-    default: return w->d_out;
-    }
+    return mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p),
+                   sizeof(double), bytes);
 }
 
 weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int out_in)
 {
     weight_set_box *box = mem_calloc(1, sizeof *box);
-    if (box == NULL)
+    if (box == NULL) {
+        weights_free(w);
         return NULL;
+    }
     snprintf(box->set.name, sizeof box->set.name, "%s", name);
     box->set.w = *w;
     box->set.heads = heads;
@@ -138,8 +126,7 @@ void weightset_release(weight_set *set)
     weight_set_box *box = (weight_set_box *)set;
     if (__atomic_sub_fetch(&box->refs, 1, __ATOMIC_SEQ_CST) != 0)
         return;
-    for (int i = 0; i < ARRAY_COUNT; i++)
-        mem_free(*weights_array(&set->w, i));
+    weights_free(&set->w);
     mem_free(box);
 }
 
@@ -174,11 +161,10 @@ static uint64_t checksum_update(uint64_t h, const void *data, size_t n)
 static size_t file_size_for(const attn_weights *w, unsigned present, size_t name_len)
 {
     size_t size = HEADER_FIXED + ((name_len + 7) & ~(size_t)7) + 8, n;
-    for (int i = 0; i < ARRAY_COUNT; i++) {
-        if (!(present & (1u << i)))
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!(present & (1u << p)))
             continue;
-        if (mem_mul(weights_array_len(w, i), sizeof(double), 1, &n) != 0 ||
-            __builtin_add_overflow(size, n, &size))
+        if (array_bytes(w, p, &n) != 0 || __builtin_add_overflow(size, n, &size))
             return 0;
     }
     if (mem_mul(w->d_in, w->dk, 1, &n) || mem_mul(w->d_ctx, w->dk + w->dv, 1, &n) ||
@@ -187,12 +173,12 @@ static size_t file_size_for(const attn_weights *w, unsigned present, size_t name
     return size;
 }
 
-static unsigned present_bits(attn_weights *w)
+static unsigned present_bits(const attn_weights *w)
 {
     unsigned bits = 0;
-    for (int i = 0; i < ARRAY_COUNT; i++)
-        if (*weights_array(w, i) != NULL)
-            bits |= 1u << i;
+    for (int p = 0; p < WEIGHTS_COUNT; p++)
+        if (weights_array(w, (weights_part)p) != NULL)
+            bits |= 1u << p;
     return bits;
 }
 
@@ -257,11 +243,13 @@ static int set_write(int fd, weight_set *set)
     uint64_t h = checksum_update(CHECKSUM_SEED, header, HEADER_FIXED + padded);
     if (write_all(fd, header, HEADER_FIXED + padded) != 0)
         return -1;
-    for (int i = 0; i < ARRAY_COUNT; i++) {
-        double *a = *weights_array(&set->w, i);
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        const double *a = weights_array(&set->w, (weights_part)p);
+        size_t n;
         if (a == NULL)
             continue;
-        size_t n = weights_array_len(&set->w, i) * sizeof(double);
+        if (array_bytes(&set->w, p, &n) != 0)
+            return -1;
         h = checksum_update(h, a, n);
         if (write_all(fd, a, n) != 0)
             return -1;
@@ -302,7 +290,7 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
     for (int i = 0; i < 5; i++)
         dims[i] = get_u64(header + 24 + 8 * i);
     size_t padded = ((size_t)name_len + 7) & ~(size_t)7;
-    if (flags > 1 || (present & 7u) != 7u || present > 0xFFu || name_len < 1 || name_len > 64 ||
+    if (flags > 1 || (present & 7u) != 7u || present > 0xFFu || name_len < 1 || name_len > WEIGHTS_NAME_MAX ||
         (!(present & 8u) && (present & 128u))) {
         snprintf(why, why_len, "header fields out of range");
         goto fail;
@@ -315,7 +303,7 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
     size_t expected = file_size_for(&w, present, name_len);
     if (expected == 0 || w.d_in == 0 || w.d_ctx == 0 || w.dk == 0 || w.dv == 0 || w.d_out == 0 ||
         (!(present & 8u) && w.d_out != w.dv) ||
-        (heads != 0 && (w.dk % heads != 0 || w.dv % heads != 0))) {
+        (heads != 0 && weights_check_heads((size_t)heads, w.dk, w.dv, NULL) != 0)) {
         snprintf(why, why_len, "inconsistent dimensions in the header");
         goto fail;
     }
@@ -330,17 +318,18 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
         goto fail;
     }
     uint64_t h = checksum_update(CHECKSUM_SEED, header, HEADER_FIXED + padded);
-    for (int i = 0; i < ARRAY_COUNT; i++) {
-        if (!(present & (1u << i)))
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!(present & (1u << p)))
             continue;
-        size_t n = weights_array_len(&w, i) * sizeof(double);
+        size_t n;
+        array_bytes(&w, p, &n); /* file_size_for has checked that it fits */
         double *a = mem_malloc(n);
         if (a == NULL) {
             snprintf(why, why_len, "out of memory loading it");
             *nomem = 1;
             goto fail;
         }
-        *weights_array(&w, i) = a;
+        *weights_slot(&w, (weights_part)p) = a;
         if (read_all(fd, a, n) != 0) {
             snprintf(why, why_len, "read failed");
             goto fail;
@@ -363,8 +352,7 @@ static weight_set *set_load(const char *path, const char *name, char *why, size_
     close(fd);
     return set;
 fail:
-    for (int i = 0; i < ARRAY_COUNT; i++)
-        mem_free(*weights_array(&w, i));
+    weights_free(&w);
     close(fd);
     return NULL;
 }
@@ -496,7 +484,7 @@ weight_store *store_open(const char *dir, const store_limits *limits, attn_error
         char why[200];
         weight_set *set = NULL;
         int nomem = 0;
-        if (n - 5 > 64) {
+        if (!weights_valid_name(name)) {
             snprintf(why, sizeof why, "the file name is not a valid set name");
         } else {
             set = set_load(path, name, why, sizeof why, &nomem);
@@ -682,22 +670,26 @@ static int compare_names(const void *a, const void *b)
     return strcmp((*(weight_set *const *)a)->name, (*(weight_set *const *)b)->name);
 }
 
-weight_set **store_list(weight_store *store, size_t *count)
+int store_list(weight_store *store, weight_set ***sets, size_t *count, attn_error *err)
 {
-    pthread_mutex_lock(&store->map_lock);
+    *sets = NULL;
     *count = 0;
-    weight_set **sets = store->count ? mem_malloc(store->count * sizeof *sets) : NULL;
-    if (sets != NULL) {
-        for (size_t i = 0; i < store->count; i++) {
-            sets[i] = store->sets[i];
-            weightset_retain(sets[i]);
+    pthread_mutex_lock(&store->map_lock);
+    size_t n = store->count;
+    weight_set **list = n ? mem_malloc(n * sizeof *list) : NULL;
+    if (list != NULL)
+        for (size_t i = 0; i < n; i++) {
+            list[i] = store->sets[i];
+            weightset_retain(list[i]);
         }
-        *count = store->count;
-    }
     pthread_mutex_unlock(&store->map_lock);
-    if (sets != NULL)
-        qsort(sets, *count, sizeof *sets, compare_names);
-    return sets;
+    if (n != 0 && list == NULL)
+        return error_nomem(err);
+    if (list != NULL)
+        qsort(list, n, sizeof *list, compare_names);
+    *sets = list;
+    *count = n;
+    return 0;
 }
 
 void store_list_free(weight_set **sets, size_t count)

@@ -1,5 +1,5 @@
 /*
- * bench_kernel.c - attention_run timed on the shapes issue 4 sets targets for.
+ * bench_kernel.c - attention_run timed on the shapes the performance targets name.
  *
  * The headline case is one head of n = 4096 queries and keys with d = 64, in
  * float64 and in float32, timed with want_attention = 0 (the output only) and
@@ -48,7 +48,7 @@ typedef struct bench_case {
     size_t batch, heads, len, head_dim;
     int causal;
     int want_attention;
-    double target;          /* the issue's target ratio NumPy/C, or 0 for none */
+    double target;          /* the target ratio NumPy/C, or 0 for none */
 } bench_case;
 
 static const bench_case bench_cases[] = {

@@ -1,6 +1,6 @@
 /*
  * bench_store_load.c - loading a large weight set: the store's binary file
- * against the same set as JSON (the measurement issue 3 asks for).
+ * against the same set as JSON.
  *
  * One weight set with a 4096 x 4096 wq (128 MiB of doubles) and small wk/wv
  * (8 x 4096 and 8 x 64: a cross-attention set with a narrow context) is
@@ -10,7 +10,7 @@
  *   binary: store_open on a directory holding only that file (header checks,
  *           read, checksum), then store_get;
  *   JSON:   json_load_file (jansson, allocating through mem_* as the server
- *           does), request_decode_weight_set (shape checks, conversion to
+ *           does), weights_json_decode_set (shape checks, conversion to
  *           in_out double arrays), json_decref.
  * Every load is checked to give back the original doubles bit for bit.
  * Both files were just written, so both loads read from the page cache: the
@@ -36,7 +36,7 @@
 #include "attention.h"
 #include "error.h"
 #include "mem.h"
-#include "request.h"
+#include "weights_json.h"
 #include "store.h"
 
 #define SET_NAME "big"
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
         t0 = now_s();
         json_t *root = json_load_file(json_path, 0, &jerr);
         double t1 = now_s();
-        int rc = root ? request_decode_weight_set(root, SIZE_MAX, &got, &heads, &out_in, &err)
+        int rc = root ? weights_json_decode_set(root, SIZE_MAX, &got, &heads, &out_in, &err)
                       : -1;
         double t2 = now_s();
         json_decref(root);
@@ -309,7 +309,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench-store-load: JSON load %ld gave back different numbers\n", r);
             failures++;
         }
-        request_weights_free(&got);
+        weights_free(&got);
     }
 
     double bin_med = median(bin_ms, (int)reps_bin), json_med = median(json_ms, (int)reps_json);
@@ -324,7 +324,7 @@ int main(int argc, char **argv)
     printf("%-46s %14lld %5ld %11.1f %10s\n", "JSON %.17g (parse + convert + free)", json_size,
            reps_json, json_med, identical);
     printf("%-46s %14s %5s %11.1f\n", "  of which json_load_file", "", "", parse_med);
-    printf("%-46s %14s %5s %11.1f\n", "  of which request_decode_weight_set", "", "",
+    printf("%-46s %14s %5s %11.1f\n", "  of which weights_json_decode_set", "", "",
            convert_med);
     printf("%-46s %14s %5s %11.1f\n", "  of which json_decref", "", "", free_med);
     printf("JSON / binary: %.1fx the bytes, %.1fx the load time\n",

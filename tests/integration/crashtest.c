@@ -169,7 +169,8 @@ typedef struct set_meta {
 
 /* Appends one number as JSON text, in one of several spellings.  Tame numbers lie in
  * [-3, 3]; wild ones are any finite double, with extremes, subnormals and signed zeros
- * often.  ("-0" is an integer to jansson, so it reads back as +0.0; "-0.0" is -0.0.) */
+ * often.  (The server reads every number as a double, so "-0" is -0.0 like "-0.0";
+ * the sent bodies are parsed here with JSON_DECODE_INT_AS_REAL to read them the same way.) */
 static void add_number(text *t, uint64_t *state, int tame)
 {
     static const char *const extremes[] = {
@@ -745,7 +746,7 @@ static int matches_seed(const json_t *got, const char *name, uint64_t seed, text
     set_meta meta;
     make_set(seed, scratch, &meta);
     json_error_t jerr;
-    json_t *sent = json_loadb(scratch->p, scratch->len, 0, &jerr);
+    json_t *sent = json_loadb(scratch->p, scratch->len, JSON_DECODE_INT_AS_REAL, &jerr);
     if (sent == NULL) {
         snprintf(why, why_len, "the test's own body does not parse: %s", jerr.text);
         return 0;
@@ -759,7 +760,7 @@ static int matches_seed(const json_t *got, const char *name, uint64_t seed, text
         ok = 0;
     } else if (meta.heads ? !(json_is_integer(jheads) &&
                               (size_t)json_integer_value(jheads) == meta.heads)
-                          : !json_is_null(jheads)) {
+                          : jheads != NULL) {
         snprintf(why, why_len, "heads differ (sent %zu)", meta.heads);
         ok = 0;
     } else if (layout == NULL || strcmp(layout, meta.layout == 2 ? "out_in" : "in_out") != 0) {
@@ -927,7 +928,7 @@ static int check_attention_one(name_record *r, uint64_t *state, char *why, size_
     text t = {0};
     set_meta m;
     make_set(r->seeds[r->acked], &t, &m);
-    json_t *sent = json_loadb(t.p, t.len, 0, NULL);
+    json_t *sent = json_loadb(t.p, t.len, JSON_DECODE_INT_AS_REAL, NULL);
     free(t.p);
     if (sent == NULL) {
         snprintf(why, why_len, "the test's own body does not parse");

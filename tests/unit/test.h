@@ -96,6 +96,8 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_block_edges_on_pool)           \
     X(kernel_overflow_in_late_block)        \
     X(kernel_nan_score_reported)            \
+    X(kernel_finite_result_near_max)        \
+    X(kernel_infinite_result_still_reported) \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_start_out_of_memory)     \
@@ -114,19 +116,33 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(numfmt_ties_to_even)                  \
     X(numfmt_pow10_table_matches_definition) \
     X(numfmt_pow10_exponent_formula)        \
-    X(request_qkv_shapes_and_scale)         \
-    X(request_columns_layout_transposes)    \
-    X(request_out_in_weights_transpose)     \
-    X(request_mask_forms)                   \
-    X(request_named_weights)                \
-    X(request_invalid_cases)                \
-    X(request_element_limit)                \
-    X(request_response_shapes)              \
+    X(json_in_parse)                        \
+    X(json_in_tensor_shapes_and_paths)      \
+    X(json_in_vector_and_budget)            \
+    X(json_in_fields_and_scalars)           \
+    X(json_in_big_integers_are_numbers)     \
+    X(weights_table_matches_struct)         \
+    X(weights_rules)                        \
+    X(weights_json_decode_out_in)           \
+    X(weights_json_set_round_trip)          \
+    X(attention_json_qkv_shapes_and_scale)  \
+    X(attention_json_columns_layout_transposes) \
+    X(attention_json_out_in_weights_transpose) \
+    X(attention_json_mask_forms)            \
+    X(attention_json_named_weights)         \
+    X(attention_json_integration_cases)     \
+    X(attention_json_invalid_cases)         \
+    X(attention_json_element_limit)         \
+    X(attention_json_response_shapes)       \
+    X(attention_json_big_integers)          \
+    X(attention_json_finite_near_max)       \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \
     X(config_sizes)                         \
     X(config_help_lists_every_option)       \
+    X(api_weight_set_paths)                 \
+    X(api_weight_set_heads)                 \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
     X(store_put_reopen_bit_exact)       \
@@ -142,6 +158,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(store_set_limit_boundary)         \
     X(store_put_out_of_memory)          \
     X(store_open_out_of_memory)         \
+    X(store_list_out_of_memory)         \
     X(store_concurrent_readers)
 
 #define DECLARE_TEST(name) void test_##name(void);

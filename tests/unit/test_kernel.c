@@ -213,3 +213,113 @@ void test_kernel_nan_score_reported(void)
                 FAIL_AT("attention %d dtype %d: rc %d, code %s", want, dtype, rc, err.code);
         }
 }
+
+/* Runs job in float64 and, with both_dtypes, float32, with and without the
+ * attention matrix, and checks that every output number is `want` (as the
+ * precision rounds it) to within rel relative error. */
+static int run_expecting(attn_job job, int both_dtypes, const double *want, size_t n, double rel,
+                         char *why, size_t why_len)
+{
+    for (int with = 0; with < 2; with++)
+        for (int dtype = 0; dtype < 1 + both_dtypes; dtype++) {
+            job.want_attention = with;
+            job.dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64;
+            attn_result r;
+            attn_error err;
+            error_clear(&err);
+            int rc = attention_run(&job, &r, &err);
+            if (rc != 0) {
+                snprintf(why, why_len, "attention %d dtype %d: rc %d (%s)", with, dtype, rc,
+                         err.code);
+                return -1;
+            }
+            for (size_t i = 0; i < n; i++) {
+                double w = dtype ? (double)(float)want[i] : want[i];
+                if (!(fabs(r.output[i] - w) <= rel * fabs(w))) {
+                    snprintf(why, why_len, "attention %d dtype %d: output[%zu] = %.17g, want %.17g",
+                             with, dtype, i, r.output[i], w);
+                    attention_result_free(&r);
+                    return -1;
+                }
+            }
+            attention_result_free(&r);
+        }
+    return 0;
+}
+
+/* A finite answer near the largest number of the precision is not refused:
+ * the online pass sums exp(s - max) v before dividing by the sum of the
+ * weights, which overflows here although the result does not. */
+void test_kernel_finite_result_near_max(void)
+{
+    char why[256];
+    /* The example of the contract: q . k = 0 for both keys, weights 1/2 each. */
+    double q[1] = {0}, k[2] = {1, 1}, v64[2] = {9e307, 9e307}, v32[2] = {3e38, 3e38};
+    attn_job job = {.batch = 1, .lq = 1, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .q = q, .k = k,
+                    .v = v64, .scale = 1};
+    double want64[1] = {9e307}, want32[1] = {3e38};
+    if (run_expecting(job, 0, want64, 1, 1e-15, why, sizeof why) != 0)
+        FAIL_AT("9e307: %s", why);
+    job.v = v32;
+    if (run_expecting(job, 1, want32, 1, 1e-6, why, sizeof why) != 0)
+        FAIL_AT("3e38: %s", why);
+
+    /* Several key blocks whose maximum rises from block to block (the
+     * rescaled accumulation overflows too), a mask that hides a key of the
+     * opposite sign, two heads, in float64. */
+    size_t lk = 600;
+    double *kk = calloc(lk * 2, sizeof(double)), *vv = calloc(lk * 2, sizeof(double));
+    unsigned char *mask = calloc(2 * lk, 1);
+    double qq[4] = {1e-3, 1e-3, 1e-3, 1e-3};
+    if (kk == NULL || vv == NULL || mask == NULL) {
+        free(kk);
+        free(vv);
+        free(mask);
+        FAIL_AT("out of memory");
+    }
+    for (size_t j = 0; j < lk; j++) {
+        kk[2 * j] = kk[2 * j + 1] = (double)j;      /* rising scores, both heads */
+        vv[2 * j] = 1.5e308;                         /* head 0 */
+        vv[2 * j + 1] = -1e308;                      /* head 1 */
+        mask[j] = mask[lk + j] = 1;
+    }
+    vv[2 * 599] = -1.5e308;                          /* hidden from both queries */
+    vv[2 * 599 + 1] = 1e308;
+    mask[599] = mask[lk + 599] = 0;
+    attn_job big = {.batch = 1, .lq = 2, .lk = lk, .heads = 2, .dk = 2, .dv = 2, .q = qq,
+                    .k = kk, .v = vv, .mask = mask, .scale = 1};
+    double want[4] = {1.5e308, -1e308, 1.5e308, -1e308};
+    int rc = run_expecting(big, 0, want, 4, 1e-12, why, sizeof why);
+    free(kk);
+    free(vv);
+    free(mask);
+    if (rc != 0)
+        FAIL_AT("600 keys: %s", why);
+    /* Causal: query 0 sees key 0 alone, query 1 both. */
+    double cq[2] = {1, 1}, ck[2] = {0, 0}, cv[2] = {1.7e308, 1.7e308};
+    attn_job causal = {.batch = 1, .lq = 2, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .q = cq,
+                       .k = ck, .v = cv, .scale = 1, .causal = 1};
+    double cwant[2] = {1.7e308, 1.7e308};
+    if (run_expecting(causal, 0, cwant, 2, 1e-15, why, sizeof why) != 0)
+        FAIL_AT("causal: %s", why);
+}
+
+/* A result that really is past the range stays an error: v projected from
+ * x overflows to infinity before any attention is taken. */
+void test_kernel_infinite_result_still_reported(void)
+{
+    double x[1] = {1e200}, one[1] = {1}, big[1] = {1e200};
+    attn_weights w = {.d_in = 1, .d_ctx = 1, .dk = 1, .dv = 1, .d_out = 1, .wq = one, .wk = one,
+                      .wv = big};
+    for (int with = 0; with < 2; with++)
+        for (int dtype = 0; dtype < 2; dtype++) {
+            attn_job job = {.batch = 1, .lq = 1, .lk = 1, .heads = 1, .dk = 1, .dv = 1, .x = x,
+                            .weights = &w, .scale = 1e-300, .want_attention = with,
+                            .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+            attn_result r;
+            attn_error err;
+            int rc = attention_run(&job, &r, &err);
+            if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
+                FAIL_AT("attention %d dtype %d: rc %d, code %s", with, dtype, rc, err.code);
+        }
+}

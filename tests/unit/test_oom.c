@@ -12,7 +12,7 @@
 
 #include "api.h"
 #include "mem.h"
-#include "request.h"
+#include "attention_json.h"
 #include "test.h"
 
 static const char *const oom_body =
@@ -29,9 +29,9 @@ static int full_pipeline(const char *body, attn_error *err)
     json_t *root = json_loads(body, 0, &jerr);
     if (root == NULL)
         return error_nomem(err);
-    attn_request req;
-    request_limits limits = {100000};
-    int rc = request_decode(root, &limits, &req, err);
+    attention_json_request req;
+    attention_json_limits limits = {100000};
+    int rc = attention_json_decode(root, &limits, &req, err);
     json_decref(root);
     if (rc != 0)
         return rc;
@@ -40,14 +40,14 @@ static int full_pipeline(const char *body, attn_error *err)
     if (rc == 0) {
         jw_buf w;
         jw_init(&w, 16);
-        request_encode_response(&req, &result, 0.0, &w);
+        attention_json_encode(&req, &result, 0.0, &w);
         char *text = jw_finish(&w, NULL);
         if (text == NULL)
             rc = error_nomem(err);
         mem_free(text);
         attention_result_free(&result);
     }
-    request_free(&req);
+    attention_json_free(&req);
     return rc;
 }
 
@@ -92,9 +92,17 @@ void test_oom_api_handle(void)
     ASSERT_EQ(api_init(&cfg, &err), 0);
     char body[1024];
     snprintf(body, sizeof body, oom_body, "float64");
+    /* One stored set, so that listing has something to allocate for. */
+    static const char set_body[] = "{\"wq\":[[1]],\"wk\":[[1]],\"wv\":[[1]]}";
+    api_request put = {"PUT", "/v1/weight-sets/s", set_body, strlen(set_body)};
+    api_response put_resp;
+    api_handle(&put, &put_resp);
+    ASSERT_EQ(put_resp.status, 201);
+    api_response_free(&put_resp);
     static const struct { const char *method, *path; int ok; } calls[] = {
         {"POST", "/v1/attention", 200}, {"GET", "/v1/info", 200}, {"GET", "/metrics", 200},
-        {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}};
+        {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}, {"GET", "/v1/weight-sets", 200},
+        {"GET", "/v1/weight-sets/s", 200}};
     for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
         api_request req = {calls[c].method, calls[c].path, body, strlen(body)};
         long n;
@@ -118,6 +126,10 @@ void test_oom_api_handle(void)
                         n, status);
         }
     }
+    api_request del = {"DELETE", "/v1/weight-sets/s", NULL, 0};
+    api_handle(&del, &put_resp);
+    ASSERT_EQ(put_resp.status, 204);
+    api_response_free(&put_resp);
     api_shutdown();
     rmdir(dir);
 }

@@ -1,0 +1,96 @@
+/*
+ * weights.c - the table of the eight weight arrays and the rules about them.
+ */
+#include "weights.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "mem.h"
+
+const weights_part_info weights_parts[WEIGHTS_COUNT] = {
+    [WEIGHTS_WQ] = {"wq", 1, 1, WEIGHTS_D_IN, WEIGHTS_DK, WEIGHTS_WQ},
+    [WEIGHTS_WK] = {"wk", 1, 1, WEIGHTS_D_CTX, WEIGHTS_DK, WEIGHTS_WK},
+    [WEIGHTS_WV] = {"wv", 1, 1, WEIGHTS_D_CTX, WEIGHTS_DV, WEIGHTS_WV},
+    [WEIGHTS_WO] = {"wo", 1, 0, WEIGHTS_DV, WEIGHTS_D_OUT, WEIGHTS_WO},
+    [WEIGHTS_BQ] = {"bq", 0, 0, WEIGHTS_DK, WEIGHTS_DK, WEIGHTS_WQ},
+    [WEIGHTS_BK] = {"bk", 0, 0, WEIGHTS_DK, WEIGHTS_DK, WEIGHTS_WK},
+    [WEIGHTS_BV] = {"bv", 0, 0, WEIGHTS_DV, WEIGHTS_DV, WEIGHTS_WV},
+    [WEIGHTS_BO] = {"bo", 0, 0, WEIGHTS_D_OUT, WEIGHTS_D_OUT, WEIGHTS_WO},
+};
+
+size_t weights_dim_of(const attn_weights *w, weights_dim d)
+{
+    switch (d) {
+    case WEIGHTS_D_IN: return w->d_in;
+    case WEIGHTS_D_CTX: return w->d_ctx;
+    case WEIGHTS_DK: return w->dk;
+    case WEIGHTS_DV: return w->dv;
+    default: return w->d_out;
+    }
+}
+
+size_t weights_rows(const attn_weights *w, weights_part p)
+{
+    return weights_parts[p].is_matrix ? weights_dim_of(w, weights_parts[p].rows) : 1;
+}
+
+size_t weights_cols(const attn_weights *w, weights_part p)
+{
+    return weights_dim_of(w, weights_parts[p].cols);
+}
+
+double **weights_slot(attn_weights *w, weights_part p)
+{
+    double **slots[WEIGHTS_COUNT] = {
+        [WEIGHTS_WQ] = &w->wq, [WEIGHTS_WK] = &w->wk, [WEIGHTS_WV] = &w->wv, [WEIGHTS_WO] = &w->wo,
+        [WEIGHTS_BQ] = &w->bq, [WEIGHTS_BK] = &w->bk, [WEIGHTS_BV] = &w->bv, [WEIGHTS_BO] = &w->bo,
+    };
+    return slots[p];
+}
+
+const double *weights_array(const attn_weights *w, weights_part p)
+{
+    return *weights_slot((attn_weights *)w, p);
+}
+
+void weights_free(attn_weights *w)
+{
+    if (w == NULL)
+        return;
+    for (int p = 0; p < WEIGHTS_COUNT; p++)
+        mem_free(*weights_slot(w, (weights_part)p));
+    memset(w, 0, sizeof *w);
+}
+
+int weights_check_heads(size_t heads, size_t dk, size_t dv, attn_error *err)
+{
+    if (dk % heads != 0)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", "heads",
+                         "heads = %zu does not divide dk = %zu (the width of queries and keys); "
+                         "choose a divisor of %zu.", heads, dk, dk);
+    if (dv % heads != 0)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", "heads",
+                         "heads = %zu does not divide dv = %zu (the width of values); choose a "
+                         "divisor of %zu.", heads, dv, dv);
+    return 0;
+}
+
+double weights_default_scale(size_t dk, size_t heads)
+{
+    return 1.0 / sqrt((double)(dk / heads));
+}
+
+int weights_valid_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 1 || n > WEIGHTS_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
