@@ -70,6 +70,13 @@ $(ITEST): $(ITEST_SRCS) tests/integration/client.c tests/integration/client.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
 
+# The v2 protocol suite (tests/integration/v2test.c): also an ordinary client, built once.
+build/v2test: tests/integration/v2test.c tests/integration/client.c tests/integration/client.h \
+		tests/ref/reference.c tests/ref/reference.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/v2test.c tests/integration/client.c \
+		tests/ref/reference.c -o $@ -ljansson -lm
+
 build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/integration/client.h \
 		tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
@@ -139,7 +146,7 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build
