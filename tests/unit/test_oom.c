@@ -96,7 +96,7 @@ void test_oom_api_handle(void)
         {"POST", "/v1/attention", 200}, {"GET", "/v1/info", 200}, {"GET", "/metrics", 200},
         {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}};
     for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
-        api_request req = {calls[c].method, calls[c].path, body, strlen(body)};
+        api_request req = {calls[c].method, calls[c].path, body, strlen(body), NULL};
         long n;
         for (n = 0; n < 10000; n++) {
             api_response resp;
