@@ -33,7 +33,7 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
             server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
-            server/store.c server/metrics.c server/api.c server/http.c
+            server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/http.c
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
@@ -69,6 +69,13 @@ $(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
 $(ITEST): $(ITEST_SRCS) tests/integration/itest.h tests/integration/client.c tests/integration/client.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
+
+# The v2 protocol suite (tests/integration/v2test.c): also an ordinary client, built once.
+build/v2test: tests/integration/v2test.c tests/integration/client.c tests/integration/client.h \
+		tests/ref/reference.c tests/ref/reference.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/v2test.c tests/integration/client.c \
+		tests/ref/reference.c -o $@ -ljansson -lm
 
 build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/integration/client.h \
 		tests/ref/reference.c tests/ref/reference.h
@@ -139,7 +146,7 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build

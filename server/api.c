@@ -23,6 +23,7 @@
 #include "jsonw.h"
 #include "mem.h"
 #include "store.h"
+#include "v2.h"
 #include "version.h"
 #include "weights.h"
 #include "weights_json.h"
@@ -91,6 +92,11 @@ metrics_route api_route(const char *path, const char **allow)
         *allow = ALLOW_SET;
         return ROUTE_WEIGHT_SET;
     }
+    int infer;
+    if (v2_route(path, &infer)) {
+        *allow = infer ? ALLOW_POST : ALLOW_GET;
+        return infer ? ROUTE_V2_INFER : ROUTE_V2;
+    }
     *allow = NULL;
     return ROUTE_OTHER;
 }
@@ -106,6 +112,10 @@ static void respond_static(api_response *resp, int status, const char *body)
 
 void api_respond_error(api_response *resp, const attn_error *err)
 {
+    if (resp->route == ROUTE_V2 || resp->route == ROUTE_V2_INFER) {
+        v2_respond_error(resp, err); /* the protocol's own error body */
+        return;
+    }
     jw_buf w;
     jw_init(&w, 256 + strlen(err->message));
     jw_raw(&w, "{\"error\":{\"code\":");
@@ -170,6 +180,29 @@ static void respond_jw(api_response *resp, int status, jw_buf *w)
     resp->content_type = "application/json";
 }
 
+int api_check_job_limits(const attn_job *job, size_t result_elements, size_t bytes_per_number,
+                         const char *attention_hint, size_t *response_bytes, attn_error *err)
+{
+    size_t work_bytes = 0;
+    const char *hint = job->want_attention ? attention_hint : "";
+    const char *sep = job->want_attention ? " or " : "";
+    *response_bytes = 0;
+    if (result_elements > api_cfg->max_elements)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
+                         "The answer would hold %zu numbers, more than the server's limit of %zu "
+                         "(--max-elements); send fewer tokens%s%s.", result_elements,
+                         api_cfg->max_elements, job->want_attention ? ", or " : "", hint);
+    if (attention_job_bytes(job, &work_bytes) != 0 ||
+        mem_mul(result_elements, bytes_per_number, 1, response_bytes) != 0 ||
+        work_bytes + *response_bytes > api_cfg->max_request_memory)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
+                         "Computing this request needs about %zu MiB, more than the server's "
+                         "limit of %zu MiB per request (--max-request-memory); send fewer "
+                         "tokens%s%s.", (work_bytes + *response_bytes) >> 20,
+                         api_cfg->max_request_memory >> 20, sep, hint);
+    return 0;
+}
+
 /* Decodes, checks limits, computes and encodes one attention request. */
 static void handle_attention(const api_request *req, api_response *resp)
 {
@@ -219,24 +252,10 @@ static void handle_attention(const api_request *req, api_response *resp)
         if (attention_json_bind_weights(&ar, &set->w, 1, &err) != 0)
             goto fail;
     }
-    size_t result_elements = attention_json_result_elements(&ar), work_bytes = 0, response_bytes = 0;
-    if (result_elements > api_cfg->max_elements) {
-        error_set(&err, ERR_TOO_LARGE, "request_too_large", NULL,
-                  "The answer would hold %zu numbers, more than the server's limit of %zu "
-                  "(--max-elements); send fewer tokens%s.", result_elements, api_cfg->max_elements,
-                  ar.job.want_attention ? ", or set return_attention to false" : "");
+    size_t result_elements = attention_json_result_elements(&ar), response_bytes = 0;
+    if (api_check_job_limits(&ar.job, result_elements, RESPONSE_BYTES_PER_NUMBER,
+                             "set return_attention to false", &response_bytes, &err) != 0)
         goto fail;
-    }
-    if (attention_job_bytes(&ar.job, &work_bytes) != 0 ||
-        mem_mul(result_elements, RESPONSE_BYTES_PER_NUMBER, 1, &response_bytes) != 0 ||
-        work_bytes + response_bytes > api_cfg->max_request_memory) {
-        error_set(&err, ERR_TOO_LARGE, "request_too_large", NULL,
-                  "Computing this request needs about %zu MiB, more than the server's limit of "
-                  "%zu MiB per request (--max-request-memory); send fewer tokens%s.",
-                  (work_bytes + response_bytes) >> 20, api_cfg->max_request_memory >> 20,
-                  ar.job.want_attention ? " or set return_attention to false" : "");
-        goto fail;
-    }
     attn_result result;
     double start = now_seconds();
     rc = attention_run(&ar.job, &result, &err);
@@ -458,7 +477,13 @@ void api_handle(const api_request *req, api_response *resp)
         }
         handle_set(req, req->path + strlen(SET_PREFIX), resp);
         return;
+    case ROUTE_V2: {
+        v2_env env = {api_cfg, api_store, draining};
+        v2_handle_get(req, &env, resp);
+        return;
+    }
     case ROUTE_ATTENTION:
+    case ROUTE_V2_INFER:
         break;
     default:
         error_set(&err, ERR_INTERNAL, "internal", NULL, "Route without a handler.");
@@ -481,7 +506,12 @@ void api_handle(const api_request *req, api_response *resp)
         api_respond_error(resp, &err);
         return;
     }
-    handle_attention(req, resp);
+    if (resp->route == ROUTE_V2_INFER) {
+        v2_env env = {api_cfg, api_store, draining};
+        v2_handle_infer(req, &env, resp);
+    } else {
+        handle_attention(req, resp);
+    }
     atomic_fetch_sub(&api_computing, 1);
 }
 

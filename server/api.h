@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "attention.h"
 #include "config.h"
 #include "error.h"
 #include "metrics.h"
@@ -20,6 +21,7 @@ typedef struct api_request {
     const char *path;
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
+    const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
 } api_request;
 
 typedef struct api_response {
@@ -31,6 +33,7 @@ typedef struct api_response {
     const char *allow;          /* static string or NULL: methods of the route */
     int retry_after;            /* seconds, 0 for none */
     char location[96];          /* Location header, "" for none */
+    size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     metrics_route route;
 } api_response;
 
@@ -63,6 +66,16 @@ void api_handle(const api_request *req, api_response *resp);
  * (borrowed) and sets the status from err->kind, with Retry-After: 1 for a
  * 503 that has none. */
 void api_respond_error(api_response *resp, const attn_error *err);
+
+/* Applies the limits every computation is admitted under (--max-elements on
+ * the answer's result_elements, --max-request-memory on the job's working
+ * memory plus bytes_per_number for each answered number) and sets
+ * *response_bytes to the latter.  attention_hint says how to drop the
+ * attention matrix from the answer ("set return_attention to false"); it is
+ * offered when job->want_attention.  Returns 0 or ERR_TOO_LARGE with err
+ * filled. */
+int api_check_job_limits(const attn_job *job, size_t result_elements, size_t bytes_per_number,
+                         const char *attention_hint, size_t *response_bytes, attn_error *err);
 
 /* Frees the body of resp (resp may be NULL). */
 void api_response_free(api_response *resp);

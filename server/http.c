@@ -121,10 +121,16 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                                       : "application/json");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    if (resp->inference_header_length > 0) {
+        char text[24];
+        snprintf(text, sizeof text, "%zu", resp->inference_header_length);
+        MHD_add_response_header(r, "Inference-Header-Content-Length", text);
+    }
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
     if (strcmp(origin, "*") != 0)
         MHD_add_response_header(r, "Vary", "Origin");
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Allow, Retry-After");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                            "Allow, Retry-After, Inference-Header-Content-Length");
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (resp->allow != NULL && (resp->status == 405 || preflight))
         MHD_add_response_header(r, "Allow", resp->allow);
@@ -133,7 +139,9 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                         "Access-Control-Request-Headers");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", resp->allow);
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                asked != NULL && strlen(asked) < 512 ? asked : "Content-Type");
+                                asked != NULL && strlen(asked) < 512
+                                    ? asked
+                                    : "Content-Type, Inference-Header-Content-Length");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     if (resp->retry_after > 0) {
@@ -211,7 +219,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                   srv->cfg->max_body);
         return queue_error(srv, conn, hr, url, &err);
     }
-    api_request req = {method, url, hr->body, hr->len};
+    api_request req = {method, url, hr->body, hr->len,
+                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                   "Inference-Header-Content-Length")};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"));

@@ -29,7 +29,7 @@ static atomic_long inflight;
 
 static const char *const route_labels[ROUTE_COUNT] = {
     "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
-    "/v1/weight-sets", "/v1/weight-sets/{name}", "other"};
+    "/v1/weight-sets", "/v1/weight-sets/{name}", "/v2", "/v2/models/{model}/infer", "other"};
 
 const char *metrics_route_label(metrics_route route)
 {

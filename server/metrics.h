@@ -18,6 +18,8 @@ typedef enum metrics_route {
     ROUTE_METRICS,
     ROUTE_WEIGHT_SETS,
     ROUTE_WEIGHT_SET,
+    ROUTE_V2,               /* v2 metadata, health, readiness and config */
+    ROUTE_V2_INFER,
     ROUTE_OTHER,
     ROUTE_COUNT
 } metrics_route;

@@ -53,6 +53,7 @@ suite integration build/itest --server build/attention-server --fixtures "$FIXTU
     --cases tests/integration/cases
 suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
     --cases tests/integration/cases
+suite v2 build/v2test --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh

@@ -2,7 +2,11 @@
  * fuzz_api.c - libFuzzer harness for everything a request body reaches.
  *
  * Each input is split at its first byte: 0-3 choose the endpoint (attention,
- * PUT of a weight set, GET and DELETE of it), the rest is the body.  The
+ * PUT of a weight set, GET and DELETE of it), 4-7 v2 inference (model
+ * "attention" or the set "fz", each with and without binary tensors); the
+ * rest is the body.  For the binary framing the next two bytes give the
+ * Inference-Header-Content-Length (little-endian), so the JSON header, the
+ * binary_data_size fields and the raw bytes after them are all fuzzed.  The
  * server's own api_handle runs it with small limits, so the decoder, the
  * limit checks, the math and the store all see hostile input.  Build and run
  * with `make fuzz` (clang, ASan + UBSan); a crash, a leak or a sanitizer
@@ -46,13 +50,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-    static const char *const methods[] = {"POST", "PUT", "GET", "DELETE"};
+    static const char *const methods[] = {"POST", "PUT", "GET", "DELETE", "POST", "POST", "POST", "POST"};
     static const char *const paths[] = {"/v1/attention", "/v1/weight-sets/fz", "/v1/weight-sets/fz",
-                                        "/v1/weight-sets/fz"};
+                                        "/v1/weight-sets/fz", "/v2/models/attention/infer",
+                                        "/v2/models/attention/infer", "/v2/models/fz/infer",
+                                        "/v2/models/fz/versions/1/infer"};
     if (size == 0)
         return 0;
-    int which = data[0] % 4;
-    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1};
+    int which = data[0] % 8;
+    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL};
+    char header_length[16];
+    if ((which == 5 || which == 7) && size >= 3) {
+        snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));
+        req.body = (const char *)data + 3;
+        req.body_len = size - 3;
+        req.inference_header_length = header_length;
+    }
     api_response resp;
     api_handle(&req, &resp);
     int s = resp.status;

@@ -29,7 +29,7 @@ static int api_start(server_config *cfg, char *dir)
  * NULL, the parsed body (caller drops it). */
 static int call(const char *method, const char *path, const char *body, json_t **body_out)
 {
-    api_request req = {method, path, body, body ? strlen(body) : 0};
+    api_request req = {.method = method, .path = path, .body = body, .body_len = body ? strlen(body) : 0};
     api_response resp;
     api_handle(&req, &resp);
     int status = resp.status;

@@ -94,7 +94,7 @@ void test_oom_api_handle(void)
     snprintf(body, sizeof body, oom_body, "float64");
     /* One stored set, so that listing has something to allocate for. */
     static const char set_body[] = "{\"wq\":[[1]],\"wk\":[[1]],\"wv\":[[1]]}";
-    api_request put = {"PUT", "/v1/weight-sets/s", set_body, strlen(set_body)};
+    api_request put = {.method = "PUT", .path = "/v1/weight-sets/s", .body = set_body, .body_len = strlen(set_body)};
     api_response put_resp;
     api_handle(&put, &put_resp);
     ASSERT_EQ(put_resp.status, 201);
@@ -104,7 +104,7 @@ void test_oom_api_handle(void)
         {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}, {"GET", "/v1/weight-sets", 200},
         {"GET", "/v1/weight-sets/s", 200}};
     for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
-        api_request req = {calls[c].method, calls[c].path, body, strlen(body)};
+        api_request req = {calls[c].method, calls[c].path, body, strlen(body), NULL};
         long n;
         for (n = 0; n < 10000; n++) {
             api_response resp;
@@ -126,7 +126,7 @@ void test_oom_api_handle(void)
                         n, status);
         }
     }
-    api_request del = {"DELETE", "/v1/weight-sets/s", NULL, 0};
+    api_request del = {.method = "DELETE", .path = "/v1/weight-sets/s"};
     api_handle(&del, &put_resp);
     ASSERT_EQ(put_resp.status, 204);
     api_response_free(&put_resp);

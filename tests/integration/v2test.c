@@ -1,0 +1,1187 @@
+/*
+ * v2test.c - the Open Inference Protocol v2 over the wire: it starts the real server on
+ * free loopback ports (client.c) and checks every v2 endpoint, both kinds of model (the
+ * built-in "attention" and a stored weight set) with JSON data (flat and nested) and with
+ * binary tensors both ways, against the v1 answer for the same numbers and against the
+ * float64 reference (tests/ref), then every framing error, the limits, /metrics and
+ * draining.
+ *
+ * The binary requests are built as the protocol text describes them, which is also what
+ * the Triton Python HTTP client (tritonclient.http) sends: the JSON header, then each
+ * binary input's raw little-endian row-major bytes in input order, the header's length
+ * in Inference-Header-Content-Length and each input's byte count in
+ * parameters.binary_data_size. The client library itself is not used, so that the suite
+ * needs nothing beyond curl and jansson.
+ *
+ * Output: "ok   NAME" or "FAIL NAME: reason" per test, then "N passed, N failed".
+ * Run:   build/v2test --server build/attention-server
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "../ref/reference.h"
+#include "client.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int g_passed, g_failed;
+static char g_tmpdir[256];
+static const char *g_server_path;
+
+/* ---- tests ----------------------------------------------------------------------------- */
+
+struct test {
+    char name[160];
+    int failed;
+    char reason[1024];
+};
+
+static void test_begin(struct test *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void test_begin(struct test *t, const char *fmt, ...)
+{
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+}
+
+static int expect(struct test *t, int cond, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int expect(struct test *t, int cond, const char *fmt, ...)
+{
+    if (cond || t->failed)
+        return cond;
+    t->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->reason, sizeof t->reason, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static void test_end(struct test *t)
+{
+    if (t->failed) {
+        printf("FAIL %s: %s\n", t->name, t->reason);
+        g_failed++;
+    } else {
+        printf("ok   %s\n", t->name);
+        g_passed++;
+    }
+    fflush(stdout);
+}
+
+/* ---- servers --------------------------------------------------------------------------- */
+
+struct server {
+    const char *label;
+    pid_t pid;
+    int running;
+    char base_url[256];
+    char stderr_path[512];
+};
+
+/* Starts the server with extra flags (NULL-terminated); reports "server/LABEL/start". */
+static int server_start(struct server *s, const char *label, const char *const *extra)
+{
+    struct test t;
+    test_begin(&t, "server/%s/start", label);
+    memset(s, 0, sizeof *s);
+    s->label = label;
+    char data_dir[512];
+    snprintf(data_dir, sizeof data_dir, "%s/data-%s", g_tmpdir, label);
+    snprintf(s->stderr_path, sizeof s->stderr_path, "%s/server-%s.stderr", g_tmpdir, label);
+    const char *argv[32] = {g_server_path, "--port", "0", "--host", "127.0.0.1", "--data-dir", data_dir,
+                            "--quiet"};
+    size_t argc = 8;
+    for (size_t i = 0; extra[i] != NULL && argc < 31; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    char why[512] = "";
+    int fd = -1;
+    s->pid = client_spawn_server(argv, NULL, s->stderr_path, 0, &fd, why, sizeof why);
+    if (s->pid > 0 && client_read_banner(fd, 10.0, s->base_url, sizeof s->base_url, NULL, why, sizeof why) > 0)
+        s->running = 1;
+    else if (s->pid > 0)
+        client_kill_and_reap(s->pid, NULL);
+    if (fd >= 0)
+        close(fd);
+    expect(&t, s->running, "%s", why);
+    test_end(&t);
+    return s->running ? 0 : -1;
+}
+
+/* SIGTERM; the server must exit 0 within 15 s without a sanitizer report. */
+static void server_stop(struct server *s)
+{
+    if (!s->running)
+        return;
+    struct test t;
+    test_begin(&t, "server/%s/clean-exit", s->label);
+    kill(s->pid, SIGTERM);
+    int status = 0;
+    int done = client_wait_exit(s->pid, 15.0, &status);
+    s->running = 0;
+    expect(&t, done == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d (done %d)", status,
+           done);
+    char first[320];
+    expect(&t, client_count_sanitizer_lines(s->stderr_path, first, sizeof first) == 0, "sanitizer: %s", first);
+    test_end(&t);
+}
+
+/* ---- requests -------------------------------------------------------------------------- */
+
+static void call(const struct server *s, const char *method, const char *path, const char *body, size_t len,
+                 const char *header_length, struct client_response *r)
+{
+    struct client_request rq = {.method = method, .path = path, .body = body, .body_len = len};
+    char h[96];
+    if (header_length != NULL) {
+        snprintf(h, sizeof h, "Inference-Header-Content-Length: %s", header_length);
+        rq.headers[0] = h;
+        rq.headers[1] = "Content-Type: application/octet-stream";
+    }
+    client_http_call(s->base_url, g_tmpdir, &rq, r);
+}
+
+static void get(const struct server *s, const char *path, struct client_response *r)
+{
+    call(s, "GET", path, NULL, 0, NULL, r);
+}
+
+/* A JSON header (stolen) followed by binary bytes: the body of a binary request. */
+struct body {
+    char *data;
+    size_t len, json_len;
+};
+
+static void body_start(struct body *b, json_t *header)
+{
+    char *text = json_dumps(header, JSON_COMPACT);
+    json_decref(header);
+    b->json_len = b->len = strlen(text);
+    b->data = text;
+}
+
+static void body_append(struct body *b, const void *bytes, size_t n)
+{
+    b->data = client_xrealloc(b->data, b->len + n + 1);
+    memcpy(b->data + b->len, bytes, n);
+    b->len += n;
+}
+
+/* POSTs b to path, with Inference-Header-Content-Length when binary (b has bytes after
+ * its JSON or force_header). */
+static void post_body(const struct server *s, const char *path, const struct body *b, int force_header,
+                      struct client_response *r)
+{
+    char hl[32];
+    snprintf(hl, sizeof hl, "%zu", b->json_len);
+    call(s, "POST", path, b->data, b->len, b->len > b->json_len || force_header ? hl : NULL, r);
+}
+
+/* Little-endian bytes of n numbers as FP32 or FP64. */
+static void put_numbers(struct body *b, const double *x, size_t n, int fp32)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char p[8];
+        if (fp32) {
+            float f = (float)x[i];
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            for (int k = 0; k < 4; k++)
+                p[k] = (unsigned char)(u >> (8 * k));
+        } else {
+            uint64_t u;
+            memcpy(&u, &x[i], 8);
+            for (int k = 0; k < 8; k++)
+                p[k] = (unsigned char)(u >> (8 * k));
+        }
+        body_append(b, p, fp32 ? 4 : 8);
+    }
+}
+
+static json_t *shape_json(const size_t *dims, size_t rank)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < rank; i++)
+        json_array_append_new(a, json_integer((json_int_t)dims[i]));
+    return a;
+}
+
+/* Nested JSON arrays of x with the given shape (depth-first). */
+static json_t *nested(const double *x, const size_t *dims, size_t rank, size_t *pos, int as_bool)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < dims[0]; i++) {
+        if (rank == 1)
+            json_array_append_new(a, as_bool ? json_boolean(x[(*pos)++] != 0) : json_real(x[(*pos)++]));
+        else
+            json_array_append_new(a, nested(x, dims + 1, rank - 1, pos, as_bool));
+    }
+    return a;
+}
+
+enum encoding { ENC_FLAT, ENC_NESTED, ENC_BINARY };
+static const char *const enc_names[] = {"json-flat", "json-nested", "binary"};
+
+/* One input of a request being built. */
+struct input {
+    const char *name;
+    const double *x;
+    size_t dims[3];
+    size_t rank;
+    int is_bool;
+};
+
+static size_t count_of(const size_t *dims, size_t rank)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < rank; i++)
+        n *= dims[i];
+    return n;
+}
+
+/* Builds an infer body for inputs in the given encoding and datatype. params and outputs
+ * (may be NULL) are stolen. */
+static void build_infer(struct body *b, const struct input *in, size_t n_in, enum encoding enc, int fp32,
+                        json_t *params, json_t *outputs)
+{
+    json_t *hdr = json_object(), *inputs = json_array();
+    for (size_t i = 0; i < n_in; i++) {
+        json_t *o = json_object();
+        size_t n = count_of(in[i].dims, in[i].rank);
+        json_object_set_new(o, "name", json_string(in[i].name));
+        json_object_set_new(o, "shape", shape_json(in[i].dims, in[i].rank));
+        json_object_set_new(o, "datatype", json_string(in[i].is_bool ? "BOOL" : fp32 ? "FP32" : "FP64"));
+        if (enc == ENC_BINARY) {
+            size_t size = n * (in[i].is_bool ? 1 : fp32 ? 4 : 8);
+            json_object_set_new(o, "parameters", json_pack("{s:I}", "binary_data_size", (json_int_t)size));
+        } else if (enc == ENC_NESTED) {
+            size_t pos = 0;
+            json_object_set_new(o, "data", nested(in[i].x, in[i].dims, in[i].rank, &pos, in[i].is_bool));
+        } else {
+            size_t flat[1] = {n}, pos = 0;
+            json_object_set_new(o, "data", nested(in[i].x, flat, 1, &pos, in[i].is_bool));
+        }
+        json_array_append_new(inputs, o);
+    }
+    json_object_set_new(hdr, "id", json_string("v2test"));
+    json_object_set_new(hdr, "inputs", inputs);
+    if (params != NULL)
+        json_object_set_new(hdr, "parameters", params);
+    if (outputs != NULL)
+        json_object_set_new(hdr, "outputs", outputs);
+    body_start(b, hdr);
+    if (enc != ENC_BINARY)
+        return;
+    for (size_t i = 0; i < n_in; i++) {
+        size_t n = count_of(in[i].dims, in[i].rank);
+        if (in[i].is_bool) {
+            for (size_t j = 0; j < n; j++) {
+                unsigned char c = in[i].x[j] != 0;
+                body_append(b, &c, 1);
+            }
+        } else {
+            put_numbers(b, in[i].x, n, fp32);
+        }
+    }
+}
+
+/* An answer split into its JSON header and its binary section. */
+struct answer {
+    json_t *header;
+    const unsigned char *bin;
+    size_t bin_len;
+};
+
+static int answer_parse(struct test *t, const struct client_response *r, struct answer *a)
+{
+    memset(a, 0, sizeof *a);
+    if (!expect(t, r->status == 200, "status %d: %.300s", r->status, r->body))
+        return -1;
+    const char *hl = client_header(r, "Inference-Header-Content-Length");
+    size_t json_len = hl ? strtoull(hl, NULL, 10) : r->body_len;
+    if (!expect(t, json_len <= r->body_len, "Inference-Header-Content-Length %zu past the body", json_len))
+        return -1;
+    a->header = json_loadb(r->body, json_len, 0, NULL);
+    a->bin = (const unsigned char *)r->body + json_len;
+    a->bin_len = r->body_len - json_len;
+    if (hl != NULL)
+        expect(t, strstr(client_header(r, "Content-Type") ? client_header(r, "Content-Type") : "",
+                         "application/octet-stream") != NULL, "binary answer without octet-stream type");
+    return expect(t, a->header != NULL, "answer header is not JSON: %.200s", r->body) ? 0 : -1;
+}
+
+/* Reads output `name` of a (JSON data or binary) into a new array of its element count,
+ * checking its datatype and shape; NULL (with a failure) when absent or wrong. */
+static double *answer_output(struct test *t, const struct answer *a, const char *name, int fp32,
+                             const size_t *dims, size_t rank)
+{
+    json_t *outs = json_object_get(a->header, "outputs");
+    size_t offset = 0, n = count_of(dims, rank);
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+        json_t *o = json_array_get(outs, i);
+        json_t *bs = json_object_get(json_object_get(o, "parameters"), "binary_data_size");
+        size_t size = bs ? (size_t)json_integer_value(bs) : 0;
+        if (strcmp(json_string_value(json_object_get(o, "name")) ?: "", name) != 0) {
+            offset += size;
+            continue;
+        }
+        const char *dt = json_string_value(json_object_get(o, "datatype"));
+        if (!expect(t, dt && !strcmp(dt, fp32 ? "FP32" : "FP64"), "output %s datatype %s", name, dt ? dt : "?"))
+            return NULL;
+        json_t *shape = json_object_get(o, "shape");
+        int shape_ok = json_array_size(shape) == rank;
+        for (size_t d = 0; shape_ok && d < rank; d++)
+            shape_ok = (size_t)json_integer_value(json_array_get(shape, d)) == dims[d];
+        if (!expect(t, shape_ok, "output %s has the wrong shape", name))
+            return NULL;
+        double *x = client_xcalloc(n, sizeof *x);
+        if (bs != NULL) {
+            if (!expect(t, size == n * (fp32 ? 4 : 8) && offset + size <= a->bin_len,
+                        "output %s: binary_data_size %zu for %zu elements", name, size, n)) {
+                free(x);
+                return NULL;
+            }
+            const unsigned char *p = a->bin + offset;
+            for (size_t j = 0; j < n; j++) {
+                if (fp32) {
+                    uint32_t u = 0;
+                    for (int k = 0; k < 4; k++)
+                        u |= (uint32_t)p[4 * j + k] << (8 * k);
+                    float f;
+                    memcpy(&f, &u, 4);
+                    x[j] = f;
+                } else {
+                    uint64_t u = 0;
+                    for (int k = 0; k < 8; k++)
+                        u |= (uint64_t)p[8 * j + k] << (8 * k);
+                    memcpy(&x[j], &u, 8);
+                }
+            }
+            return x;
+        }
+        json_t *data = json_object_get(o, "data");
+        if (!expect(t, json_array_size(data) == n, "output %s: data has %zu elements, want %zu", name,
+                    json_array_size(data), n)) {
+            free(x);
+            return NULL;
+        }
+        for (size_t j = 0; j < n; j++)
+            x[j] = json_number_value(json_array_get(data, j));
+        return x;
+    }
+    expect(t, 0, "no output %s in the answer", name);
+    return NULL;
+}
+
+/* Flattens a v1 answer member (nested arrays) into x (n elements). */
+static int flatten(const json_t *v, double *x, size_t n, size_t *pos)
+{
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (flatten(json_array_get(v, i), x, n, pos) != 0)
+                return -1;
+        return 0;
+    }
+    if (!json_is_number(v) || *pos >= n)
+        return -1;
+    x[(*pos)++] = json_number_value(v);
+    return 0;
+}
+
+static double max_diff(const double *a, const double *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* Checks an error answer: the status, {"error": string} naming `field`. */
+static void expect_error(struct test *t, const struct client_response *r, int status, const char *field)
+{
+    expect(t, r->status == status, "status %d, want %d: %.300s", r->status, status, r->body);
+    json_t *b = json_loadb(r->body, r->body_len, 0, NULL);
+    json_t *e = json_object_get(b, "error");
+    if (expect(t, json_is_string(e), "no {\"error\": string} body: %.300s", r->body) && field != NULL)
+        expect(t, strstr(json_string_value(e), field) != NULL, "error does not name %s: %s", field,
+               json_string_value(e));
+    json_decref(b);
+}
+
+/* ---- data ------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 20240607u;
+
+/* Values that are exact in float32, so FP32 and FP64 requests carry the same numbers. */
+static double *random_values(size_t n, double scale)
+{
+    double *x = client_xcalloc(n, sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (double)(float)(((double)(client_rng_next(&g_rng) >> 11) / 9007199254740992.0 * 2 - 1) * scale);
+    return x;
+}
+
+/* A v1 request body member: nested arrays of x with the given shape. */
+static json_t *v1_tensor(const double *x, const size_t *dims, size_t rank)
+{
+    size_t pos = 0;
+    return nested(x, dims, rank, &pos, 0);
+}
+
+/* ---- endpoints ------------------------------------------------------------------------- */
+
+static json_t *get_json(struct test *t, const struct server *s, const char *path, int status)
+{
+    struct client_response r;
+    get(s, path, &r);
+    expect(t, r.status == status, "GET %s: status %d, want %d: %.200s", path, r.status, status, r.body);
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    expect(t, j != NULL, "GET %s: body is not JSON", path);
+    client_response_free(&r);
+    return j;
+}
+
+/* Finds the metadata tensor named name in array a. */
+static json_t *meta_find(json_t *a, const char *name)
+{
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(a, i), "name")) ?: "", name))
+            return json_array_get(a, i);
+    return NULL;
+}
+
+static void run_endpoint_tests(const struct server *s)
+{
+    struct test t;
+    json_t *j;
+    const char *server_paths[] = {"/v2", "/v2/"};
+    for (int i = 0; i < 2; i++) {
+        test_begin(&t, "endpoint/server-metadata %s", server_paths[i]);
+        j = get_json(&t, s, server_paths[i], 200);
+        json_t *ext = json_object_get(j, "extensions");
+        int found = 0;
+        for (size_t k = 0; k < json_array_size(ext); k++)
+            found |= !strcmp(json_string_value(json_array_get(ext, k)) ?: "", "binary_tensor_data");
+        expect(&t, json_is_string(json_object_get(j, "name")) && json_is_string(json_object_get(j, "version")),
+               "name or version missing");
+        expect(&t, found, "extensions lack binary_tensor_data");
+        json_decref(j);
+        test_end(&t);
+    }
+    test_begin(&t, "endpoint/health-live");
+    j = get_json(&t, s, "/v2/health/live", 200);
+    expect(&t, json_is_true(json_object_get(j, "live")), "live is not true");
+    json_decref(j);
+    test_end(&t);
+    test_begin(&t, "endpoint/health-ready");
+    j = get_json(&t, s, "/v2/health/ready", 200);
+    expect(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
+    json_decref(j);
+    test_end(&t);
+
+    const char *meta_paths[] = {"/v2/models/attention", "/v2/models/attention/versions/1"};
+    for (int i = 0; i < 2; i++) {
+        test_begin(&t, "endpoint/model-metadata %s", meta_paths[i]);
+        j = get_json(&t, s, meta_paths[i], 200);
+        expect(&t, !strcmp(json_string_value(json_object_get(j, "name")) ?: "", "attention"), "name");
+        expect(&t, json_is_string(json_object_get(j, "platform")), "no platform");
+        const char *ins[] = {"q", "k", "v", "mask"};
+        for (int k = 0; k < 4; k++) {
+            json_t *m = meta_find(json_object_get(j, "inputs"), ins[k]);
+            expect(&t, m != NULL, "input %s missing", ins[k]);
+            json_t *shape = json_object_get(m, "shape");
+            expect(&t, json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == -1,
+                   "input %s: shape not variable", ins[k]);
+        }
+        expect(&t, meta_find(json_object_get(j, "outputs"), "output") &&
+                       meta_find(json_object_get(j, "outputs"), "attention"), "outputs missing");
+        json_decref(j);
+        test_end(&t);
+    }
+    test_begin(&t, "endpoint/model-ready");
+    j = get_json(&t, s, "/v2/models/attention/ready", 200);
+    expect(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
+    json_decref(j);
+    test_end(&t);
+    test_begin(&t, "endpoint/model-config");
+    j = get_json(&t, s, "/v2/models/attention/versions/1/config", 200);
+    expect(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
+                   json_is_integer(json_object_get(j, "max_batch_size")), "max_batch_size");
+    expect(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 2,
+           "input/output lists");
+    json_decref(j);
+    test_end(&t);
+
+    const char *missing[] = {"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/nosuch/config",
+                             "/v2/models/attention/versions/2", "/v2/models/attention/versions/7/ready"};
+    for (int i = 0; i < 5; i++) {
+        struct client_response r;
+        test_begin(&t, "endpoint/404 %s", missing[i]);
+        get(s, missing[i], &r);
+        expect_error(&t, &r, 404, NULL);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    struct client_response r;
+    test_begin(&t, "endpoint/405-get-infer");
+    get(s, "/v2/models/attention/infer", &r);
+    expect_error(&t, &r, 405, NULL);
+    expect(&t, client_header(&r, "Allow") && strstr(client_header(&r, "Allow"), "POST"), "no Allow: POST");
+    client_response_free(&r);
+    test_end(&t);
+    test_begin(&t, "endpoint/cors-preflight");
+    struct client_request rq = {.method = "OPTIONS", .path = "/v2/models/attention/infer",
+                                .headers = {"Origin: https://page.example", "Access-Control-Request-Method: POST",
+                                            "Access-Control-Request-Headers: inference-header-content-length"}};
+    client_http_call(s->base_url, g_tmpdir, &rq, &r);
+    expect(&t, r.status == 204, "status %d", r.status);
+    const char *ah = client_header(&r, "Access-Control-Allow-Headers");
+    expect(&t, ah && strstr(ah, "inference-header-content-length"), "Allow-Headers: %s", ah ? ah : "(none)");
+    const char *eh = client_header(&r, "Access-Control-Expose-Headers");
+    expect(&t, eh && strstr(eh, "Inference-Header-Content-Length"), "Expose-Headers: %s", eh ? eh : "(none)");
+    client_response_free(&r);
+    test_end(&t);
+}
+
+/* ---- inference against v1 and the reference --------------------------------------------- */
+
+/* One attention case: shapes, heads, mask, causal. */
+struct attn_case {
+    const char *label;
+    size_t batch;       /* 0: no batch axis */
+    size_t lq, lk, dk, dv, heads;
+    int mask, causal;
+};
+
+static const struct attn_case g_cases[] = {
+    {"plain", 0, 5, 7, 4, 3, 0, 0, 0},
+    {"batched-heads-mask", 2, 4, 6, 6, 4, 2, 1, 0},
+    {"causal-scale", 0, 6, 6, 8, 8, 4, 0, 1},
+};
+
+/* Compares got with v1's member (nested) and with the reference; FP32 tolerances are
+ * those of float32 arithmetic. */
+static void compare_all(struct test *t, const char *what, const double *got, const json_t *v1_member,
+                        const double *ref, size_t n, int fp32)
+{
+    double *v1 = client_xcalloc(n, sizeof *v1);
+    size_t pos = 0;
+    if (expect(t, flatten(v1_member, v1, n, &pos) == 0 && pos == n, "v1 %s has not %zu numbers", what, n)) {
+        double d = max_diff(got, v1, n);
+        expect(t, d <= (fp32 ? 1e-6 : 1e-12), "%s differs from v1's by %g", what, d);
+    }
+    double dr = max_diff(got, ref, n);
+    expect(t, dr <= (fp32 ? 1e-4 : 1e-9), "%s differs from the reference by %g", what, dr);
+    free(v1);
+}
+
+static void run_attention_tests(const struct server *s)
+{
+    for (size_t c = 0; c < sizeof g_cases / sizeof g_cases[0]; c++) {
+        const struct attn_case *ac = &g_cases[c];
+        size_t B = ac->batch ? ac->batch : 1, H = ac->heads ? ac->heads : 1;
+        double *q = random_values(B * ac->lq * ac->dk, 1.5), *k = random_values(B * ac->lk * ac->dk, 1.5);
+        double *v = random_values(B * ac->lk * ac->dv, 2.0);
+        double *mask = client_xcalloc(ac->lq * ac->lk, sizeof *mask);
+        unsigned char *mask_b = client_xcalloc(B * ac->lq * ac->lk, 1);
+        for (size_t i = 0; i < ac->lq * ac->lk; i++)
+            mask[i] = ac->mask ? (i % 3 != 1) : 1;
+        for (size_t b = 0; b < B; b++)
+            for (size_t i = 0; i < ac->lq * ac->lk; i++)
+                mask_b[b * ac->lq * ac->lk + i] = mask[i] != 0;
+        double scale = ac->causal ? 0.25 : ref_default_scale(ac->dk / H);
+        size_t n_out = B * ac->lq * ac->dv, n_attn = B * H * ac->lq * ac->lk;
+        double *ref_out = client_xcalloc(n_out, sizeof(double)), *ref_attn = client_xcalloc(n_attn, sizeof(double));
+        ref_sdpa(B, H, ac->lq, ac->lk, ac->dk / H, ac->dv / H, q, k, v, mask_b, ac->causal, scale, ref_out, ref_attn);
+
+        size_t off = ac->batch ? 0 : 1;
+        size_t qd[3] = {B, ac->lq, ac->dk}, kd[3] = {B, ac->lk, ac->dk}, vd[3] = {B, ac->lk, ac->dv};
+        size_t md[3] = {ac->lq, ac->lk, 0};
+        struct input in[4] = {{"q", q, {0}, 3 - off, 0}, {"k", k, {0}, 3 - off, 0}, {"v", v, {0}, 3 - off, 0},
+                              {"mask", mask, {0}, 2, 1}};
+        memcpy(in[0].dims, qd + off, (3 - off) * sizeof(size_t));
+        memcpy(in[1].dims, kd + off, (3 - off) * sizeof(size_t));
+        memcpy(in[2].dims, vd + off, (3 - off) * sizeof(size_t));
+        memcpy(in[3].dims, md, 2 * sizeof(size_t));
+        size_t n_in = ac->mask ? 4 : 3;
+
+        size_t out_dims[3] = {B, ac->lq, ac->dv};
+        size_t attn_dims[4] = {B, H, ac->lq, ac->lk};
+        size_t out_rank = 3 - off;
+        const size_t *out_d = out_dims + off;
+        size_t attn_rank = 4 - off - (ac->heads ? 0 : 1);
+        size_t attn_d[4];
+        size_t r = 0;
+        if (ac->batch)
+            attn_d[r++] = B;
+        if (ac->heads)
+            attn_d[r++] = H;
+        attn_d[r++] = ac->lq;
+        attn_d[r++] = ac->lk;
+        (void)attn_dims;
+
+        for (int fp32 = 0; fp32 <= 1; fp32++) {
+            /* The v1 answer for the same numbers. */
+            json_t *v1req = json_object();
+            json_object_set_new(v1req, "q", v1_tensor(q, in[0].dims, in[0].rank));
+            json_object_set_new(v1req, "k", v1_tensor(k, in[1].dims, in[1].rank));
+            json_object_set_new(v1req, "v", v1_tensor(v, in[2].dims, in[2].rank));
+            if (ac->mask)
+                json_object_set_new(v1req, "mask", v1_tensor(mask, md, 2));
+            if (ac->heads)
+                json_object_set_new(v1req, "heads", json_integer((json_int_t)ac->heads));
+            if (ac->causal) {
+                json_object_set_new(v1req, "causal", json_true());
+                json_object_set_new(v1req, "scale", json_real(scale));
+            }
+            json_object_set_new(v1req, "dtype", json_string(fp32 ? "float32" : "float64"));
+            char *text = json_dumps(v1req, JSON_COMPACT);
+            json_decref(v1req);
+            struct client_response r1;
+            call(s, "POST", "/v1/attention", text, strlen(text), NULL, &r1);
+            free(text);
+            json_t *v1 = json_loadb(r1.body, r1.body_len, 0, NULL);
+
+            for (int enc = ENC_FLAT; enc <= ENC_BINARY; enc++)
+                for (int bin_out = 0; bin_out <= 1; bin_out++) {
+                    struct test t;
+                    test_begin(&t, "infer/attention/%s/%s/%s/%s", ac->label, fp32 ? "FP32" : "FP64",
+                               enc_names[enc], bin_out ? "binary-out" : "json-out");
+                    expect(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
+                    json_t *params = json_object();
+                    if (ac->heads)
+                        json_object_set_new(params, "heads", json_integer((json_int_t)ac->heads));
+                    if (ac->causal) {
+                        json_object_set_new(params, "causal", json_true());
+                        json_object_set_new(params, "scale", json_real(scale));
+                    }
+                    json_t *outputs = NULL;
+                    if (bin_out && enc == ENC_FLAT)
+                        json_object_set_new(params, "binary_data_output", json_true());
+                    else
+                        outputs = json_pack("[{s:s, s:{s:b}}, {s:s, s:{s:b}}]", "name", "attention", "parameters",
+                                            "binary_data", bin_out, "name", "output", "parameters",
+                                            "binary_data", bin_out);
+                    struct body b;
+                    build_infer(&b, in, n_in, enc, fp32, params, outputs);
+                    struct client_response r2;
+                    post_body(s, "/v2/models/attention/infer", &b, 0, &r2);
+                    free(b.data);
+                    struct answer a;
+                    if (answer_parse(&t, &r2, &a) == 0) {
+                        expect(&t, !strcmp(json_string_value(json_object_get(a.header, "model_name")) ?: "",
+                                           "attention"), "model_name");
+                        expect(&t, !strcmp(json_string_value(json_object_get(a.header, "id")) ?: "", "v2test"),
+                               "id not echoed");
+                        expect(&t, (client_header(&r2, "Inference-Header-Content-Length") != NULL) == bin_out,
+                               "Inference-Header-Content-Length %s", bin_out ? "missing" : "present");
+                        double *o = answer_output(&t, &a, "output", fp32, out_d, out_rank);
+                        double *at = answer_output(&t, &a, "attention", fp32, attn_d, attn_rank);
+                        if (o)
+                            compare_all(&t, "output", o, json_object_get(v1, "output"), ref_out, n_out, fp32);
+                        if (at)
+                            compare_all(&t, "attention", at, json_object_get(v1, "attention"), ref_attn, n_attn,
+                                        fp32);
+                        free(o);
+                        free(at);
+                        json_decref(a.header);
+                    }
+                    client_response_free(&r2);
+                    test_end(&t);
+                }
+            json_decref(v1);
+            client_response_free(&r1);
+        }
+        free(q), free(k), free(v), free(mask), free(mask_b), free(ref_out), free(ref_attn);
+    }
+
+    /* Only the output named: no attention in the answer. */
+    struct test t;
+    test_begin(&t, "infer/attention/outputs-only-output");
+    double *q = random_values(6, 1);
+    struct input in[3] = {{"q", q, {3, 2}, 2, 0}, {"k", q, {3, 2}, 2, 0}, {"v", q, {3, 2}, 2, 0}};
+    struct body b;
+    build_infer(&b, in, 3, ENC_BINARY, 1, NULL, json_pack("[{s:s}]", "name", "output"));
+    struct client_response r;
+    post_body(s, "/v2/models/attention/infer", &b, 0, &r);
+    free(b.data);
+    struct answer a;
+    if (answer_parse(&t, &r, &a) == 0) {
+        json_t *outs = json_object_get(a.header, "outputs");
+        expect(&t, json_array_size(outs) == 1 &&
+                       !strcmp(json_string_value(json_object_get(json_array_get(outs, 0), "name")) ?: "", "output"),
+               "outputs: %.200s", r.body);
+        json_decref(a.header);
+    }
+    client_response_free(&r);
+    free(q);
+    test_end(&t);
+}
+
+/* ---- a stored weight set as a model ---------------------------------------------------- */
+
+#define SET_DIN 5
+#define SET_DCTX 3
+#define SET_DK 4
+#define SET_DV 6
+#define SET_DOUT 2
+#define SET_HEADS 2
+
+static void run_weight_set_tests(const struct server *s)
+{
+    struct test t;
+    double *wq = random_values(SET_DIN * SET_DK, 0.7), *wk = random_values(SET_DCTX * SET_DK, 0.7);
+    double *wv = random_values(SET_DCTX * SET_DV, 0.7), *wo = random_values(SET_DV * SET_DOUT, 0.7);
+    double *bo = random_values(SET_DOUT, 0.5);
+    size_t dq[2] = {SET_DIN, SET_DK}, dkk[2] = {SET_DCTX, SET_DK}, dvv[2] = {SET_DCTX, SET_DV},
+           doo[2] = {SET_DV, SET_DOUT}, db[1] = {SET_DOUT};
+    json_t *set = json_object();
+    json_object_set_new(set, "wq", v1_tensor(wq, dq, 2));
+    json_object_set_new(set, "wk", v1_tensor(wk, dkk, 2));
+    json_object_set_new(set, "wv", v1_tensor(wv, dvv, 2));
+    json_object_set_new(set, "wo", v1_tensor(wo, doo, 2));
+    json_object_set_new(set, "bo", v1_tensor(bo, db, 1));
+    json_object_set_new(set, "heads", json_integer(SET_HEADS));
+    char *text = json_dumps(set, JSON_COMPACT);
+    json_decref(set);
+    struct client_response r;
+    test_begin(&t, "weight-set/put");
+    call(s, "PUT", "/v1/weight-sets/crossA", text, strlen(text), NULL, &r);
+    expect(&t, r.status == 201 || r.status == 200, "PUT answered %d: %.200s", r.status, r.body);
+    client_response_free(&r);
+    free(text);
+    test_end(&t);
+
+    test_begin(&t, "weight-set/metadata-widths");
+    json_t *j = get_json(&t, s, "/v2/models/crossA", 200);
+    json_t *x = meta_find(json_object_get(j, "inputs"), "x");
+    json_t *ctx = meta_find(json_object_get(j, "inputs"), "context");
+    json_t *out = meta_find(json_object_get(j, "outputs"), "output");
+    json_t *att = meta_find(json_object_get(j, "outputs"), "attention");
+    expect(&t, json_integer_value(json_array_get(json_object_get(x, "shape"), 1)) == SET_DIN, "x width");
+    expect(&t, json_integer_value(json_array_get(json_object_get(ctx, "shape"), 1)) == SET_DCTX, "context width");
+    expect(&t, json_integer_value(json_array_get(json_object_get(out, "shape"), 1)) == SET_DOUT, "output width");
+    expect(&t, json_integer_value(json_array_get(json_object_get(att, "shape"), 0)) == SET_HEADS, "attention heads");
+    json_decref(j);
+    test_end(&t);
+    test_begin(&t, "weight-set/ready-and-config");
+    j = get_json(&t, s, "/v2/models/crossA/ready", 200);
+    json_decref(j);
+    j = get_json(&t, s, "/v2/models/crossA/config", 200);
+    expect(&t, json_array_size(json_object_get(j, "input")) == 3, "config inputs");
+    json_decref(j);
+    test_end(&t);
+
+    /* x (batched 2 x 4 x SET_DIN) attends to context (2 x 5 x SET_DCTX). */
+    size_t B = 2, LQ = 4, LK = 5;
+    double *xv = random_values(B * LQ * SET_DIN, 1), *cv = random_values(B * LK * SET_DCTX, 1);
+    double *Q = client_xcalloc(B * LQ * SET_DK, sizeof(double)), *K = client_xcalloc(B * LK * SET_DK, sizeof(double));
+    double *V = client_xcalloc(B * LK * SET_DV, sizeof(double)), *O = client_xcalloc(B * LQ * SET_DV, sizeof(double));
+    double *A = client_xcalloc(B * SET_HEADS * LQ * LK, sizeof(double));
+    double *Y = client_xcalloc(B * LQ * SET_DOUT, sizeof(double));
+    ref_linear(B * LQ, SET_DIN, SET_DK, xv, wq, NULL, Q);
+    ref_linear(B * LK, SET_DCTX, SET_DK, cv, wk, NULL, K);
+    ref_linear(B * LK, SET_DCTX, SET_DV, cv, wv, NULL, V);
+    ref_sdpa(B, SET_HEADS, LQ, LK, SET_DK / SET_HEADS, SET_DV / SET_HEADS, Q, K, V, NULL, 0,
+             ref_default_scale(SET_DK / SET_HEADS), O, A);
+    ref_linear(B * LQ, SET_DV, SET_DOUT, O, wo, bo, Y);
+    size_t xd[3] = {B, LQ, SET_DIN}, cd[3] = {B, LK, SET_DCTX};
+    for (int fp32 = 0; fp32 <= 1; fp32++) {
+        json_t *v1req = json_pack("{s:o, s:o, s:s, s:s}", "x", v1_tensor(xv, xd, 3), "context", v1_tensor(cv, cd, 3),
+                                  "weights", "crossA", "dtype", fp32 ? "float32" : "float64");
+        text = json_dumps(v1req, JSON_COMPACT);
+        json_decref(v1req);
+        struct client_response r1;
+        call(s, "POST", "/v1/attention", text, strlen(text), NULL, &r1);
+        free(text);
+        json_t *v1 = json_loadb(r1.body, r1.body_len, 0, NULL);
+        for (int enc = ENC_FLAT; enc <= ENC_BINARY; enc++) {
+            test_begin(&t, "infer/weight-set/%s/%s", fp32 ? "FP32" : "FP64", enc_names[enc]);
+            expect(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
+            struct input in[2] = {{"x", xv, {B, LQ, SET_DIN}, 3, 0}, {"context", cv, {B, LK, SET_DCTX}, 3, 0}};
+            struct body b;
+            build_infer(&b, in, 2, (enum encoding)enc, fp32, json_pack("{s:b}", "binary_data_output", enc == ENC_BINARY),
+                        NULL);
+            post_body(s, "/v2/models/crossA/versions/1/infer", &b, 0, &r);
+            free(b.data);
+            struct answer a;
+            if (answer_parse(&t, &r, &a) == 0) {
+                size_t od[3] = {B, LQ, SET_DOUT}, ad[4] = {B, SET_HEADS, LQ, LK};
+                double *o = answer_output(&t, &a, "output", fp32, od, 3);
+                double *at = answer_output(&t, &a, "attention", fp32, ad, 4);
+                if (o)
+                    compare_all(&t, "output", o, json_object_get(v1, "output"), Y, B * LQ * SET_DOUT, fp32);
+                if (at)
+                    compare_all(&t, "attention", at, json_object_get(v1, "attention"), A, B * SET_HEADS * LQ * LK,
+                                fp32);
+                free(o);
+                free(at);
+                json_decref(a.header);
+            }
+            client_response_free(&r);
+            test_end(&t);
+        }
+        json_decref(v1);
+        client_response_free(&r1);
+    }
+    test_begin(&t, "infer/weight-set/wrong-width-400");
+    struct input bad[1] = {{"x", xv, {LQ, SET_DIN - 1}, 2, 0}};
+    struct body b;
+    build_infer(&b, bad, 1, ENC_BINARY, 1, NULL, NULL);
+    post_body(s, "/v2/models/crossA/infer", &b, 0, &r);
+    free(b.data);
+    expect_error(&t, &r, 400, "x");
+    client_response_free(&r);
+    test_end(&t);
+    test_begin(&t, "infer/weight-set/heads-conflict-400");
+    struct input ok1[1] = {{"x", xv, {LQ, SET_DIN}, 2, 0}};
+    build_infer(&b, ok1, 1, ENC_BINARY, 1, json_pack("{s:i}", "heads", 1), NULL);
+    post_body(s, "/v2/models/crossA/infer", &b, 0, &r);
+    free(b.data);
+    expect_error(&t, &r, 400, "parameters.heads");
+    client_response_free(&r);
+    test_end(&t);
+    free(wq), free(wk), free(wv), free(wo), free(bo), free(xv), free(cv);
+    free(Q), free(K), free(V), free(O), free(A), free(Y);
+}
+
+/* ---- framing errors -------------------------------------------------------------------- */
+
+/* A valid 2 x 2 FP32 q/k/v binary body to damage; the JSON header comes from hdr. */
+static void framing_body(struct body *b, json_t *hdr, int n_inputs_bytes)
+{
+    body_start(b, hdr);
+    double one[4] = {1, 0, 0, 1};
+    for (int i = 0; i < n_inputs_bytes; i++)
+        put_numbers(b, one, 4, 1);
+}
+
+static json_t *qkv_header(const char *dtype_v, int size_q, const char *shape_k)
+{
+    json_t *shape_k_json = json_loads(shape_k, 0, NULL);
+    return json_pack("{s:[{s:s,s:[i,i],s:s,s:{s:i}},{s:s,s:o,s:s,s:{s:i}},{s:s,s:[i,i],s:s,s:{s:i}}]}",
+                     "inputs", "name", "q", "shape", 2, 2, "datatype", "FP32", "parameters", "binary_data_size", size_q,
+                     "name", "k", "shape", shape_k_json, "datatype", "FP32", "parameters", "binary_data_size", 16,
+                     "name", "v", "shape", 2, 2, "datatype", dtype_v, "parameters", "binary_data_size", 16);
+}
+
+static void framing_case(const struct server *s, const char *name, struct body *b, const char *header_length,
+                         int status, const char *field)
+{
+    struct test t;
+    struct client_response r;
+    test_begin(&t, "framing/%s", name);
+    call(s, "POST", "/v2/models/attention/infer", b->data, b->len, header_length, &r);
+    expect_error(&t, &r, status, field);
+    client_response_free(&r);
+    free(b->data);
+    /* The server goes on serving. */
+    get(s, "/v2/health/live", &r);
+    expect(&t, r.status == 200, "server no longer serves after the error (status %d)", r.status);
+    client_response_free(&r);
+    test_end(&t);
+}
+
+static void run_framing_tests(const struct server *s)
+{
+    struct body b;
+    char hl[32];
+    framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.len + 1);
+    framing_case(s, "header-length-past-body", &b, hl, 400, "Inference-Header-Content-Length");
+    framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
+    framing_case(s, "header-length-not-a-number", &b, "12x", 400, "Inference-Header-Content-Length");
+    framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
+    body_append(&b, "\0\0\0\0", 4);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "sizes-short-of-body", &b, hl, 400, "binary_data_size");
+    framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 2);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "sizes-past-body", &b, hl, 400, "binary_data_size");
+    framing_body(&b, qkv_header("FP32", 12, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "size-disagrees-with-shape", &b, hl, 400, "inputs[0].parameters.binary_data_size");
+    framing_body(&b, qkv_header("FP64", 16, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "size-disagrees-with-datatype", &b, hl, 400, "inputs[2].parameters.binary_data_size");
+    framing_body(&b, qkv_header("FP17", 16, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "unknown-datatype", &b, hl, 400, "inputs[2].datatype");
+    framing_body(&b, qkv_header("INT32", 16, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "unsupported-datatype", &b, hl, 400, "inputs[2].datatype");
+    framing_body(&b, qkv_header("FP32", 16, "[1,4]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "shape-does-not-fit", &b, hl, 400, "inputs[1].shape");
+    framing_body(&b, qkv_header("FP32", 16, "[2,0,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "shape-zero-dimension", &b, hl, 400, "inputs[1].shape");
+    framing_body(&b, qkv_header("FP32", 16, "[1,1,1,1,1]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "shape-too-many-dimensions", &b, hl, 400, "inputs[1].shape");
+    framing_body(&b, qkv_header("FP32", 16, "[2,-2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "shape-negative", &b, hl, 400, "inputs[1].shape");
+
+    double nan_v[4] = {1, NAN, 0, 1}, inf_v[4] = {1, 0, INFINITY, 1}, one[4] = {1, 0, 0, 1};
+    body_start(&b, qkv_header("FP32", 16, "[2,2]"));
+    put_numbers(&b, one, 4, 1), put_numbers(&b, nan_v, 4, 1), put_numbers(&b, one, 4, 1);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "nan-in-binary", &b, hl, 400, "inputs[1]");
+    json_t *h64 = json_pack("{s:[{s:s,s:[i,i],s:s,s:{s:i}},{s:s,s:[i,i],s:s,s:{s:i}},{s:s,s:[i,i],s:s,s:{s:i}}]}",
+                            "inputs", "name", "q", "shape", 2, 2, "datatype", "FP64", "parameters", "binary_data_size",
+                            32, "name", "k", "shape", 2, 2, "datatype", "FP64", "parameters", "binary_data_size", 32,
+                            "name", "v", "shape", 2, 2, "datatype", "FP64", "parameters", "binary_data_size", 32);
+    body_start(&b, h64);
+    put_numbers(&b, one, 4, 0), put_numbers(&b, one, 4, 0), put_numbers(&b, inf_v, 4, 0);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "inf-in-binary", &b, hl, 400, "inputs[2]");
+
+    /* A binary body sent without the header: its JSON part is followed by bytes. */
+    framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
+    framing_case(s, "binary-without-header", &b, NULL, 400, "Inference-Header-Content-Length");
+
+    struct {
+        const char *name, *json, *field;
+        int status;
+    } json_cases[] = {
+        {"json-flat-count-wrong", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3]},"
+                                  "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
+                                  "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
+         "inputs[0].data", 400},
+        {"json-nested-ragged", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[[1,2],[3]]},"
+                               "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
+                               "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
+         "inputs[0].data[1]", 400},
+        {"json-string-element", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,\"x\",4]},"
+                                "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
+                                "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
+         "inputs[0].data[2]", 400},
+        {"unknown-input", "{\"inputs\":[{\"name\":\"z\",\"shape\":[1],\"datatype\":\"FP64\",\"data\":[1]}]}",
+         "inputs[0].name", 400},
+        {"missing-v", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                      "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
+         "\"v\"", 400},
+        {"mixed-datatypes", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                            "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]},"
+                            "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
+         "inputs[1].datatype", 400},
+        {"mask-wrong-shape", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                             "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                             "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                             "{\"name\":\"mask\",\"shape\":[1,2],\"datatype\":\"BOOL\",\"data\":[true,false]}]}",
+         "inputs[3].shape", 400},
+        {"heads-not-dividing", "{\"parameters\":{\"heads\":3},\"inputs\":[{\"name\":\"q\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
+                               "{\"name\":\"k\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
+                               "{\"name\":\"v\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]}]}",
+         "parameters.heads", 400},
+        {"unknown-output", "{\"outputs\":[{\"name\":\"logits\"}],\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                           "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                           "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
+         "outputs[0].name", 400},
+        {"not-json", "{\"inputs\":", NULL, 400},
+    };
+    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
+        b.data = strdup(json_cases[i].json);
+        b.len = b.json_len = strlen(b.data);
+        framing_case(s, json_cases[i].name, &b, NULL, json_cases[i].status, json_cases[i].field);
+    }
+    /* BOOL bytes other than 0 and 1. */
+    json_t *hm = json_pack("{s:[{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},"
+                           "{s:s,s:[i,i],s:s,s:{s:i}}]}",
+                           "inputs", "name", "q", "shape", 1, 1, "datatype", "FP64", "data", 1, "name", "k", "shape",
+                           1, 1, "datatype", "FP64", "data", 1, "name", "v", "shape", 1, 1, "datatype", "FP64", "data",
+                           1, "name", "mask", "shape", 1, 1, "datatype", "BOOL", "parameters", "binary_data_size", 1);
+    body_start(&b, hm);
+    body_append(&b, "\x02", 1);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "bool-byte-not-0-or-1", &b, hl, 400, "inputs[3]");
+    /* An unknown model answers 404 whatever the body. */
+    struct test t;
+    struct client_response r;
+    test_begin(&t, "framing/unknown-model-404");
+    call(s, "POST", "/v2/models/nosuch/infer", "{}", 2, NULL, &r);
+    expect_error(&t, &r, 404, "nosuch");
+    client_response_free(&r);
+    test_end(&t);
+}
+
+/* ---- limits, metrics, draining ----------------------------------------------------------- */
+
+static void run_limit_tests(void)
+{
+    struct server s;
+    static const char *const args[] = {"--max-body", "8K", "--max-elements", "1000", NULL};
+    if (server_start(&s, "small-limits", args) != 0)
+        return;
+    struct test t;
+    struct client_response r;
+    double *x = random_values(1200, 1);
+    struct input in[3] = {{"q", x, {600, 1}, 2, 0}, {"k", x, {600, 1}, 2, 0}, {"v", x, {1, 1}, 2, 0}};
+    struct body b;
+    test_begin(&t, "limits/max-elements-413");
+    build_infer(&b, in, 3, ENC_BINARY, 1, NULL, NULL);
+    post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
+    expect_error(&t, &r, 413, "max-elements");
+    client_response_free(&r);
+    free(b.data);
+    test_end(&t);
+    test_begin(&t, "limits/max-body-413");
+    struct input big[3] = {{"q", x, {400, 1}, 2, 0}, {"k", x, {400, 1}, 2, 0}, {"v", x, {400, 1}, 2, 0}};
+    build_infer(&b, big, 3, ENC_BINARY, 0, NULL, NULL);
+    post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
+    expect_error(&t, &r, 413, "max-body");
+    client_response_free(&r);
+    free(b.data);
+    test_end(&t);
+    test_begin(&t, "limits/answer-elements-413");
+    struct input sq[3] = {{"q", x, {40, 1}, 2, 0}, {"k", x, {40, 1}, 2, 0}, {"v", x, {40, 1}, 2, 0}};
+    build_infer(&b, sq, 3, ENC_BINARY, 1, NULL, NULL);
+    post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
+    expect_error(&t, &r, 413, "max-elements");
+    client_response_free(&r);
+    free(b.data);
+    test_end(&t);
+    server_stop(&s);
+
+    static const char *const mem_args[] = {"--max-request-memory", "1M", NULL};
+    if (server_start(&s, "small-memory", mem_args) != 0) {
+        free(x);
+        return;
+    }
+    test_begin(&t, "limits/request-memory-413");
+    struct input wide[3] = {{"q", x, {300, 1}, 2, 0}, {"k", x, {300, 1}, 2, 0}, {"v", x, {300, 1}, 2, 0}};
+    build_infer(&b, wide, 3, ENC_BINARY, 1, NULL, NULL);
+    post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
+    expect_error(&t, &r, 413, "max-request-memory");
+    client_response_free(&r);
+    test_end(&t);
+    test_begin(&t, "limits/request-memory-ok-without-attention");
+    free(b.data);
+    build_infer(&b, wide, 3, ENC_BINARY, 1, NULL, json_pack("[{s:s}]", "name", "output"));
+    post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
+    expect(&t, r.status == 200, "status %d: %.200s", r.status, r.body);
+    client_response_free(&r);
+    free(b.data);
+    test_end(&t);
+    server_stop(&s);
+    free(x);
+}
+
+static void run_metrics_test(const struct server *s)
+{
+    struct test t;
+    struct client_response r;
+    test_begin(&t, "metrics/v2-routes");
+    get(s, "/metrics", &r);
+    expect(&t, r.status == 200, "status %d", r.status);
+    expect(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"200\"") != NULL,
+           "no 200 count for the infer route");
+    expect(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"400\"") != NULL,
+           "no 400 count for the infer route");
+    expect(&t, strstr(r.body, "route=\"/v2\",code=\"200\"") != NULL, "no count for the v2 metadata routes");
+    client_response_free(&r);
+    test_end(&t);
+}
+
+/* SIGTERM while a slow upload is still arriving: v2 readiness and inference answer 503
+ * with the protocol's error body, liveness 200. */
+static void run_drain_test(void)
+{
+    struct server s;
+    static const char *const args[] = {"--shutdown-grace", "5", NULL};
+    if (server_start(&s, "drain", args) != 0)
+        return;
+    size_t len = 300 * 1024;
+    char *upload = client_xcalloc(len + 1, 1);
+    memset(upload, ' ', len);
+    static const char *const slow[] = {"--limit-rate", "200K", NULL};
+    struct client_request rq = {.method = "POST", .path = "/v1/attention", .body = upload, .body_len = len,
+                                .curl_args = slow};
+    struct client_pending p;
+    client_http_start(s.base_url, g_tmpdir, &rq, &p);
+    client_sleep_ms(300);
+    kill(s.pid, SIGTERM);
+    client_sleep_ms(200);
+    struct test t;
+    struct client_response r;
+    test_begin(&t, "drain/v2-ready-503");
+    get(&s, "/v2/health/ready", &r);
+    expect(&t, r.status == 503, "status %d: %.200s", r.status, r.body);
+    client_response_free(&r);
+    get(&s, "/v2/models/attention/ready", &r);
+    expect_error(&t, &r, 503, NULL);
+    client_response_free(&r);
+    test_end(&t);
+    test_begin(&t, "drain/v2-infer-503");
+    const char *body = "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                       "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
+                       "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}";
+    call(&s, "POST", "/v2/models/attention/infer", body, strlen(body), NULL, &r);
+    expect_error(&t, &r, 503, NULL);
+    expect(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After");
+    client_response_free(&r);
+    test_end(&t);
+    test_begin(&t, "drain/v2-live-200");
+    get(&s, "/v2/health/live", &r);
+    expect(&t, r.status == 200, "status %d", r.status);
+    client_response_free(&r);
+    test_end(&t);
+    client_http_finish(&p, &r);
+    client_response_free(&r);
+    free(upload);
+    s.running = 1;
+    server_stop(&s);
+}
+
+int main(int argc, char **argv)
+{
+    client_set_program_name("v2test");
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (!strcmp(argv[i], "--server"))
+            g_server_path = argv[i + 1];
+    if (g_server_path == NULL) {
+        fprintf(stderr, "usage: %s --server PATH\n", argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, NULL, "v2test.") != 0) {
+        fprintf(stderr, "v2test: cannot create a temporary directory: %s\n", strerror(errno));
+        return 2;
+    }
+    struct server s;
+    static const char *const none[] = {NULL};
+    if (server_start(&s, "default", none) == 0) {
+        run_endpoint_tests(&s);
+        run_attention_tests(&s);
+        run_weight_set_tests(&s);
+        run_framing_tests(&s);
+        run_metrics_test(&s);
+        server_stop(&s);
+    }
+    run_limit_tests();
+    run_drain_test();
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    if (g_failed > 0)
+        fprintf(stderr, "v2test: kept server logs in %s\n", g_tmpdir);
+    else
+        client_remove_tree(g_tmpdir);
+    return g_failed > 0;
+}
