@@ -26,6 +26,17 @@
 
 extern char **environ;
 
+static pthread_t main_thread;
+
+/* Runs only in a thread that does not block the signal: one that a library
+ * started before main (OpenBLAS starts its threads from a constructor).
+ * Without it the default action would end the process with no drain; with
+ * it the signal is sent on to the main thread, where sigwait takes it. */
+static void forward_to_main(int sig)
+{
+    pthread_kill(main_thread, sig);
+}
+
 int main(int argc, char **argv)
 {
     server_config cfg;
@@ -49,6 +60,15 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGHUP);
     sigaddset(&stop_signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    main_thread = pthread_self();
+    struct sigaction forward;
+    memset(&forward, 0, sizeof forward);
+    forward.sa_handler = forward_to_main;
+    sigfillset(&forward.sa_mask);
+    forward.sa_flags = SA_RESTART;
+    const int handled[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1};
+    for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
+        sigaction(handled[i], &forward, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     /* The compute pool is the server's only parallelism: OpenBLAS runs each
