@@ -30,7 +30,7 @@ endif
 CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) $(DEFS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
-LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/attention_exp.c server/compute.c \
+LIB_SRCS := server/error.c server/mem.c server/config.c server/guard.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
             server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
             server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/http.c

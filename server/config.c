@@ -17,7 +17,8 @@
 
 #include "version.h"
 
-typedef enum { OPT_STRING, OPT_LONG, OPT_SIZE, OPT_BOOL } opt_type;
+/* OPT_TEXT is a string that may be empty (a setting that is off). */
+typedef enum { OPT_STRING, OPT_TEXT, OPT_LONG, OPT_SIZE, OPT_BOOL } opt_type;
 
 typedef struct config_option {
     const char *name;       /* flag without the leading "--" */
@@ -38,8 +39,9 @@ static const config_option config_table[] = {
      "address to listen on (0.0.0.0 or :: inside a container)"},
     {"port", "ATTN_PORT", OPT_LONG, OFF(port), 0, "8080", 0, 65535,
      "TCP port; 0 picks a free one (printed on stdout)"},
-    {"cors-origin", "ATTN_CORS_ORIGIN", OPT_STRING, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
-     "value of Access-Control-Allow-Origin on every response"},
+    {"cors-origin", "ATTN_CORS_ORIGIN", OPT_TEXT, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
+     "origins browsers may call from: * for any, a comma-separated list (the matching one is "
+     "echoed), or \"\" / off for no CORS headers"},
     {"max-body", "ATTN_MAX_BODY", OPT_SIZE, OFF(max_body), 0, "64M", 16, (double)(1ULL << 40),
      "largest request body in bytes (K, M, G suffixes, 1024-based); 413 past it"},
     {"max-elements", "ATTN_MAX_ELEMENTS", OPT_SIZE, OFF(max_elements), 0, "8M", 1, (double)(1ULL << 40),
@@ -65,6 +67,21 @@ static const config_option config_table[] = {
      (double)(1ULL << 50), "all stored weight sets together; 413 past it"},
     {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
      "no access log on stderr"},
+    {"allowed-hosts", "ATTN_ALLOWED_HOSTS", OPT_TEXT, OFF(allowed_hosts), LEN(allowed_hosts), "", 0, 0,
+     "Host header values answered (comma-separated, port ignored, .example.com for a domain); "
+     "empty: localhost, 127.0.0.1, [::1] on a loopback --host, any otherwise; * for any"},
+    {"auth-tokens", "ATTN_AUTH_TOKENS", OPT_TEXT, OFF(auth_tokens), LEN(auth_tokens), "", 0, 0,
+     "comma-separated bearer tokens (prefer the environment to the flag)"},
+    {"auth-token-file", "ATTN_AUTH_TOKEN_FILE", OPT_TEXT, OFF(auth_token_file),
+     LEN(auth_token_file), "", 0, 0, "file of bearer tokens, one a line (# starts a comment)"},
+    {"auth-writes", "ATTN_AUTH_WRITES", OPT_BOOL, OFF(auth_writes), 0, "false", 0, 1,
+     "PUT and DELETE need Authorization: Bearer TOKEN; 401 otherwise"},
+    {"auth-all", "ATTN_AUTH_ALL", OPT_BOOL, OFF(auth_all), 0, "false", 0, 1,
+     "every route but /healthz and /readyz needs a token; 401 otherwise"},
+    {"tls-cert", "ATTN_TLS_CERT", OPT_TEXT, OFF(tls_cert), LEN(tls_cert), "", 0, 0,
+     "PEM certificate (chain) file: serve HTTPS instead of HTTP (with --tls-key)"},
+    {"tls-key", "ATTN_TLS_KEY", OPT_TEXT, OFF(tls_key), LEN(tls_key), "", 0, 0,
+     "PEM private key file of --tls-cert"},
 };
 
 #define CONFIG_COUNT (sizeof config_table / sizeof config_table[0])
@@ -122,10 +139,11 @@ static int config_apply(server_config *cfg, const config_option *opt, const char
     char *field = (char *)cfg + opt->offset;
     switch (opt->type) {
     case OPT_STRING:
+    case OPT_TEXT:
         if (strlen(value) >= opt->length)
             return config_fail(errbuf, errlen, "%s is too long (at most %zu characters)",
                                source, opt->length - 1);
-        if (*value == '\0')
+        if (*value == '\0' && opt->type == OPT_STRING)
             return config_fail(errbuf, errlen, "%s must not be empty", source);
         memcpy(field, value, strlen(value) + 1);
         return CONFIG_OK;
@@ -185,10 +203,10 @@ void config_print_help(FILE *out, const char *argv0)
         const config_option *opt = &config_table[i];
         char flag[64];
         snprintf(flag, sizeof flag, "--%s%s", opt->name,
-                 opt->type == OPT_STRING ? " TEXT" : opt->type == OPT_SIZE ? " SIZE"
+                 opt->type == OPT_STRING || opt->type == OPT_TEXT ? " TEXT" : opt->type == OPT_SIZE ? " SIZE"
                  : opt->type == OPT_BOOL ? "[=BOOL]" : " N");
         fprintf(out, "  %-32s %s\n  %-32s env %s, default %s\n", flag, opt->help, "",
-                opt->env, opt->def);
+                opt->env, opt->def[0] != '\0' ? opt->def : "empty");
     }
     fprintf(out, "  %-32s %s\n  %-32s %s\n", "--help", "print this help and exit",
             "--version", "print the version and exit");

@@ -15,7 +15,7 @@
 typedef struct server_config {
     char host[256];
     long port;
-    char cors_origin[256];
+    char cors_origin[1024];     /* "*", a comma-separated list, or ""/off */
     size_t max_body;            /* bytes */
     size_t max_elements;        /* numbers per request and per response */
     size_t max_request_memory;  /* bytes of working memory per request */
@@ -28,6 +28,14 @@ typedef struct server_config {
     size_t max_set_bytes;       /* one stored weight set */
     size_t max_store_bytes;     /* all stored weight sets */
     long quiet;                 /* 1: no access log */
+    /* Who may reach the server (guard.c) and over what (http.c). */
+    char allowed_hosts[1024];   /* Host allow-list; "" automatic, "*" any */
+    char auth_tokens[4096];     /* comma-separated bearer tokens */
+    char auth_token_file[1024]; /* file of bearer tokens, one a line */
+    long auth_writes;           /* 1: PUT and DELETE need a token */
+    long auth_all;              /* 1: every route but the probes needs one */
+    char tls_cert[1024];        /* PEM certificate chain; "" for plain HTTP */
+    char tls_key[1024];         /* PEM private key */
 } server_config;
 
 enum {

@@ -44,6 +44,9 @@ int error_http_status(int kind)
     case ERR_METHOD: return 405;
     case ERR_TOO_LARGE: return 413;
     case ERR_UNAVAILABLE: return 503;
+    case ERR_UNAUTHORIZED: return 401;
+    case ERR_URI_TOO_LONG: return 414;
+    case ERR_HEADERS_TOO_LARGE: return 431;
     default: return 500;
     }
 }

@@ -27,7 +27,10 @@ enum {
     ERR_METHOD = -3,        /* 405: known path, wrong method */
     ERR_TOO_LARGE = -4,     /* 413: body or result over the limits */
     ERR_UNAVAILABLE = -5,   /* 503: overloaded, out of memory, draining */
-    ERR_INTERNAL = -6       /* 500: a bug or an I/O failure of the server */
+    ERR_INTERNAL = -6,      /* 500: a bug or an I/O failure of the server */
+    ERR_UNAUTHORIZED = -7,  /* 401: a bearer token is needed and missing or wrong */
+    ERR_URI_TOO_LONG = -8,  /* 414: the request target is over the limit */
+    ERR_HEADERS_TOO_LARGE = -9 /* 431: the header block is over the limit */
 };
 
 typedef struct attn_error {

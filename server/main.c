@@ -2,9 +2,13 @@
  * main.c - start-up and shutdown of attention-server.
  *
  * Loads the configuration, starts the HTTP server, prints the address it
- * listens on, and waits for SIGTERM or SIGINT.  Shutdown drains: /readyz
- * turns 503, new attention requests get 503, computations under way get up to
- * --shutdown-grace seconds to finish, then the server stops and exits 0.
+ * listens on, and waits for a signal.  SIGTERM, SIGINT, SIGQUIT and SIGHUP
+ * (the terminal went away) drain: /readyz turns 503, new attention requests
+ * get 503, computations under way get up to --shutdown-grace seconds to
+ * finish, then the server stops and exits 0.  SIGUSR1 prints one status line
+ * (open connections, requests and computations under way) to stderr and
+ * changes nothing.  The server logs to stderr only, so there is no log file
+ * for SIGHUP to reopen.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +25,17 @@
 #include "metrics.h"
 
 extern char **environ;
+
+static pthread_t main_thread;
+
+/* Runs only in a thread that does not block the signal: one that a library
+ * started before main (OpenBLAS starts its threads from a constructor).
+ * Without it the default action would end the process with no drain; with
+ * it the signal is sent on to the main thread, where sigwait takes it. */
+static void forward_to_main(int sig)
+{
+    pthread_kill(main_thread, sig);
+}
 
 int main(int argc, char **argv)
 {
@@ -41,7 +56,19 @@ int main(int argc, char **argv)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGQUIT);
+    sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    main_thread = pthread_self();
+    struct sigaction forward;
+    memset(&forward, 0, sizeof forward);
+    forward.sa_handler = forward_to_main;
+    sigfillset(&forward.sa_mask);
+    forward.sa_flags = SA_RESTART;
+    const int handled[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1};
+    for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
+        sigaction(handled[i], &forward, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     /* The compute pool is the server's only parallelism: OpenBLAS runs each
@@ -75,12 +102,22 @@ int main(int argc, char **argv)
     }
     const char *host = cfg.host;
     int v6 = strchr(host, ':') != NULL;
-    printf("listening on http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "", http_port(server));
+    printf("listening on http%s://%s%s%s:%u\n", cfg.tls_cert[0] ? "s" : "", v6 ? "[" : "", host,
+           v6 ? "]" : "", http_port(server));
     fflush(stdout);
 
     int sig = 0;
-    sigwait(&stop_signals, &sig);
-    fprintf(stderr, "attention-server: %s received, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    for (;;) {
+        if (sigwait(&stop_signals, &sig) != 0)
+            continue;
+        if (sig != SIGUSR1)
+            break;
+        fprintf(stderr, "attention-server: status: %u connections, %ld requests, %ld computing\n",
+                http_connections(server), metrics_inflight(), api_busy());
+    }
+    fprintf(stderr, "attention-server: %s received, draining\n",
+            sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGQUIT ? "SIGQUIT"
+                                                                                  : "SIGHUP");
     api_set_draining(1);
     struct timespec pause = {0, 20 * 1000 * 1000};
     /* Wait for computations and for every request between its first byte and

@@ -24,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -279,11 +282,15 @@ int client_read_banner(int fd, double timeout_s, char *base_url, size_t url_cap,
     if (newline > line && newline[-1] == '\r')
         newline[-1] = '\0';
 
+    /* "https://" when the server was started with --tls-cert. */
     static const char prefix[] = "listening on http://";
+    static const char tls_prefix[] = "listening on https://";
+    size_t prefix_len = strncmp(line, tls_prefix, sizeof tls_prefix - 1) == 0 ? sizeof tls_prefix - 1
+                                                                              : sizeof prefix - 1;
     const char *colon = strrchr(line, ':');
     long port = 0;
-    if (strncmp(line, prefix, sizeof prefix - 1) == 0 && colon != NULL &&
-        colon > line + sizeof prefix - 1) {
+    if ((strncmp(line, prefix, sizeof prefix - 1) == 0 || prefix_len == sizeof tls_prefix - 1) &&
+        colon != NULL && colon > line + prefix_len) {
         char *end;
         port = strtol(colon + 1, &end, 10);
         if (*end != '\0')
@@ -543,4 +550,60 @@ void client_http_call(const char *base_url, const char *work_dir, const struct c
     struct client_pending p;
     client_http_start(base_url, work_dir, rq, &p);
     client_http_finish(&p, r);
+}
+
+char *client_raw_exchange(int port, const char *data, size_t len, double timeout_s, size_t *out_len,
+                          int *closed)
+{
+    *out_len = 0;
+    *closed = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return NULL;
+    }
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t n = send(fd, data + sent, len - sent, MSG_NOSIGNAL);
+        if (n <= 0)
+            break; /* the server may close early; read what it said */
+        sent += (size_t)n;
+    }
+    size_t cap = 4096, used = 0;
+    char *buf = client_xcalloc(cap, 1);
+    double deadline = client_now_seconds() + timeout_s;
+    for (;;) {
+        double left = deadline - client_now_seconds();
+        if (left <= 0)
+            break;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int ready = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
+            break;
+        if (used + 1 >= cap) {
+            cap *= 2;
+            buf = client_xrealloc(buf, cap);
+        }
+        ssize_t n = recv(fd, buf + used, cap - used - 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            *closed = 1; /* orderly close, or a reset after the answer */
+            break;
+        }
+        used += (size_t)n;
+    }
+    close(fd);
+    buf[used] = '\0';
+    *out_len = used;
+    return buf;
 }

@@ -212,4 +212,18 @@ const char *client_header(const struct client_response *r, const char *name);
  */
 void client_parse_headers(char *text, struct client_response *r);
 
+/* ------------------------------------------------------------------------------------ */
+/* Raw TCP, for what an HTTP client would refuse to send                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * Connects to 127.0.0.1:port, sends the len bytes of data as they are, then reads until
+ * the server closes the connection or timeout_s seconds pass. Returns what arrived in a
+ * new NUL-terminated buffer (the NUL is not counted in *out_len) that the caller frees, and
+ * sets *closed to 1 when the server closed the connection before the deadline. Returns
+ * NULL when the connection cannot be made.
+ */
+char *client_raw_exchange(int port, const char *data, size_t len, double timeout_s, size_t *out_len,
+                          int *closed);
+
 #endif

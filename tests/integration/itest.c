@@ -20,7 +20,9 @@
  *   examples     (itest_examples.c)     api/examples (--examples DIR);
  *   replace-concurrency (itest_replace.c) sets used while replaced and deleted;
  *   restart      (itest_restart.c)      sets survive a restart; damaged files quarantined;
- *   drain        (itest_drain.c)        SIGTERM while a request computes and one uploads.
+ *   drain        (itest_drain.c)        SIGTERM while a request computes and one uploads;
+ *   guard        (itest_guard.c)        tokens, CORS lists, Host checks, framing, TLS,
+ *                                       --quiet, and the other signals.
  * Servers start on first use, one per kind in itest_server.c ("default", "small-limits",
  * "cors", "small-store"); restart and drain start and stop their own after the shared
  * ones have stopped. Every server gets its own --data-dir in the temporary directory,
@@ -215,6 +217,7 @@ static const struct {
     {"replace-concurrency", run_replace_concurrency_tests, 0},
     {"restart", run_restart_tests, 1},
     {"drain", run_drain_tests, 1},
+    {"guard", run_guard_tests, 1},
 };
 #define GROUP_COUNT (sizeof g_groups / sizeof g_groups[0])
 

@@ -553,7 +553,7 @@ static void run_endpoint_tests(const struct server *s)
     client_http_call(s->base_url, g_tmpdir, &rq, &r);
     expect(&t, r.status == 204, "status %d", r.status);
     const char *ah = client_header(&r, "Access-Control-Allow-Headers");
-    expect(&t, ah && strstr(ah, "inference-header-content-length"), "Allow-Headers: %s", ah ? ah : "(none)");
+    expect(&t, ah && strstr(ah, "Inference-Header-Content-Length"), "Allow-Headers: %s", ah ? ah : "(none)");
     const char *eh = client_header(&r, "Access-Control-Expose-Headers");
     expect(&t, eh && strstr(eh, "Inference-Header-Content-Length"), "Expose-Headers: %s", eh ? eh : "(none)");
     client_response_free(&r);

@@ -143,6 +143,15 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
     X(api_weight_set_heads)                 \
+    X(config_empty_values)                  \
+    X(guard_auth_writes)                    \
+    X(guard_auth_all_spares_probes)         \
+    X(guard_token_settings)                 \
+    X(guard_cors_origins)                   \
+    X(guard_host_allow_list)                \
+    X(guard_framing)                        \
+    X(guard_control_bytes_in_path)          \
+    X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
     X(store_put_reopen_bit_exact)       \

@@ -115,11 +115,35 @@ void test_config_help_lists_every_option(void)
     static const char *const expected[] = {
         "--host", "ATTN_HOST", "--port", "ATTN_PORT", "--cors-origin", "--max-body",
         "--max-elements", "--max-request-memory", "--max-inflight", "--max-connections",
-        "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080"};
+        "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080",
+        "--allowed-hosts", "--auth-tokens", "ATTN_AUTH_TOKENS", "--auth-token-file", "--auth-writes",
+        "--auth-all", "--tls-cert", "--tls-key"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         if (strstr(text, expected[i]) == NULL) {
             free(text);
             FAIL_AT("--help does not mention %s", expected[i]);
         }
     free(text);
+}
+
+/* Settings that may be empty (off) take an empty value; the others do not. */
+void test_config_empty_values(void)
+{
+    server_config cfg;
+    char err[256];
+    char *argv[] = {"attention-server", "--cors-origin", "", "--auth-writes", NULL};
+    char *envp[] = {"ATTN_CORS_ORIGIN=https://a.example,https://b.example", "ATTN_AUTH_TOKENS=",
+                    NULL};
+    ASSERT_EQ(load(&cfg, argv, envp, err, sizeof err), CONFIG_OK);
+    ASSERT_STR_EQ(cfg.cors_origin, "");
+    ASSERT_STR_EQ(cfg.auth_tokens, "");
+    ASSERT_EQ(cfg.auth_writes, 1);
+    ASSERT_EQ(cfg.auth_all, 0);
+    ASSERT_STR_EQ(cfg.allowed_hosts, "");
+    ASSERT_STR_EQ(cfg.tls_cert, "");
+    char *argv2[] = {"attention-server", NULL};
+    ASSERT_EQ(load(&cfg, argv2, envp, err, sizeof err), CONFIG_OK);
+    ASSERT_STR_EQ(cfg.cors_origin, "https://a.example,https://b.example");
+    char *argv3[] = {"attention-server", "--data-dir", "", NULL};
+    ASSERT_EQ(load(&cfg, argv3, NULL, err, sizeof err), CONFIG_ERROR);
 }

@@ -1,0 +1,526 @@
+/*
+ * itest_guard.c - who may reach the server and how: bearer tokens for writes and for every
+ * route, CORS origin lists and preflights, the Host allow-list of a loopback server, framing
+ * that could smuggle a request (sent over raw TCP, since curl will not send it), control
+ * bytes in weight-set names, the JSON form of the size errors, HTTPS with a certificate made
+ * here by openssl, --quiet, and every signal a process manager or a terminal may send.
+ * Each server is started here and stopped by its pid.
+ */
+#include "itest.h"
+
+#include <fcntl.h>
+
+#define TOKEN_A "itest-token-aaaaaaaaaaaaaaaa"
+#define TOKEN_B "itest-token-bbbbbbbbbbbbbbbb"
+
+static int server_port(const struct server *s)
+{
+    const char *colon = strrchr(s->base_url, ':');
+    return colon != NULL ? atoi(colon + 1) : 0;
+}
+
+/* One request with up to three extra headers (NULL to stop); curl_args may be NULL. */
+static void call(const struct server *s, const char *method, const char *path, const char *body,
+                 const char *h1, const char *h2, const char *h3, const char *const *curl_args,
+                 struct client_response *r)
+{
+    struct client_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.method = method;
+    rq.path = path;
+    rq.body = body;
+    rq.body_len = body != NULL ? strlen(body) : 0;
+    rq.headers[0] = h1;
+    rq.headers[1] = h1 != NULL ? h2 : NULL;
+    rq.headers[2] = h1 != NULL && h2 != NULL ? h3 : NULL;
+    rq.curl_args = curl_args;
+    http_call(s, &rq, r);
+}
+
+/* Sends raw bytes and returns the answer (caller frees), also as status, JSON error code
+ * and whether the connection was closed. */
+struct raw_answer {
+    char *text;
+    size_t len;
+    int closed;
+    int status;        /* of the first answer; 0 when none */
+    int answers;       /* status lines seen */
+    char code[64];     /* error.code of the first body, "" when none */
+    int json;          /* the first answer says Content-Type: application/json */
+};
+
+static void raw(const struct server *s, const char *data, size_t len, struct raw_answer *a)
+{
+    memset(a, 0, sizeof *a);
+    a->text = client_raw_exchange(server_port(s), data, len, 3.0, &a->len, &a->closed);
+    if (a->text == NULL)
+        return;
+    const char *p = a->text;
+    while ((p = strstr(p, "HTTP/1.1 ")) != NULL) {
+        if (p == a->text || p[-1] == '\n')
+            a->answers++;
+        p += 9;
+    }
+    if (strncmp(a->text, "HTTP/1.1 ", 9) == 0)
+        a->status = atoi(a->text + 9);
+    const char *end = strstr(a->text, "\r\n\r\n");
+    if (end == NULL)
+        return;
+    char *head = strndup(a->text, (size_t)(end - a->text));
+    a->json = head != NULL && find_case_insensitive(head, "content-type: application/json") != NULL;
+    free(head);
+    json_t *body = json_loads(end + 4, JSON_DISABLE_EOF_CHECK, NULL);
+    const char *code = json_string_value(json_object_get(json_object_get(body, "error"), "code"));
+    snprintf(a->code, sizeof a->code, "%s", code != NULL ? code : "");
+    json_decref(body);
+}
+
+static void expect_raw(struct test *t, const struct raw_answer *a, int status, const char *code, int closed)
+{
+    if (!expect_true(t, a->text != NULL, "could not connect"))
+        return;
+    if (expect_true(t, a->status == status && strcmp(a->code, code) == 0 && a->json,
+                    "answer %d \"%s\"%s, expected %d \"%s\" as JSON", a->status, a->code,
+                    a->json ? "" : " (not JSON)", status, code) &&
+        closed)
+        expect_true(t, a->closed, "the connection stayed open after the answer");
+    if (t->failed) {
+        char snippet[400];
+        body_snippet(a->text, a->len, snippet, sizeof snippet);
+        test_detail(t, "    received: %s", snippet);
+    }
+}
+
+static int file_contains(const char *path, const char *needle)
+{
+    size_t len;
+    char *text = client_read_file(path, &len);
+    int found = text != NULL && strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}
+
+static int start(struct server *s, const struct server_kind *kind)
+{
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    return server_start(s);
+}
+
+/* Runs argv (no shell) and returns its exit status, or -1 when it could not run. */
+static int run_quietly(const char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (client_wait_exit(pid, 60, &status) != 1 || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+/* --auth-writes with tokens from the environment, a CORS list, the default Host check. */
+static void writes_and_browsers(void)
+{
+    static const char *const args[] = {"--auth-writes", "--cors-origin",
+                                       "https://a.example, https://b.example", NULL};
+    static const char *const env[] = {"ATTN_AUTH_TOKENS=" TOKEN_A "," TOKEN_B, NULL};
+    static const struct server_kind kind = {"guard-writes", args, env};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct test t;
+    struct client_response r;
+    const char *good = "Authorization: Bearer " TOKEN_B;
+
+    if (test_begin(&t, "guard/auth-writes/put-without-token-401")) {
+        call(s, "PUT", "/v1/weight-sets/prod", g_tiny_set, NULL, NULL, NULL, NULL, &r);
+        if (expect_error(&t, &r, 401, "unauthorized", NULL)) {
+            const char *w = client_header(&r, "WWW-Authenticate");
+            expect_true(&t, w != NULL && strncmp(w, "Bearer realm=", 13) == 0,
+                        "WWW-Authenticate is %s", w ? w : "absent");
+        }
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-writes/wrong-token-401")) {
+        call(s, "PUT", "/v1/weight-sets/prod", g_tiny_set, "Authorization: Bearer " TOKEN_A "x", NULL,
+             NULL, NULL, &r);
+        if (expect_error(&t, &r, 401, "unauthorized", NULL))
+            expect_header_contains(&t, &r, "WWW-Authenticate", "invalid_token");
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-writes/put-with-token")) {
+        call(s, "PUT", "/v1/weight-sets/prod", g_tiny_set, good, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 201 || r.status == 200, "status %d, expected 201", r.status);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-writes/reads-stay-open")) {
+        call(s, "GET", "/v1/weight-sets/prod", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        call(s, "POST", "/v1/attention", g_tiny_request, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-writes/delete-without-token-keeps-set")) {
+        call(s, "DELETE", "/v1/weight-sets/prod", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 401, "unauthorized", NULL);
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/prod", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/path/nul-in-name-is-400-and-deletes-nothing")) {
+        const char req[] = "DELETE /v1/weight-sets/prod%00junk HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Authorization: Bearer " TOKEN_A "\r\nConnection: close\r\n\r\n";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_raw(&t, &a, 400, "invalid_path", 0);
+        free(a.text);
+        const char ctl[] = "DELETE /v1/weight-sets/prod%0a HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Authorization: Bearer " TOKEN_A "\r\nConnection: close\r\n\r\n";
+        raw(s, ctl, sizeof ctl - 1, &a);
+        expect_raw(&t, &a, 400, "invalid_path", 0);
+        free(a.text);
+        call(s, "GET", "/v1/weight-sets/prod", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 200, "GET prod after the DELETEs: status %d, expected 200", r.status);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-writes/delete-with-token")) {
+        call(s, "DELETE", "/v1/weight-sets/prod", NULL, good, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 204);
+        client_response_free(&r);
+        test_end(&t);
+    }
+
+    if (test_begin(&t, "guard/cors/listed-origin-echoed-with-vary")) {
+        call(s, "GET", "/healthz", NULL, "Origin: https://b.example", NULL, NULL, NULL, &r);
+        if (expect_status(&t, &r, 200) &&
+            expect_header_equals(&t, &r, "Access-Control-Allow-Origin", "https://b.example"))
+            expect_header_contains(&t, &r, "Vary", "Origin");
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors/other-origin-gets-no-allow-origin")) {
+        call(s, "GET", "/healthz", NULL, "Origin: https://evil.example", NULL, NULL, NULL, &r);
+        if (expect_status(&t, &r, 200))
+            expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") == NULL,
+                        "Access-Control-Allow-Origin: %s", client_header(&r, "Access-Control-Allow-Origin"));
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors/preflight-allows-only-api-headers")) {
+        call(s, "OPTIONS", "/v1/weight-sets/x", NULL, "Origin: https://a.example",
+             "Access-Control-Request-Method: PUT", "Access-Control-Request-Headers: x-evil, content-type",
+             NULL, &r);
+        const char *h = client_header(&r, "Access-Control-Allow-Headers");
+        if (expect_true(&t, r.status == 204 || r.status == 200, "status %d", r.status) &&
+            expect_header_equals(&t, &r, "Access-Control-Allow-Origin", "https://a.example"))
+            expect_true(&t, h != NULL && find_case_insensitive(h, "x-evil") == NULL &&
+                                find_case_insensitive(h, "Authorization") != NULL,
+                        "Access-Control-Allow-Headers is %s", h ? h : "absent");
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors/preflight-from-other-origin-approves-nothing")) {
+        call(s, "OPTIONS", "/v1/weight-sets/x", NULL, "Origin: https://evil.example",
+             "Access-Control-Request-Method: DELETE", NULL, NULL, &r);
+        expect_true(&t, client_header(&r, "Access-Control-Allow-Origin") == NULL &&
+                            client_header(&r, "Access-Control-Allow-Methods") == NULL,
+                    "the preflight approved %s for %s", client_header(&r, "Access-Control-Allow-Methods"),
+                    client_header(&r, "Access-Control-Allow-Origin"));
+        client_response_free(&r);
+        test_end(&t);
+    }
+
+    if (test_begin(&t, "guard/host/rebinding-name-refused")) {
+        call(s, "GET", "/v1/weight-sets", NULL, "Host: attacker.example", NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 400, "host_not_allowed", NULL);
+        client_response_free(&r);
+        call(s, "PUT", "/v1/weight-sets/rebound", g_tiny_set, "Host: attacker.example:8080", good, NULL,
+             NULL, &r);
+        expect_error(&t, &r, 400, "host_not_allowed", NULL);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/host/loopback-names-answered")) {
+        static const char *const hosts[] = {"Host: localhost", "Host: localhost:8080", "Host: 127.0.0.1:1",
+                                            "Host: [::1]:8080"};
+        for (size_t i = 0; i < sizeof hosts / sizeof hosts[0] && !t.failed; i++) {
+            call(s, "GET", "/healthz", NULL, hosts[i], NULL, NULL, NULL, &r);
+            expect_true(&t, r.status == 200, "%s: status %d", hosts[i], r.status);
+            client_response_free(&r);
+        }
+        test_end(&t);
+    }
+
+    /* Framing, over raw TCP. */
+    if (test_begin(&t, "guard/framing/duplicate-content-length")) {
+        const char req[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+                           "Content-Length: 40\r\n\r\n{}";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_raw(&t, &a, 400, "ambiguous_framing", 1);
+        free(a.text);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/framing/smuggled-request-never-answered")) {
+        /* A proxy that goes by Content-Length forwards all of it as one request; a server
+         * that goes by the chunks would answer the GET hidden after them. */
+        const char req[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 46\r\n"
+                           "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                           "GET /v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_raw(&t, &a, 400, "ambiguous_framing", 1);
+        expect_true(&t, a.answers == 1, "%d answers on the connection, expected 1", a.answers);
+        free(a.text);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/framing/unknown-transfer-encoding")) {
+        const char req[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_raw(&t, &a, 400, "ambiguous_framing", 1);
+        free(a.text);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/errors/long-target-is-json-414")) {
+        size_t n = 12000;
+        char *req = client_xcalloc(n + 100, 1);
+        memcpy(req, "GET /", 5);
+        memset(req + 5, 'a', n);
+        strcpy(req + 5 + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        struct raw_answer a;
+        raw(s, req, strlen(req), &a);
+        expect_raw(&t, &a, 414, "uri_too_long", 1);
+        free(a.text);
+        free(req);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/errors/large-headers-are-json-431")) {
+        size_t n = 20000;
+        char *req = client_xcalloc(n + 100, 1);
+        strcpy(req, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ");
+        size_t at = strlen(req);
+        memset(req + at, 'b', n);
+        strcpy(req + at + n, "\r\n\r\n");
+        struct raw_answer a;
+        raw(s, req, strlen(req), &a);
+        expect_raw(&t, &a, 431, "headers_too_large", 1);
+        free(a.text);
+        free(req);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/start/no-libmicrohttpd-warnings")) {
+        expect_true(&t, !file_contains(s->stderr_path, "Zero size") &&
+                            !file_contains(s->stderr_path, "EXTERNAL_LOGGER"),
+                    "libmicrohttpd warned at start-up");
+        if (t.failed)
+            detail_stderr_tail(&t, s, 10);
+        test_end(&t);
+    }
+    server_stop(s);
+}
+
+/* --auth-all with a token file, CORS turned off by an empty value, --quiet. */
+static void everything_and_quiet(void)
+{
+    char token_file[PATH_MAX];
+    snprintf(token_file, sizeof token_file, "%s/tokens", g_tmpdir);
+    static const char text[] = "# tokens of the itest\n\n" TOKEN_A "\n";
+    struct test t;
+    if (client_write_file(token_file, text, sizeof text - 1) != 0) {
+        test_begin(&t, "guard/auth-all/token-file");
+        expect_true(&t, 0, "cannot write %s", token_file);
+        test_end(&t);
+        return;
+    }
+    static char file_arg[PATH_MAX];
+    snprintf(file_arg, sizeof file_arg, "%s", token_file);
+    static const char *args[] = {"--auth-all", "--auth-token-file", file_arg, "--cors-origin", "",
+                                 "--quiet", NULL};
+    static const struct server_kind kind = {"guard-all", args, g_no_strings};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct client_response r;
+    const char *good = "Authorization: Bearer " TOKEN_A;
+
+    if (test_begin(&t, "guard/auth-all/probes-open")) {
+        call(s, "GET", "/healthz", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        call(s, "GET", "/readyz", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-all/everything-else-401")) {
+        static const char *const paths[][2] = {{"GET", "/v1/info"}, {"GET", "/metrics"},
+                                               {"GET", "/v1/weight-sets"}, {"POST", "/v1/attention"}};
+        for (size_t i = 0; i < 4 && !t.failed; i++) {
+            call(s, paths[i][0], paths[i][1], i == 3 ? g_tiny_request : NULL, NULL, NULL, NULL, NULL, &r);
+            if (!expect_error(&t, &r, 401, "unauthorized", NULL))
+                test_detail(&t, "    %s %s", paths[i][0], paths[i][1]);
+            client_response_free(&r);
+        }
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/auth-all/token-from-file-accepted")) {
+        call(s, "POST", "/v1/attention", g_tiny_request, good, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        call(s, "GET", "/v1/info", NULL, "Authorization: Bearer # tokens of the itest", NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 401);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors/empty-value-starts-with-cors-off")) {
+        call(s, "GET", "/healthz", NULL, "Origin: https://a.example", NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 200 && client_header(&r, "Access-Control-Allow-Origin") == NULL,
+                    "status %d, Access-Control-Allow-Origin %s", r.status,
+                    client_header(&r, "Access-Control-Allow-Origin"));
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/quiet/no-line-per-request-or-bad-connection")) {
+        const char garbage[] = "GARBAGE\r\n\r\n";
+        struct raw_answer a;
+        raw(s, garbage, sizeof garbage - 1, &a);
+        free(a.text);
+        const char nohost[] = "GET /healthz HTTP/1.1\r\nContent-Length: x\r\n\r\n";
+        raw(s, nohost, sizeof nohost - 1, &a);
+        free(a.text);
+        call(s, "GET", "/healthz", NULL, NULL, NULL, NULL, NULL, &r);
+        client_response_free(&r);
+        client_sleep_ms(100);
+        expect_true(&t, !file_contains(s->stderr_path, "access ") &&
+                            !file_contains(s->stderr_path, "libmicrohttpd"),
+                    "--quiet server wrote request lines");
+        if (t.failed)
+            detail_stderr_tail(&t, s, 10);
+        test_end(&t);
+    }
+    server_stop(s);
+    remove(token_file);
+}
+
+/* HTTPS with a self-signed certificate made here. */
+static void tls(void)
+{
+    struct test t;
+    char cert[PATH_MAX], key[PATH_MAX];
+    snprintf(cert, sizeof cert, "%s/cert.pem", g_tmpdir);
+    snprintf(key, sizeof key, "%s/key.pem", g_tmpdir);
+    const char *const openssl[] = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                   "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out",
+                                   cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
+                                   "subjectAltName=DNS:localhost,IP:127.0.0.1", NULL};
+    int rc = run_quietly(openssl); /* whatever --filter says: the server needs it */
+    if (test_begin(&t, "guard/tls/certificate-made")) {
+        expect_true(&t, rc == 0, "openssl req exited with %d (is openssl installed?)", rc);
+        test_end(&t);
+    }
+    if (rc != 0)
+        return;
+    static char cert_arg[PATH_MAX], key_arg[PATH_MAX];
+    snprintf(cert_arg, sizeof cert_arg, "%s", cert);
+    snprintf(key_arg, sizeof key_arg, "%s", key);
+    static const char *args[] = {"--tls-cert", cert_arg, "--tls-key", key_arg, NULL};
+    static const struct server_kind kind = {"guard-tls", args, g_no_strings};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct client_response r;
+    if (test_begin(&t, "guard/tls/https-answers")) {
+        expect_true(&t, strncmp(s->base_url, "https://", 8) == 0, "banner URL %s", s->base_url);
+        const char *const verify[] = {"--cacert", cert, NULL};
+        call(s, "POST", "/v1/attention", g_tiny_request, NULL, NULL, NULL, verify, &r);
+        if (!expect_status(&t, &r, 200))
+            test_detail(&t, "    curl: %s", r.transport_error);
+        client_response_free(&r);
+        const char *const insecure[] = {"-k", NULL};
+        call(s, "GET", "/healthz", NULL, "Host: localhost", NULL, NULL, insecure, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/tls/plain-http-gets-no-answer")) {
+        const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_true(&t, a.status == 0, "plain HTTP was answered with %d", a.status);
+        free(a.text);
+        test_end(&t);
+    }
+    server_stop(s);
+    remove(cert);
+    remove(key);
+}
+
+/* SIGHUP and SIGQUIT drain and exit 0; SIGUSR1 reports and keeps serving. */
+static void signals(void)
+{
+    static const struct {
+        int sig;
+        const char *label, *name;
+    } draining[] = {{SIGHUP, "guard-sighup", "SIGHUP"}, {SIGQUIT, "guard-sigquit", "SIGQUIT"}};
+    for (size_t i = 0; i < 2; i++) {
+        struct server_kind kind = {draining[i].label, g_no_strings, g_no_strings};
+        struct server srv;
+        if (start(&srv, &kind) != 0)
+            continue;
+        kill(srv.pid, draining[i].sig);
+        server_wait_exit(&srv); /* reports the exit status: 0 after a drain */
+        struct test t;
+        char line[64];
+        snprintf(line, sizeof line, "%s received, draining", draining[i].name);
+        if (test_begin(&t, "guard/signals/%s-drains", draining[i].name)) {
+            expect_true(&t, file_contains(srv.stderr_path, line), "no \"%s\" on stderr", line);
+            if (t.failed)
+                detail_stderr_tail(&t, &srv, 10);
+            test_end(&t);
+        }
+    }
+    static const struct server_kind kind = {"guard-sigusr1", g_no_strings, g_no_strings};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    kill(s->pid, SIGUSR1);
+    client_sleep_ms(200);
+    struct test t;
+    if (test_begin(&t, "guard/signals/SIGUSR1-reports-and-serves")) {
+        struct client_response r;
+        call(s, "POST", "/v1/attention", g_tiny_request, NULL, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        expect_true(&t, file_contains(s->stderr_path, "status:"), "no status line on stderr");
+        test_end(&t);
+    }
+    server_stop(s);
+}
+
+void run_guard_tests(const struct itest_paths *paths)
+{
+    (void)paths;
+    writes_and_browsers();
+    everything_and_quiet();
+    tls();
+    signals();
+}
