@@ -32,7 +32,7 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
 LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
-            server/request.c server/store.c server/metrics.c server/api.c server/http.c
+            server/request.c server/store.c server/metrics.c server/api.c server/budget.c server/http.c
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)

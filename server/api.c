@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "budget.h"
 #include "compute.h"
 #include "jsonw.h"
 #include "mem.h"
@@ -251,16 +252,29 @@ static void handle_attention(const api_request *req, api_response *resp)
                   ar.job.want_attention ? " or set return_attention to false" : "");
         goto fail;
     }
+    /* The computation's memory comes out of the process budget (budget.h). */
+    size_t budget_bytes = work_bytes + response_bytes;
+    if (budget_reserve(budget_bytes) != 0) {
+        error_set(&err, budget_could_fit(budget_bytes) ? ERR_UNAVAILABLE : ERR_TOO_LARGE,
+                  budget_could_fit(budget_bytes) ? "overloaded" : "request_too_large", NULL,
+                  "Computing this request needs about %zu MiB, more than the server's memory "
+                  "budget (--max-memory) %s.", budget_bytes >> 20,
+                  budget_could_fit(budget_bytes) ? "has free now; retry shortly" : "holds");
+        goto fail;
+    }
     attn_result result;
     double start = now_seconds();
     rc = attention_run(&ar.job, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
-    if (rc != 0)
+    if (rc != 0) {
+        budget_release(budget_bytes);
         goto fail;
+    }
     jw_buf w;
     jw_init(&w, response_bytes / 2 + 512);
     request_encode_response(&ar, &result, ms, &w);
     attention_result_free(&result);
+    budget_release(budget_bytes);
     request_free(&ar);
     weightset_release(set);
     respond_jw(resp, 200, &w);
