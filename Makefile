@@ -75,6 +75,12 @@ build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
 		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
 
+# Slow, heavy and impatient clients against the real server (raw sockets, loopback only).
+build/hostile: tests/integration/hostile.c tests/integration/client.c tests/integration/client.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/hostile.c tests/integration/client.c \
+		-o $@ -ljansson -lm
+
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
@@ -138,7 +144,8 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest \
+	    build/hostile
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build

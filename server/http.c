@@ -296,7 +296,9 @@ static enum MHD_Result queue_error(http_server *srv, struct MHD_Connection *conn
  * can take long. */
 static int answered_inline(const char *method, const char *url)
 {
-    if (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "OPTIONS"))
+    if (!strcmp(method, "OPTIONS"))
+        return 1;
+    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return 0;
     const char *allow;
     return api_route(url, &allow) != ROUTE_WEIGHT_SET;

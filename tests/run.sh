@@ -54,6 +54,7 @@ suite integration build/itest --server build/attention-server --fixtures "$FIXTU
 suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
     --cases tests/integration/cases
 suite crash build/crashtest --server build/attention-server
+suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
 suite container bash tests/container/image.sh
