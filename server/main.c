@@ -3,10 +3,11 @@
  *
  * Loads the configuration, starts the HTTP server, prints the address it
  * listens on, and waits for SIGTERM or SIGINT.  Shutdown drains: /readyz
- * turns 503, new attention requests get 503, requests under way get most of
- * --shutdown-grace seconds to finish; then the computations still running
- * are stopped (they end within one block of keys), the server stops and the
- * process exits 0.  A watchdog ends the process with status 1 when the grace
+ * turns 503, new attention requests get 503, requests under way get the
+ * --shutdown-grace seconds to finish; in its last quarter (at most its last
+ * second) the computations still running are stopped (they end within one
+ * block of keys and answer 503), then the server stops and the process
+ * exits 0.  A watchdog ends the process with status 1 when the grace
  * has passed all the same (a step that cannot be interrupted, such as
  * parsing a very large body), so the process never outlives the grace.
  */
@@ -134,19 +135,23 @@ int main(int argc, char **argv)
     if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
         pthread_detach(watchdog);
     /* Wait for computations and for every request between its first byte and
-     * its last (uploads still arriving, answers still being sent), keeping
-     * the last quarter of the grace (at most a second) for stopping what is
-     * left and closing. */
-    long reserve_ms = cfg.shutdown_grace * 250 < 1000 ? cfg.shutdown_grace * 250 : 1000;
+     * its last (uploads still arriving, answers still being sent).  In the
+     * last quarter of the grace (at most its last second) computations still
+     * running are stopped, so that their answers (503) and the rest can go
+     * out; the last 250 ms are for closing. */
+    long grace_ms = cfg.shutdown_grace * 1000;
+    long stop_compute_ms = grace_ms - (grace_ms / 4 < 1000 ? grace_ms / 4 : 1000);
+    long close_ms = grace_ms > 250 ? grace_ms - 250 : 0;
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     struct timespec pause = {0, 20 * 1000 * 1000};
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if ((api_busy() == 0 && metrics_inflight() == 0) ||
-            waited_ms >= cfg.shutdown_grace * 1000 - reserve_ms)
+        if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
             break;
+        if (waited_ms >= stop_compute_ms)
+            compute_stop_all(1);
         nanosleep(&pause, NULL);
     }
     compute_stop_all(1);

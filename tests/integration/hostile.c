@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "integration/client.h"
+#include "integration/rawhttp.h"
 
 #define SLOW_HEADER_CONNECTIONS 1000
 #define SLOW_BODY_CONNECTIONS 300
@@ -143,129 +144,6 @@ static long peak_rss_kib(pid_t pid)
     return kib;
 }
 
-/* ------------------------------------------------------------------------------------ */
-/* Raw HTTP                                                                              */
-/* ------------------------------------------------------------------------------------ */
-
-/* A TCP connection from source address `from` ("127.0.0.1") to the server;
- * -1 when it cannot be made. */
-static int connect_from(const char *from, int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
-    inet_pton(AF_INET, from, &src.sin_addr);
-    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
-    dst.sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
-        connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) {
-        close(fd);
-        return -1;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static int send_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-typedef struct answer {
-    int status;             /* 0: no complete answer */
-    char head[2048];
-    char *body;             /* malloc'd, NUL-terminated */
-    size_t body_len;
-} answer;
-
-/* Reads one answer from fd within timeout_s: the head, then Content-Length
- * bytes of body.  Returns 0 with a->status set, or -1. */
-static int read_answer(int fd, double timeout_s, answer *a)
-{
-    memset(a, 0, sizeof *a);
-    size_t cap = 8192, len = 0;
-    char *buf = client_xcalloc(cap, 1);
-    double deadline = client_now_seconds() + timeout_s;
-    size_t head_end = 0, need = 0;
-    for (;;) {
-        if (head_end == 0) {
-            char *p = memmem(buf, len, "\r\n\r\n", 4);
-            if (p != NULL) {
-                head_end = (size_t)(p - buf) + 4;
-                const char *cl = strcasestr(buf, "\r\nContent-Length:");
-                size_t body = cl != NULL && cl < p ? strtoul(cl + 17, NULL, 10) : 0;
-                need = head_end + body;
-            }
-        }
-        if (head_end != 0 && len >= need)
-            break;
-        double left = deadline - client_now_seconds();
-        if (left <= 0)
-            goto fail;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
-            continue;
-        if (len + 4096 > cap) {
-            cap *= 2;
-            buf = client_xrealloc(buf, cap);
-        }
-        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
-        if (n <= 0)
-            goto fail;
-        len += (size_t)n;
-        buf[len] = '\0';
-    }
-    snprintf(a->head, sizeof a->head, "%.*s", (int)head_end, buf);
-    sscanf(buf, "HTTP/1.%*d %d", &a->status);
-    a->body_len = need - head_end;
-    a->body = client_xcalloc(a->body_len + 1, 1);
-    memcpy(a->body, buf + head_end, a->body_len);
-    free(buf);
-    return a->status > 0 ? 0 : -1;
-fail:
-    free(buf);
-    return -1;
-}
-
-/* One request on a new connection from 127.0.0.1; the answer in *a. */
-static int roundtrip(int port, const char *method, const char *path, const char *extra_headers,
-                     const char *body, size_t body_len, double timeout_s, answer *a)
-{
-    memset(a, 0, sizeof *a);
-    int fd = connect_from("127.0.0.1", port);
-    if (fd < 0)
-        return -1;
-    char head[1024];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     method, path, extra_headers ? extra_headers : "", body_len);
-    int rc = send_all(fd, head, (size_t)n);
-    if (rc == 0 && body_len > 0)
-        rc = send_all(fd, body, body_len);
-    if (rc == 0)
-        rc = read_answer(fd, timeout_s, a);
-    close(fd);
-    return rc;
-}
-
-static void answer_free(answer *a)
-{
-    free(a->body);
-    a->body = NULL;
-}
-
 /* 1 when the server has closed fd (end of file or reset), 0 when it is open. */
 static int closed_by_server(int fd)
 {
@@ -330,17 +208,17 @@ static void test_slow_clients(void)
     for (int i = 0; i < total; i++) {
         char from[32];
         snprintf(from, sizeof from, "127.0.0.%d", 2 + i % SLOW_ADDRESSES);
-        fds[i] = connect_from(from, s.port);
+        fds[i] = rawhttp_connect_from(from, s.port);
         if (fds[i] < 0)
             continue;
         opened++;
         if (i < SLOW_HEADER_CONNECTIONS) {
-            send_all(fds[i], "GET /healthz HTTP/1.1\r\nHo", 25);
+            rawhttp_send_all(fds[i], "GET /healthz HTTP/1.1\r\nHo", 25);
         } else {
             static const char head[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                        "Content-Type: application/json\r\n"
                                        "Content-Length: 100000\r\n\r\n{\"q\":";
-            send_all(fds[i], head, sizeof head - 1);
+            rawhttp_send_all(fds[i], head, sizeof head - 1);
         }
     }
     double t_opened = client_now_seconds();
@@ -352,16 +230,16 @@ static void test_slow_clients(void)
     for (int round = 0; round < 10; round++) {
         for (int i = round; i < total; i += 10)
             if (fds[i] >= 0)
-                send_all(fds[i], i < SLOW_HEADER_CONNECTIONS ? "s" : "1", 1);
-        answer a;
+                rawhttp_send_all(fds[i], i < SLOW_HEADER_CONNECTIONS ? "s" : "1", 1);
+        rawhttp_answer a;
         double t0 = client_now_seconds();
-        if (roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200)
+        if (rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200)
             healthz_ok++;
-        answer_free(&a);
-        if (roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
+        rawhttp_answer_free(&a);
+        if (rawhttp_roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
                       5.0, &a) == 0 && a.status == 200)
             post_ok++;
-        answer_free(&a);
+        rawhttp_answer_free(&a);
         double took = client_now_seconds() - t0;
         worst = took > worst ? took : worst;
         probes++;
@@ -403,7 +281,7 @@ static void test_slow_clients(void)
      * the next is closed at once. */
     int held[101], kept = 0;
     for (int i = 0; i < 101; i++) {
-        held[i] = connect_from("127.0.0.30", s.port);
+        held[i] = rawhttp_connect_from("127.0.0.30", s.port);
     }
     client_sleep_ms(300);
     for (int i = 0; i < 101; i++)
@@ -414,10 +292,10 @@ static void test_slow_clients(void)
     for (int i = 0; i < 101; i++)
         if (held[i] >= 0)
             close(held[i]);
-    answer a;
-    check(roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
+    rawhttp_answer a;
+    check(rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
           "slow/healthz-after", "status %d", a.status);
-    answer_free(&a);
+    rawhttp_answer_free(&a);
     free(fds);
     double took = server_stop(&s, 15.0);
     check(took >= 0, "slow/stops", "the server did not stop within 15 s of SIGTERM");
@@ -435,7 +313,7 @@ static void test_memory(void)
     int fds[HELD];
     int n503 = 0, retry_after = 0, held_open = 0;
     for (int i = 0; i < HELD; i++) {
-        fds[i] = connect_from("127.0.0.1", s.port);
+        fds[i] = rawhttp_connect_from("127.0.0.1", s.port);
         char head[256];
         int n = snprintf(head, sizeof head,
                          i % 2 ? "PUT /v1/weight-sets/held%d HTTP/1.1\r\nHost: x\r\n"
@@ -444,17 +322,17 @@ static void test_memory(void)
                                  "Content-Length: 2000000\r\n\r\n{\"q\":[",
                          i);
         if (fds[i] >= 0)
-            send_all(fds[i], head, (size_t)n);
+            rawhttp_send_all(fds[i], head, (size_t)n);
         client_sleep_ms(50);
     }
     for (int i = 0; i < HELD; i++) {
-        answer a;
-        if (fds[i] >= 0 && read_answer(fds[i], 1.0, &a) == 0) {
+        rawhttp_answer a;
+        if (fds[i] >= 0 && rawhttp_read_answer(fds[i], 1.0, &a) == 0) {
             if (a.status == 503) {
                 n503++;
                 retry_after += strcasestr(a.head, "\r\nRetry-After:") != NULL;
             }
-            answer_free(&a);
+            rawhttp_answer_free(&a);
         } else if (fds[i] >= 0) {
             held_open++;
         }
@@ -468,21 +346,21 @@ static void test_memory(void)
     for (int i = 0; i < HELD; i++)
         if (fds[i] >= 0)
             for (int k = 0; k < 30; k++)
-                if (send_all(fds[i], chunk, 65536) != 0)
+                if (rawhttp_send_all(fds[i], chunk, 65536) != 0)
                     break;
     free(chunk);
-    answer a;
-    check(roundtrip(s.port, "PUT", "/v1/weight-sets/huge", NULL, "{}", 2, 5.0, &a) == 0,
+    rawhttp_answer a;
+    check(rawhttp_roundtrip(s.port, "PUT", "/v1/weight-sets/huge", NULL, "{}", 2, 5.0, &a) == 0,
           "memory/small-put-answers", "no answer");
-    answer_free(&a);
+    rawhttp_answer_free(&a);
     /* A body that could never fit the budget is 413 before it is sent. */
-    int fd = connect_from("127.0.0.1", s.port);
+    int fd = rawhttp_connect_from("127.0.0.1", s.port);
     static const char huge[] = "PUT /v1/weight-sets/huge HTTP/1.1\r\nHost: x\r\n"
                                "Content-Length: 10000000\r\n\r\n";
     int status = 0;
-    if (fd >= 0 && send_all(fd, huge, sizeof huge - 1) == 0 && read_answer(fd, 5.0, &a) == 0) {
+    if (fd >= 0 && rawhttp_send_all(fd, huge, sizeof huge - 1) == 0 && rawhttp_read_answer(fd, 5.0, &a) == 0) {
         status = a.status;
-        answer_free(&a);
+        rawhttp_answer_free(&a);
     }
     if (fd >= 0)
         close(fd);
@@ -496,9 +374,9 @@ static void test_memory(void)
     for (int i = 0; i < HELD; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    check(roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
+    check(rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
           "memory/healthz-after", "status %d", a.status);
-    answer_free(&a);
+    rawhttp_answer_free(&a);
     server_stop(&s, 15.0);
 }
 
@@ -516,17 +394,17 @@ static void test_queue(void)
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      sizeof SMALL_BODY - 1, SMALL_BODY);
     for (int i = 0; i < CLIENTS; i++) {
-        fds[i] = connect_from("127.0.0.1", s.port);
+        fds[i] = rawhttp_connect_from("127.0.0.1", s.port);
         if (fds[i] >= 0)
-            send_all(fds[i], head, (size_t)n);
+            rawhttp_send_all(fds[i], head, (size_t)n);
     }
     int ok = 0, refused = 0;
     for (int i = 0; i < CLIENTS; i++) {
-        answer a;
-        if (fds[i] >= 0 && read_answer(fds[i], 10.0, &a) == 0) {
+        rawhttp_answer a;
+        if (fds[i] >= 0 && rawhttp_read_answer(fds[i], 10.0, &a) == 0) {
             ok += a.status == 200;
             refused += a.status == 503;
-            answer_free(&a);
+            rawhttp_answer_free(&a);
         }
         if (fds[i] >= 0)
             close(fds[i]);
@@ -548,53 +426,53 @@ static void test_deadlines(void)
         return;
     }
     /* The deadline a request sets for itself. */
-    answer a;
+    rawhttp_answer a;
     double t0 = client_now_seconds();
-    int rc = roundtrip(s.port, "POST", "/v1/attention", "X-Deadline-Ms: 1500\r\n", body, len,
+    int rc = rawhttp_roundtrip(s.port, "POST", "/v1/attention", "X-Deadline-Ms: 1500\r\n", body, len,
                        30.0, &a);
     double took = client_now_seconds() - t0;
     check(rc == 0 && a.status == 503 && a.body && strstr(a.body, "\"deadline_exceeded\""),
           "deadline/request-header", "status %d after %.1f s: %.200s", a.status, took,
           a.body ? a.body : "(no answer)");
-    answer_free(&a);
+    rawhttp_answer_free(&a);
 
     /* A client that leaves frees the only worker within a block: a small
      * request sent just after is answered at once. */
-    int fd = connect_from("127.0.0.1", s.port);
+    int fd = rawhttp_connect_from("127.0.0.1", s.port);
     char head[256];
     int n = snprintf(head, sizeof head, "POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
                      "Content-Length: %zu\r\n\r\n", len);
     if (fd >= 0) {
-        send_all(fd, head, (size_t)n);
-        send_all(fd, body, len);
+        rawhttp_send_all(fd, head, (size_t)n);
+        rawhttp_send_all(fd, body, len);
     }
     client_sleep_ms(2500); /* parsed and computing by now */
     if (fd >= 0)
         close(fd);
     t0 = client_now_seconds();
-    rc = roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
+    rc = rawhttp_roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
                    30.0, &a);
     took = client_now_seconds() - t0;
     check(rc == 0 && a.status == 200 && took < 3.0, "deadline/client-gone-frees-worker",
           "status %d after %.1f s (the abandoned job alone runs far longer)", a.status, took);
-    answer_free(&a);
+    rawhttp_answer_free(&a);
 
     /* SIGTERM with a job longer than the grace: the process exits within it. */
-    fd = connect_from("127.0.0.1", s.port);
+    fd = rawhttp_connect_from("127.0.0.1", s.port);
     if (fd >= 0) {
-        send_all(fd, head, (size_t)n);
-        send_all(fd, body, len);
+        rawhttp_send_all(fd, head, (size_t)n);
+        rawhttp_send_all(fd, body, len);
     }
     client_sleep_ms(2500);
     double stop = server_stop(&s, 20.0);
     check(stop >= 0 && stop < 2.0 + 1.0, "deadline/sigterm-within-grace",
           "exited %.1f s after SIGTERM with --shutdown-grace 2 (-1: killed after 20 s)", stop);
     if (fd >= 0) {
-        int got = read_answer(fd, 1.0, &a);
+        int got = rawhttp_read_answer(fd, 1.0, &a);
         check(got != 0 || a.status == 503, "deadline/sigterm-answer",
               "the job's answer was %d, not 503 or a closed connection", a.status);
         if (got == 0)
-            answer_free(&a);
+            rawhttp_answer_free(&a);
         close(fd);
     }
     free(body);

@@ -115,7 +115,9 @@ void test_config_help_lists_every_option(void)
     static const char *const expected[] = {
         "--host", "ATTN_HOST", "--port", "ATTN_PORT", "--cors-origin", "--max-body",
         "--max-elements", "--max-request-memory", "--max-inflight", "--max-connections",
-        "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080"};
+        "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080",
+        "--max-memory", "ATTN_MAX_MEMORY", "--max-connections-per-ip", "--header-timeout",
+        "--min-body-rate", "--deadline", "--queue-wait-ms", "--io-threads"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         if (strstr(text, expected[i]) == NULL) {
             free(text);
