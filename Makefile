@@ -172,7 +172,8 @@ test: test-build
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
 # build/bench/results.  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
-BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load
+BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
+              build/bench/slow-clients
 
 build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -185,6 +186,11 @@ build/bench/bench-%: $(LIB_OBJS) build/obj/bench/bench_%.o
 build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c \
+		tests/integration/client.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
 
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)

@@ -4,8 +4,8 @@
  * Loads the configuration, starts the HTTP server, prints the address it
  * listens on, and waits for SIGTERM or SIGINT.  Shutdown drains: /readyz
  * turns 503, new attention requests get 503, requests under way get the
- * --shutdown-grace seconds to finish; in its last quarter (at most its last
- * second) the computations still running are stopped (they end within one
+ * --shutdown-grace seconds to finish; in its last tenth (at most its last
+ * 500 ms) the computations still running are stopped (they end within one
  * block of keys and answer 503), then the server stops and the process
  * exits 0.  A watchdog ends the process with status 1 when the grace
  * has passed all the same (a step that cannot be interrupted, such as
@@ -136,12 +136,12 @@ int main(int argc, char **argv)
         pthread_detach(watchdog);
     /* Wait for computations and for every request between its first byte and
      * its last (uploads still arriving, answers still being sent).  In the
-     * last quarter of the grace (at most its last second) computations still
-     * running are stopped, so that their answers (503) and the rest can go
-     * out; the last 250 ms are for closing. */
+     * last tenth of the grace (at most its last 500 ms) computations still
+     * running are stopped, so that their answers (503) can go out; the last
+     * twentieth (at most 150 ms) is for closing. */
     long grace_ms = cfg.shutdown_grace * 1000;
-    long stop_compute_ms = grace_ms - (grace_ms / 4 < 1000 ? grace_ms / 4 : 1000);
-    long close_ms = grace_ms > 250 ? grace_ms - 250 : 0;
+    long stop_compute_ms = grace_ms - (grace_ms / 10 < 500 ? grace_ms / 10 : 500);
+    long close_ms = grace_ms - (grace_ms / 20 < 150 ? grace_ms / 20 : 150);
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     struct timespec pause = {0, 20 * 1000 * 1000};
