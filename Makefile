@@ -198,9 +198,9 @@ bench: deps
 
 # libmicrohttpd threading models, each a server built with its own http.c (see the top of
 # server/http.c); `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).
-MHD_VARIANTS := tpc-select tpc-poll pool1 pool2 pool4 pool8
-MHD_DEFS_tpc-select := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=0
-MHD_DEFS_tpc-poll := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=1
+# (HTTP_POOL_THREADS fixes the number of epoll I/O threads; computations always run on the
+# workers, see server/http.c.)
+MHD_VARIANTS := pool1 pool2 pool4 pool8
 MHD_DEFS_pool1 := -DHTTP_POOL_THREADS=1
 MHD_DEFS_pool2 := -DHTTP_POOL_THREADS=2
 MHD_DEFS_pool4 := -DHTTP_POOL_THREADS=4
