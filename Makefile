@@ -5,6 +5,7 @@
 #   make test       install what is missing, build (plain and sanitized), run every test
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #   make bench-mhd  libmicrohttpd threading models measured against each other
+#   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 
 CC      ?= cc
@@ -33,7 +34,7 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 LIB_SRCS := server/error.c server/mem.c server/config.c server/guard.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
             server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
-            server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/http.c
+            server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/budget.c server/http.c
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
@@ -43,7 +44,7 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps \
+.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s
 all: $(SERVER)
 
@@ -82,6 +83,29 @@ build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
 		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
+
+# Slow, heavy and impatient clients against the real server (raw sockets, loopback only).
+build/hostile: tests/integration/hostile.c tests/integration/rawhttp.c tests/integration/rawhttp.h \
+		tests/integration/client.c tests/integration/client.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/hostile.c tests/integration/rawhttp.c \
+		tests/integration/client.c \
+		-o $@ -ljansson -lm
+
+# The soak test (`make soak`, not part of `make test`): three runs of SOAK_SECONDS at
+# SOAK_CONNECTIONS connections; see tests/soak/soak.c.
+SOAK_SECONDS ?= 60
+SOAK_CONNECTIONS ?= 256
+build/soak: tests/soak/soak.c tests/integration/rawhttp.c tests/integration/rawhttp.h \
+		tests/integration/client.c tests/integration/client.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/soak/soak.c tests/integration/rawhttp.c \
+		tests/integration/client.c -o $@ -lpthread -lm
+
+soak: deps
+	@$(MAKE) --no-print-directory SANITIZE= build/attention-server build/soak
+	build/soak --server build/attention-server --seconds $(SOAK_SECONDS) \
+	    --connections $(SOAK_CONNECTIONS)
 
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
@@ -146,7 +170,8 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test \
+	    build/hostile
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build
@@ -155,7 +180,8 @@ test: test-build
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
 # build/bench/results.  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
-BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load
+BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
+              build/bench/slow-clients
 
 build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -169,15 +195,20 @@ build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
+build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c \
+		tests/integration/client.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
+
 bench: deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
 # libmicrohttpd threading models, each a server built with its own http.c (see the top of
 # server/http.c); `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).
-MHD_VARIANTS := tpc-select tpc-poll pool1 pool2 pool4 pool8
-MHD_DEFS_tpc-select := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=0
-MHD_DEFS_tpc-poll := -DHTTP_POOL_THREADS=0 -DHTTP_TPC_POLL=1
+# (HTTP_POOL_THREADS fixes the number of epoll I/O threads; computations always run on the
+# workers, see server/http.c.)
+MHD_VARIANTS := pool1 pool2 pool4 pool8
 MHD_DEFS_pool1 := -DHTTP_POOL_THREADS=1
 MHD_DEFS_pool2 := -DHTTP_POOL_THREADS=2
 MHD_DEFS_pool4 := -DHTTP_POOL_THREADS=4

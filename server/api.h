@@ -67,15 +67,20 @@ void api_handle(const api_request *req, api_response *resp);
  * 503 that has none. */
 void api_respond_error(api_response *resp, const attn_error *err);
 
-/* Applies the limits every computation is admitted under (--max-elements on
- * the answer's result_elements, --max-request-memory on the job's working
- * memory plus bytes_per_number for each answered number) and sets
- * *response_bytes to the latter.  attention_hint says how to drop the
- * attention matrix from the answer ("set return_attention to false"); it is
- * offered when job->want_attention.  Returns 0 or ERR_TOO_LARGE with err
- * filled. */
-int api_check_job_limits(const attn_job *job, size_t result_elements, size_t bytes_per_number,
-                         const char *attention_hint, size_t *response_bytes, attn_error *err);
+/* Admits a computation: applies the limits every computation is admitted
+ * under (--max-elements on the answer's result_elements, --max-request-memory
+ * on the job's working memory plus bytes_per_number for each answered
+ * number), sets *response_bytes to the latter, and reserves the working
+ * memory and the answer in the process memory budget (budget.h).
+ * attention_hint says how to drop the attention matrix from the answer ("set
+ * return_attention to false"); it is offered when job->want_attention.
+ * Returns 0 with *reserved_bytes set, which the caller hands back with
+ * budget_release once the answer is built; or ERR_TOO_LARGE (past a limit, or
+ * more than the whole budget) or ERR_UNAVAILABLE (the budget is full now) with
+ * err filled and nothing reserved. */
+int api_admit_job(const attn_job *job, size_t result_elements, size_t bytes_per_number,
+                  const char *attention_hint, size_t *response_bytes, size_t *reserved_bytes,
+                  attn_error *err);
 
 /* Frees the body of resp (resp may be NULL). */
 void api_response_free(api_response *resp);

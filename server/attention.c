@@ -307,6 +307,10 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
         rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
                           result->attention);
     }
+    if (compute_stop_error(err) != 0) {
+        attention_result_free(result);
+        return ERR_UNAVAILABLE;
+    }
     if (rc == ERR_UNAVAILABLE) {
         attention_result_free(result);
         return error_nomem(err);

@@ -6,6 +6,10 @@
  * tasks of the caller's job until none are left and then gives the slot
  * back.  Tasks are claimed with an atomic counter, so the caller and its
  * helpers share them dynamically: a slow task does not hold up the rest.
+ *
+ * The caller's compute_token travels with the job, and each helper binds it
+ * while it runs the job's tasks, so a request's deadline and stop flag hold
+ * on every thread that works for it.
  */
 #define _GNU_SOURCE
 #include "compute.h"
@@ -15,14 +19,80 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
+#include "error.h"
 #include "mem.h"
+
+static _Thread_local compute_token *bound_token;
+static atomic_int stop_all;
+
+double compute_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void compute_bind(compute_token *token)
+{
+    bound_token = token;
+}
+
+void compute_token_stop(compute_token *token, int reason)
+{
+    int running = COMPUTE_RUNNING;
+    atomic_compare_exchange_strong(&token->reason, &running, reason);
+}
+
+void compute_stop_all(int stop)
+{
+    atomic_store(&stop_all, stop);
+}
+
+int compute_stopped(void)
+{
+    if (atomic_load_explicit(&stop_all, memory_order_relaxed))
+        return COMPUTE_SHUTDOWN;
+    compute_token *t = bound_token;
+    if (t == NULL)
+        return COMPUTE_RUNNING;
+    int reason = atomic_load_explicit(&t->reason, memory_order_relaxed);
+    if (reason != COMPUTE_RUNNING)
+        return reason;
+    if (t->deadline > 0 && compute_now() > t->deadline) {
+        compute_token_stop(t, COMPUTE_DEADLINE);
+        return atomic_load(&t->reason);
+    }
+    return COMPUTE_RUNNING;
+}
+
+int compute_stop_error(attn_error *err)
+{
+    switch (compute_stopped()) {
+    case COMPUTE_DEADLINE:
+        return error_set(err, ERR_UNAVAILABLE, "deadline_exceeded", NULL,
+                         "The request did not finish within its deadline (--deadline, or the "
+                         "lower X-Deadline-Ms of the request); send less work or allow more "
+                         "time.");
+    case COMPUTE_CLIENT_GONE:
+        return error_set(err, ERR_UNAVAILABLE, "client_closed", NULL,
+                         "The client closed its connection; the computation was stopped.");
+    case COMPUTE_SHUTDOWN:
+        return error_set(err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                         "The server is shutting down; the computation was stopped. Retry on "
+                         "another instance.");
+    default:
+        return 0;
+    }
+}
 
 typedef struct compute_job {
     compute_task_fn fn;
     void *ctx;
     size_t tasks;
     atomic_size_t next;         /* next task to claim */
+    compute_token *token;       /* the caller's, bound by each helper */
     unsigned helpers;           /* helpers still working on it (under the lock) */
 } compute_job;
 
@@ -53,6 +123,8 @@ static struct {
 static void run_tasks(compute_job *job, unsigned slot)
 {
     for (;;) {
+        if (compute_stopped())
+            return;
         size_t t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (t >= job->tasks)
             return;
@@ -74,7 +146,9 @@ static void *helper_main(void *arg)
         pool.queued--;
         pthread_mutex_unlock(&pool.lock);
 
+        compute_bind(h.job->token);
         run_tasks(h.job, h.slot);
+        compute_bind(NULL);
 
         pthread_mutex_lock(&pool.lock);
         pool.free_slots++;
@@ -200,7 +274,7 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
 {
     if (tasks == 0)
         return;
-    compute_job job = {.fn = fn, .ctx = ctx, .tasks = tasks};
+    compute_job job = {.fn = fn, .ctx = ctx, .tasks = tasks, .token = bound_token};
     atomic_init(&job.next, 0);
     if (!pool.running) {
         run_tasks(&job, 0);

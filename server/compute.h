@@ -21,17 +21,65 @@
  *
  * Without compute_init (unit tests, benchmarks that do not call it), every
  * call runs its tasks serially on the caller's thread.
+ *
+ * Stopping.  A request's thread binds a compute_token (compute_bind) that
+ * carries its deadline and a flag another thread may raise (the client went
+ * away, the server shuts down).  compute_parallel hands the caller's token
+ * to its helpers, so compute_stopped() answers the same on every thread of
+ * one request; the kernels ask it between blocks of keys and tasks are
+ * skipped once it is set, so a stopped computation ends within one block.
  */
 #ifndef ATTN_COMPUTE_H
 #define ATTN_COMPUTE_H
 
 #include <stddef.h>
 
+struct attn_error;
+
 /* A task: runs task number `task` of the caller's job; `slot` (0 for the
  * calling thread, 1..slots-1 for helpers) tells a task which of the
  * caller's per-thread scratch buffers it may use.  Tasks of one call run
  * concurrently and must not write the same memory. */
 typedef void (*compute_task_fn)(void *ctx, size_t task, unsigned slot);
+
+/* Why a computation was stopped (compute_stopped). */
+enum {
+    COMPUTE_RUNNING = 0,
+    COMPUTE_DEADLINE = 1,       /* past the token's deadline */
+    COMPUTE_CLIENT_GONE = 2,    /* the client closed its connection */
+    COMPUTE_SHUTDOWN = 3        /* compute_stop_all: the server is stopping */
+};
+
+/* The stop state of one request: a deadline on the monotonic clock (0: none)
+ * and a reason another thread may set with compute_token_stop. */
+typedef struct compute_token {
+    double deadline;            /* seconds of compute_now(), 0 for none */
+    _Atomic int reason;         /* COMPUTE_RUNNING, or why it was stopped */
+} compute_token;
+
+/* Seconds of the monotonic clock. */
+double compute_now(void);
+
+/* Makes token (borrowed; NULL unbinds) the calling thread's token until the
+ * next call.  It must stay valid while bound. */
+void compute_bind(compute_token *token);
+
+/* Sets the reason of token (first reason wins); safe from any thread. */
+void compute_token_stop(compute_token *token, int reason);
+
+/* Stops every computation, bound or not yet started, until
+ * compute_stop_all(0): used while the server shuts down. */
+void compute_stop_all(int stop);
+
+/* Why the calling thread's computation should stop (COMPUTE_* above), or
+ * COMPUTE_RUNNING.  Cheap: one atomic load and, with a deadline, a clock
+ * read. */
+int compute_stopped(void);
+
+/* When compute_stopped() is set, fills err with the JSON error for it (503
+ * "deadline_exceeded", "client_closed" or "shutting_down", each with its own
+ * words) and returns ERR_UNAVAILABLE; otherwise returns 0 and leaves err. */
+int compute_stop_error(struct attn_error *err);
 
 /* Starts the pool with `threads` compute slots (threads - 1 helper threads);
  * its two small arrays are allocated through mem.h and freed by
@@ -55,7 +103,9 @@ unsigned compute_available_cpus(void);
 /* Runs fn(ctx, t, slot) for every t in [0, tasks) on at most `max_slots`
  * threads (the caller's included; 0 counts as 1), and returns when all have
  * finished.  Tasks are handed out in increasing order of t.  Blocks while
- * every slot is taken. */
+ * every slot is taken.  Once compute_stopped() is set, tasks not yet begun
+ * are skipped (the caller's outputs are then incomplete and must be
+ * discarded). */
 void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx);
 
 #endif

@@ -36,6 +36,13 @@ typedef struct server_config {
     long auth_all;              /* 1: every route but the probes needs one */
     char tls_cert[1024];        /* PEM certificate chain; "" for plain HTTP */
     char tls_key[1024];         /* PEM private key */
+    size_t max_memory;          /* process memory budget, bytes; 0: from the memory limit */
+    long max_connections_per_ip;/* 0: no per-address cap */
+    long header_timeout;        /* seconds to deliver a request's headers */
+    size_t min_body_rate;       /* bytes per second a body must average; 0: no floor */
+    long deadline;              /* seconds a request may take from admission to answer */
+    long queue_wait_ms;         /* how long a request waits for a free worker */
+    long io_threads;            /* threads polling the sockets; 0: one per available CPU */
 } server_config;
 
 enum {

@@ -8,12 +8,51 @@
  * --max-body is not stored: when Content-Length announces it, the 413 is
  * queued at once (before any body is read); otherwise the rest of the body is
  * read and dropped and the 413 follows.
+ *
+ * Threading model.  A few I/O threads (--io-threads, libmicrohttpd's thread
+ * pool, each with its own epoll set) read and write every socket and never
+ * wait for anything else: an open connection costs a file descriptor and
+ * libmicrohttpd's per-connection buffer, not a thread.  Cheap requests (the
+ * probes, /metrics, /v1/info, listings, preflights) are answered on the I/O
+ * thread.  Every other request is handed over complete: its connection is
+ * suspended (MHD_suspend_connection), the request joins a queue served by
+ * --max-inflight worker threads, and the worker resumes the connection when
+ * the answer is ready, so the I/O thread goes on serving other sockets in
+ * between.  Workers compute through the compute pool (compute.h), which
+ * holds arithmetic to the cores.  A request that finds no worker free within
+ * --queue-wait-ms is answered 503 with Retry-After.
+ *
+ * Slow clients.  libmicrohttpd's own timeout (--timeout) closes only silent
+ * connections, so every connection also has a record here, made and
+ * dropped by the connection-notify callback, that says which phase it is in
+ * (waiting for headers, receiving a body, being answered) and since when.
+ * A reaper thread looks at the records a few times a second and closes a
+ * connection whose headers have not arrived within --header-timeout, or
+ * whose body averages less than --min-body-rate after that.  It closes with
+ * shutdown(2), never close(2): the descriptor stays libmicrohttpd's, whose
+ * next read sees end-of-file and which then closes and frees the connection
+ * itself.  The record is removed under the server's lock by the notify
+ * callback, which libmicrohttpd calls before it closes the descriptor, so
+ * the reaper (which holds the same lock) never touches a descriptor that
+ * could have been reused.  The same reaper peeks (MSG_PEEK) at the sockets
+ * of suspended requests: a client that has gone away stops its computation
+ * (compute_token_stop), which ends within one block of keys, and a request
+ * still queued is dropped.
+ *
+ * Memory.  A request with a body reserves its estimated peak in the process
+ * budget (budget.h) as soon as its headers arrive, before any body byte is
+ * stored: a reservation that does not fit is answered 503 with Retry-After
+ * (413 when it could never fit), and it is released when the request ends.
  */
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,27 +60,46 @@
 #include <time.h>
 
 #include "api.h"
+#include "budget.h"
+#include "compute.h"
 #include "guard.h"
 #include "mem.h"
 #include "metrics.h"
 
-/* Threading model.  Compute blocks the thread that serves the connection, so
- * the choice decides what waits for what:
- *   HTTP_POOL_THREADS 0   one thread per connection (HTTP_TPC_POLL: poll()
- *                         rather than select() in each), so a slow request
- *                         delays only its own connection;
- *   HTTP_POOL_THREADS N   N threads, each polling its share of the
- *                         connections with epoll: a thread busy computing
- *                         stalls every connection it serves.
- * Both are compile-time so that tests/bench/bench_mhd.sh can build and measure
- * each variant (make bench-mhd); README "Threading model" has the numbers
- * behind the default. */
+/* Fixes the number of I/O threads at build time (make bench-mhd builds one
+ * server per value); 0 leaves it to --io-threads. */
 #ifndef HTTP_POOL_THREADS
 #define HTTP_POOL_THREADS 0
 #endif
-#ifndef HTTP_TPC_POLL
-#define HTTP_TPC_POLL 0
-#endif
+
+/* Bytes a request parsed as JSON may need per byte of its body at its peak:
+ * the body itself plus the JSON tree, which for short numbers ("0,") takes
+ * up to about 24 bytes per byte of text (a boxed number and its slot). */
+#define HTTP_BODY_MEMORY_FACTOR 25
+
+/* How often the reaper looks at the connections. */
+#define HTTP_REAPER_MS 100
+
+typedef enum {
+    CONN_WAIT_HEADERS,          /* since opening, or since the previous answer */
+    CONN_BODY,                  /* headers arrived; the body is coming */
+    CONN_BUSY                   /* complete: being worked on or answered */
+} conn_phase;
+
+/* One open connection, from libmicrohttpd's STARTED notification to its
+ * CLOSED one.  phase and phase_start change under the server's lock. */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;
+    conn_phase phase;
+    double phase_start;
+    atomic_size_t body_bytes;   /* of the current request */
+    int shut;                   /* the reaper has shut it down */
+} http_conn;
+
+typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct http_request http_request;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -49,20 +107,47 @@ struct http_server {
     guard *guard;
     char *tls_cert, *tls_key;   /* PEM text, kept while the daemon runs */
     unsigned port;
+    pthread_mutex_t lock;
+    pthread_cond_t work;        /* a request was queued, or stopping */
+    http_conn *conns;           /* every open connection */
+    http_request *queue_head, *queue_tail;
+    http_request *running;      /* requests a worker is on */
+    pthread_t *workers;
+    unsigned worker_count;
+    pthread_t reaper;
+    int reaper_started;
+    pthread_cond_t reaper_wake;
+    int stopping;
+    atomic_long slow_closed;    /* connections the reaper closed */
 };
 
 /* State of one request, from its first byte to its completion. */
-typedef struct http_request {
+struct http_request {
     struct timespec start;
+    http_server *srv;
+    struct MHD_Connection *conn;
+    http_conn *hc;
     char *body;
     size_t len, cap;
     int too_large;
+    int no_memory;              /* a chunked body outgrew the budget */
     int status;
     size_t bytes_in, bytes_out;
+    size_t reserved;            /* bytes held in the budget */
+    int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte */
     metrics_route route;
-    char method[12];        /* for the access log */
+    char method[12];            /* for the access log */
     char path[96];
-} http_request;
+    /* Hand-off to a worker (fields below under srv->lock while queued or running). */
+    const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
+    const char *inference_header_length; /* the v2 header, or NULL; likewise */
+    http_request *qprev, *qnext;
+    job_state job;
+    double queued_at;
+    long deadline_ms;           /* the request's own X-Deadline-Ms, 0 for none */
+    compute_token token;
+    api_response resp;
+};
 
 static double seconds_since(const struct timespec *start)
 {
@@ -71,12 +156,38 @@ static double seconds_since(const struct timespec *start)
     return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) * 1e-9;
 }
 
+static void conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase)
+{
+    if (hc == NULL)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    hc->phase = phase;
+    hc->phase_start = compute_now();
+    if (phase == CONN_BODY)
+        atomic_store(&hc->body_bytes, 0);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* Reserves `bytes` more in the budget for hr.  Returns 0, or -1 (nothing
+ * more reserved). */
+static int request_reserve(http_request *hr, size_t bytes)
+{
+    if (budget_reserve(bytes) != 0)
+        return -1;
+    hr->reserved += bytes;
+    return 0;
+}
+
 /* Appends data to the request body within the limit; past it, drops the body
- * and marks the request too large.  Returns -1 when out of memory. */
+ * and marks the request too large.  A body whose length was not announced
+ * reserves budget as it grows, and past the budget is dropped too.  Returns
+ * -1 when out of memory. */
 static int body_append(http_request *hr, size_t limit, const char *data, size_t n)
 {
     hr->bytes_in += n;
-    if (hr->too_large)
+    if (hr->hc != NULL)
+        atomic_fetch_add(&hr->hc->body_bytes, n);
+    if (hr->too_large || hr->no_memory)
         return 0;
     if (hr->len + n > limit) {
         hr->too_large = 1;
@@ -84,6 +195,22 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
         hr->body = NULL;
         hr->len = hr->cap = 0;
         return 0;
+    }
+    size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
+    size_t covered = hr->reserved / factor;
+    if (hr->len + n > covered) {
+        /* Reserve in steps of at least 1 MiB of body so that the budget is
+         * not asked for every chunk. */
+        size_t want = hr->len + n - covered;
+        if (want < ((size_t)1 << 20))
+            want = (size_t)1 << 20;
+        if (request_reserve(hr, want * factor) != 0) {
+            hr->no_memory = 1;
+            mem_free(hr->body);
+            hr->body = NULL;
+            hr->len = hr->cap = 0;
+            return 0;
+        }
     }
     if (hr->len + n > hr->cap) {
         size_t cap = hr->cap ? hr->cap : 4096;
@@ -109,6 +236,7 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                     http_request *hr, api_response *resp, int preflight,
                                     const guard_verdict *v)
 {
+    conn_set_phase(srv, hr->hc, CONN_BUSY);
     struct MHD_Response *r;
     if (resp->body_static)
         r = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_PERSISTENT);
@@ -167,14 +295,20 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     return ok;
 }
 
+/* Fills resp with the JSON error for err on the route of url. */
+static void error_response(api_response *resp, const char *url, const attn_error *err)
+{
+    memset(resp, 0, sizeof *resp);
+    resp->route = api_route(url, &resp->allow);
+    api_respond_error(resp, err);
+}
+
 static enum MHD_Result queue_error(http_server *srv, struct MHD_Connection *conn,
                                    http_request *hr, const char *url, const attn_error *err,
                                    const guard_verdict *v)
 {
     api_response resp;
-    memset(&resp, 0, sizeof resp);
-    resp.route = api_route(url, &resp.allow);
-    api_respond_error(&resp, err);
+    error_response(&resp, url, err);
     return queue_answer(srv, conn, hr, &resp, 0, v);
 }
 
@@ -216,6 +350,347 @@ static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s)
     return guard_unescape(s);
 }
 
+/* Requests answered on the I/O thread: those that neither read a body nor
+ * can take long. */
+static int answered_inline(const char *method, const char *url)
+{
+    if (!strcmp(method, "OPTIONS"))
+        return 1;
+    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return 0;
+    const char *allow;
+    return api_route(url, &allow) != ROUTE_WEIGHT_SET;
+}
+
+/* Reads X-Deadline-Ms: a positive whole number of milliseconds, or 0 when
+ * absent; -1 when malformed. */
+static long request_deadline_ms(struct MHD_Connection *conn)
+{
+    const char *text = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Deadline-Ms");
+    if (text == NULL)
+        return 0;
+    char *end;
+    errno = 0;
+    long ms = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || ms <= 0)
+        return -1;
+    return ms;
+}
+
+/* Unlinks hr from the queue (under srv->lock). */
+static void queue_remove(http_server *srv, http_request *hr)
+{
+    if (hr->qprev != NULL)
+        hr->qprev->qnext = hr->qnext;
+    else
+        srv->queue_head = hr->qnext;
+    if (hr->qnext != NULL)
+        hr->qnext->qprev = hr->qprev;
+    else
+        srv->queue_tail = hr->qprev;
+    hr->qprev = hr->qnext = NULL;
+}
+
+/* Suspends the connection of a complete request and queues it for a
+ * worker.  The deadline runs from here. */
+static void dispatch(http_server *srv, http_request *hr)
+{
+    double now = compute_now();
+    double seconds = (double)srv->cfg->deadline;
+    if (hr->deadline_ms > 0 && (double)hr->deadline_ms / 1000.0 < seconds)
+        seconds = (double)hr->deadline_ms / 1000.0;
+    hr->token.deadline = now + seconds;
+    atomic_init(&hr->token.reason, COMPUTE_RUNNING);
+    hr->queued_at = now;
+    /* Suspend first: a worker may resume the connection as soon as the
+     * request is in the queue. */
+    MHD_suspend_connection(hr->conn);
+    pthread_mutex_lock(&srv->lock);
+    hr->job = JOB_QUEUED;
+    hr->qprev = srv->queue_tail;
+    hr->qnext = NULL;
+    if (srv->queue_tail != NULL)
+        srv->queue_tail->qnext = hr;
+    else
+        srv->queue_head = hr;
+    srv->queue_tail = hr;
+    pthread_cond_signal(&srv->work);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* Ends a queued request without running it (under srv->lock): its answer is
+ * the error, and it joins *resume, the list of connections the caller
+ * resumes (resume_all) once it has let go of the lock.  libmicrohttpd is
+ * never called under srv->lock, as its threads take that lock inside their
+ * callbacks. */
+static void finish_unrun(http_server *srv, http_request *hr, const attn_error *err,
+                         http_request **resume)
+{
+    queue_remove(srv, hr);
+    error_response(&hr->resp, hr->mhd_url, err);
+    hr->job = JOB_DONE;
+    hr->qnext = *resume;
+    *resume = hr;
+}
+
+/* Resumes every connection of the list (outside srv->lock); each request
+ * belongs to its I/O thread again from its call on. */
+static void resume_all(http_request *list)
+{
+    while (list != NULL) {
+        http_request *next = list->qnext;
+        list->qnext = NULL;
+        MHD_resume_connection(list->conn);
+        list = next;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->lock);
+    for (;;) {
+        while (srv->queue_head == NULL && !srv->stopping)
+            pthread_cond_wait(&srv->work, &srv->lock);
+        if (srv->queue_head == NULL)
+            break;
+        http_request *hr = srv->queue_head;
+        queue_remove(srv, hr);
+        hr->job = JOB_RUNNING;
+        hr->qnext = srv->running;
+        if (srv->running != NULL)
+            srv->running->qprev = hr;
+        srv->running = hr;
+        pthread_mutex_unlock(&srv->lock);
+
+        compute_bind(&hr->token);
+        attn_error err;
+        error_clear(&err);
+        if (compute_stop_error(&err) != 0) {
+            error_response(&hr->resp, hr->mhd_url, &err);
+        } else {
+            api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
+                               hr->inference_header_length};
+            api_handle(&req, &hr->resp);
+        }
+        compute_bind(NULL);
+
+        pthread_mutex_lock(&srv->lock);
+        if (hr->qprev != NULL)
+            hr->qprev->qnext = hr->qnext;
+        else
+            srv->running = hr->qnext;
+        if (hr->qnext != NULL)
+            hr->qnext->qprev = hr->qprev;
+        hr->qprev = hr->qnext = NULL;
+        hr->job = JOB_DONE;
+        pthread_mutex_unlock(&srv->lock);
+        /* From this call on hr belongs to the I/O thread again. */
+        MHD_resume_connection(hr->conn);
+        pthread_mutex_lock(&srv->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+/* 1 when the peer of fd has closed its side or reset the connection. */
+static int peer_gone(int fd)
+{
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* One look at every connection and every handed-over request (under
+ * srv->lock); requests ended here join *resume. */
+static void reap_once(http_server *srv, http_request **resume)
+{
+    const server_config *cfg = srv->cfg;
+    double now = compute_now();
+    for (http_conn *hc = srv->conns; hc != NULL; hc = hc->next) {
+        if (hc->shut || hc->fd < 0)
+            continue;
+        double elapsed = now - hc->phase_start;
+        int slow = 0;
+        if (hc->phase == CONN_WAIT_HEADERS)
+            slow = elapsed > (double)cfg->header_timeout;
+        else if (hc->phase == CONN_BODY && cfg->min_body_rate > 0 &&
+                 elapsed > (double)cfg->header_timeout)
+            slow = (double)atomic_load(&hc->body_bytes) < (double)cfg->min_body_rate * elapsed;
+        if (slow) {
+            shutdown(hc->fd, SHUT_RDWR);
+            hc->shut = 1;
+            atomic_fetch_add(&srv->slow_closed, 1);
+        }
+    }
+    double queue_wait = (double)cfg->queue_wait_ms / 1000.0;
+    for (http_request *hr = srv->queue_head, *next; hr != NULL; hr = next) {
+        next = hr->qnext;
+        attn_error err;
+        error_clear(&err);
+        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd)) {
+            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
+            error_set(&err, ERR_UNAVAILABLE, "client_closed", NULL,
+                      "The client closed its connection before the request was started.");
+        } else if (now > hr->token.deadline) {
+            compute_token_stop(&hr->token, COMPUTE_DEADLINE);
+            compute_bind(&hr->token);
+            compute_stop_error(&err);
+            compute_bind(NULL);
+        } else if (now - hr->queued_at > queue_wait) {
+            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
+                      "Every one of the server's %ld workers stayed busy for %ld ms "
+                      "(--max-inflight, --queue-wait-ms); retry shortly.",
+                      cfg->max_inflight, cfg->queue_wait_ms);
+        } else {
+            continue;
+        }
+        finish_unrun(srv, hr, &err, resume);
+    }
+    for (http_request *hr = srv->running; hr != NULL; hr = hr->qnext)
+        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd))
+            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
+}
+
+static void *reaper_main(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->lock);
+    while (!srv->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += HTTP_REAPER_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->reaper_wake, &srv->lock, &until);
+        if (srv->stopping)
+            break;
+        http_request *resume = NULL;
+        reap_once(srv, &resume);
+        pthread_mutex_unlock(&srv->lock);
+        resume_all(resume);
+        pthread_mutex_lock(&srv->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        http_conn *hc = mem_calloc(1, sizeof *hc);
+        *socket_context = hc;
+        if (hc == NULL)
+            return; /* served, but not watched */
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hc->fd = info != NULL ? info->connect_fd : -1;
+        hc->phase = CONN_WAIT_HEADERS;
+        hc->phase_start = compute_now();
+        atomic_init(&hc->body_bytes, 0);
+        pthread_mutex_lock(&srv->lock);
+        hc->next = srv->conns;
+        if (srv->conns != NULL)
+            srv->conns->prev = hc;
+        srv->conns = hc;
+        pthread_mutex_unlock(&srv->lock);
+        return;
+    }
+    http_conn *hc = *socket_context;
+    if (hc == NULL)
+        return;
+    /* libmicrohttpd closes the descriptor after this returns: unlink first,
+     * so that the reaper never shuts down a reused descriptor. */
+    pthread_mutex_lock(&srv->lock);
+    if (hc->prev != NULL)
+        hc->prev->next = hc->next;
+    else
+        srv->conns = hc->next;
+    if (hc->next != NULL)
+        hc->next->prev = hc->prev;
+    pthread_mutex_unlock(&srv->lock);
+    mem_free(hc);
+    *socket_context = NULL;
+}
+
+/* The first call for a request: its state, its body admission. */
+static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *conn,
+                                     const char *url, const char *method, const char *version,
+                                     void **con_cls)
+{
+    http_request *hr = mem_calloc(1, sizeof *hr);
+    if (hr == NULL)
+        return MHD_NO;
+    clock_gettime(CLOCK_MONOTONIC, &hr->start);
+    hr->srv = srv;
+    hr->conn = conn;
+    hr->mhd_method = method;
+    hr->mhd_url = url;
+    hr->route = ROUTE_OTHER;
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hr->hc = info != NULL ? info->socket_context : NULL;
+    conn_set_phase(srv, hr->hc, CONN_BODY);
+    snprintf(hr->method, sizeof hr->method, "%s", method);
+    /* Keep the path printable: control characters become '?'. */
+    snprintf(hr->path, sizeof hr->path, "%s", url);
+    for (char *p = hr->path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    *con_cls = hr;
+    metrics_inflight_add(1);
+    attn_error err;
+    guard_verdict verdict;
+    if (guard_request_check(srv, conn, url, method, version, &verdict, &err) != 0) {
+        hr->too_large = 1; /* whatever body follows is dropped unread */
+        return queue_error(srv, conn, hr, url, &err, &verdict);
+    }
+    hr->inference_header_length =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    hr->deadline_ms = request_deadline_ms(conn);
+    if (hr->deadline_ms < 0) {
+        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "X-Deadline-Ms",
+                  "X-Deadline-Ms must be a positive whole number of milliseconds.");
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    hr->parses_body = !strcmp(method, "POST") || !strcmp(method, "PUT");
+    const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length == NULL)
+        return MHD_YES; /* no body, or a chunked one: reserved as it grows */
+    char *end;
+    unsigned long long n = strtoull(length, &end, 10);
+    if (*end != '\0')
+        return MHD_YES; /* libmicrohttpd answers a malformed length itself */
+    if (n > srv->cfg->max_body) {
+        hr->too_large = 1;
+        error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
+                  "The body has %llu bytes, more than the server's limit of %zu bytes "
+                  "(--max-body).", n, srv->cfg->max_body);
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
+    if (n > 0 && request_reserve(hr, need) != 0) {
+        if (!budget_could_fit(need)) {
+            hr->too_large = 1;
+            error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
+                      "Handling a body of %llu bytes needs about %zu MiB, more than the "
+                      "server's whole memory budget of %zu MiB (--max-memory).", n, need >> 20,
+                      budget_limit() >> 20);
+        } else {
+            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
+                      "The server's memory budget (--max-memory) is taken by other requests "
+                      "now; retry shortly.");
+        }
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -224,57 +699,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_server *srv = cls;
     http_request *hr = *con_cls;
     attn_error err;
-    if (hr == NULL) {
-        hr = mem_calloc(1, sizeof *hr);
-        if (hr == NULL)
-            return MHD_NO;
-        clock_gettime(CLOCK_MONOTONIC, &hr->start);
-        hr->route = ROUTE_OTHER;
-        snprintf(hr->method, sizeof hr->method, "%s", method);
-        /* Keep the path printable: control characters become '?'. */
-        snprintf(hr->path, sizeof hr->path, "%s", url);
-        for (char *p = hr->path; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                *p = '?';
-        *con_cls = hr;
-        metrics_inflight_add(1);
-        guard_verdict verdict;
-        if (guard_request_check(srv, conn, url, method, version, &verdict, &err) != 0) {
-            hr->too_large = 1; /* whatever body follows is dropped unread */
-            return queue_error(srv, conn, hr, url, &err, &verdict);
-        }
-        const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (length != NULL) {
-            char *end;
-            unsigned long long n = strtoull(length, &end, 10);
-            if (*end == '\0' && n > srv->cfg->max_body) {
-                hr->too_large = 1;
-                error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
-                          "The body has %llu bytes, more than the server's limit of %zu bytes "
-                          "(--max-body).", n, srv->cfg->max_body);
-                return queue_error(srv, conn, hr, url, &err, NULL);
-            }
-        }
-        return MHD_YES;
-    }
+    if (hr == NULL)
+        return request_begin(srv, conn, url, method, version, con_cls);
     if (*upload_data_size != 0) {
-        if (body_append(hr, srv->cfg->max_body, upload_data, *upload_data_size) != 0)
+        if (hr->status == 0 &&
+            body_append(hr, srv->cfg->max_body, upload_data, *upload_data_size) != 0)
             return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (hr->status != 0)
-        return MHD_YES; /* already answered (early 413) */
+        return MHD_YES; /* already answered (early 413 or 503) */
+    if (hr->job == JOB_DONE) {
+        hr->job = JOB_NONE;
+        return queue_answer(srv, conn, hr, &hr->resp, 0, NULL);
+    }
+    if (hr->job != JOB_NONE)
+        return MHD_YES; /* still with a worker (spurious call) */
     if (hr->too_large) {
         error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
                   "The body is larger than the server's limit of %zu bytes (--max-body).",
                   srv->cfg->max_body);
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
-    api_request req = {method, url, hr->body, hr->len,
-                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                   "Inference-Header-Content-Length")};
+    if (hr->no_memory) {
+        error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
+                  "The server's memory budget (--max-memory) could not hold this body now; "
+                  "retry shortly.");
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    if (!answered_inline(method, url) && srv->worker_count > 0) {
+        conn_set_phase(srv, hr->hc, CONN_BUSY);
+        dispatch(srv, hr);
+        return MHD_YES;
+    }
+    api_request req = {method, url, hr->body, hr->len, hr->inference_header_length};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);
@@ -295,6 +754,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f%s\n", hr->method,
                 hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
+    conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
+    budget_release(hr->reserved);
+    api_response_free(&hr->resp);
     mem_free(hr->body);
     mem_free(hr);
     *con_cls = NULL;
@@ -311,14 +773,81 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-/* Frees what the server holds besides its daemon. */
+/* The number of I/O threads: --io-threads, else one per available CPU, at
+ * least two so that one busy socket never holds up the rest. */
+static unsigned io_thread_count(const server_config *cfg)
+{
+    if (HTTP_POOL_THREADS > 0)
+        return HTTP_POOL_THREADS;
+    if (cfg->io_threads > 0)
+        return (unsigned)cfg->io_threads;
+    unsigned cpus = compute_available_cpus();
+    return cpus < 2 ? 2 : cpus;
+}
+
+/* Room for the daemon's options, the terminating MHD_OPTION_END included. */
+#define HTTP_MAX_OPTIONS 16
+
+/* Fills options (HTTP_MAX_OPTIONS entries) with the daemon's options after
+ * the logger, ending with MHD_OPTION_END.  Options are added here, one entry
+ * each; the thread pool size is left out when there is one I/O thread, as
+ * libmicrohttpd warns about a pool of 0 or 1. */
+static void daemon_options(http_server *srv, const struct sockaddr *addr,
+                           struct MHD_OptionItem *options)
+{
+    const server_config *cfg = srv->cfg;
+    size_t n = 0;
+    unsigned io = io_thread_count(cfg);
+    if (io > 1)
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)io, NULL};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)addr};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
+                                           (intptr_t)&on_completed, srv};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
+                                           (intptr_t)&on_connection, srv};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                           (intptr_t)cfg->max_connections, NULL};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                           (intptr_t)cfg->max_connections_per_ip, NULL};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
+                                           (intptr_t)cfg->timeout, NULL};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_UNESCAPE_CALLBACK,
+                                           (intptr_t)&unescape_path, NULL};
+    if (srv->tls_cert != NULL) {
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key};
+        options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert};
+    }
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+}
+
+/* Stops and joins the workers and the reaper that were started. */
+static void threads_stop(http_server *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    srv->stopping = 1;
+    pthread_cond_broadcast(&srv->work);
+    pthread_cond_broadcast(&srv->reaper_wake);
+    pthread_mutex_unlock(&srv->lock);
+    for (unsigned i = 0; i < srv->worker_count; i++)
+        pthread_join(srv->workers[i], NULL);
+    srv->worker_count = 0;
+    if (srv->reaper_started)
+        pthread_join(srv->reaper, NULL);
+    srv->reaper_started = 0;
+}
+
 static void server_free(http_server *srv)
 {
+    pthread_mutex_destroy(&srv->lock);
+    pthread_cond_destroy(&srv->work);
+    pthread_cond_destroy(&srv->reaper_wake);
     guard_free(srv->guard);
     if (srv->tls_key != NULL)
         memset(srv->tls_key, 0, strlen(srv->tls_key));
     mem_free(srv->tls_key);
     mem_free(srv->tls_cert);
+    mem_free(srv->workers);
     mem_free(srv);
 }
 
@@ -381,53 +910,57 @@ http_server *http_start(const server_config *cfg, attn_error *err)
         return NULL;
     }
     http_server *srv = mem_calloc(1, sizeof *srv);
-    if (srv == NULL) {
+    if (srv != NULL)
+        srv->workers = mem_calloc((size_t)cfg->max_inflight, sizeof *srv->workers);
+    if (srv == NULL || srv->workers == NULL) {
+        if (srv != NULL)
+            mem_free(srv);
         freeaddrinfo(ai);
         error_nomem(err);
         return NULL;
     }
     srv->cfg = cfg;
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->work, NULL);
+    pthread_cond_init(&srv->reaper_wake, NULL);
+    atomic_init(&srv->slow_closed, 0);
     srv->guard = guard_new(cfg, err);
     if (srv->guard == NULL || tls_load(srv, err) != 0) {
-        freeaddrinfo(ai);
         server_free(srv);
+        freeaddrinfo(ai);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
-    unsigned pool = HTTP_POOL_THREADS;
-    /* Options that are given only sometimes; libmicrohttpd warns about a
-     * thread pool of size 0, so none is named then. */
-    struct MHD_OptionItem extra[4];
-    size_t n_extra = 0;
-    if (pool > 1)
-        extra[n_extra++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, pool, NULL};
-    if (srv->tls_cert != NULL) {
-        flags |= MHD_USE_TLS;
-        extra[n_extra++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key};
-        extra[n_extra++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert};
+    for (long i = 0; i < cfg->max_inflight; i++) {
+        if (pthread_create(&srv->workers[srv->worker_count], NULL, worker_main, srv) != 0)
+            break;
+        srv->worker_count++;
     }
-    extra[n_extra] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    if (pool == 0)
-        flags |= MHD_USE_THREAD_PER_CONNECTION | (HTTP_TPC_POLL ? MHD_USE_POLL : 0);
-    else
-        flags |= MHD_USE_EPOLL;
+    if (srv->worker_count == (unsigned)cfg->max_inflight &&
+        pthread_create(&srv->reaper, NULL, reaper_main, srv) == 0)
+        srv->reaper_started = 1;
+    if (!srv->reaper_started) {
+        threads_stop(srv);
+        server_free(srv);
+        freeaddrinfo(ai);
+        error_set(err, ERR_INTERNAL, "threads_failed", NULL, "Cannot start the worker threads.");
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
+    if (srv->tls_cert != NULL)
+        flags |= MHD_USE_TLS;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    /* The logger comes first, or libmicrohttpd prints the messages about the
-     * options before it on its own. */
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, &on_request, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, srv,
-        MHD_OPTION_ARRAY, extra,
-        MHD_OPTION_UNESCAPE_CALLBACK, &unescape_path, NULL,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, &on_completed, srv,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
-        MHD_OPTION_END);
+    struct MHD_OptionItem options[HTTP_MAX_OPTIONS];
+    daemon_options(srv, ai->ai_addr, options);
+    /* The logger first, so that it receives libmicrohttpd's messages about
+     * the options that follow. */
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, &on_request, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, srv,
+                                   MHD_OPTION_ARRAY, options, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (srv->daemon == NULL) {
+        threads_stop(srv);
         server_free(srv);
         if (cfg->tls_cert[0] != '\0')
             error_set(err, ERR_INTERNAL, "listen_failed", "port",
@@ -457,10 +990,28 @@ unsigned http_connections(const http_server *server)
     return info != NULL ? info->num_connections : 0;
 }
 
+long http_slow_closed(const http_server *server)
+{
+    return atomic_load(&((http_server *)server)->slow_closed);
+}
+
 void http_stop(http_server *server)
 {
     if (server == NULL)
         return;
+    /* Requests still queued are answered 503 and resumed; the workers finish
+     * what they run (compute_stop_all makes that quick) and stop.  Only then
+     * is libmicrohttpd stopped, with no connection suspended. */
+    pthread_mutex_lock(&server->lock);
+    attn_error err;
+    error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
+              "The server is shutting down and takes no new work; retry on another instance.");
+    http_request *resume = NULL;
+    while (server->queue_head != NULL)
+        finish_unrun(server, server->queue_head, &err, &resume);
+    pthread_mutex_unlock(&server->lock);
+    resume_all(resume);
+    threads_stop(server);
     MHD_stop_daemon(server->daemon);
     server_free(server);
 }

@@ -2,9 +2,10 @@
  * http.h - the libmicrohttpd glue: listening, gathering bodies, headers.
  *
  * This is the only module that includes microhttpd.h.  It enforces the body
- * limit while the body arrives, hands complete requests to api_handle, adds
- * the CORS, Allow and Retry-After headers, and reports each finished request
- * to the metrics.
+ * limit and the memory budget before the body arrives, closes connections
+ * that are too slow, hands complete requests to api_handle (on worker
+ * threads, with a deadline), adds the CORS, Allow and Retry-After headers,
+ * and reports each finished request to the metrics.
  */
 #ifndef ATTN_HTTP_H
 #define ATTN_HTTP_H
@@ -17,8 +18,11 @@
 typedef struct http_server http_server;
 
 /* Starts listening on cfg->host:cfg->port (cfg is borrowed for the server's
- * life) with a thread per connection.  Returns the server, or NULL with err
- * filled.  The caller stops it with http_stop. */
+ * life) with the I/O threads, the --max-inflight workers and the reaper of
+ * slow connections (http.c says how they share the work).  The process
+ * memory budget (budget.h) must be set first.  Returns the server, or NULL
+ * with err filled (nothing left running).  The caller stops it with
+ * http_stop. */
 http_server *http_start(const server_config *cfg, attn_error *err);
 
 /* The port actually bound (useful with port 0). */
@@ -27,8 +31,13 @@ unsigned http_port(const http_server *server);
 /* Connections open now. */
 unsigned http_connections(const http_server *server);
 
-/* Stops listening, waits for the connection threads, and frees the server
- * (NULL is fine). */
+/* Connections closed so far for delivering headers or a body too slowly. */
+long http_slow_closed(const http_server *server);
+
+/* Answers requests still waiting for a worker with 503, waits for the
+ * workers to finish what they run (call compute_stop_all(1) first to make
+ * that quick), stops listening, closes every connection and frees the
+ * server (NULL is fine). */
 void http_stop(http_server *server);
 
 #endif

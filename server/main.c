@@ -4,20 +4,27 @@
  * Loads the configuration, starts the HTTP server, prints the address it
  * listens on, and waits for a signal.  SIGTERM, SIGINT, SIGQUIT and SIGHUP
  * (the terminal went away) drain: /readyz turns 503, new attention requests
- * get 503, computations under way get up to --shutdown-grace seconds to
- * finish, then the server stops and exits 0.  SIGUSR1 prints one status line
- * (open connections, requests and computations under way) to stderr and
- * changes nothing.  The server logs to stderr only, so there is no log file
- * for SIGHUP to reopen.
+ * get 503, requests under way get the --shutdown-grace seconds to finish; in
+ * its last tenth (at most its last 500 ms) the computations still running are
+ * stopped (they end within one block of keys and answer 503), then the server
+ * stops and the process exits 0.  A watchdog ends the process with status 1
+ * when the grace has passed all the same (a step that cannot be interrupted,
+ * such as parsing a very large body), so the process never outlives the
+ * grace.  SIGUSR1 prints one status line (open connections, requests and
+ * computations under way) to stderr and changes nothing.  The server logs to
+ * stderr only, so there is no log file for SIGHUP to reopen.
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "attention.h"
+#include "budget.h"
 #include "compute.h"
 #include "config.h"
 #include "http.h"
@@ -37,6 +44,37 @@ static void forward_to_main(int sig)
     pthread_kill(main_thread, sig);
 }
 
+/* Raises the soft limit on open files to the hard one, as far as the process
+ * may: every connection is a descriptor.  Returns the soft limit now. */
+static rlim_t raise_file_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = soft;
+    }
+    return rl.rlim_cur;
+}
+
+static long watchdog_grace_ms;
+
+/* Ends the process when the shutdown grace is over, whatever still runs. */
+static void *watchdog_main(void *arg)
+{
+    (void)arg;
+    struct timespec pause = {watchdog_grace_ms / 1000, (watchdog_grace_ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL);
+    static const char msg[] = "attention-server: shutdown grace over, exiting now\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {
+        /* nothing more to do: the exit below is what matters */
+    }
+    _exit(1);
+}
+
 int main(int argc, char **argv)
 {
     server_config cfg;
@@ -49,6 +87,15 @@ int main(int argc, char **argv)
         return 2;
     }
     mem_install_jansson();
+    rlim_t files = raise_file_limit();
+    if (files != 0 && files != RLIM_INFINITY && (rlim_t)cfg.max_connections + 64 > files)
+        fprintf(stderr, "attention-server: at most %lu files may be open; fewer than "
+                "--max-connections %ld connections will be accepted\n", (unsigned long)files,
+                cfg.max_connections);
+    size_t budget = cfg.max_memory != 0 ? cfg.max_memory : budget_default_limit();
+    budget_init(budget);
+    fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
+            cfg.max_memory != 0 ? "" : " (3/4 of the memory limit)");
 
     /* Signals are taken by sigwait in this thread only; the server's threads
      * inherit the blocked mask. */
@@ -119,12 +166,31 @@ int main(int argc, char **argv)
             sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGQUIT ? "SIGQUIT"
                                                                                   : "SIGHUP");
     api_set_draining(1);
-    struct timespec pause = {0, 20 * 1000 * 1000};
+    watchdog_grace_ms = cfg.shutdown_grace * 1000;
+    pthread_t watchdog;
+    if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
+        pthread_detach(watchdog);
     /* Wait for computations and for every request between its first byte and
-     * its last (uploads still arriving, answers still being sent). */
-    for (long waited_ms = 0; (api_busy() > 0 || metrics_inflight() > 0) &&
-                             waited_ms < cfg.shutdown_grace * 1000; waited_ms += 20)
+     * its last (uploads still arriving, answers still being sent).  In the
+     * last tenth of the grace (at most its last 500 ms) computations still
+     * running are stopped, so that their answers (503) can go out; the last
+     * twentieth (at most 150 ms) is for closing. */
+    long grace_ms = cfg.shutdown_grace * 1000;
+    long stop_compute_ms = grace_ms - (grace_ms / 10 < 500 ? grace_ms / 10 : 500);
+    long close_ms = grace_ms - (grace_ms / 20 < 150 ? grace_ms / 20 : 150);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
+            break;
+        if (waited_ms >= stop_compute_ms)
+            compute_stop_all(1);
         nanosleep(&pause, NULL);
+    }
+    compute_stop_all(1);
     http_stop(server);
     api_shutdown();
     compute_shutdown();

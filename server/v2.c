@@ -19,12 +19,13 @@
 #include <time.h>
 
 #include "attention.h"
+#include "attention_json.h"
+#include "budget.h"
 #include "jsonw.h"
 #include "mem.h"
-#include "attention_json.h"
-#include "weights.h"
 #include "v2_tensor.h"
 #include "version.h"
+#include "weights.h"
 
 #define V2_MODEL_VERSION "1"
 #define V2_PLATFORM "attention-server"
@@ -861,6 +862,7 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     v2_path vp;
     v2_infer st;
     memset(&st, 0, sizeof st);
+    size_t reserved_bytes = 0;
     int rc = parse_path(req->path, &vp) ? 0 :
              error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
                        req->path);
@@ -902,11 +904,10 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     for (size_t i = 0; i < st.outs.n; i++)
         any_json |= !st.outs.binary[i];
     size_t result_elements = attention_json_result_elements(&st.ar), response_bytes = 0;
-    if ((rc = api_check_job_limits(&st.ar.job, result_elements,
-                                   any_json ? V2_JSON_BYTES_PER_NUMBER
-                                            : v2_datatype_size(st.dtype),
-                                   "ask only for the output \"output\"", &response_bytes,
-                                   &err)) != 0)
+    if ((rc = api_admit_job(&st.ar.job, result_elements,
+                            any_json ? V2_JSON_BYTES_PER_NUMBER : v2_datatype_size(st.dtype),
+                            "ask only for the output \"output\"", &response_bytes,
+                            &reserved_bytes, &err)) != 0)
         goto fail;
     rc = infer_read(&st, &err);
     json_decref(st.root);
@@ -921,10 +922,12 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
         goto fail;
     infer_respond(&st, &result, ms, any_json ? response_bytes / 2 : 0, resp);
     attention_result_free(&result);
+    budget_release(reserved_bytes);
     attention_json_free(&st.ar);
     model_close(&st.model);
     return;
 fail:
+    budget_release(reserved_bytes);
     json_decref(st.root);
     attention_json_free(&st.ar);
     model_close(&st.model);

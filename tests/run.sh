@@ -55,6 +55,7 @@ suite integration-asan build/itest --server build/asan/attention-server --fixtur
     --cases tests/integration/cases
 suite v2 build/v2test --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
+suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
 suite container bash tests/container/image.sh

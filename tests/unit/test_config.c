@@ -117,7 +117,9 @@ void test_config_help_lists_every_option(void)
         "--max-elements", "--max-request-memory", "--max-inflight", "--max-connections",
         "--timeout", "--compute-threads", "--shutdown-grace", "--data-dir", "--quiet", "default 8080",
         "--allowed-hosts", "--auth-tokens", "ATTN_AUTH_TOKENS", "--auth-token-file", "--auth-writes",
-        "--auth-all", "--tls-cert", "--tls-key"};
+        "--auth-all", "--tls-cert", "--tls-key",
+        "--max-memory", "ATTN_MAX_MEMORY", "--max-connections-per-ip", "--header-timeout",
+        "--min-body-rate", "--deadline", "--queue-wait-ms", "--io-threads"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         if (strstr(text, expected[i]) == NULL) {
             free(text);

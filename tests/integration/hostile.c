@@ -1,0 +1,519 @@
+/*
+ * hostile.c - the server under clients that are slow, heavy or impatient.
+ *
+ * Each group starts its own server (client.h: fork/exec, stopped by its pid)
+ * on a free loopback port with the flags the group is about, and speaks
+ * HTTP/1.1 to it over raw sockets, because curl cannot be told to send its
+ * headers one byte at a time or to vanish in the middle of a request.
+ *
+ *   slow       1,000 connections that never finish their headers and 300 whose
+ *              bodies crawl, from 127.0.0.2 and up: /healthz and a small POST
+ *              from 127.0.0.1 keep answering, and every slow connection is
+ *              closed within --header-timeout + 2 s; a per-address cap holds.
+ *   memory     held uploads and PUTs past --max-memory get 503 with Retry-After
+ *              before their bodies are read (413 when they could never fit),
+ *              and the server's peak RSS stays under the budget plus a margin.
+ *   queue      64 concurrent small POSTs at --max-inflight 2 are all answered
+ *              200: requests wait a little for a worker instead of a 503.
+ *   deadline   a long computation with X-Deadline-Ms gets 503
+ *              deadline_exceeded; a client that leaves frees its worker at
+ *              once; SIGTERM with a long job exits within --shutdown-grace.
+ *
+ * The only timed assertions are the product's own deadlines, with generous
+ * margins.  Prints "ok NAME" or "FAIL NAME: why" per check and ends with
+ * "N passed, N failed".
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "integration/client.h"
+#include "integration/rawhttp.h"
+
+#define SLOW_HEADER_CONNECTIONS 1000
+#define SLOW_BODY_CONNECTIONS 300
+#define SLOW_ADDRESSES 20           /* 127.0.0.2 .. 127.0.0.21 */
+#define HEADER_TIMEOUT_S 3
+
+static int g_passed, g_failed;
+static const char *g_server_path;
+static char g_tmp[256];
+
+static void check(int ok, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void check(int ok, const char *name, const char *fmt, ...)
+{
+    if (ok) {
+        g_passed++;
+        printf("ok   %s\n", name);
+    } else {
+        g_failed++;
+        printf("FAIL %s: ", name);
+        va_list ap;
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The server                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+typedef struct server {
+    pid_t pid;
+    int stdout_fd;
+    int port;
+    char url[64];
+} server;
+
+/* Starts the server with the extra flags (NULL-terminated); 0 or -1. */
+static int server_start(server *s, const char *const *extra)
+{
+    const char *argv[40];
+    size_t n = 0;
+    static char data_dir[300];
+    snprintf(data_dir, sizeof data_dir, "%s/data", g_tmp);
+    argv[n++] = g_server_path;
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    argv[n++] = "--data-dir";
+    argv[n++] = data_dir;
+    argv[n++] = "--quiet";
+    for (size_t i = 0; extra[i] != NULL && n < 38; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    char err_path[300], why[256];
+    snprintf(err_path, sizeof err_path, "%s/server.err", g_tmp);
+    s->pid = client_spawn_server(argv, NULL, err_path, 1, &s->stdout_fd, why, sizeof why);
+    if (s->pid < 0) {
+        check(0, "server/start", "%s", why);
+        return -1;
+    }
+    s->port = client_read_banner(s->stdout_fd, 20.0, s->url, sizeof s->url, NULL, why, sizeof why);
+    if (s->port < 0) {
+        check(0, "server/start", "%s", why);
+        client_kill_and_reap(s->pid, NULL);
+        close(s->stdout_fd);
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGTERM, then waits up to timeout_s; returns the seconds it took, or -1 when
+ * it had to be killed. */
+static double server_stop(server *s, double timeout_s)
+{
+    double t0 = client_now_seconds();
+    kill(s->pid, SIGTERM);
+    int status = 0;
+    int exited = client_wait_exit(s->pid, timeout_s, &status);
+    close(s->stdout_fd);
+    return exited == 1 ? client_now_seconds() - t0 : -1;
+}
+
+/* Peak resident set (VmHWM) of pid in KiB, or -1. */
+static long peak_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* 1 when the server has closed fd (end of file or reset), 0 when it is open. */
+static int closed_by_server(int fd)
+{
+    char byte[256];
+    for (;;) {
+        ssize_t n = recv(fd, byte, sizeof byte, MSG_DONTWAIT);
+        if (n == 0)
+            return 1;
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : 1;
+        /* an answer (408, 413...) before the close: keep reading */
+    }
+}
+
+static const char SMALL_BODY[] = "{\"q\":[[1,0],[0,1]],\"k\":[[1,0],[0,1]],\"v\":[[1,2],[3,4]]}";
+
+/* An attention body of l x d ones for q, k and v, without the attention
+ * result; the caller frees it. */
+static char *big_body(size_t l, size_t d, size_t *len)
+{
+    size_t row = 2 * d + 2, matrix = l * (row + 1) + 2;
+    size_t cap = 3 * matrix + 128;
+    char *b = client_xcalloc(cap, 1);
+    size_t n = 0;
+    static const char *const names[3] = {"q", "k", "v"};
+    n += (size_t)sprintf(b + n, "{\"return_attention\":false");
+    for (int m = 0; m < 3; m++) {
+        n += (size_t)sprintf(b + n, ",\"%s\":[", names[m]);
+        for (size_t i = 0; i < l; i++) {
+            b[n++] = '[';
+            for (size_t j = 0; j < d; j++) {
+                b[n++] = (i + j) % 3 == 0 ? '1' : '0';
+                b[n++] = ',';
+            }
+            b[n - 1] = ']';
+            b[n++] = ',';
+        }
+        b[n - 1] = ']';
+    }
+    b[n++] = '}';
+    *len = n;
+    return b;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Groups                                                                                */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_slow_clients(void)
+{
+    char header_timeout[16];
+    snprintf(header_timeout, sizeof header_timeout, "%d", HEADER_TIMEOUT_S);
+    const char *flags[] = {"--header-timeout", header_timeout, "--min-body-rate", "1K",
+                           "--max-connections-per-ip", "100", NULL};
+    server s;
+    if (server_start(&s, flags) != 0)
+        return;
+    int total = SLOW_HEADER_CONNECTIONS + SLOW_BODY_CONNECTIONS;
+    int *fds = client_xcalloc((size_t)total, sizeof *fds);
+    int opened = 0;
+    double t_open = client_now_seconds();
+    for (int i = 0; i < total; i++) {
+        char from[32];
+        snprintf(from, sizeof from, "127.0.0.%d", 2 + i % SLOW_ADDRESSES);
+        fds[i] = rawhttp_connect_from(from, s.port);
+        if (fds[i] < 0)
+            continue;
+        opened++;
+        if (i < SLOW_HEADER_CONNECTIONS) {
+            rawhttp_send_all(fds[i], "GET /healthz HTTP/1.1\r\nHo", 25);
+        } else {
+            static const char head[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                       "Content-Type: application/json\r\n"
+                                       "Content-Length: 100000\r\n\r\n{\"q\":";
+            rawhttp_send_all(fds[i], head, sizeof head - 1);
+        }
+    }
+    double t_opened = client_now_seconds();
+    check(opened == total, "slow/open", "opened %d of %d slow connections", opened, total);
+
+    /* Probes from 127.0.0.1 while the slow ones trickle a byte now and then. */
+    int healthz_ok = 0, post_ok = 0, probes = 0;
+    double worst = 0;
+    for (int round = 0; round < 10; round++) {
+        for (int i = round; i < total; i += 10)
+            if (fds[i] >= 0)
+                rawhttp_send_all(fds[i], i < SLOW_HEADER_CONNECTIONS ? "s" : "1", 1);
+        rawhttp_answer a;
+        double t0 = client_now_seconds();
+        if (rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200)
+            healthz_ok++;
+        rawhttp_answer_free(&a);
+        if (rawhttp_roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
+                      5.0, &a) == 0 && a.status == 200)
+            post_ok++;
+        rawhttp_answer_free(&a);
+        double took = client_now_seconds() - t0;
+        worst = took > worst ? took : worst;
+        probes++;
+        client_sleep_ms(150);
+    }
+    check(healthz_ok == probes, "slow/healthz-answers", "%d of %d /healthz probes answered 200",
+          healthz_ok, probes);
+    check(post_ok == probes, "slow/post-answers", "%d of %d small POSTs answered 200", post_ok,
+          probes);
+
+    /* Every slow connection is closed within --header-timeout + 2 s of the last
+     * opening (bodies: their rate is checked from the same moment). */
+    double deadline = t_opened + HEADER_TIMEOUT_S + 2.0;
+    int still_open = 0;
+    for (;;) {
+        still_open = 0;
+        for (int i = 0; i < total; i++)
+            if (fds[i] >= 0) {
+                if (closed_by_server(fds[i])) {
+                    close(fds[i]);
+                    fds[i] = -1;
+                } else {
+                    still_open++;
+                }
+            }
+        if (still_open == 0 || client_now_seconds() > deadline)
+            break;
+        client_sleep_ms(100);
+    }
+    check(still_open == 0, "slow/closed-by-deadline",
+          "%d of %d slow connections still open %.1f s after the last was opened "
+          "(header timeout %d s; opening took %.1f s)", still_open, opened,
+          client_now_seconds() - t_opened, HEADER_TIMEOUT_S, t_opened - t_open);
+    for (int i = 0; i < total; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+
+    /* The per-address cap: 100 idle connections from one address are held,
+     * the next is closed at once. */
+    int held[101], kept = 0;
+    for (int i = 0; i < 101; i++) {
+        held[i] = rawhttp_connect_from("127.0.0.30", s.port);
+    }
+    client_sleep_ms(300);
+    for (int i = 0; i < 101; i++)
+        if (held[i] >= 0 && !closed_by_server(held[i]))
+            kept++;
+    check(kept == 100, "slow/per-address-cap", "%d of 101 connections from one address kept "
+          "(--max-connections-per-ip 100)", kept);
+    for (int i = 0; i < 101; i++)
+        if (held[i] >= 0)
+            close(held[i]);
+    rawhttp_answer a;
+    check(rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
+          "slow/healthz-after", "status %d", a.status);
+    rawhttp_answer_free(&a);
+    free(fds);
+    double took = server_stop(&s, 15.0);
+    check(took >= 0, "slow/stops", "the server did not stop within 15 s of SIGTERM");
+}
+
+static void test_memory(void)
+{
+    /* 64 MiB budget; each 2,000,000-byte PUT or POST reserves 25 times its body
+     * (about 48 MiB), so only one fits at a time. */
+    const char *flags[] = {"--max-memory", "64M", NULL};
+    server s;
+    if (server_start(&s, flags) != 0)
+        return;
+    enum { HELD = 8 };
+    int fds[HELD];
+    int n503 = 0, retry_after = 0, held_open = 0;
+    for (int i = 0; i < HELD; i++) {
+        fds[i] = rawhttp_connect_from("127.0.0.1", s.port);
+        char head[256];
+        int n = snprintf(head, sizeof head,
+                         i % 2 ? "PUT /v1/weight-sets/held%d HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "Content-Length: 2000000\r\n\r\n{\"wq\":["
+                               : "POST /v1/attention?%d HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "Content-Length: 2000000\r\n\r\n{\"q\":[",
+                         i);
+        if (fds[i] >= 0)
+            rawhttp_send_all(fds[i], head, (size_t)n);
+        client_sleep_ms(50);
+    }
+    for (int i = 0; i < HELD; i++) {
+        rawhttp_answer a;
+        if (fds[i] >= 0 && rawhttp_read_answer(fds[i], 1.0, &a) == 0) {
+            if (a.status == 503) {
+                n503++;
+                retry_after += strcasestr(a.head, "\r\nRetry-After:") != NULL;
+            }
+            rawhttp_answer_free(&a);
+        } else if (fds[i] >= 0) {
+            held_open++;
+        }
+    }
+    check(n503 >= HELD - 2 && retry_after == n503, "memory/held-uploads-get-503",
+          "%d of %d held uploads got 503 (%d with Retry-After), %d held", n503, HELD,
+          retry_after, held_open);
+    /* Fill the admitted uploads with bodies; the budget held, so RSS stays low. */
+    char *chunk = client_xcalloc(65536, 1);
+    memset(chunk, ' ', 65536);
+    for (int i = 0; i < HELD; i++)
+        if (fds[i] >= 0)
+            for (int k = 0; k < 30; k++)
+                if (rawhttp_send_all(fds[i], chunk, 65536) != 0)
+                    break;
+    free(chunk);
+    rawhttp_answer a;
+    check(rawhttp_roundtrip(s.port, "PUT", "/v1/weight-sets/huge", NULL, "{}", 2, 5.0, &a) == 0,
+          "memory/small-put-answers", "no answer");
+    rawhttp_answer_free(&a);
+    /* A body that could never fit the budget is 413 before it is sent. */
+    int fd = rawhttp_connect_from("127.0.0.1", s.port);
+    static const char huge[] = "PUT /v1/weight-sets/huge HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "Content-Length: 10000000\r\n\r\n";
+    int status = 0;
+    if (fd >= 0 && rawhttp_send_all(fd, huge, sizeof huge - 1) == 0 && rawhttp_read_answer(fd, 5.0, &a) == 0) {
+        status = a.status;
+        rawhttp_answer_free(&a);
+    }
+    if (fd >= 0)
+        close(fd);
+    check(status == 413, "memory/never-fits-413", "status %d for a body of 10,000,000 bytes "
+          "against a 64 MiB budget", status);
+    long rss = peak_rss_kib(s.pid);
+    /* Margin: the program, OpenBLAS and libmicrohttpd's buffers (about 30 MiB
+     * at rest) plus allocator slack. */
+    check(rss > 0 && rss < (64 + 96) * 1024, "memory/peak-rss-under-budget",
+          "peak RSS %ld KiB, budget 64 MiB + 96 MiB margin", rss);
+    for (int i = 0; i < HELD; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    check(rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
+          "memory/healthz-after", "status %d", a.status);
+    rawhttp_answer_free(&a);
+    server_stop(&s, 15.0);
+}
+
+static void test_queue(void)
+{
+    const char *flags[] = {"--max-inflight", "2", NULL};
+    server s;
+    if (server_start(&s, flags) != 0)
+        return;
+    enum { CLIENTS = 64 };
+    int fds[CLIENTS];
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof SMALL_BODY - 1, SMALL_BODY);
+    for (int i = 0; i < CLIENTS; i++) {
+        fds[i] = rawhttp_connect_from("127.0.0.1", s.port);
+        if (fds[i] >= 0)
+            rawhttp_send_all(fds[i], head, (size_t)n);
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        rawhttp_answer a;
+        if (fds[i] >= 0 && rawhttp_read_answer(fds[i], 10.0, &a) == 0) {
+            ok += a.status == 200;
+            refused += a.status == 503;
+            rawhttp_answer_free(&a);
+        }
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    check(ok == CLIENTS, "queue/64-concurrent-at-max-inflight-2",
+          "%d of %d answered 200, %d got 503", ok, CLIENTS, refused);
+    server_stop(&s, 15.0);
+}
+
+static void test_deadlines(void)
+{
+    size_t len;
+    char *body = big_body(8192, 256, &len);
+    const char *flags[] = {"--max-inflight", "1", "--queue-wait-ms", "60000",
+                           "--shutdown-grace", "2", NULL};
+    server s;
+    if (server_start(&s, flags) != 0) {
+        free(body);
+        return;
+    }
+    /* The deadline a request sets for itself. */
+    rawhttp_answer a;
+    double t0 = client_now_seconds();
+    int rc = rawhttp_roundtrip(s.port, "POST", "/v1/attention", "X-Deadline-Ms: 1500\r\n", body, len,
+                       30.0, &a);
+    double took = client_now_seconds() - t0;
+    check(rc == 0 && a.status == 503 && a.body && strstr(a.body, "\"deadline_exceeded\""),
+          "deadline/request-header", "status %d after %.1f s: %.200s", a.status, took,
+          a.body ? a.body : "(no answer)");
+    rawhttp_answer_free(&a);
+
+    /* A client that leaves frees the only worker within a block: a small
+     * request sent just after is answered at once. */
+    int fd = rawhttp_connect_from("127.0.0.1", s.port);
+    char head[256];
+    int n = snprintf(head, sizeof head, "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Length: %zu\r\n\r\n", len);
+    if (fd >= 0) {
+        rawhttp_send_all(fd, head, (size_t)n);
+        rawhttp_send_all(fd, body, len);
+    }
+    client_sleep_ms(2500); /* parsed and computing by now */
+    if (fd >= 0)
+        close(fd);
+    t0 = client_now_seconds();
+    rc = rawhttp_roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
+                   30.0, &a);
+    took = client_now_seconds() - t0;
+    check(rc == 0 && a.status == 200 && took < 3.0, "deadline/client-gone-frees-worker",
+          "status %d after %.1f s (the abandoned job alone runs far longer)", a.status, took);
+    rawhttp_answer_free(&a);
+
+    /* SIGTERM with a job longer than the grace: the process exits within it. */
+    fd = rawhttp_connect_from("127.0.0.1", s.port);
+    if (fd >= 0) {
+        rawhttp_send_all(fd, head, (size_t)n);
+        rawhttp_send_all(fd, body, len);
+    }
+    client_sleep_ms(2500);
+    double stop = server_stop(&s, 20.0);
+    check(stop >= 0 && stop < 2.0 + 1.0, "deadline/sigterm-within-grace",
+          "exited %.1f s after SIGTERM with --shutdown-grace 2 (-1: killed after 20 s)", stop);
+    if (fd >= 0) {
+        int got = rawhttp_read_answer(fd, 1.0, &a);
+        check(got != 0 || a.status == 503, "deadline/sigterm-answer",
+              "the job's answer was %d, not 503 or a closed connection", a.status);
+        if (got == 0)
+            rawhttp_answer_free(&a);
+        close(fd);
+    }
+    free(body);
+}
+
+int main(int argc, char **argv)
+{
+    client_set_program_name("hostile");
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--server") && i + 1 < argc)
+            g_server_path = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+    }
+    if (g_server_path == NULL) {
+        fprintf(stderr, "usage: hostile --server PATH [--only slow|memory|queue|deadline]\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (client_make_temp_dir(g_tmp, sizeof g_tmp, NULL, "hostile") != 0) {
+        fprintf(stderr, "hostile: cannot make a temporary directory\n");
+        return 2;
+    }
+    if (only == NULL || !strcmp(only, "slow"))
+        test_slow_clients();
+    if (only == NULL || !strcmp(only, "memory"))
+        test_memory();
+    if (only == NULL || !strcmp(only, "queue"))
+        test_queue();
+    if (only == NULL || !strcmp(only, "deadline"))
+        test_deadlines();
+    if (g_failed == 0)
+        client_remove_tree(g_tmp);
+    else
+        printf("hostile: kept the server's stderr in %s/server.err\n", g_tmp);
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+}
