@@ -32,8 +32,9 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
 LIB_SRCS := server/error.c server/mem.c server/config.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c \
-            server/request.c server/store.c server/metrics.c server/api.c server/http.c
-LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
+            server/request.c server/store.c server/metrics.c server/api.c server/http.c \
+            server/viz.c
+LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
 ITEST_SRCS := tests/integration/itest.c tests/ref/reference.c
@@ -53,6 +54,28 @@ $(BUILD)/obj/%.o: server/%.c
 # Only the softmax exponentials are built with -ffast-math (vector exp from libmvec);
 # see server/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
+
+# The visualizer's page and the golden examples, built into the binary: a small generator
+# (server/viz_embed.c, built for the build machine) writes them as C arrays into
+# build/gen/viz_assets.c; server/viz.h declares them.  The page is served as /viz and the
+# examples as /viz/examples/NAME.json.
+VIZ_FILES := $(sort $(wildcard server/viz/*.html server/viz/*.css server/viz/*.js))
+VIZ_EXAMPLES := $(sort $(wildcard tests/fixtures/*.json))
+VIZ_GEN := build/gen/viz_assets.c
+
+build/viz-embed: server/viz_embed.c
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 $(WARN) $< -o $@
+
+$(VIZ_GEN): build/viz-embed $(VIZ_FILES) $(VIZ_EXAMPLES)
+	@mkdir -p $(dir $@)
+	build/viz-embed $(foreach f,$(VIZ_FILES),$(notdir $(f))=$(f)) \
+	    $(foreach f,$(VIZ_EXAMPLES),examples/$(notdir $(f))=$(f)) > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/obj/viz_assets.o: $(VIZ_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Iserver -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
@@ -192,10 +215,10 @@ bench-mhd: deps
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
 # api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
 FUZZ_SECONDS ?= 120
-build/fuzz/fuzz-api: $(LIB_SRCS) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
+build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
 	@mkdir -p build/fuzz/corpus
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) tests/fuzz/fuzz_api.c -o $@ \
+	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c -o $@ \
 	    $(PKG_LIBS) -lpthread -lm
 
 fuzz: deps build/fuzz/fuzz-api

@@ -121,6 +121,16 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                                       : "application/json");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    /* The visualizer's page (server/viz/) runs under the strictest policy it
+     * works with: everything from this server, no inline script or style, no
+     * plugins, no framing. */
+    if (resp->content_type != NULL && !strncmp(resp->content_type, "text/html", 9)) {
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; script-src 'self'; style-src 'self'; "
+                                "img-src 'self' blob:; connect-src 'self'; object-src 'none'; "
+                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    }
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
     if (strcmp(origin, "*") != 0)
         MHD_add_response_header(r, "Vary", "Origin");
