@@ -3,6 +3,7 @@
 #   make            build build/attention-server
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, build (plain and sanitized), run every test
+#   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #   make bench-mhd  libmicrohttpd threading models measured against each other
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
@@ -44,7 +45,8 @@ UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps \
-        install-podman image image-balancer test-container test-compose lint-k8s
+        install-podman image image-balancer test-container test-compose lint-k8s \
+        browser-deps test-browser
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -259,6 +261,22 @@ $(K8S_CHECK_STAMP): tests/k8s/package.json tests/k8s/package-lock.json
 
 lint-k8s: $(K8S_CHECK_STAMP)
 	@node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
+
+# The visualizer's browser tests (tests/browser/viz_test.mjs): Debian's chromium, headless,
+# driven by puppeteer-core (pinned by tests/browser/package-lock.json) against the server
+# built here.  Both are installed when missing; the stamp works as the linter's above.
+BROWSER_TEST_STAMP := tests/browser/node_modules/.package-lock.json
+
+$(BROWSER_TEST_STAMP): tests/browser/package.json tests/browser/package-lock.json
+	$(need_npm)
+	cd tests/browser && npm ci --no-audit --no-fund
+	touch $@
+
+browser-deps: $(BROWSER_TEST_STAMP)
+	$(call install_missing,chromium)
+
+test-browser: browser-deps $(SERVER)
+	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures
 
 clean:
 	rm -rf build

@@ -23,7 +23,7 @@
    * the server offers it: below it JSON is as fast and keeps the response readable. */
   const BINARY_MIN_WEIGHTS = 65536;
   const LOG_FLOOR = 1e-6;             /* the log scale spans [1e-6, 1] */
-  const PAGE_ROWS = 40, PAGE_COLS = 16;
+  const PAGE_ROWS = 40, PAGE_COLS = 16, OUTPUT_COLS = 32;
   const LINES_MAX_TOKENS = 512;
   /* viridis, at t = 0, 1/8, ..., 1 */
   const STOPS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
@@ -680,9 +680,9 @@
     }
     box.append(t);
     if (!data.output) return;
-    const D = data.output.D, oc1 = Math.min(D, PAGE_COLS);
+    const D = data.output.D, oc1 = Math.min(D, OUTPUT_COLS);
     const h3 = document.createElement('h3');
-    h3.textContent = `Output, batch ${b} (token rows, feature columns${D > PAGE_COLS ? `; the first ${PAGE_COLS} of ${D}` : ''})`;
+    h3.textContent = `Output, batch ${b} (token rows, feature columns${D > OUTPUT_COLS ? `; the first ${OUTPUT_COLS} of ${D}` : ''})`;
     const o = document.createElement('table');
     o.id = 'output-table';
     const oh = o.insertRow();
