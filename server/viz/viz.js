@@ -35,7 +35,8 @@
     threshold: 0, topk: 0,
   };
   let data = null;            /* see setData */
-  let zoom = { k0: 0, q0: 0, span: 1 };   /* visible fraction of each axis, from (k0, q0) */
+  /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
+  let zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
   let renderCount = 0;
   let v2Binary = null;        /* null: not asked yet; true/false: GET /v2 said so */
 
@@ -200,7 +201,7 @@
    *    BertViz files: the attention of every layer), raw (the response text), source}. */
   function setData(d) {
     data = d;
-    zoom = { k0: 0, q0: 0, span: 1 };
+    zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
     fillSelect($('layer'), d.layers ? d.layers.length : 1, (i) => 'layer ' + i, false);
     fillSelect($('batch'), d.B, (i) => 'batch ' + i, false);
     fillSelect($('head'), d.H, (i) => 'head ' + i, d.H > 1);
@@ -395,7 +396,7 @@
     if (!data) return;
     const { Lq, Lk } = data;
     const m = shownMatrix(state.batch, state.head);
-    const qs = Lq * zoom.span, ks = Lk * zoom.span, q0 = Lq * zoom.q0, k0 = Lk * zoom.k0;
+    const qs = Lq * zoom.sq, ks = Lk * zoom.sk, q0 = Lq * zoom.q0, k0 = Lk * zoom.k0;
     const img = ctx.getImageData(PLOT.x, PLOT.y, PLOT.w, PLOT.h);
     drawPooled(img, m, Lq, Lk, 0, 0, PLOT.w, PLOT.h, q0, qs, k0, ks);
     ctx.putImageData(img, PLOT.x, PLOT.y);
@@ -461,16 +462,16 @@
   /* The cell under canvas point (x, y), or null. */
   function cellAt(x, y) {
     if (!data || x < PLOT.x || y < PLOT.y || x >= PLOT.x + PLOT.w || y >= PLOT.y + PLOT.h) return null;
-    const i = Math.floor(data.Lq * (zoom.q0 + zoom.span * (y - PLOT.y) / PLOT.h));
-    const j = Math.floor(data.Lk * (zoom.k0 + zoom.span * (x - PLOT.x) / PLOT.w));
+    const i = Math.floor(data.Lq * (zoom.q0 + zoom.sq * (y - PLOT.y) / PLOT.h));
+    const j = Math.floor(data.Lk * (zoom.k0 + zoom.sk * (x - PLOT.x) / PLOT.w));
     return i < data.Lq && j < data.Lk ? { i, j } : null;
   }
 
   /* The canvas point at the centre of cell (i, j) at the current zoom (for tests and tools). */
   function cellCenter(i, j) {
     return {
-      x: PLOT.x + ((j + 0.5) / data.Lk - zoom.k0) / zoom.span * PLOT.w,
-      y: PLOT.y + ((i + 0.5) / data.Lq - zoom.q0) / zoom.span * PLOT.h,
+      x: PLOT.x + ((j + 0.5) / data.Lk - zoom.k0) / zoom.sk * PLOT.w,
+      y: PLOT.y + ((i + 0.5) / data.Lq - zoom.q0) / zoom.sq * PLOT.h,
     };
   }
 
@@ -500,8 +501,8 @@
     let drag = null;
     cv.addEventListener('mousemove', (ev) => {
       if (drag && data) {
-        zoom.k0 = clampOrigin(drag.k0 - (ev.clientX - drag.x) / PLOT.w * zoom.span);
-        zoom.q0 = clampOrigin(drag.q0 - (ev.clientY - drag.y) / PLOT.h * zoom.span);
+        zoom.k0 = clampOrigin(drag.k0 - (ev.clientX - drag.x) / PLOT.w * zoom.sk, zoom.sk);
+        zoom.q0 = clampOrigin(drag.q0 - (ev.clientY - drag.y) / PLOT.h * zoom.sq, zoom.sq);
         drawHeatmap();
       }
       if (data) hoverHeatmap(ev);
@@ -509,24 +510,25 @@
     cv.addEventListener('mouseleave', () => { $('tooltip').hidden = true; drag = null; });
     cv.addEventListener('mousedown', (ev) => { drag = { x: ev.clientX, y: ev.clientY, k0: zoom.k0, q0: zoom.q0 }; });
     window.addEventListener('mouseup', () => { drag = null; });
-    cv.addEventListener('dblclick', () => { zoom = { k0: 0, q0: 0, span: 1 }; drawHeatmap(); });
+    cv.addEventListener('dblclick', () => { zoom = { k0: 0, q0: 0, sk: 1, sq: 1 }; drawHeatmap(); });
     cv.addEventListener('wheel', (ev) => {
       if (!data) return;
       ev.preventDefault();
       const r = cv.getBoundingClientRect();
       const fx = (ev.clientX - r.left - PLOT.x) / PLOT.w, fy = (ev.clientY - r.top - PLOT.y) / PLOT.h;
       if (fx < 0 || fy < 0 || fx > 1 || fy > 1) return;
-      const ak = zoom.k0 + fx * zoom.span, aq = zoom.q0 + fy * zoom.span;
-      const minSpan = Math.min(1, 8 / Math.max(data.Lq, data.Lk));
-      zoom.span = Math.min(1, Math.max(minSpan, zoom.span * (ev.deltaY > 0 ? 1.25 : 0.8)));
-      zoom.k0 = clampOrigin(ak - fx * zoom.span);
-      zoom.q0 = clampOrigin(aq - fy * zoom.span);
+      /* each axis zooms down to 8 cells across, so a short axis stays whole */
+      const ak = zoom.k0 + fx * zoom.sk, aq = zoom.q0 + fy * zoom.sq, f = ev.deltaY > 0 ? 1.25 : 0.8;
+      zoom.sk = Math.min(1, Math.max(Math.min(1, 8 / data.Lk), zoom.sk * f));
+      zoom.sq = Math.min(1, Math.max(Math.min(1, 8 / data.Lq), zoom.sq * f));
+      zoom.k0 = clampOrigin(ak - fx * zoom.sk, zoom.sk);
+      zoom.q0 = clampOrigin(aq - fy * zoom.sq, zoom.sq);
       drawHeatmap();
     }, { passive: false });
   }
 
-  function clampOrigin(v) {
-    return Math.min(1 - zoom.span, Math.max(0, v));
+  function clampOrigin(v, span) {
+    return Math.min(1 - span, Math.max(0, v));
   }
 
   /* ---------- lines ---------- */

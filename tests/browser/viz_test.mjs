@@ -344,6 +344,28 @@ test('sparsity: threshold and top-k hide weights, masked stays hatched', async (
   assert(masked === 6, 'masked cells in the table: ' + masked);
 });
 
+test('heatmap past one cell per pixel: each pixel is the maximum of its block; zoom keeps cells right', async (page) => {
+  const Lk = 2000;
+  const req = { q: randomMatrix(6, 4, 7), k: randomMatrix(Lk, 4, 8), v: randomMatrix(Lk, 2, 9), scale: 4 };
+  await openView(page, 'view=heatmap');
+  await setRequest(page, req);
+  const att = (await postJson('/v1/attention', req)).json.attention;
+  const plot = { x: 110, y: 90, w: 600 };
+  for (const col of [0, 77, 311, 599]) {
+    const j0 = Math.floor(Lk * col / plot.w), j1 = Math.max(j0 + 1, Math.floor(Lk * (col + 1) / plot.w));
+    const c = await page.evaluate(() => window.viz.cellCenter(3, 0));
+    const got = await pixel(page, 'heatmap', plot.x + col, c.y);
+    sameColour(got, viridis(Math.max(...att[3].slice(j0, j1))), `pixel column ${col} (keys ${j0}..${j1 - 1})`);
+  }
+  // zoom in at the middle with the wheel: cells get wider and still show their own weight
+  const box = await (await page.$('#heatmap')).boundingBox();
+  await page.mouse.move(box.x + plot.x + 300, box.y + 300);
+  for (let k = 0; k < 12; k++) await page.mouse.wheel({ deltaY: -100 });
+  const c0 = await page.evaluate(() => window.viz.cellCenter(2, 1000)), c1 = await page.evaluate(() => window.viz.cellCenter(2, 1001));
+  assert(c1.x - c0.x > 3, 'zooming did not widen the cells: ' + JSON.stringify([c0, c1]));
+  sameColour(await pixel(page, 'heatmap', c0.x, c0.y), viridis(att[2][1000]), 'zoomed cell [2][1000] at ' + JSON.stringify(c0));
+});
+
 test('a BertViz export opens offline, without the server', async (page) => {
   await openView(page, 'view=heatmap');
   const layers = [0, 1].map((l) => [Array.from({ length: 3 }, (_, h) => {
