@@ -46,7 +46,7 @@ ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps \
         install-podman image image-balancer test-container test-compose lint-k8s \
-        browser-deps test-browser
+        browser-deps test-browser viz-screenshots
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -277,6 +277,10 @@ browser-deps: $(BROWSER_TEST_STAMP)
 
 test-browser: browser-deps $(SERVER)
 	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures
+
+# The pictures of docs/visualizer.md, taken from the page as built here.
+viz-screenshots: browser-deps build/attention-server
+	@node tests/browser/screenshots.mjs --server build/attention-server --out docs/img
 
 clean:
 	rm -rf build

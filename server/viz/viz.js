@@ -420,8 +420,7 @@
       }
     }
     ctx.textAlign = 'left'; ctx.textBaseline = 'alphabetic';
-    ctx.fillText('key →', PLOT.x + PLOT.w - 40, PLOT.y + PLOT.h + 14);
-    ctx.fillText('query ↓', 4, PLOT.y + PLOT.h + 14);
+    ctx.fillText('rows: queries ↓   columns: keys →', 4, 30);
     ctx.fillText(`batch ${state.batch}, head ${state.head}` +
       (data.layers ? `, layer ${state.layer}` : ''), 4, 14);
     drawLegend();
