@@ -10,7 +10,8 @@
 // the server's and met no Content-Security-Policy violation and no script error.
 //
 // The page fetches weights as JSON from POST /v1/attention unless GET /v2 lists the binary
-// tensor extension and the request is large; every test here uses the JSON path.
+// tensor extension and the request is large.  Every test uses the real server and the JSON
+// path, except the one named "large request", which answers /v2 itself (see there).
 
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -364,6 +365,51 @@ test('heatmap past one cell per pixel: each pixel is the maximum of its block; z
   const c0 = await page.evaluate(() => window.viz.cellCenter(2, 1000)), c1 = await page.evaluate(() => window.viz.cellCenter(2, 1001));
   assert(c1.x - c0.x > 3, 'zooming did not widen the cells: ' + JSON.stringify([c0, c1]));
   sameColour(await pixel(page, 'heatmap', c0.x, c0.y), viridis(att[2][1000]), 'zoomed cell [2][1000] at ' + JSON.stringify(c0));
+});
+
+// The server of this branch has no /v2, so this test stands in for it: GET /v2 and the infer
+// call are answered here, as the binary tensor extension lays them out (JSON header, its
+// length in Inference-Header-Content-Length, then each output's little-endian bytes), with
+// weights the real server computed through /v1.  It checks the page's side of the protocol.
+test('large request: weights read from the binary v2 form into a Float32Array', async (page) => {
+  const L = 256;
+  const req = { q: randomMatrix(L, 8, 21), k: randomMatrix(L, 8, 22), v: randomMatrix(L, 4, 23), dtype: 'float32', causal: true };
+  const v1 = (await postJson('/v1/attention', req)).json;
+  let asked = null;
+  await page.setRequestInterception(true);
+  page.on('request', (r) => {
+    const url = r.url();
+    if (url === base + '/v2') {
+      r.respond({ status: 200, contentType: 'application/json', body: JSON.stringify({ name: 'attention-server', extensions: ['binary_tensor_data'] }) });
+    } else if (url === base + '/v2/models/attention/infer') {
+      asked = JSON.parse(r.postData());
+      const out = Buffer.from(Float32Array.from(v1.output.flat()).buffer);
+      const att = Buffer.from(Float32Array.from(v1.attention.flat()).buffer);
+      const header = Buffer.from(JSON.stringify({ model_name: 'attention', outputs: [
+        { name: 'output', datatype: 'FP32', shape: [L, 4], parameters: { binary_data_size: out.length } },
+        { name: 'attention', datatype: 'FP32', shape: [L, L], parameters: { binary_data_size: att.length } }] }));
+      r.respond({ status: 200, contentType: 'application/octet-stream',
+        headers: { 'Inference-Header-Content-Length': String(header.length) }, body: Buffer.concat([header, out, att]) });
+    } else {
+      r.continue();
+    }
+  });
+  await openView(page, 'view=heatmap');
+  await setRequest(page, req);
+  assert(asked, 'the page did not call POST /v2/models/attention/infer');
+  assert(asked.parameters.binary_data_output === true && asked.parameters.causal === true, 'parameters: ' + JSON.stringify(asked.parameters));
+  assert(asked.inputs.map((i) => i.name + ':' + i.datatype + ':' + i.shape).join() === `q:FP32:${L},8,k:FP32:${L},8,v:FP32:${L},4`,
+    'inputs: ' + asked.inputs.map((i) => i.name + ':' + i.datatype + ':' + i.shape).join());
+  const kind = await page.evaluate(() => window.viz.data.attn.constructor.name + ' ' + window.viz.data.attn.length);
+  assert(kind === `Float32Array ${L * L}`, 'weights held as ' + kind);
+  const box = await (await page.$('#heatmap')).boundingBox();
+  await page.mouse.move(box.x + 110 + 600 * 10.5 / L, box.y + 90 + 620 * 200.5 / L);
+  const tip = await page.$eval('#tooltip', (t) => t.textContent);
+  assert(tip.includes('query 200') && tip.includes('key   10') &&
+    tip.endsWith('weight ' + String(Math.fround(v1.attention[200][10]))), 'tooltip: ' + tip);
+  const c = await page.evaluate(() => window.viz.cellCenter(3, 200));
+  const p = await pixel(page, 'heatmap', c.x, c.y);
+  assert(p[0] === p[1] && p[1] === p[2], 'causally masked cell [3][200] drawn rgb(' + p + ')');
 });
 
 test('a BertViz export opens offline, without the server', async (page) => {
