@@ -155,14 +155,20 @@
     return d;
   }
 
-  /* Flattens nested arrays of numbers, row-major, into a new typed array of type T. */
+  /* Flattens nested arrays of numbers, row-major, into a new typed array of type T; throws
+   * when the arrays are ragged. */
   function flatten(a, T) {
-    const out = [];
-    (function walk(x) {
-      if (Array.isArray(x)) for (const y of x) walk(y);
-      else out.push(Number(x));
-    })(a);
-    return T.from(out);
+    const shape = [];
+    for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
+    const n = shape.reduce((p, v) => p * v, 1), last = shape.length - 1;
+    const out = new T(n);
+    let k = 0;
+    (function walk(x, d) {
+      if (!Array.isArray(x) || (d <= last && x.length !== shape[d])) throw new Error('the arrays are ragged');
+      if (d === last) { for (let i = 0; i < x.length; i++) out[k++] = x[i]; return; }
+      for (const y of x) walk(y, d + 1);
+    })(a, 0);
+    return out;
   }
 
   /* The mask a request implies, [batch][query][key] (1: causal, 2: mask), or null. */
@@ -856,7 +862,7 @@
       setData(d);
       d.timing.drawMs = performance.now() - t2;
     } catch (e) {
-      showError('network', 'The server could not be reached: ' + e.message, null);
+      showError('failed', 'No answer could be shown: ' + e.message, null);
     }
   }
 
@@ -905,9 +911,13 @@
     state.example = '';
     $('example').value = '';
     let d = null;
-    if (obj.expect && obj.request) d = fromResponse(obj.expect, obj.request, JSON.stringify(obj.expect), file.name);
-    else if (obj.meta && obj.attention) d = fromResponse(obj, null, text, file.name);
-    else d = fromBertViz(obj, text, file.name);
+    try {
+      if (obj.expect && obj.request) d = fromResponse(obj.expect, obj.request, JSON.stringify(obj.expect), file.name);
+      else if (obj.meta && obj.attention) d = fromResponse(obj, null, text, file.name);
+      else d = fromBertViz(obj, text, file.name);
+    } catch (e) {
+      d = null;
+    }
     if (!d) {
       showError('unknown_file', file.name + ' is neither a response of POST /v1/attention nor a BertViz export ' +
         '({"attention": [layer][batch][head][query][key], "tokens": [...]}).', null);
