@@ -170,7 +170,7 @@ test: test-build
 	@bash tests/run.sh
 
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
-# build/bench/results.  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
+# build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load
 
@@ -186,7 +186,7 @@ build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
-bench: deps
+bench: deps browser-deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
