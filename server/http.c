@@ -127,7 +127,7 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     if (resp->content_type != NULL && !strncmp(resp->content_type, "text/html", 9)) {
         MHD_add_response_header(r, "Content-Security-Policy",
                                 "default-src 'self'; script-src 'self'; style-src 'self'; "
-                                "img-src 'self' blob:; connect-src 'self'; object-src 'none'; "
+                                "connect-src 'self'; object-src 'none'; "
                                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
         MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     }
