@@ -367,6 +367,38 @@ test('heatmap past one cell per pixel: each pixel is the maximum of its block; z
   sameColour(await pixel(page, 'heatmap', c0.x, c0.y), viridis(att[2][1000]), 'zoomed cell [2][1000] at ' + JSON.stringify(c0));
 });
 
+test('stored weight set, cross-attention, own mask and token labels for each side', async (page) => {
+  const weights = fixture('seed004_toy').request.weights;
+  const put = await fetch(base + '/v1/weight-sets/toy', { method: 'PUT', body: JSON.stringify(weights) });
+  assert(put.status === 201 || put.status === 200, 'PUT answered ' + put.status);
+  await openView(page, 'view=heatmap');
+  const sets = await page.$$eval('#weight-set option', (os) => os.map((o) => o.value));
+  assert(sets.includes('toy'), 'weight sets offered: ' + sets.join());
+  const req = { x: [[0.3, 0.8, -0.3], [-0.9, -0.1, 0.0]], context: [[1, -0.2, 0.3], [0.5, 0.5, 0.5], [-1, 0, 2]],
+    mask: [[1, 0, 1], [1, 1, 0]] };
+  await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(req));
+  await page.select('#weight-set', 'toy');
+  assert(JSON.parse(await page.$eval('#request', (ta) => ta.value)).weights === 'toy', 'the request does not name the set');
+  await page.type('#q-tokens', 'snow falls');
+  await page.type('#k-tokens', '["on", "the hills", "tonight"]');
+  await page.click('#run');
+  await page.waitForSelector('body[data-status="ready"]');
+  const api = (await postJson('/v1/attention', { ...req, weights: 'toy' })).json;
+  const box = await (await page.$('#heatmap')).boundingBox();
+  const hover = async (i, j) => {
+    const c = await page.evaluate((i, j) => window.viz.cellCenter(i, j), i, j);
+    await page.mouse.move(box.x + c.x, box.y + c.y);
+    return page.$eval('#tooltip', (t) => t.textContent);
+  };
+  let tip = await hover(1, 1);
+  assert(tip.includes('"falls"') && tip.includes('"the hills"') && tip.endsWith('weight ' + String(api.attention[1][1])), 'tooltip: ' + tip);
+  tip = await hover(0, 1);
+  assert(tip.includes('"snow"') && tip.endsWith('masked (mask)'), 'tooltip of a masked cell: ' + tip);
+  const p = await cellPixel(page, 1, 2);
+  assert(p[0] === p[1] && p[1] === p[2] && MASK_SHADES.includes(p[0]), 'masked cell [1][2] drawn rgb(' + p + ')');
+  sameColour(await cellPixel(page, 0, 2), viridis(api.attention[0][2]), 'cell [0][2]');
+});
+
 // The server of this branch has no /v2, so this test stands in for it: GET /v2 and the infer
 // call are answered here, as the binary tensor extension lays them out (JSON header, its
 // length in Inference-Header-Content-Length, then each output's little-endian bytes), with
