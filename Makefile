@@ -3,6 +3,7 @@
 #   make            build build/attention-server
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, build (plain and sanitized), run every test
+#   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #   make bench-mhd  libmicrohttpd threading models measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
@@ -34,8 +35,9 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 LIB_SRCS := server/error.c server/mem.c server/config.c server/guard.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
             server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
-            server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/budget.c server/http.c
-LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o)
+            server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/api.c server/budget.c server/http.c \
+            server/viz.c
+LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
 ITEST_SRCS := $(wildcard tests/integration/itest*.c) tests/ref/reference.c
@@ -45,7 +47,8 @@ UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
-        install-podman image image-balancer test-container test-compose lint-k8s
+        install-podman image image-balancer test-container test-compose lint-k8s \
+        browser-deps test-browser viz-screenshots
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -55,6 +58,28 @@ $(BUILD)/obj/%.o: server/%.c
 # Only the softmax exponentials are built with -ffast-math (vector exp from libmvec);
 # see server/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
+
+# The visualizer's page and the golden examples, built into the binary: a small generator
+# (server/viz_embed.c, built for the build machine) writes them as C arrays into
+# build/gen/viz_assets.c; server/viz.h declares them.  The page is served as /viz and the
+# examples as /viz/examples/NAME.json.
+VIZ_FILES := $(sort $(wildcard server/viz/*.html server/viz/*.css server/viz/*.js))
+VIZ_EXAMPLES := $(sort $(wildcard tests/fixtures/*.json))
+VIZ_GEN := build/gen/viz_assets.c
+
+build/viz-embed: server/viz_embed.c
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 $(WARN) $< -o $@
+
+$(VIZ_GEN): build/viz-embed $(VIZ_FILES) $(VIZ_EXAMPLES)
+	@mkdir -p $(dir $@)
+	build/viz-embed $(foreach f,$(VIZ_FILES),$(notdir $(f))=$(f)) \
+	    $(foreach f,$(VIZ_EXAMPLES),examples/$(notdir $(f))=$(f)) > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/obj/viz_assets.o: $(VIZ_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Iserver -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
@@ -178,7 +203,7 @@ test: test-build
 	@bash tests/run.sh
 
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
-# build/bench/results.  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
+# build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
               build/bench/slow-clients
@@ -200,7 +225,7 @@ build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
 
-bench: deps
+bench: deps browser-deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
@@ -231,10 +256,10 @@ bench-mhd: deps
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
 # api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
 FUZZ_SECONDS ?= 120
-build/fuzz/fuzz-api: $(LIB_SRCS) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
+build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
 	@mkdir -p build/fuzz/corpus
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) tests/fuzz/fuzz_api.c -o $@ \
+	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c -o $@ \
 	    $(PKG_LIBS) -lpthread -lm
 
 fuzz: deps build/fuzz/fuzz-api
@@ -275,6 +300,26 @@ $(K8S_CHECK_STAMP): tests/k8s/package.json tests/k8s/package-lock.json
 
 lint-k8s: $(K8S_CHECK_STAMP)
 	@node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
+
+# The visualizer's browser tests (tests/browser/viz_test.mjs): Debian's chromium, headless,
+# driven by puppeteer-core (pinned by tests/browser/package-lock.json) against the server
+# built here.  Both are installed when missing; the stamp works as the linter's above.
+BROWSER_TEST_STAMP := tests/browser/node_modules/.package-lock.json
+
+$(BROWSER_TEST_STAMP): tests/browser/package.json tests/browser/package-lock.json
+	$(need_npm)
+	cd tests/browser && npm ci --no-audit --no-fund
+	touch $@
+
+browser-deps: $(BROWSER_TEST_STAMP)
+	$(call install_missing,chromium)
+
+test-browser: browser-deps $(SERVER)
+	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures
+
+# The pictures of docs/visualizer.md, taken from the page as built here.
+viz-screenshots: browser-deps build/attention-server
+	@node tests/browser/screenshots.mjs --server build/attention-server --out docs/img
 
 clean:
 	rm -rf build

@@ -26,6 +26,7 @@
 #include "store.h"
 #include "v2.h"
 #include "version.h"
+#include "viz.h"
 #include "weights.h"
 #include "weights_json.h"
 
@@ -41,6 +42,7 @@ static const char *const ALLOW_GET = "GET, HEAD, OPTIONS";
 static const char *const ALLOW_POST = "POST, OPTIONS";
 static const char *const ALLOW_SET = "GET, HEAD, PUT, DELETE, OPTIONS";
 static const char *const SET_PREFIX = "/v1/weight-sets/";
+static const char *const VIZ_PREFIX = "/viz/";
 
 int api_init(const server_config *cfg, attn_error *err)
 {
@@ -92,6 +94,12 @@ metrics_route api_route(const char *path, const char **allow)
         strchr(path + prefix, '/') == NULL) {
         *allow = ALLOW_SET;
         return ROUTE_WEIGHT_SET;
+    }
+    /* The visualizer's page and files: counted as "other" in /metrics. */
+    if (!strcmp(path, "/") || !strcmp(path, "/viz") ||
+        strncmp(path, VIZ_PREFIX, strlen(VIZ_PREFIX)) == 0) {
+        *allow = ALLOW_GET;
+        return ROUTE_OTHER;
     }
     int infer;
     if (v2_route(path, &infer)) {
@@ -413,6 +421,42 @@ static void handle_info(api_response *resp)
     respond_json(resp, 200, info);
 }
 
+/* GET / (a redirect to the page), GET /viz (the page), GET /viz/NAME (its
+ * files and the golden examples under /viz/examples/). */
+static void handle_viz(const char *path, api_response *resp)
+{
+    attn_error err;
+    if (!strcmp(path, "/")) {
+        snprintf(resp->location, sizeof resp->location, "/viz");
+        respond_static(resp, 302, "");
+        return;
+    }
+    const char *name = !strcmp(path, "/viz") ? "" : path + strlen(VIZ_PREFIX);
+    if (!strcmp(name, "examples/") || !strcmp(name, "examples")) {
+        resp->body = viz_examples_json(&resp->body_len);
+        if (resp->body == NULL) {
+            error_nomem(&err);
+            api_respond_error(resp, &err);
+            return;
+        }
+        resp->status = 200;
+        resp->content_type = "application/json";
+        return;
+    }
+    const viz_asset *asset = viz_find(name);
+    if (asset == NULL) {
+        error_set(&err, ERR_NOT_FOUND, "not_found", NULL,
+                  "The visualizer has no file %.200s; the page is GET /viz.", path);
+        api_respond_error(resp, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->body = (char *)asset->data;
+    resp->body_len = asset->size;
+    resp->body_static = 1;
+    resp->content_type = viz_content_type(asset->name);
+}
+
 void api_handle(const api_request *req, api_response *resp)
 {
     memset(resp, 0, sizeof *resp);
@@ -503,6 +547,9 @@ void api_handle(const api_request *req, api_response *resp)
     case ROUTE_ATTENTION:
     case ROUTE_V2_INFER:
         break;
+    case ROUTE_OTHER:
+        handle_viz(req->path, resp);
+        return;
     default:
         error_set(&err, ERR_INTERNAL, "internal", NULL, "Route without a handler.");
         api_respond_error(resp, &err);

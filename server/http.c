@@ -256,6 +256,16 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                                       : "application/json");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    /* The visualizer's page (server/viz/) runs under the strictest policy it
+     * works with: everything from this server, no inline script or style, no
+     * plugins, no framing. */
+    if (resp->content_type != NULL && !strncmp(resp->content_type, "text/html", 9)) {
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; script-src 'self'; style-src 'self'; "
+                                "connect-src 'self'; object-src 'none'; "
+                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    }
     if (resp->inference_header_length > 0) {
         char text[24];
         snprintf(text, sizeof text, "%zu", resp->inference_header_length);

@@ -60,6 +60,7 @@ suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
 suite container bash tests/container/image.sh
 suite k8s-manifests make --no-print-directory lint-k8s
+suite browser make --no-print-directory test-browser
 suite compose bash tests/container/compose.sh
 
 echo

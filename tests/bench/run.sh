@@ -8,6 +8,8 @@
 #   http        bench_http.sh: the C server against the Flask + NumPy peer (gunicorn, wrk),
 #               including the memory scenario (peak RSS) and the concurrency one
 #   store-load  build/bench/bench-store-load: a 4096 x 4096 weight set, binary file vs JSON
+#   viz         viz_bench.mjs: the visualizer (GET /viz) in headless chromium, from request to
+#               painted heatmap for L = 512, 2048, 4096 (needs `make browser-deps`)
 #
 # Every benchmark first checks its answers (a benchmark of a wrong answer fails the run).
 # Benchmarks are not tests: a target that is missed is marked in the table, not a failure.
@@ -59,6 +61,7 @@ step numpy "$BENCH_PYTHON" tests/bench/bench_numpy.py --results "$RESULTS" "${QU
 step json build/bench/bench-json --out "$RESULTS" "${QUICK[@]}"
 step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
+step viz node tests/bench/viz_bench.mjs --server build/attention-server --out "$RESULTS" "${QUICK[@]}"
 
 # The store benchmark's TSV as a table row: ours = the binary file, peer = JSON.
 if [ -s "$RESULTS/store.tsv" ]; then
@@ -79,7 +82,7 @@ fi
     echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"
     echo
     cat "$RESULTS"/table-kernel.tsv "$RESULTS"/table-json.tsv "$RESULTS"/table-http.tsv \
-        "$RESULTS"/table-store.tsv 2>/dev/null | awk -F'\t' '
+        "$RESULTS"/table-store.tsv "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
     function num(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
     {
         ratio = "-"; met = ""

@@ -168,7 +168,9 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(store_put_out_of_memory)          \
     X(store_open_out_of_memory)         \
     X(store_list_out_of_memory)         \
-    X(store_concurrent_readers)
+    X(store_concurrent_readers)         \
+    X(viz_routes)                       \
+    X(viz_examples_out_of_memory)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

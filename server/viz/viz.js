@@ -1,0 +1,1101 @@
+/*
+ * viz.js - the attention visualizer (GET /viz), plain JavaScript, no framework.
+ *
+ * One state object (the parts a link must reproduce live in the URL hash) and one data
+ * object: the attention weights of every (batch, head) as one flat Float64Array or
+ * Float32Array [batch][head][query][key], the mask the request implies (causal or `mask`),
+ * the output and the token labels.  Every view draws from these:
+ *   heatmap  one canvas, each pixel the maximum over the block of cells it covers, so 4096 x
+ *            4096 draws as fast as 64 x 64; masked cells hatched grey, never a colour;
+ *   lines    BertViz's head view: a line per weight above the threshold, opacity by weight;
+ *   grid     a thumbnail per (batch, head) and the mean over heads;
+ *   values   the exact numbers, paged.
+ * Weights come from POST /v1/attention as JSON, or, for large requests when the server
+ * offers the binary tensor extension of the v2 inference protocol (GET /v2), as raw
+ * little-endian floats read straight into a typed array.
+ */
+'use strict';
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values'];
+  /* Requests whose attention has at least this many weights use the binary v2 form when
+   * the server offers it: below it JSON is as fast and keeps the response readable. */
+  const BINARY_MIN_WEIGHTS = 65536;
+  const LOG_FLOOR = 1e-6;             /* the log scale spans [1e-6, 1] */
+  const PAGE_ROWS = 40, PAGE_COLS = 16, OUTPUT_COLS = 32;
+  const LINES_MAX_TOKENS = 512;
+  /* viridis, at t = 0, 1/8, ..., 1 */
+  const STOPS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+    [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]];
+  const MASK_DARK = [150, 150, 150], MASK_LIGHT = [225, 225, 225], HIDDEN = [255, 255, 255];
+
+  const state = {
+    example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
+    threshold: 0, topk: 0,
+  };
+  let data = null;            /* see setData */
+  /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
+  let zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
+  let renderCount = 0;
+  let v2Binary = null;        /* null: not asked yet; true/false: GET /v2 said so */
+
+  /* ---------- colour ---------- */
+
+  const LUT = (function () {
+    const lut = new Uint8ClampedArray(256 * 3);
+    for (let i = 0; i < 256; i++) {
+      const t = i / 255 * (STOPS.length - 1), s = Math.min(Math.floor(t), STOPS.length - 2);
+      const f = t - s;
+      for (let c = 0; c < 3; c++)
+        lut[i * 3 + c] = Math.round(STOPS[s][c] + (STOPS[s + 1][c] - STOPS[s][c]) * f);
+    }
+    return lut;
+  })();
+
+  /* The LUT index of weight w under the current scale. */
+  function colorIndex(w) {
+    let t;
+    if (state.scale === 'log')
+      t = (Math.log10(Math.max(w, LOG_FLOOR)) - Math.log10(LOG_FLOOR)) / -Math.log10(LOG_FLOOR);
+    else
+      t = w;
+    return Math.round(Math.min(1, Math.max(0, t)) * 255);
+  }
+
+  function colorFor(w) {
+    const i = colorIndex(w) * 3;
+    return [LUT[i], LUT[i + 1], LUT[i + 2]];
+  }
+
+  /* ---------- state in the URL hash ---------- */
+
+  function readHash() {
+    const p = new URLSearchParams(location.hash.replace(/^#/, ''));
+    const num = (name, dflt) => {
+      const v = Number(p.get(name));
+      return p.has(name) && Number.isFinite(v) && v >= 0 ? v : dflt;
+    };
+    return {
+      example: p.get('example') || '',
+      view: VIEWS.includes(p.get('view')) ? p.get('view') : 'heatmap',
+      batch: Math.floor(num('batch', 0)),
+      head: p.get('head') === 'mean' ? 'mean' : Math.floor(num('head', 0)),
+      layer: Math.floor(num('layer', 0)),
+      scale: p.get('scale') === 'log' ? 'log' : 'linear',
+      threshold: Math.min(1, num('threshold', 0)),
+      topk: Math.floor(num('topk', 0)),
+    };
+  }
+
+  function writeHash() {
+    const p = new URLSearchParams();
+    if (state.example) p.set('example', state.example);
+    p.set('view', state.view);
+    p.set('batch', state.batch);
+    p.set('head', state.head);
+    if (state.layer) p.set('layer', state.layer);
+    if (state.scale !== 'linear') p.set('scale', state.scale);
+    if (state.threshold) p.set('threshold', state.threshold);
+    if (state.topk) p.set('topk', state.topk);
+    const hash = '#' + p.toString();
+    if (hash !== location.hash) history.replaceState(null, '', hash);
+  }
+
+  /* ---------- status and errors ---------- */
+
+  function setStatus(text, status) {
+    $('status').textContent = text;
+    document.body.dataset.status = status;
+  }
+
+  function clearError() {
+    $('error').hidden = true;
+    $('error').textContent = '';
+    $('request').classList.remove('field-error');
+  }
+
+  /* Shows an error; when it names a field of the request, selects that member in the
+   * request text and outlines the editor. */
+  function showError(code, message, field) {
+    const box = $('error');
+    box.textContent = '';
+    const strong = document.createElement('strong');
+    strong.textContent = code;
+    box.append(strong, ': ' + message);
+    if (field) {
+      const span = document.createElement('span');
+      span.className = 'field';
+      span.textContent = field;
+      box.append('\nfield: ', span);
+      const key = String(field).split(/[.[]/)[0];
+      const ta = $('request');
+      const m = new RegExp('"' + key.replace(/[^\w-]/g, '\\$&') + '"\\s*:').exec(ta.value);
+      ta.classList.add('field-error');
+      if (m) {
+        const line = ta.value.slice(0, m.index).split('\n').length;
+        box.append(' (line ' + line + ' of the request)');
+        ta.focus();
+        ta.setSelectionRange(m.index, m.index + key.length + 2);
+      }
+      box.dataset.field = field;
+    } else {
+      delete box.dataset.field;
+    }
+    box.dataset.code = code;
+    box.hidden = false;
+    setStatus('error', 'error');
+  }
+
+  /* ---------- shapes ---------- */
+
+  function depth(a) {
+    let d = 0;
+    while (Array.isArray(a)) { d++; a = a[0]; }
+    return d;
+  }
+
+  /* Flattens nested arrays of numbers, row-major, into a new typed array of type T; throws
+   * when the arrays are ragged. */
+  function flatten(a, T) {
+    const shape = [];
+    for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
+    const n = shape.reduce((p, v) => p * v, 1), last = shape.length - 1;
+    const out = new T(n);
+    let k = 0;
+    (function walk(x, d) {
+      if (!Array.isArray(x) || (d <= last && x.length !== shape[d])) throw new Error('the arrays are ragged');
+      if (d === last) { for (let i = 0; i < x.length; i++) out[k++] = x[i]; return; }
+      for (const y of x) walk(y, d + 1);
+    })(a, 0);
+    return out;
+  }
+
+  /* The mask a request implies, [batch][query][key] (1: causal, 2: mask), or null. */
+  function requestMask(req, B, Lq, Lk) {
+    if (!req || (!req.causal && req.mask == null)) return null;
+    const m = new Uint8Array(B * Lq * Lk);
+    const userMask = req.mask != null ? req.mask : null;
+    const batched = userMask && depth(userMask) === 3;
+    for (let b = 0; b < B; b++)
+      for (let i = 0; i < Lq; i++)
+        for (let j = 0; j < Lk; j++) {
+          let v = 0;
+          if (req.causal && j > i) v = 1;
+          else if (userMask) {
+            const row = (batched ? userMask[b] : userMask)[i];
+            const e = row ? row[j] : 1;
+            if (e === false || e === 0) v = 2;
+          }
+          m[(b * Lq + i) * Lk + j] = v;
+        }
+    return m;
+  }
+
+  function parseTokens(text) {
+    text = text.trim();
+    if (!text) return null;
+    if (text.startsWith('[')) {
+      try { const a = JSON.parse(text); if (Array.isArray(a)) return a.map(String); } catch (e) { /* words */ }
+    }
+    return text.split(/\s+/);
+  }
+
+  /* Makes d the data every view draws from:
+   *   {B, H, Lq, Lk, attn (typed, [B][H][Lq][Lk]), mask (Uint8Array [B][Lq][Lk] or null),
+   *    output ({D, values (typed, [B][Lq][D])} or null), qTokens, kTokens, layers (for
+   *    BertViz files: the attention of every layer), raw (the response text), source}. */
+  function setData(d) {
+    data = d;
+    zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
+    fillSelect($('layer'), d.layers ? d.layers.length : 1, (i) => 'layer ' + i, false);
+    fillSelect($('batch'), d.B, (i) => 'batch ' + i, false);
+    fillSelect($('head'), d.H, (i) => 'head ' + i, d.H > 1);
+    state.batch = Math.min(state.batch, d.B - 1);
+    if (state.head !== 'mean') state.head = Math.min(state.head, d.H - 1);
+    if (state.head === 'mean' && d.H === 1) state.head = 0;
+    $('source').textContent = d.source + ': batch ' + d.B + ', ' + d.H + ' head(s), ' + d.Lq +
+      ' queries x ' + d.Lk + ' keys' + (d.mask ? ', masked cells hatched' : '');
+    syncControls();
+    render();
+  }
+
+  function fillSelect(sel, n, label, withMean) {
+    sel.textContent = '';
+    for (let i = 0; i < n; i++) sel.add(new Option(label(i), String(i)));
+    if (withMean) sel.add(new Option('mean over heads', 'mean'));
+    sel.disabled = n < 2;
+  }
+
+  function syncControls() {
+    $('layer').value = String(state.layer);
+    $('batch').value = String(state.batch);
+    $('head').value = String(state.head);
+    $('scale').value = state.scale;
+    $('threshold').value = String(state.threshold);
+    $('topk').value = String(state.topk);
+    for (const b of document.querySelectorAll('#views button'))
+      b.classList.toggle('active', b.dataset.view === state.view);
+    for (const v of VIEWS) $(v + '-view').hidden = v !== state.view;
+  }
+
+  /* Data from a response of POST /v1/attention (its parsed JSON), with the request that
+   * asked for it (for the mask and the shapes), or null when it is not one. */
+  function fromResponse(resp, req, raw, source) {
+    if (!resp || resp.attention == null) return null;
+    const meta = resp.meta || {};
+    const f32 = meta.dtype === 'float32';
+    const T = f32 ? Float32Array : Float64Array;
+    const attn = flatten(resp.attention, T);
+    const dep = depth(resp.attention);
+    const shape = [];
+    let a = resp.attention;
+    for (let i = 0; i < dep; i++) { shape.push(a.length); a = a[0]; }
+    let B = 1, H = 1;
+    const Lq = shape[dep - 2], Lk = shape[dep - 1];
+    if (meta.batch != null || meta.heads != null) {
+      B = meta.batch != null ? meta.batch : 1;
+      H = meta.heads != null ? meta.heads : 1;
+    } else if (dep === 4) { B = shape[0]; H = shape[1]; }
+    else if (dep === 3) H = shape[0];
+    if (B * H * Lq * Lk !== attn.length) return null;
+    let output = null;
+    if (Array.isArray(resp.output)) {
+      let o = flatten(resp.output, T);
+      const od = depth(resp.output);
+      let rows = od >= 2 ? (od === 3 ? resp.output[0].length : resp.output.length) : 1;
+      let D = o.length / (B * rows);
+      if (meta.layout === 'columns') {       /* features x tokens: show tokens as rows */
+        const t = new T(o.length);
+        const F = rows, N = D;
+        for (let b = 0; b < B; b++)
+          for (let f = 0; f < F; f++)
+            for (let n = 0; n < N; n++) t[(b * N + n) * F + f] = o[(b * F + f) * N + n];
+        o = t; rows = N; D = F;
+      }
+      output = { D: D, values: o };
+    }
+    return {
+      B, H, Lq, Lk, attn, output, raw, source,
+      mask: requestMask(req, B, Lq, Lk),
+      qTokens: parseTokens($('q-tokens').value),
+      kTokens: parseTokens($('k-tokens').value) || parseTokens($('q-tokens').value),
+    };
+  }
+
+  /* Data from a BertViz-style export: {"attention": [layer][batch][head][L][L] (or without
+   * the batch axis), "tokens": [...]} or {"all": {"attn": [layer][head][L][L],
+   * "left_text": [...], "right_text": [...]}}. */
+  function fromBertViz(obj, raw, source) {
+    let layers, qTok, kTok;
+    if (obj.all && Array.isArray(obj.all.attn)) {
+      layers = obj.all.attn.map((l) => [l]);
+      qTok = obj.all.left_text; kTok = obj.all.right_text;
+    } else if (Array.isArray(obj.attention) && !obj.meta) {
+      const d = depth(obj.attention);
+      if (d === 5) layers = obj.attention;
+      else if (d === 4) layers = obj.attention.map((l) => [l]);
+      else if (d === 3) layers = [[obj.attention]];
+      else return null;
+      qTok = obj.tokens || obj.left_text; kTok = obj.tokens || obj.right_text;
+    } else {
+      return null;
+    }
+    const l0 = layers[0];
+    const B = l0.length, H = l0[0].length, Lq = l0[0][0].length, Lk = l0[0][0][0].length;
+    const flat = layers.map((l) => flatten(l, Float64Array));
+    if (flat.some((f) => f.length !== B * H * Lq * Lk)) return null;
+    state.layer = Math.min(state.layer, layers.length - 1);
+    return {
+      B, H, Lq, Lk, attn: flat[state.layer], layers: flat, output: null, mask: null, raw, source,
+      qTokens: qTok ? qTok.map(String) : null, kTokens: kTok ? kTok.map(String) : null,
+    };
+  }
+
+  /* ---------- the matrix shown ---------- */
+
+  /* The weights of (batch, head) as an array [Lq][Lk] (a view, or the mean over heads). */
+  function headMatrix(b, h) {
+    const n = data.Lq * data.Lk;
+    if (h !== 'mean') return data.attn.subarray((b * data.H + h) * n, (b * data.H + h + 1) * n);
+    const m = new Float64Array(n);
+    for (let k = 0; k < data.H; k++) {
+      const s = data.attn.subarray((b * data.H + k) * n, (b * data.H + k + 1) * n);
+      for (let i = 0; i < n; i++) m[i] += s[i];
+    }
+    for (let i = 0; i < n; i++) m[i] /= data.H;
+    return m;
+  }
+
+  /* The matrix drawn for (batch, head): the weights, -2 where masked, -1 where the
+   * threshold or top-k hides a weight. */
+  function shownMatrix(b, h) {
+    const w = headMatrix(b, h);
+    const { Lq, Lk } = data;
+    const mask = data.mask ? data.mask.subarray(b * Lq * Lk, (b + 1) * Lq * Lk) : null;
+    if (!mask && !state.threshold && !state.topk) return w;
+    const s = new Float32Array(w.length);
+    for (let i = 0; i < Lq; i++) {
+      let cut = -Infinity;
+      if (state.topk > 0 && state.topk < Lk) {
+        const row = [];
+        for (let j = 0; j < Lk; j++) if (!mask || !mask[i * Lk + j]) row.push(w[i * Lk + j]);
+        row.sort((x, y) => y - x);
+        if (row.length > state.topk) cut = row[state.topk - 1];
+      }
+      for (let j = 0; j < Lk; j++) {
+        const k = i * Lk + j, v = w[k];
+        s[k] = mask && mask[k] ? -2 : (v < state.threshold || v < cut ? -1 : v);
+      }
+    }
+    return s;
+  }
+
+  function tokenLabel(tokens, i) {
+    return tokens && i < tokens.length ? tokens[i] : String(i);
+  }
+
+  /* ---------- heatmap ---------- */
+
+  const PLOT = { x: 110, y: 90, w: 600, h: 620 };
+
+  /* Draws matrix m [rows][cols] into the rectangle (x, y, w, h) of image img, pooling each
+   * pixel's block of cells by their maximum; the visible window is rows [q0, q0 + qs) and
+   * cols [k0, k0 + ks) (in cells, fractional). */
+  function drawPooled(img, m, rows, cols, x, y, w, h, q0, qs, k0, ks) {
+    const px = img.data, iw = img.width;
+    const j0 = new Int32Array(w), j1 = new Int32Array(w);
+    for (let c = 0; c < w; c++) {
+      const a = Math.floor(k0 + ks * c / w);
+      j0[c] = Math.min(a, cols - 1);
+      j1[c] = Math.max(j0[c] + 1, Math.min(cols, Math.floor(k0 + ks * (c + 1) / w)));
+    }
+    const best = new Float32Array(w);
+    for (let r = 0; r < h; r++) {
+      const i0 = Math.min(Math.floor(q0 + qs * r / h), rows - 1);
+      const i1 = Math.max(i0 + 1, Math.min(rows, Math.floor(q0 + qs * (r + 1) / h)));
+      best.fill(-3);
+      for (let i = i0; i < i1; i++) {
+        const base = i * cols;
+        for (let c = 0; c < w; c++) {
+          let mx = best[c];
+          for (let j = j0[c], e = j1[c]; j < e; j++) { const v = m[base + j]; if (v > mx) mx = v; }
+          best[c] = mx;
+        }
+      }
+      let o = ((y + r) * iw + x) * 4;
+      for (let c = 0; c < w; c++, o += 4) {
+        const v = best[c];
+        let col;
+        if (v === -2) col = ((x + c + y + r) % 8) < 3 ? MASK_DARK : MASK_LIGHT;
+        else if (v === -1) col = HIDDEN;
+        else { const li = colorIndex(v) * 3; px[o] = LUT[li]; px[o + 1] = LUT[li + 1]; px[o + 2] = LUT[li + 2]; px[o + 3] = 255; continue; }
+        px[o] = col[0]; px[o + 1] = col[1]; px[o + 2] = col[2]; px[o + 3] = 255;
+      }
+    }
+  }
+
+  function drawHeatmap() {
+    const cv = $('heatmap'), ctx = cv.getContext('2d');
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, 0, cv.width, cv.height);
+    if (!data) return;
+    const { Lq, Lk } = data;
+    const m = shownMatrix(state.batch, state.head);
+    const qs = Lq * zoom.sq, ks = Lk * zoom.sk, q0 = Lq * zoom.q0, k0 = Lk * zoom.k0;
+    const img = ctx.getImageData(PLOT.x, PLOT.y, PLOT.w, PLOT.h);
+    drawPooled(img, m, Lq, Lk, 0, 0, PLOT.w, PLOT.h, q0, qs, k0, ks);
+    ctx.putImageData(img, PLOT.x, PLOT.y);
+    /* token labels where a cell is tall (wide) enough for text */
+    ctx.fillStyle = '#222';
+    ctx.font = '11px sans-serif';
+    const ch = PLOT.h / qs, cw = PLOT.w / ks;
+    if (ch >= 10) {
+      ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+      for (let i = Math.floor(q0); i < Math.min(Lq, q0 + qs); i++)
+        ctx.fillText(tokenLabel(data.qTokens, i).slice(0, 14), PLOT.x - 4, PLOT.y + (i - q0 + 0.5) * ch);
+    }
+    if (cw >= 10) {
+      ctx.textAlign = 'left'; ctx.textBaseline = 'middle';
+      for (let j = Math.floor(k0); j < Math.min(Lk, k0 + ks); j++) {
+        ctx.save();
+        ctx.translate(PLOT.x + (j - k0 + 0.5) * cw, PLOT.y - 4);
+        ctx.rotate(-Math.PI / 3);
+        ctx.fillText(tokenLabel(data.kTokens, j).slice(0, 14), 0, 0);
+        ctx.restore();
+      }
+    }
+    ctx.textAlign = 'left'; ctx.textBaseline = 'alphabetic';
+    ctx.fillText('rows: queries ↓   columns: keys →', 4, 30);
+    ctx.fillText(`batch ${state.batch}, head ${state.head}` +
+      (data.layers ? `, layer ${state.layer}` : ''), 4, 14);
+    drawLegend();
+  }
+
+  function drawLegend() {
+    const cv = $('legend'), ctx = cv.getContext('2d');
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, 0, cv.width, cv.height);
+    const top = PLOT.y, h = 400, x = 8, w = 20;
+    for (let r = 0; r < h; r++) {
+      const i = Math.round((1 - r / (h - 1)) * 255) * 3;
+      ctx.fillStyle = `rgb(${LUT[i]},${LUT[i + 1]},${LUT[i + 2]})`;
+      ctx.fillRect(x, top + r, w, 1);
+    }
+    ctx.fillStyle = '#222';
+    ctx.font = '11px sans-serif';
+    ctx.textBaseline = 'middle';
+    const ticks = state.scale === 'log' ? [1, 1e-2, 1e-4, 1e-6] : [1, 0.75, 0.5, 0.25, 0];
+    for (const t of ticks) {
+      const f = state.scale === 'log' ? (Math.log10(t) - Math.log10(LOG_FLOOR)) / -Math.log10(LOG_FLOOR) : t;
+      ctx.fillText(state.scale === 'log' ? t.toExponential(0) : String(t), x + w + 4, top + (1 - f) * (h - 1));
+    }
+    ctx.fillText(state.scale, x, top - 12);
+    const img = ctx.getImageData(x, top + h + 20, w, 20);
+    for (let r = 0; r < 20; r++)
+      for (let c = 0; c < w; c++) {
+        const col = ((x + c + top + h + 20 + r) % 8) < 3 ? MASK_DARK : MASK_LIGHT, o = (r * w + c) * 4;
+        img.data[o] = col[0]; img.data[o + 1] = col[1]; img.data[o + 2] = col[2]; img.data[o + 3] = 255;
+      }
+    ctx.putImageData(img, x, top + h + 20);
+    ctx.fillText('masked', x + w + 4, top + h + 30);
+    ctx.strokeStyle = '#999';
+    ctx.strokeRect(x + 0.5, top + h + 50.5, w, 20);
+    ctx.fillText('hidden', x + w + 4, top + h + 60);
+  }
+
+  /* The cell under canvas point (x, y), or null. */
+  function cellAt(x, y) {
+    if (!data || x < PLOT.x || y < PLOT.y || x >= PLOT.x + PLOT.w || y >= PLOT.y + PLOT.h) return null;
+    const i = Math.floor(data.Lq * (zoom.q0 + zoom.sq * (y - PLOT.y) / PLOT.h));
+    const j = Math.floor(data.Lk * (zoom.k0 + zoom.sk * (x - PLOT.x) / PLOT.w));
+    return i < data.Lq && j < data.Lk ? { i, j } : null;
+  }
+
+  /* The canvas point at the centre of cell (i, j) at the current zoom (for tests and tools). */
+  function cellCenter(i, j) {
+    return {
+      x: PLOT.x + ((j + 0.5) / data.Lk - zoom.k0) / zoom.sk * PLOT.w,
+      y: PLOT.y + ((i + 0.5) / data.Lq - zoom.q0) / zoom.sq * PLOT.h,
+    };
+  }
+
+  function weightText(b, h, i, j) {
+    const n = data.Lq * data.Lk;
+    if (h === 'mean') return String(headMatrix(b, 'mean')[i * data.Lk + j]);
+    return String(data.attn[(b * data.H + h) * n + i * data.Lk + j]);
+  }
+
+  function hoverHeatmap(ev) {
+    const tip = $('tooltip'), cv = $('heatmap');
+    const r = cv.getBoundingClientRect();
+    const c = cellAt(ev.clientX - r.left, ev.clientY - r.top);
+    if (!c) { tip.hidden = true; return; }
+    const { i, j } = c, b = state.batch;
+    const mk = data.mask ? data.mask[(b * data.Lq + i) * data.Lk + j] : 0;
+    tip.textContent = `query ${i} "${tokenLabel(data.qTokens, i)}"\nkey   ${j} "${tokenLabel(data.kTokens, j)}"\n` +
+      (mk ? `masked (${mk === 1 ? 'causal' : 'mask'})` : `weight ${weightText(b, state.head, i, j)}`);
+    tip.dataset.i = i; tip.dataset.j = j;
+    tip.hidden = false;
+    tip.style.left = (cv.offsetLeft + ev.clientX - r.left + 14) + 'px';
+    tip.style.top = (cv.offsetTop + ev.clientY - r.top + 14) + 'px';
+  }
+
+  function setupHeatmapInteraction() {
+    const cv = $('heatmap');
+    let drag = null;
+    cv.addEventListener('mousemove', (ev) => {
+      if (drag && data) {
+        zoom.k0 = clampOrigin(drag.k0 - (ev.clientX - drag.x) / PLOT.w * zoom.sk, zoom.sk);
+        zoom.q0 = clampOrigin(drag.q0 - (ev.clientY - drag.y) / PLOT.h * zoom.sq, zoom.sq);
+        drawHeatmap();
+      }
+      if (data) hoverHeatmap(ev);
+    });
+    cv.addEventListener('mouseleave', () => { $('tooltip').hidden = true; drag = null; });
+    cv.addEventListener('mousedown', (ev) => { drag = { x: ev.clientX, y: ev.clientY, k0: zoom.k0, q0: zoom.q0 }; });
+    window.addEventListener('mouseup', () => { drag = null; });
+    cv.addEventListener('dblclick', () => { zoom = { k0: 0, q0: 0, sk: 1, sq: 1 }; drawHeatmap(); });
+    cv.addEventListener('wheel', (ev) => {
+      if (!data) return;
+      ev.preventDefault();
+      const r = cv.getBoundingClientRect();
+      const fx = (ev.clientX - r.left - PLOT.x) / PLOT.w, fy = (ev.clientY - r.top - PLOT.y) / PLOT.h;
+      if (fx < 0 || fy < 0 || fx > 1 || fy > 1) return;
+      /* each axis zooms down to 8 cells across, so a short axis stays whole */
+      const ak = zoom.k0 + fx * zoom.sk, aq = zoom.q0 + fy * zoom.sq, f = ev.deltaY > 0 ? 1.25 : 0.8;
+      zoom.sk = Math.min(1, Math.max(Math.min(1, 8 / data.Lk), zoom.sk * f));
+      zoom.sq = Math.min(1, Math.max(Math.min(1, 8 / data.Lq), zoom.sq * f));
+      zoom.k0 = clampOrigin(ak - fx * zoom.sk, zoom.sk);
+      zoom.q0 = clampOrigin(aq - fy * zoom.sq, zoom.sq);
+      drawHeatmap();
+    }, { passive: false });
+  }
+
+  function clampOrigin(v, span) {
+    return Math.min(1 - span, Math.max(0, v));
+  }
+
+  /* ---------- lines ---------- */
+
+  let linesHover = null;      /* {side: 'q' | 'k', index} */
+
+  function drawLines() {
+    const cv = $('lines'), ctx = cv.getContext('2d');
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, 0, cv.width, cv.height);
+    if (!data) return;
+    const nq = Math.min(data.Lq, LINES_MAX_TOKENS), nk = Math.min(data.Lk, LINES_MAX_TOKENS);
+    $('lines-note').textContent = (nq < data.Lq || nk < data.Lk)
+      ? `The first ${LINES_MAX_TOKENS} tokens of each side; the heatmap shows them all.` :
+      'Hover a token to isolate its lines.';
+    const rowH = Math.max(1.2, Math.min(20, (cv.height - 20) / Math.max(nq, nk)));
+    const xl = 150, xr = cv.width - 150, top = 10;
+    const m = shownMatrix(state.batch, state.head);
+    const buckets = Array.from({ length: 20 }, () => []);
+    for (let i = 0; i < nq; i++) {
+      if (linesHover && linesHover.side === 'q' && linesHover.index !== i) continue;
+      for (let j = 0; j < nk; j++) {
+        if (linesHover && linesHover.side === 'k' && linesHover.index !== j) continue;
+        const w = m[i * data.Lk + j];
+        if (w <= 0 || w < Math.max(state.threshold, 1e-3)) continue;
+        buckets[Math.min(19, Math.floor(w * 20))].push(i, j);
+      }
+    }
+    ctx.lineWidth = Math.max(0.5, Math.min(2, rowH / 6));
+    buckets.forEach((pairs, k) => {
+      if (!pairs.length) return;
+      ctx.strokeStyle = `rgba(21, 101, 192, ${(k + 0.5) / 20})`;
+      ctx.beginPath();
+      for (let p = 0; p < pairs.length; p += 2) {
+        ctx.moveTo(xl, top + (pairs[p] + 0.5) * rowH);
+        ctx.lineTo(xr, top + (pairs[p + 1] + 0.5) * rowH);
+      }
+      ctx.stroke();
+    });
+    if (rowH >= 8) {
+      ctx.font = Math.min(12, rowH - 1) + 'px sans-serif';
+      ctx.textBaseline = 'middle';
+      ctx.fillStyle = '#222';
+      ctx.textAlign = 'right';
+      for (let i = 0; i < nq; i++) ctx.fillText(tokenLabel(data.qTokens, i).slice(0, 18), xl - 6, top + (i + 0.5) * rowH);
+      ctx.textAlign = 'left';
+      for (let j = 0; j < nk; j++) ctx.fillText(tokenLabel(data.kTokens, j).slice(0, 18), xr + 6, top + (j + 0.5) * rowH);
+    }
+    cv.dataset.rowHeight = rowH;
+  }
+
+  function setupLinesInteraction() {
+    const cv = $('lines');
+    cv.addEventListener('mousemove', (ev) => {
+      if (!data) return;
+      const r = cv.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      const rowH = Number(cv.dataset.rowHeight) || 1, idx = Math.floor((y - 10) / rowH);
+      let h = null;
+      if (x < 150 && idx >= 0 && idx < Math.min(data.Lq, LINES_MAX_TOKENS)) h = { side: 'q', index: idx };
+      else if (x > cv.width - 150 && idx >= 0 && idx < Math.min(data.Lk, LINES_MAX_TOKENS)) h = { side: 'k', index: idx };
+      if (JSON.stringify(h) !== JSON.stringify(linesHover)) { linesHover = h; drawLines(); }
+    });
+    cv.addEventListener('mouseleave', () => { linesHover = null; drawLines(); });
+  }
+
+  /* ---------- heads grid ---------- */
+
+  function drawGrid() {
+    const grid = $('grid');
+    grid.textContent = '';
+    if (!data) return;
+    const size = 120;
+    const heads = [];
+    for (let h = 0; h < data.H; h++) heads.push(h);
+    if (data.H > 1) heads.push('mean');
+    for (let b = 0; b < data.B; b++)
+      for (const h of heads) {
+        const fig = document.createElement('figure');
+        fig.dataset.batch = b; fig.dataset.head = h;
+        if (b === state.batch && String(h) === String(state.head)) fig.classList.add('selected');
+        const cv = document.createElement('canvas');
+        cv.width = size; cv.height = size;
+        const ctx = cv.getContext('2d');
+        const img = ctx.createImageData(size, size);
+        drawPooled(img, shownMatrix(b, h), data.Lq, data.Lk, 0, 0, size, size, 0, data.Lq, 0, data.Lk);
+        ctx.putImageData(img, 0, 0);
+        const cap = document.createElement('figcaption');
+        cap.textContent = (data.B > 1 ? `batch ${b}, ` : '') + (h === 'mean' ? 'mean' : `head ${h}`);
+        fig.append(cv, cap);
+        fig.addEventListener('click', () => {
+          state.batch = b; state.head = h; state.view = 'heatmap';
+          syncControls(); render();
+        });
+        grid.append(fig);
+      }
+  }
+
+  /* ---------- values ---------- */
+
+  let valuePage = { row: 0, col: 0 };
+
+  function pager(label, page, pages, onChange) {
+    const div = document.createElement('div');
+    div.className = 'pager';
+    const prev = document.createElement('button'), next = document.createElement('button');
+    prev.textContent = '‹'; next.textContent = '›';
+    prev.disabled = page <= 0; next.disabled = page >= pages - 1;
+    prev.addEventListener('click', () => onChange(page - 1));
+    next.addEventListener('click', () => onChange(page + 1));
+    div.append(label + ` ${page + 1} of ${pages}`, prev, next);
+    return div;
+  }
+
+  function drawValues() {
+    const box = $('values');
+    box.textContent = '';
+    if (!data) return;
+    const { Lq, Lk } = data, b = state.batch;
+    const rowPages = Math.ceil(Lq / PAGE_ROWS), colPages = Math.ceil(Lk / PAGE_COLS);
+    valuePage.row = Math.min(valuePage.row, rowPages - 1);
+    valuePage.col = Math.min(valuePage.col, colPages - 1);
+    const r0 = valuePage.row * PAGE_ROWS, r1 = Math.min(Lq, r0 + PAGE_ROWS);
+    const c0 = valuePage.col * PAGE_COLS, c1 = Math.min(Lk, c0 + PAGE_COLS);
+    const h2 = document.createElement('h3');
+    h2.textContent = `Attention, batch ${b}, head ${state.head} (query rows, key columns)`;
+    box.append(h2);
+    if (rowPages > 1) box.append(pager('rows', valuePage.row, rowPages, (p) => { valuePage.row = p; drawValues(); }));
+    if (colPages > 1) box.append(pager('columns', valuePage.col, colPages, (p) => { valuePage.col = p; drawValues(); }));
+    const w = headMatrix(b, state.head), s = shownMatrix(b, state.head);
+    const t = document.createElement('table');
+    t.id = 'attention-table';
+    const head = t.insertRow();
+    head.append(document.createElement('th'));
+    for (let j = c0; j < c1; j++) {
+      const th = document.createElement('th');
+      th.textContent = tokenLabel(data.kTokens, j);
+      head.append(th);
+    }
+    for (let i = r0; i < r1; i++) {
+      const tr = t.insertRow();
+      const th = document.createElement('th');
+      th.textContent = tokenLabel(data.qTokens, i);
+      tr.append(th);
+      for (let j = c0; j < c1; j++) {
+        const td = tr.insertCell();
+        td.textContent = String(w[i * Lk + j]);
+        td.dataset.i = i; td.dataset.j = j;
+        if (s[i * Lk + j] === -2) { td.className = 'masked'; td.title = 'masked'; }
+        else if (s[i * Lk + j] === -1) { td.className = 'hidden'; td.title = 'below the threshold or top-k'; }
+      }
+    }
+    box.append(t);
+    if (!data.output) return;
+    const D = data.output.D, oc1 = Math.min(D, OUTPUT_COLS);
+    const h3 = document.createElement('h3');
+    h3.textContent = `Output, batch ${b} (token rows, feature columns${D > OUTPUT_COLS ? `; the first ${OUTPUT_COLS} of ${D}` : ''})`;
+    const o = document.createElement('table');
+    o.id = 'output-table';
+    const oh = o.insertRow();
+    oh.append(document.createElement('th'));
+    for (let f = 0; f < oc1; f++) { const th = document.createElement('th'); th.textContent = f; oh.append(th); }
+    for (let i = r0; i < r1; i++) {
+      const tr = o.insertRow();
+      const th = document.createElement('th');
+      th.textContent = tokenLabel(data.qTokens, i);
+      tr.append(th);
+      for (let f = 0; f < oc1; f++) {
+        const td = tr.insertCell();
+        td.textContent = String(data.output.values[(b * Lq + i) * D + f]);
+        td.dataset.i = i; td.dataset.j = f;
+      }
+    }
+    box.append(h3, o);
+  }
+
+  /* ---------- render ---------- */
+
+  function render() {
+    writeHash();
+    if (data) {
+      if (state.view === 'heatmap') drawHeatmap();
+      else if (state.view === 'lines') drawLines();
+      else if (state.view === 'grid') drawGrid();
+      else drawValues();
+    }
+    renderCount++;
+    document.body.dataset.render = renderCount;
+    if (data) setStatus(data.source, 'ready');
+  }
+
+  /* ---------- requests ---------- */
+
+  function formatRequest(req) {
+    const keys = Object.keys(req);
+    return '{\n' + keys.map((k) => ' ' + JSON.stringify(k) + ': ' + JSON.stringify(req[k])).join(',\n') + '\n}';
+  }
+
+  function readRequest() {
+    try {
+      return JSON.parse($('request').value);
+    } catch (e) {
+      showError('invalid_json', 'The request is not JSON: ' + e.message, null);
+      $('request').classList.add('field-error');
+      return null;
+    }
+  }
+
+  async function hasBinaryV2() {
+    if (v2Binary === null) {
+      try {
+        const r = await fetch('/v2');
+        const j = r.ok ? await r.json() : {};
+        v2Binary = Array.isArray(j.extensions) && j.extensions.includes('binary_tensor_data');
+      } catch (e) {
+        v2Binary = false;
+      }
+    }
+    return v2Binary;
+  }
+
+  /* The number of attention weights req asks for, or 0 when it cannot say cheaply. */
+  function attentionSize(req) {
+    if (!Array.isArray(req.q) || !Array.isArray(req.k)) return 0;
+    const d = depth(req.q);
+    const B = d === 3 ? req.q.length : 1;
+    const Lq = d === 3 ? req.q[0].length : req.q.length;
+    const Lk = d === 3 ? req.k[0].length : req.k.length;
+    return B * (req.heads || 1) * Lq * Lk;
+  }
+
+  /* POST /v2/models/attention/infer with binary outputs: the JSON header, whose length is
+   * the Inference-Header-Content-Length response header, then each output's raw
+   * little-endian bytes in order (parameters.binary_data_size each).  Returns data, or
+   * null when the server answers this request with an error (shown). */
+  async function computeBinary(req) {
+    const f32 = req.dtype === 'float32';
+    const dt = f32 ? 'FP32' : 'FP64';
+    const T = f32 ? Float32Array : Float64Array;
+    const input = (name) => {
+      const a = req[name];
+      const shape = [];
+      for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
+      return { name, shape, datatype: dt, data: Array.from(flatten(a, Float64Array)) };
+    };
+    const params = { binary_data_output: true };
+    if (req.causal) params.causal = true;
+    if (req.heads) params.heads = req.heads;
+    if (req.scale != null) params.scale = req.scale;
+    const body = { inputs: [input('q'), input('k'), input('v')], parameters: params };
+    const t0 = performance.now();
+    const r = await fetch('/v2/models/attention/infer', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+    });
+    const buf = await r.arrayBuffer();
+    const t1 = performance.now();
+    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    if (!r.ok) {
+      const e = header.error;
+      showError(r.status + '', typeof e === 'string' ? e : JSON.stringify(header), null);
+      return null;
+    }
+    let off = hlen;
+    const out = {};
+    for (const o of header.outputs || []) {
+      const size = o.parameters && o.parameters.binary_data_size;
+      if (size != null) {
+        out[o.name] = { shape: o.shape, values: new T(buf.slice(off, off + size)) };
+        off += size;
+      } else {
+        out[o.name] = { shape: o.shape, values: T.from(o.data) };
+      }
+    }
+    const a = out.attention;
+    if (!a) throw new Error('the v2 answer has no "attention" output');
+    const s = a.shape, Lq = s[s.length - 2], Lk = s[s.length - 1];
+    const batched = depth(req.q) === 3;
+    const B = batched ? s[0] : 1, H = a.values.length / (B * Lq * Lk);
+    const o = out.output;
+    const d = {
+      B, H, Lq, Lk, attn: a.values, raw: null, source: 'POST /v2/models/attention/infer (binary)',
+      output: o ? { D: o.values.length / (B * Lq), values: o.values } : null,
+      mask: requestMask(req, B, Lq, Lk),
+      qTokens: parseTokens($('q-tokens').value),
+      kTokens: parseTokens($('k-tokens').value) || parseTokens($('q-tokens').value),
+      header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1 },
+    };
+    return d;
+  }
+
+  /* Sends the request in the editor and shows its answer. */
+  async function compute() {
+    clearError();
+    const req = readRequest();
+    if (!req) return;
+    setStatus('computing…', 'loading');
+    const t0 = performance.now();
+    try {
+      let d = null;
+      const binary = req.q && !req.x && req.mask == null && req.layout !== 'columns' &&
+        attentionSize(req) >= BINARY_MIN_WEIGHTS && await hasBinaryV2();
+      if (binary) {
+        d = await computeBinary(req);
+        if (!d) return;
+      } else {
+        const r = await fetch('/v1/attention', {
+          method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(req),
+        });
+        const text = await r.text();
+        const t1 = performance.now();
+        let resp;
+        try { resp = JSON.parse(text); } catch (e) { resp = null; }
+        if (!r.ok) {
+          const e = resp && resp.error ? resp.error : { code: String(r.status), message: text };
+          showError(e.code, e.message, e.field);
+          return;
+        }
+        d = fromResponse(resp, req, text, 'POST /v1/attention (JSON)');
+        if (!d) {
+          showError('no_attention', 'The answer has no attention matrix (is "return_attention" false?).', 'return_attention');
+          return;
+        }
+        d.timing = { transferMs: t1 - t0, decodeMs: performance.now() - t1 };
+      }
+      const t2 = performance.now();
+      setData(d);
+      d.timing.drawMs = performance.now() - t2;
+    } catch (e) {
+      showError('failed', 'No answer could be shown: ' + e.message, null);
+    }
+  }
+
+  async function loadExample(name) {
+    clearError();
+    setStatus('loading ' + name + '…', 'loading');
+    const r = await fetch('/viz/examples/' + encodeURIComponent(name) + '.json');
+    if (!r.ok) { showError('unknown_example', `There is no example "${name}".`, null); return; }
+    const ex = await r.json();
+    $('request').value = formatRequest(ex.request);
+    $('example').value = name;
+    await compute();
+  }
+
+  async function loadExampleList() {
+    try {
+      const r = await fetch('/viz/examples/');
+      const j = await r.json();
+      for (const e of j.examples) $('example').add(new Option(e.name, e.name));
+      if (state.example) $('example').value = state.example;
+    } catch (e) { /* offline: the file and request inputs still work */ }
+  }
+
+  async function loadWeightSets() {
+    try {
+      const r = await fetch('/v1/weight-sets');
+      const j = await r.json();
+      for (const s of j.weight_sets || []) $('weight-set').add(new Option(s.name, s.name));
+    } catch (e) { /* offline */ }
+  }
+
+  function useWeightSet(name) {
+    const req = readRequest();
+    if (!req) return;
+    if (name) req.weights = name;
+    $('request').value = formatRequest(req);
+  }
+
+  /* ---------- files ---------- */
+
+  async function openFile(file) {
+    clearError();
+    const text = await file.text();
+    let obj;
+    try { obj = JSON.parse(text); } catch (e) { showError('invalid_json', file.name + ' is not JSON: ' + e.message, null); return; }
+    state.example = '';
+    $('example').value = '';
+    let d = null;
+    try {
+      if (obj.expect && obj.request) d = fromResponse(obj.expect, obj.request, JSON.stringify(obj.expect), file.name);
+      else if (obj.meta && obj.attention) d = fromResponse(obj, null, text, file.name);
+      else d = fromBertViz(obj, text, file.name);
+    } catch (e) {
+      d = null;
+    }
+    if (!d) {
+      showError('unknown_file', file.name + ' is neither a response of POST /v1/attention nor a BertViz export ' +
+        '({"attention": [layer][batch][head][query][key], "tokens": [...]}).', null);
+      return;
+    }
+    if (obj.tokens && !d.qTokens) { d.qTokens = obj.tokens.map(String); d.kTokens = d.qTokens; }
+    setData(d);
+  }
+
+  /* ---------- export ---------- */
+
+  function download(blob, name) {
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  }
+
+  function baseName() {
+    return (state.example || 'attention') + `-b${state.batch}-h${state.head}`;
+  }
+
+  /* The canvas of the current view (the grid and values views are drawn into one). */
+  function viewCanvas() {
+    if (state.view === 'heatmap') {
+      const h = $('heatmap'), l = $('legend');
+      const c = document.createElement('canvas');
+      c.width = h.width + l.width; c.height = h.height;
+      const ctx = c.getContext('2d');
+      ctx.drawImage(h, 0, 0); ctx.drawImage(l, h.width, 0);
+      return c;
+    }
+    if (state.view === 'lines') return $('lines');
+    if (state.view === 'grid') {
+      const figs = [...document.querySelectorAll('#grid figure')];
+      const per = Math.max(1, Math.min(figs.length, 6)), cell = 136;
+      const c = document.createElement('canvas');
+      c.width = per * cell; c.height = Math.ceil(figs.length / per) * (cell + 16);
+      const ctx = c.getContext('2d');
+      ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, c.width, c.height);
+      ctx.fillStyle = '#222'; ctx.font = '11px sans-serif';
+      figs.forEach((f, k) => {
+        const x = (k % per) * cell, y = Math.floor(k / per) * (cell + 16);
+        ctx.drawImage(f.querySelector('canvas'), x + 8, y + 8);
+        ctx.fillText(f.querySelector('figcaption').textContent, x + 8, y + cell + 6);
+      });
+      return c;
+    }
+    const rows = [...document.querySelectorAll('#attention-table tr')];
+    const c = document.createElement('canvas');
+    const cols = rows.length ? rows[0].cells.length : 1;
+    c.width = Math.max(200, cols * 150); c.height = Math.max(40, rows.length * 18 + 10);
+    const ctx = c.getContext('2d');
+    ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, c.width, c.height);
+    ctx.fillStyle = '#222'; ctx.font = '12px monospace';
+    rows.forEach((tr, r) => [...tr.cells].forEach((td, k) => ctx.fillText(td.textContent, k * 150 + 4, r * 18 + 16)));
+    return c;
+  }
+
+  function exportPng() {
+    if (!data) return;
+    viewCanvas().toBlob((blob) => download(blob, baseName() + '-' + state.view + '.png'), 'image/png');
+  }
+
+  function csvField(s) {
+    return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+  }
+
+  /* CSV of the matrix shown: query labels down, key labels across; a weight the mask
+   * hides or the threshold / top-k drops is an empty field. */
+  function exportCsv() {
+    if (!data) return;
+    const w = headMatrix(state.batch, state.head), s = shownMatrix(state.batch, state.head);
+    const lines = [['query\\key'].concat(Array.from({ length: data.Lk }, (_, j) => tokenLabel(data.kTokens, j))).map(csvField).join(',')];
+    for (let i = 0; i < data.Lq; i++) {
+      const row = [csvField(tokenLabel(data.qTokens, i))];
+      for (let j = 0; j < data.Lk; j++) row.push(s[i * data.Lk + j] < 0 ? '' : String(w[i * data.Lk + j]));
+      lines.push(row.join(','));
+    }
+    download(new Blob([lines.join('\n') + '\n'], { type: 'text/csv' }), baseName() + '.csv');
+  }
+
+  function exportJson() {
+    if (!data) return;
+    const text = data.raw != null ? data.raw : JSON.stringify(data.header || {});
+    download(new Blob([text], { type: 'application/json' }), (state.example || 'attention') + '.response.json');
+  }
+
+  /* The request in the editor as a curl command line for this server. */
+  function curlCommand() {
+    const req = readRequest();
+    if (!req) return null;
+    const body = JSON.stringify(req).replace(/'/g, "'\\''");
+    return `curl -s ${location.origin}/v1/attention -H 'Content-Type: application/json' -d '${body}'`;
+  }
+
+  async function copyCurl() {
+    const cmd = curlCommand();
+    if (cmd == null) return;
+    const ta = $('curl');
+    ta.value = cmd;
+    ta.hidden = false;
+    ta.select();
+    try {
+      await navigator.clipboard.writeText(cmd);
+      setStatus('curl command copied', document.body.dataset.status);
+    } catch (e) {
+      setStatus('curl command selected below: copy it with Ctrl+C', document.body.dataset.status);
+    }
+  }
+
+  /* ---------- wiring ---------- */
+
+  function onControl() {
+    state.batch = Number($('batch').value) || 0;
+    state.head = $('head').value === 'mean' ? 'mean' : Number($('head').value) || 0;
+    state.scale = $('scale').value;
+    state.threshold = Math.min(1, Math.max(0, Number($('threshold').value) || 0));
+    state.topk = Math.max(0, Math.floor(Number($('topk').value) || 0));
+    const layer = Number($('layer').value) || 0;
+    if (data && data.layers && layer !== state.layer) { state.layer = layer; data.attn = data.layers[layer]; }
+    render();
+  }
+
+  async function applyHash() {
+    const h = readHash();
+    const exampleChanged = h.example && h.example !== state.example;
+    Object.assign(state, h);
+    syncControls();
+    if (exampleChanged) await loadExample(state.example);
+    else if (data) { if (data.layers) data.attn = data.layers[Math.min(state.layer, data.layers.length - 1)]; render(); }
+  }
+
+  function init() {
+    for (const b of document.querySelectorAll('#views button'))
+      b.addEventListener('click', () => { state.view = b.dataset.view; syncControls(); render(); });
+    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk'])
+      $(id).addEventListener('change', onControl);
+    $('run').addEventListener('click', () => { state.example = ''; $('example').value = ''; compute(); });
+    $('example').addEventListener('change', () => {
+      state.example = $('example').value;
+      writeHash();
+      if (state.example) loadExample(state.example);
+    });
+    $('weight-set').addEventListener('change', () => useWeightSet($('weight-set').value));
+    $('open-file').addEventListener('change', () => { const f = $('open-file').files[0]; if (f) openFile(f); });
+    $('export-png').addEventListener('click', exportPng);
+    $('export-csv').addEventListener('click', exportCsv);
+    $('export-json').addEventListener('click', exportJson);
+    $('copy-curl').addEventListener('click', copyCurl);
+    for (const id of ['q-tokens', 'k-tokens'])
+      $(id).addEventListener('change', () => {
+        if (!data) return;
+        data.qTokens = parseTokens($('q-tokens').value);
+        data.kTokens = parseTokens($('k-tokens').value) || data.qTokens;
+        render();
+      });
+    setupHeatmapInteraction();
+    setupLinesInteraction();
+    window.addEventListener('hashchange', applyHash);
+    Object.assign(state, readHash());
+    syncControls();
+    loadWeightSets();
+    loadExampleList().then(() => {
+      if (state.example) loadExample(state.example);
+      else { setStatus('pick an example, edit a request or open a file', 'idle'); writeHash(); }
+    });
+  }
+
+  /* For tests and for anyone scripting the page from the console. */
+  window.viz = {
+    state, colorFor, cellCenter, curlCommand,
+    get data() { return data; },
+    stops: STOPS, logFloor: LOG_FLOOR, maskColors: [MASK_DARK, MASK_LIGHT],
+  };
+
+  init();
+})();

@@ -1,0 +1,128 @@
+// viz_bench.mjs - the visualizer from request to painted heatmap, in headless chromium.
+//
+//   node tests/bench/viz_bench.mjs --server build/attention-server --out build/bench/results [--quick]
+//
+// For L = 512, 2048 and 4096 (one head, float32, q/k/v of width 64, attention returned) it
+// clicks Compute on the page and waits for the heatmap to be painted (two animation frames
+// after the render), and reports the median total with the page's own split: transfer (the
+// request sent until the whole answer is in), decoding (answer to typed array) and drawing.
+// The page takes the binary v2 form when the server offers it and JSON otherwise; the row
+// says which.  Each answer is checked (every row of the matrix sums to 1) before it counts.
+// Writes table-viz.tsv (rows of tests/bench/run.sh's table) into --out; targets: 2048 tokens
+// under 1 s, 4096 under 3 s.  Exit status 1 when a run failed or a check disagreed.
+
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+
+// puppeteer-core is installed (pinned) with the browser tests, in tests/browser/.
+const require = createRequire(new URL('../browser/package.json', import.meta.url));
+const puppeteer = require('puppeteer-core');
+
+const argv = process.argv.slice(2);
+const opt = (name, dflt) => { const i = argv.indexOf('--' + name); return i >= 0 ? argv[i + 1] : dflt; };
+const QUICK = argv.includes('--quick');
+const SERVER = opt('server', 'build/attention-server');
+const OUT = opt('out', 'build/bench/results');
+const CHROMIUM = ['/usr/lib/chromium/chromium', '/usr/bin/chromium'].find((p) => fs.existsSync(p));
+const CASES = [{ L: 512, reps: QUICK ? 1 : 5, target: null }, { L: 2048, reps: QUICK ? 1 : 3, target: 1000 },
+  { L: 4096, reps: QUICK ? 1 : 2, target: 3000 }];
+const CASE_TIMEOUT_MS = 300000;
+
+function matrix(rows, cols, seed) {
+  let s = seed >>> 0;
+  const out = new Array(rows);
+  for (let r = 0; r < rows; r++) {
+    const row = new Array(cols);
+    for (let c = 0; c < cols; c++) { s ^= s << 13; s >>>= 0; s ^= s >> 17; s ^= s << 5; s >>>= 0; row[c] = Math.round((s / 4294967296 * 2 - 1) * 1e4) / 1e4; }
+    out[r] = row;
+  }
+  return out;
+}
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'viz-bench-'));
+// 4096 x 4096 weights are 16.7 million numbers: above the default --max-elements.
+const server = spawn(SERVER, ['--port', '0', '--host', '127.0.0.1', '--data-dir', path.join(tmp, 'data'), '--quiet',
+  '--max-elements', '64M', '--max-body', '256M', '--max-request-memory', '4G'], { stdio: ['ignore', 'pipe', 'inherit'] });
+let browser = null, failed = false;
+const rows = [];
+try {
+  const base = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error('the server did not start in 10 s')), 10000);
+    server.on('exit', (code) => reject(new Error('the server exited with status ' + code)));
+    server.stdout.on('data', (c) => {
+      out += c;
+      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+  });
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM, headless: true, userDataDir: path.join(tmp, 'profile'), protocolTimeout: CASE_TIMEOUT_MS,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run'],
+  });
+  const page = await browser.newPage();
+  page.setDefaultTimeout(CASE_TIMEOUT_MS);
+  await page.setViewport({ width: 1300, height: 900 });
+  await page.goto(base + '/viz#view=heatmap');
+  await page.waitForSelector('body[data-status="idle"]');
+  for (const { L, reps, target } of CASES) {
+    const req = { q: matrix(L, 64, 1), k: matrix(L, 64, 2), v: matrix(L, 64, 3), dtype: 'float32' };
+    await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(req));
+    const runs = [];
+    let error = null;
+    for (let r = 0; r < reps && !error; r++) {
+      const m = await page.evaluate(() => new Promise((resolve) => {
+        const before = Number(document.body.dataset.render || 0);
+        const t0 = performance.now();
+        document.getElementById('run').click();
+        (function poll() {
+          const st = document.body.dataset.status;
+          if (st === 'error') { resolve({ error: document.getElementById('error').textContent }); return; }
+          if (st !== 'ready' || Number(document.body.dataset.render) <= before) { setTimeout(poll, 2); return; }
+          requestAnimationFrame(() => requestAnimationFrame(() => {
+            const d = window.viz.data, n = d.Lk;
+            let worst = 0;
+            for (let i = 0; i < d.Lq; i++) {
+              let s = 0;
+              for (let j = 0; j < n; j++) s += d.attn[i * n + j];
+              worst = Math.max(worst, Math.abs(s - 1));
+            }
+            resolve({ total: performance.now() - t0, ...d.timing, path: d.source, lq: d.Lq, lk: d.Lk, worst });
+          }));
+        })();
+      }));
+      if (m.error) error = m.error;
+      else if (m.lq !== L || m.lk !== L || !(m.worst < 1e-3)) error = `wrong answer: ${m.lq}x${m.lk}, row sums off by ${m.worst}`;
+      else runs.push(m);
+    }
+    if (error) {
+      failed = true;
+      console.log(`L=${L}: FAILED: ${error}`);
+      rows.push(['viz', `visualizer L=${L} request to painted heatmap, float32`, '', '', 'ms', '', '', '', '', 'failed: ' + error.slice(0, 200)]);
+      continue;
+    }
+    const total = median(runs.map((x) => x.total));
+    const split = ['transferMs', 'decodeMs', 'drawMs'].map((k) => median(runs.map((x) => x[k])).toFixed(0));
+    const form = /binary/.test(runs[0].path) ? 'binary v2' : 'JSON v1';
+    const met = target == null ? '' : `; target < ${target / 1000} s: ${total < target ? 'ok' : 'MISSED'}`;
+    console.log(`L=${L} (${form}): ${total.toFixed(0)} ms to paint; transfer ${split[0]} ms, decode ${split[1]} ms, draw ${split[2]} ms (median of ${runs.length})`);
+    rows.push(['viz', `visualizer L=${L} request to painted heatmap, float32, ${form}`, total.toFixed(1), '', 'ms', '', '', '', '',
+      `transfer ${split[0]} ms, decode ${split[1]} ms, draw ${split[2]} ms${met}`]);
+  }
+} catch (e) {
+  failed = true;
+  console.log('viz bench FAILED: ' + e.message);
+} finally {
+  if (browser) await browser.close().catch(() => {});
+  if (server.exitCode === null) server.kill('SIGTERM');
+  fs.rmSync(tmp, { recursive: true, force: true });
+}
+fs.mkdirSync(OUT, { recursive: true });
+fs.writeFileSync(path.join(OUT, 'table-viz.tsv'), rows.map((r) => r.join('\t')).join('\n') + (rows.length ? '\n' : ''));
+process.exit(failed ? 1 : 0);
