@@ -21,6 +21,7 @@
 #include "attention.h"
 #include "attention_json.h"
 #include "budget.h"
+#include "json_in.h"
 #include "jsonw.h"
 #include "mem.h"
 #include "v2_tensor.h"
@@ -367,20 +368,6 @@ typedef struct v2_outputs {
     int binary[OUT_COUNT];
 } v2_outputs;
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* Reads a boolean of obj (absent: def) named by path in errors. */
 static int get_bool(const json_t *obj, const char *key, const char *path, int def, int *out,
                     attn_error *err)
@@ -391,7 +378,7 @@ static int get_bool(const json_t *obj, const char *key, const char *path, int de
         return 0;
     if (!json_is_boolean(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", path, "%s is %s; it must be true or "
-                         "false.", path, json_kind(v));
+                         "false.", path, json_in_kind(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -423,7 +410,7 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
                              "%s must be \"output\" or \"attention\" (got %s%.40s%s).", field,
                              json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
-                             name ? json_kind(name) : "nothing", json_is_string(name) ? "\"" : "");
+                             name ? json_in_kind(name) : "nothing", json_is_string(name) ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
             if (o->which[j] == which)
                 return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
@@ -458,7 +445,7 @@ static int decode_parameters(const json_t *root, attention_json_request *ar, siz
         return 0;
     if (!json_is_object(p))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "parameters",
-                         "parameters is %s; it must be an object.", json_kind(p));
+                         "parameters is %s; it must be an object.", json_in_kind(p));
     int rc, causal;
     if ((rc = get_bool(p, "causal", "parameters.causal", 0, &causal, err)) != 0 ||
         (rc = get_bool(p, "binary_data_output", "parameters.binary_data_output", 0, binary_output,
@@ -575,7 +562,7 @@ static int infer_describe(v2_infer *st, const v2_env *env, v2_body *body, attn_e
     if (!json_is_object(root))
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                          "The JSON header is %s; it must be an object with \"inputs\".",
-                         json_kind(root));
+                         json_in_kind(root));
     const json_t *id = json_object_get(root, "id");
     if (id != NULL) {
         if (!json_is_string(id) || json_string_length(id) >= sizeof st->id)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench_mhd.sh - which libmicrohttpd threading model should the server use?  Measured, not
-# assumed (issue 4).  `make bench-mhd` builds one server per model (build/bench/mhd/, see the
+# assumed.  `make bench-mhd` builds one server per model (build/bench/mhd/, see the
 # top of server/http.c) and runs this script with their names.
 #
 # For each model, on a fresh server with --max-inflight 256 (so that the limit, not the model,

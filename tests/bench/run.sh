@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh - every benchmark of issue 4, each against its peer in the same run, then ONE table.
+# run.sh - every benchmark, each against its peer in the same run, then ONE table.
 # `make bench` builds what it needs and calls this script.
 #
 #   kernel      build/bench/bench-kernel (attention_run) and bench_numpy.py (NumPy), on the same

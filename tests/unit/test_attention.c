@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "attention.h"
-#include "jsonw.h"
 #include "mem.h"
 #include "ref/reference.h"
 #include "test.h"
@@ -297,91 +296,4 @@ void test_attention_job_bytes_overflow(void)
     ASSERT_EQ(attention_job_bytes(&small, &bytes), 0);
     /* output 2*3*6 and attention 2*3*4 doubles at least */
     ASSERT(bytes >= (36 + 24) * sizeof(double));
-}
-
-void test_jsonw_numbers_round_trip(void)
-{
-    double values[] = {0.1, 1.0 / 3.0, -2.5e-300, 1e300, 123456789.0, 0.0, -0.0,
-                       5e-324, 1.7976931348623157e308, 0.30000000000000004};
-    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-        jw_buf w;
-        jw_init(&w, 0);
-        jw_double(&w, values[i]);
-        size_t len;
-        char *text = jw_finish(&w, &len);
-        ASSERT(text != NULL);
-        double back = strtod(text, NULL);
-        int same = memcmp(&back, &values[i], sizeof back) == 0 || (back == 0 && values[i] == 0);
-        if (!same) {
-            mem_free(text);
-            FAIL_AT("%.17g printed as %s", values[i], text);
-        }
-        mem_free(text);
-    }
-    jw_buf w;
-    jw_init(&w, 0);
-    jw_double(&w, 0.1);
-    jw_char(&w, ' ');
-    jw_float(&w, (double)0.1f);
-    char *text = jw_finish(&w, NULL);
-    ASSERT_STR_EQ(text, "0.1 0.1");
-    mem_free(text);
-}
-
-/* The printf search jw_double must agree with: fewest of 15-17 digits. */
-static int printf_shortest(double v, char *text)
-{
-    int n = 0;
-    for (int digits = 15; digits <= 17; digits++) {
-        n = snprintf(text, 40, "%.*g", digits, v);
-        if (strtod(text, NULL) == v)
-            break;
-    }
-    return n;
-}
-
-void test_jsonw_matches_printf_shortest(void)
-{
-    /* Random bit patterns, values in [0, 1) like attention weights, short
-     * decimals, and powers of ten across the fast path's edges. */
-    for (long i = 0; i < 300000; i++) {
-        double v;
-        uint64_t b = (uint64_t)(rnd() * 4e18) ^ ((uint64_t)i << 40);
-        switch (i % 4) {
-        case 0: v = (rnd() + 2.0) / 4.0; break;
-        case 1: memcpy(&v, &b, sizeof v); if (!isfinite(v)) v = 0.5; break;
-        case 2: v = floor((rnd() + 2.0) * 25000.0) / 1000.0; break;
-        default: v = pow(10.0, (double)(i % 31) - 13.0) * floor((rnd() + 2.0) * 250.0) / 100.0;
-        }
-        if (i % 7 == 0)
-            v = -v;
-        jw_buf w;
-        jw_init(&w, 0);
-        jw_double(&w, v);
-        size_t len;
-        char *text = jw_finish(&w, &len);
-        char ref[40];
-        int ref_len = printf_shortest(v, ref);
-        int same_value = text != NULL && strtod(text, NULL) == v &&
-                         signbit(strtod(text, NULL)) == signbit(v);
-        /* -0.0 is printed so that it reads back as a negative double, not
-         * as printf's "-0", which JSON readers take for the integer 0. */
-        int ok = same_value && ((int)len <= ref_len || (v == 0 && strcmp(text, "-0.0") == 0));
-        if (!ok) {
-            fprintf(stderr, "  %.17g printed as %s, printf gives %s\n", v, text ? text : "(null)", ref);
-            mem_free(text);
-            FAIL_AT("jw_double disagrees with printf");
-        }
-        mem_free(text);
-    }
-}
-
-void test_jsonw_strings_escaped(void)
-{
-    jw_buf w;
-    jw_init(&w, 4);
-    jw_string(&w, "a\"b\\c\nd\x01");
-    char *text = jw_finish(&w, NULL);
-    ASSERT_STR_EQ(text, "\"a\\\"b\\\\c\\nd\\u0001\"");
-    mem_free(text);
 }
