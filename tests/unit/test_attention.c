@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "attention.h"
-#include "mem.h"
 #include "ref/reference.h"
 #include "test.h"
 
