@@ -128,6 +128,8 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                                       : "application/json");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    if (resp->etag[0])
+        MHD_add_response_header(r, "ETag", resp->etag);
     if (resp->inference_header_length > 0) {
         char text[24];
         snprintf(text, sizeof text, "%zu", resp->inference_header_length);
@@ -136,7 +138,7 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     if (origin != NULL) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Access-Control-Expose-Headers",
-                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length");
+                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag");
     }
     if (vary)
         MHD_add_response_header(r, "Vary", "Origin");
@@ -274,7 +276,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     api_request req = {method, url, hr->body, hr->len,
                        MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                   "Inference-Header-Content-Length")};
+                                                   "Inference-Header-Content-Length"),
+                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match")};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);
