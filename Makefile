@@ -83,6 +83,12 @@ build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
 		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
 
+# Three servers on one shared weight-set directory (tests/integration/sharetest.c).
+build/sharetest: tests/integration/sharetest.c tests/integration/client.c tests/integration/client.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c tests/integration/client.c \
+		-o $@ -ljansson -lpthread -lm
+
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
@@ -146,7 +152,7 @@ run: deps
 	./$(SERVER) --data-dir data
 
 test-build: deps
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test
+	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test build/sharetest
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build

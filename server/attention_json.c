@@ -239,11 +239,14 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                                  "(1-64 of A-Z a-z 0-9 . _ -).", name);
             snprintf(req->weights_name, sizeof req->weights_name, "%s", name);
             const json_t *jg = json_object_get(root, "weights_generation");
-            if (jg != NULL && (!json_is_integer(jg) || json_integer_value(jg) < 1))
+            /* Numbers arrive as doubles: generations are below 2^53, so exact. */
+            double g = json_number_value(jg);
+            if (jg != NULL && (!json_is_number(jg) || !(g >= 1 && g < 9007199254740992.0) ||
+                               g != (double)(uint64_t)g))
                 return error_set(err, ERR_BAD_REQUEST, "invalid_value", "weights_generation",
                                  "weights_generation must be a whole number >= 1, the "
                                  "generation a PUT of the set answered.");
-            req->weights_generation = jg != NULL ? (uint64_t)json_integer_value(jg) : 0;
+            req->weights_generation = jg != NULL ? (uint64_t)g : 0;
         } else {
             weights_json_tokens tokens = {req->x_width, req->ctx_width, jctx ? "context" : "x"};
             if ((rc = weights_json_decode(jw, "weights", req->out_in, &tokens, &budget,
