@@ -773,7 +773,7 @@ static int scan_directory(weight_store *store, scan_state *sc, int initial, attn
             break;
         }
         scan_change *c = &sc->changes[sc->change_count++];
-        snprintf(c->name, sizeof c->name, "%s", name);
+        snprintf(c->name, sizeof c->name, "%s", set->name); /* a valid name: it loaded */
         c->before = i >= 0 ? sc->snap[i] : NULL;
         c->after = set;
         errno = 0;
