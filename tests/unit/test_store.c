@@ -1386,3 +1386,144 @@ void test_store_list_out_of_memory(void)
 {
     in_temp_dir(body_list_out_of_memory);
 }
+
+/* ---- two stores on one directory ------------------------------------------ */
+
+/* What one server writes, replaces and deletes, another sees after
+ * store_sync; references held across the swap keep their numbers; the
+ * generation grows with each write, whichever store wrote before. */
+static void body_two_stores(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, HAS_ALL};
+    attn_error err;
+    weight_store *a = open_store(dir, &roomy, &err, NULL, 0);
+    weight_store *b = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(a != NULL && b != NULL);
+    weight_set *first = set_make("s", &shape, 1, 0, 0);
+    weightset_retain(first);
+    ASSERT_EQ(store_put(a, first, NULL, &err), 0);
+    ASSERT(store_get(b, "s") == NULL);
+    ASSERT_EQ(store_sync(b, &err), 0);
+    weight_set *seen = store_get(b, "s");
+    ASSERT_SET(seen, "s", &shape, 1, 0, 0);
+    ASSERT_EQ(seen->generation, first->generation);
+    /* B replaces it: a generation above A's, and A follows. */
+    weight_set *second = set_make("s", &shape, 2, 0, 0);
+    weightset_retain(second);
+    ASSERT_EQ(store_put(b, second, NULL, &err), 0);
+    ASSERT(second->generation > first->generation);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    weight_set *now = store_get(a, "s");
+    ASSERT_SET(now, "s", &shape, 2, 0, 0);
+    ASSERT_EQ(now->generation, second->generation);
+    weightset_release(now);
+    /* The reference taken before the swap still holds the old numbers. */
+    ASSERT_SET(seen, "s", &shape, 1, 0, 0);
+    weightset_release(seen);
+    /* A scan with nothing new changes nothing. */
+    weight_set *before = store_get(a, "s");
+    ASSERT_EQ(store_sync(a, &err), 0);
+    now = store_get(a, "s");
+    ASSERT(now == before);
+    weightset_release(now);
+    weightset_release(before);
+    /* Deleted on A: gone from B after its scan. */
+    ASSERT_EQ(store_delete(a, "s", &err), 0);
+    ASSERT_EQ(store_sync(b, &err), 0);
+    ASSERT(store_get(b, "s") == NULL);
+    ASSERT_EQ(store_total_bytes(b), 0);
+    /* A delete of a set another store wrote but this one has not loaded. */
+    ASSERT_EQ(store_put(a, set_make("t", &shape, 3, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_delete(b, "t", &err), 0);
+    ASSERT_EQ(file_size(dir, "t.wset"), -1);
+    weightset_release(first);
+    weightset_release(second);
+    close_store(a);
+    close_store(b);
+}
+
+void test_store_two_stores_one_directory(void)
+{
+    in_temp_dir(body_two_stores);
+}
+
+/* A damaged file is skipped and reported, but quarantined only once it has
+ * stayed damaged for quarantine_after_ms; replaced by a good file in the
+ * meantime, it loads and nothing is moved aside. */
+static void body_damage_settles(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, 0};
+    attn_error err;
+    store_limits patient = roomy;
+    patient.quarantine_after_ms = 300;
+    weight_store *a = open_store(dir, &patient, &err, NULL, 0);
+    ASSERT(a != NULL);
+    ASSERT_EQ(store_put(a, set_make("d", &shape, 1, 0, 0), NULL, &err), 0);
+    unsigned char *good;
+    size_t len;
+    ASSERT_EQ(read_file(dir, "d.wset", &good, &len), 0);
+    int ok = write_file(dir, "e.wset", good, len / 2) == 0; /* torn, named e */
+    ASSERT(ok);
+    char qdir[1024];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    ASSERT(store_get(a, "e") == NULL);
+    ASSERT(count_entries(qdir, "") <= 0);
+    ASSERT_EQ(file_size(dir, "e.wset"), (long long)(len / 2));
+    /* Becomes a good file (here: d's bytes under d's name) before the time. */
+    ok = write_file(dir, "e.wset", good, len / 2 + 1) == 0; /* changed, still bad */
+    ASSERT(ok);
+    struct timespec pause = {0, 350 * 1000000L};
+    nanosleep(&pause, NULL);
+    ASSERT_EQ(store_sync(a, &err), 0);   /* a new identity: the clock starts again */
+    ASSERT(count_entries(qdir, "") <= 0);
+    nanosleep(&pause, NULL);
+    ASSERT_EQ(store_sync(a, &err), 0);   /* unchanged and still bad: moved aside */
+    ASSERT_EQ(count_entries(qdir, "e.wset"), 1);
+    ASSERT_EQ(file_size(dir, "e.wset"), -1);
+    weight_set *d = store_get(a, "d");
+    ASSERT_SET(d, "d", &shape, 1, 0, 0);
+    weightset_release(d);
+    free(good);
+    close_store(a);
+}
+
+void test_store_damage_quarantined_when_it_stays(void)
+{
+    in_temp_dir(body_damage_settles);
+}
+
+/* The background sync picks up another store's write on its own, and the
+ * status reports the scans. */
+static void body_background_sync(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, 0};
+    attn_error err;
+    weight_store *a = open_store(dir, &roomy, &err, NULL, 0);
+    weight_store *b = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(a != NULL && b != NULL);
+    ASSERT_EQ(store_sync_start(b, 20, &err), 0);
+    ASSERT_EQ(store_put(a, set_make("bg", &shape, 4, 0, 0), NULL, &err), 0);
+    weight_set *got = NULL;
+    for (int i = 0; i < 200 && got == NULL; i++) {
+        struct timespec pause = {0, 10 * 1000000L};
+        nanosleep(&pause, NULL);
+        got = store_get(b, "bg");
+    }
+    ASSERT_SET(got, "bg", &shape, 4, 0, 0);
+    weightset_release(got);
+    store_status st;
+    store_get_status(b, &st);
+    ASSERT(st.syncs >= 1);
+    ASSERT_EQ(st.sets, 1);
+    ASSERT_EQ(st.interval_ms, 20);
+    ASSERT(st.last_ok_age_ms >= 0 && st.last_ok_age_ms < 5000);
+    close_store(a);
+    close_store(b);
+}
+
+void test_store_background_sync(void)
+{
+    in_temp_dir(body_background_sync);
+}
