@@ -1073,6 +1073,7 @@ int store_put(weight_store *store, weight_set *set, int *created, attn_error *er
      * another server's, and follows the clock when that is ahead. */
     uint64_t gen = (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000;
     uint64_t on_disk = file_generation(final);
+    int file_existed = on_disk != 0; /* perhaps another server's, not loaded here yet */
     pthread_mutex_lock(&store->map_lock);
     old = table_find(store, set->name);
     if (old >= 0 && store->sets[old]->generation > on_disk)
@@ -1122,7 +1123,7 @@ int store_put(weight_store *store, weight_set *set, int *created, attn_error *er
     set = NULL; /* the table owns it now */
     weightset_release(previous);
     if (created != NULL)
-        *created = old < 0;
+        *created = old < 0 && !file_existed;
 done:
     pthread_mutex_unlock(&store->write_lock);
     weightset_release(set);

@@ -107,7 +107,8 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
  * Takes ownership of the caller's reference to set in every case (a caller
  * that still needs the set takes another with weightset_retain first).
  * Returns 0 with *created (when created is not NULL) = 1 for a new name and
- * 0 for a replacement, or a negative
+ * 0 for a replacement (also of a file another server wrote that this store
+ * has not loaded yet), or a negative
  * ERR_* code (413 over the limits, 503 out of memory, 500 on I/O failure)
  * with err filled.  On failure the store and its files are as they were,
  * with one exception: when only the final fsync of the directory fails, the

@@ -1432,6 +1432,13 @@ static void body_two_stores(const char *dir)
     ASSERT_EQ(store_sync(b, &err), 0);
     ASSERT(store_get(b, "s") == NULL);
     ASSERT_EQ(store_total_bytes(b), 0);
+    /* A put over a set another store wrote but this one has not loaded is a
+     * replacement, not a creation. */
+    ASSERT_EQ(store_put(a, set_make("u", &shape, 5, 0, 0), NULL, &err), 0);
+    int created = -1;
+    ASSERT_EQ(store_put(b, set_make("u", &shape, 6, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    ASSERT_EQ(store_delete(b, "u", &err), 0);
     /* A delete of a set another store wrote but this one has not loaded. */
     ASSERT_EQ(store_put(a, set_make("t", &shape, 3, 0, 0), NULL, &err), 0);
     ASSERT_EQ(store_delete(b, "t", &err), 0);
