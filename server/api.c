@@ -402,18 +402,19 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         api_respond_error(resp, &err);
         return;
     }
+    /* The precondition holds on this replica's view, fresh from the shared
+     * directory when it does not match at first; GET answers the very set it
+     * was checked on. */
+    weight_set *checked = NULL;
     if (req->if_match != NULL && strcmp(req->method, "PUT") != 0) {
-        /* The precondition on this replica's view, fresh from the shared
-         * directory when it does not match at first. */
-        weight_set *set = get_generation(name, (uint64_t)want, NULL, &resp->retry_after, &err);
-        if (set == NULL) {
+        checked = get_generation(name, (uint64_t)want, NULL, &resp->retry_after, &err);
+        if (checked == NULL) {
             api_respond_error(resp, &err);
             return;
         }
-        weightset_release(set);
     }
     if (!strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")) {
-        weight_set *set = store_get(api_store, name);
+        weight_set *set = checked != NULL ? checked : store_get(api_store, name);
         if (set == NULL) {
             error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "name",
                       "There is no stored weight set named \"%s\".", name);
@@ -428,6 +429,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         respond_jw(resp, 200, &w);
         return;
     }
+    weightset_release(checked);
     if (!strcmp(req->method, "DELETE")) {
         if (store_delete(api_store, name, &err) != 0) {
             api_respond_error(resp, &err);
