@@ -132,6 +132,12 @@ soak: deps
 	build/soak --server build/attention-server --seconds $(SOAK_SECONDS) \
 	    --connections $(SOAK_CONNECTIONS)
 
+# Three servers on one shared weight-set directory (tests/integration/sharetest.c).
+build/sharetest: tests/integration/sharetest.c tests/integration/client.c tests/integration/client.h
+	@mkdir -p build
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c tests/integration/client.c \
+		-o $@ -ljansson -lpthread -lm
+
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
@@ -196,7 +202,7 @@ run: deps
 
 test-build: deps
 	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test \
-	    build/hostile
+	    build/hostile build/sharetest
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build

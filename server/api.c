@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -46,10 +47,19 @@ static const char *const VIZ_PREFIX = "/viz/";
 
 int api_init(const server_config *cfg, attn_error *err)
 {
-    store_limits limits = {cfg->max_set_bytes, cfg->max_store_bytes};
+    /* A damaged file is quarantined when it is still damaged three sync
+     * intervals later: a version another replica is renaming into place
+     * loads well long before that. */
+    store_limits limits = {cfg->max_set_bytes, cfg->max_store_bytes, cfg->store_temp_max_age,
+                           3 * cfg->store_sync_interval};
     api_store = store_open(cfg->data_dir, &limits, err);
     if (api_store == NULL)
         return err->kind ? err->kind : ERR_INTERNAL;
+    if (store_sync_start(api_store, cfg->store_sync_interval, err) != 0) {
+        store_close(api_store);
+        api_store = NULL;
+        return err->kind;
+    }
     api_cfg = cfg;
     atomic_store(&api_draining, 0);
     atomic_store(&api_computing, 0);
@@ -225,6 +235,69 @@ int api_admit_job(const attn_job *job, size_t result_elements, size_t bytes_per_
     return 0;
 }
 
+/* Parses an If-Match value: "*", or one quoted or bare generation (a list
+ * of several is taken as its first entry).  Returns the generation, 0 for
+ * "*" (any), or -1 when it is not one. */
+static long long if_match_generation(const char *value)
+{
+    while (*value == ' ' || *value == '\t')
+        value++;
+    if (value[0] == '*')
+        return 0;
+    if (value[0] == 'W' && value[1] == '/')
+        value += 2;
+    if (*value == '"')
+        value++;
+    char *end;
+    long long g = strtoll(value, &end, 10);
+    if (end == value || g < 1)
+        return -1;
+    return g;
+}
+
+/* Gets the set named name at generation want (0: any): when this replica's
+ * copy is not that generation it rescans the shared directory at once.
+ * Returns a reference (caller releases), or NULL with err filled: 404 when
+ * there is no such set, 503 with *retry_after when this replica has not
+ * caught up with a newer write, 412 when the set has moved past want. */
+static weight_set *get_generation(const char *name, uint64_t want, const char *field,
+                                  int *retry_after, attn_error *err)
+{
+    weight_set *set = store_get(api_store, name);
+    if (want == 0 && set != NULL)
+        return set;
+    if (set == NULL || set->generation != want) {
+        attn_error sync_err;
+        error_clear(&sync_err);
+        weightset_release(set);
+        store_sync(api_store, &sync_err);
+        set = store_get(api_store, name);
+    }
+    if (set != NULL && (want == 0 || set->generation == want))
+        return set;
+    if (set != NULL && set->generation > want) {
+        error_set(err, ERR_PRECONDITION, "generation_mismatch", field,
+                  "The weight set \"%s\" is at generation %llu, past %llu: it was replaced since.",
+                  name, (unsigned long long)set->generation, (unsigned long long)want);
+    } else if (want != 0) {
+        *retry_after = 1;
+        error_set(err, ERR_UNAVAILABLE, "generation_not_here_yet", field,
+                  "This replica does not yet have generation %llu of the weight set \"%s\"; "
+                  "retry shortly.", (unsigned long long)want, name);
+    } else {
+        error_set(err, ERR_NOT_FOUND, "unknown_weight_set", field,
+                  "There is no stored weight set named \"%s\".", name);
+    }
+    weightset_release(set);
+    return NULL;
+}
+
+/* Sets the ETag of resp to the generation of set. */
+static void set_etag(api_response *resp, const weight_set *set)
+{
+    snprintf(resp->etag, sizeof resp->etag, "\"%llu\"", (unsigned long long)set->generation);
+}
+
 /* Decodes, checks limits, computes and encodes one attention request. */
 static void handle_attention(const api_request *req, api_response *resp)
 {
@@ -247,7 +320,14 @@ static void handle_attention(const api_request *req, api_response *resp)
     if (ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
-        set = store_get(api_store, ar.weights_name);
+        if (ar.weights_generation != 0) {
+            set = get_generation(ar.weights_name, ar.weights_generation, "weights_generation",
+                                 &resp->retry_after, &err);
+            if (set == NULL)
+                goto fail;
+        } else {
+            set = store_get(api_store, ar.weights_name);
+        }
         if (set == NULL) {
             error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "weights",
                       "There is no stored weight set named \"%s\"; upload it with PUT "
@@ -340,8 +420,27 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         api_respond_error(resp, &err);
         return;
     }
+    long long want = 0;
+    if (req->if_match != NULL && (want = if_match_generation(req->if_match)) < 0) {
+        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "If-Match",
+                  "If-Match must be * or the ETag a PUT or GET of the set answered, such as "
+                  "\"1700000000000000\".");
+        api_respond_error(resp, &err);
+        return;
+    }
+    /* The precondition holds on this replica's view, fresh from the shared
+     * directory when it does not match at first; GET answers the very set it
+     * was checked on. */
+    weight_set *checked = NULL;
+    if (req->if_match != NULL && strcmp(req->method, "PUT") != 0) {
+        checked = get_generation(name, (uint64_t)want, NULL, &resp->retry_after, &err);
+        if (checked == NULL) {
+            api_respond_error(resp, &err);
+            return;
+        }
+    }
     if (!strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")) {
-        weight_set *set = store_get(api_store, name);
+        weight_set *set = checked != NULL ? checked : store_get(api_store, name);
         if (set == NULL) {
             error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "name",
                       "There is no stored weight set named \"%s\".", name);
@@ -351,10 +450,12 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         jw_buf w;
         jw_init(&w, set->size_bytes * 3 + 1024);
         weights_json_encode_set(set, 1, &w);
+        set_etag(resp, set);
         weightset_release(set);
         respond_jw(resp, 200, &w);
         return;
     }
+    weightset_release(checked);
     if (!strcmp(req->method, "DELETE")) {
         if (store_delete(api_store, name, &err) != 0) {
             api_respond_error(resp, &err);
@@ -394,6 +495,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     jw_buf w;
     jw_init(&w, 512);
     weights_json_encode_set(set, 0, &w);
+    set_etag(resp, set);
     weightset_release(set);
     if (created)
         snprintf(resp->location, sizeof resp->location, "%s%s", SET_PREFIX, name);
@@ -503,16 +605,29 @@ void api_handle(const api_request *req, api_response *resp)
     case ROUTE_HEALTHZ:
         respond_static(resp, 200, "{\"status\":\"ok\"}\n");
         return;
-    case ROUTE_READYZ:
+    case ROUTE_READYZ: {
+        store_status st;
+        store_get_status(api_store, &st);
         if (draining) {
             resp->retry_after = 5;
             error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
                       "The server is shutting down and takes no new work.");
             api_respond_error(resp, &err);
+        } else if (st.interval_ms > 0 &&
+                   (st.last_ok_age_ms < 0 || st.last_ok_age_ms > 3LL * st.interval_ms)) {
+            /* The shared weight-set directory has been unreadable for three
+             * sync intervals: this replica may serve stale sets. */
+            resp->retry_after = (int)(st.interval_ms / 1000) + 1;
+            error_set(&err, ERR_UNAVAILABLE, "store_unreachable", NULL,
+                      "The weight-set directory %s has not been read for %lld ms (more than "
+                      "three --store-sync-interval); sets written elsewhere may be missing here.",
+                      api_cfg->data_dir, st.last_ok_age_ms);
+            api_respond_error(resp, &err);
         } else {
             respond_static(resp, 200, "{\"status\":\"ready\"}\n");
         }
         return;
+    }
     case ROUTE_INFO:
         handle_info(resp);
         return;

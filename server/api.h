@@ -22,6 +22,7 @@ typedef struct api_request {
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
     const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
+    const char *if_match;       /* If-Match header, NULL if absent */
 } api_request;
 
 typedef struct api_response {
@@ -33,6 +34,7 @@ typedef struct api_response {
     const char *allow;          /* static string or NULL: methods of the route */
     int retry_after;            /* seconds, 0 for none */
     char location[96];          /* Location header, "" for none */
+    char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     metrics_route route;
 } api_response;

@@ -94,7 +94,7 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
 {
     static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
                                         "causal", "mask", "scale", "layout", "weights_layout",
-                                        "dtype", "return_attention"};
+                                        "dtype", "return_attention", "weights_generation"};
     static const char *const layouts[] = {"rows", "columns"};
     static const char *const wlayouts[] = {"in_out", "out_in"};
     static const char *const dtypes[] = {"float64", "float32"};
@@ -147,6 +147,9 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                              json_object_get(root, "v")};
     static const char *const qkv_names[3] = {"q", "k", "v"};
     int any_qkv = jqkv[0] || jqkv[1] || jqkv[2];
+    if (json_object_get(root, "weights_generation") != NULL && !json_is_string(jw))
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "weights_generation",
+                         "weights_generation applies only when weights names a stored set.");
     if (jx != NULL && any_qkv)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "x",
                          "The request has both x and %s; give either x with weights, or q, k "
@@ -235,6 +238,15 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                                  "weights is \"%.64s\", which is not a valid weight-set name "
                                  "(1-64 of A-Z a-z 0-9 . _ -).", name);
             snprintf(req->weights_name, sizeof req->weights_name, "%s", name);
+            const json_t *jg = json_object_get(root, "weights_generation");
+            /* Numbers arrive as doubles: generations are below 2^53, so exact. */
+            double g = json_number_value(jg);
+            if (jg != NULL && (!json_is_number(jg) || !(g >= 1 && g < 9007199254740992.0) ||
+                               g != (double)(uint64_t)g))
+                return error_set(err, ERR_BAD_REQUEST, "invalid_value", "weights_generation",
+                                 "weights_generation must be a whole number >= 1, the "
+                                 "generation a PUT of the set answered.");
+            req->weights_generation = jg != NULL ? (uint64_t)g : 0;
         } else {
             weights_json_tokens tokens = {req->x_width, req->ctx_width, jctx ? "context" : "x"};
             if ((rc = weights_json_decode(jw, "weights", req->out_in, &tokens, &budget,

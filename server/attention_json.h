@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "attention.h"
 #include "error.h"
@@ -42,6 +43,7 @@ typedef struct attention_json_request {
     attn_weights weights;   /* inline weights, owned; all NULL otherwise */
     int has_inline_weights;
     char weights_name[WEIGHTS_NAME_MAX + 1]; /* "" unless weights named a stored set */
+    uint64_t weights_generation; /* the generation of that set the request needs; 0: any */
     size_t input_elements;  /* numbers in the request */
 } attention_json_request;
 

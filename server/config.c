@@ -84,6 +84,14 @@ static const config_option config_table[] = {
      (double)(1ULL << 44), "largest stored weight set, in bytes of its file; 413 past it"},
     {"max-store-bytes", "ATTN_MAX_STORE_BYTES", OPT_SIZE, OFF(max_store_bytes), 0, "4G", 1024,
      (double)(1ULL << 50), "all stored weight sets together; 413 past it"},
+    {"store-sync-interval", "ATTN_STORE_SYNC_INTERVAL", OPT_LONG, OFF(store_sync_interval), 0,
+     "1000", 10, 3600000,
+     "milliseconds between rescans of --data-dir for sets other replicas wrote or deleted; "
+     "/readyz answers 503 when three intervals pass without a good rescan"},
+    {"store-temp-max-age", "ATTN_STORE_TEMP_MAX_AGE", OPT_LONG, OFF(store_temp_max_age), 0,
+     "3600", 0, 31536000,
+     "seconds after which another server's temporary file in --data-dir counts as abandoned "
+     "and is removed at start-up; 0: never"},
     {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
      "no access log on stderr"},
     {"allowed-hosts", "ATTN_ALLOWED_HOSTS", OPT_TEXT, OFF(allowed_hosts), LEN(allowed_hosts), "", 0, 0,

@@ -27,6 +27,8 @@ typedef struct server_config {
     char data_dir[1024];
     size_t max_set_bytes;       /* one stored weight set */
     size_t max_store_bytes;     /* all stored weight sets */
+    long store_sync_interval;   /* milliseconds between rescans of data_dir */
+    long store_temp_max_age;    /* seconds after which anyone's temporary file is abandoned */
     long quiet;                 /* 1: no access log */
     /* Who may reach the server (guard.c) and over what (http.c). */
     char allowed_hosts[1024];   /* Host allow-list; "" automatic, "*" any */

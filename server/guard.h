@@ -29,7 +29,8 @@
 #define GUARD_MAX_HEADERS 100
 
 /* The headers the API reads from a browser; a preflight allows these only. */
-#define GUARD_CORS_ALLOW_HEADERS "Authorization, Content-Type, Inference-Header-Content-Length"
+#define GUARD_CORS_ALLOW_HEADERS \
+    "Authorization, Content-Type, If-Match, Inference-Header-Content-Length"
 
 typedef struct guard guard;
 

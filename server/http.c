@@ -141,6 +141,7 @@ struct http_request {
     /* Hand-off to a worker (fields below under srv->lock while queued or running). */
     const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
     const char *inference_header_length; /* the v2 header, or NULL; likewise */
+    const char *if_match;               /* If-Match, or NULL; likewise */
     http_request *qprev, *qnext;
     job_state job;
     double queued_at;
@@ -256,6 +257,8 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
                                                                       : "application/json");
     if (resp->location[0])
         MHD_add_response_header(r, "Location", resp->location);
+    if (resp->etag[0])
+        MHD_add_response_header(r, "ETag", resp->etag);
     /* The visualizer's page (server/viz/) runs under the strictest policy it
      * works with: everything from this server, no inline script or style, no
      * plugins, no framing. */
@@ -274,7 +277,7 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     if (origin != NULL) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Access-Control-Expose-Headers",
-                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length");
+                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag");
     }
     if (vary)
         MHD_add_response_header(r, "Vary", "Origin");
@@ -480,7 +483,7 @@ static void *worker_main(void *arg)
             error_response(&hr->resp, hr->mhd_url, &err);
         } else {
             api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
-                               hr->inference_header_length};
+                               hr->inference_header_length, hr->if_match};
             api_handle(&req, &hr->resp);
         }
         compute_bind(NULL);
@@ -661,6 +664,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     }
     hr->inference_header_length =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    hr->if_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
     hr->deadline_ms = request_deadline_ms(conn);
     if (hr->deadline_ms < 0) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "X-Deadline-Ms",
@@ -743,7 +747,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         dispatch(srv, hr);
         return MHD_YES;
     }
-    api_request req = {method, url, hr->body, hr->len, hr->inference_header_length};
+    api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
+                       hr->if_match};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "jsonw.h"
 
@@ -26,6 +27,31 @@ static double duration_sum[ROUTE_COUNT];
 static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
+static int store_observed;
+static double store_last_ok;        /* monotonic seconds */
+static size_t store_sets, store_bytes;
+static unsigned long long store_sync_errors;
+
+static double monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void metrics_store_observe(int ok, size_t sets, size_t bytes)
+{
+    double now = monotonic_seconds();
+    pthread_mutex_lock(&metrics_lock);
+    store_observed = 1;
+    if (ok)
+        store_last_ok = now;
+    else
+        store_sync_errors++;
+    store_sets = sets;
+    store_bytes = bytes;
+    pthread_mutex_unlock(&metrics_lock);
+}
 
 static const char *const route_labels[ROUTE_COUNT] = {
     "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
@@ -124,6 +150,22 @@ char *metrics_render(size_t *len)
     jw_raw(&w, "\n# HELP attn_http_response_bytes_total Response body bytes sent.\n"
                "# TYPE attn_http_response_bytes_total counter\nattn_http_response_bytes_total ");
     put_ulong(&w, bytes_out_total);
+    if (store_observed) {
+        jw_raw(&w, "\n# HELP attn_store_last_sync_age_seconds Seconds since the weight-set "
+                   "directory was last scanned successfully.\n"
+                   "# TYPE attn_store_last_sync_age_seconds gauge\nattn_store_last_sync_age_seconds ");
+        jw_double(&w, monotonic_seconds() - store_last_ok);
+        jw_raw(&w, "\n# HELP attn_store_sets Weight sets loaded.\n"
+                   "# TYPE attn_store_sets gauge\nattn_store_sets ");
+        jw_size(&w, store_sets);
+        jw_raw(&w, "\n# HELP attn_store_bytes Bytes of the weight-set files loaded.\n"
+                   "# TYPE attn_store_bytes gauge\nattn_store_bytes ");
+        jw_size(&w, store_bytes);
+        jw_raw(&w, "\n# HELP attn_store_sync_errors_total Scans of the weight-set directory "
+                   "that failed.\n# TYPE attn_store_sync_errors_total counter\n"
+                   "attn_store_sync_errors_total ");
+        put_ulong(&w, store_sync_errors);
+    }
     pthread_mutex_unlock(&metrics_lock);
     jw_raw(&w, "\n# HELP attn_http_inflight_requests Requests being received or answered now.\n"
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
@@ -141,5 +183,7 @@ void metrics_reset(void)
     memset(duration_sum, 0, sizeof duration_sum);
     memset(duration_count, 0, sizeof duration_count);
     bytes_in_total = bytes_out_total = 0;
+    store_observed = 0;
+    store_sync_errors = 0;
     pthread_mutex_unlock(&metrics_lock);
 }

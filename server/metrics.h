@@ -32,6 +32,11 @@ void metrics_observe(metrics_route route, int status, double seconds, size_t byt
 void metrics_inflight_add(int delta);
 long metrics_inflight(void);
 
+/* Records the outcome of one weight-store sync (ok non-zero: it worked) and
+ * what is loaded after it; /metrics shows the age of the last good one, the
+ * sets and bytes, and the failures. */
+void metrics_store_observe(int ok, size_t sets, size_t bytes);
+
 /* Renders all metrics; returns text the caller frees with mem_free, and its
  * length in *len, or NULL when out of memory. */
 char *metrics_render(size_t *len);

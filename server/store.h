@@ -8,7 +8,15 @@
  * rename over the old file, fsync of the directory; so after a crash a set
  * is either wholly there or not at all.  At start-up every file is loaded;
  * one that is corrupt or truncated, or whose name is not a valid set name
- * (weights_valid_name), is logged and moved to quarantine/.
+ * (weights_valid_name), is skipped and logged, and moved to quarantine/ by a
+ * later store_sync that finds the same file still damaged.
+ *
+ * Any number of servers may share the directory (a ReadWriteMany volume):
+ * temporary files carry the host, pid and a counter, start-up removes only
+ * temporary files that are certainly abandoned, and store_sync (run by a
+ * background thread, store_sync_start) brings the table in line with the
+ * files that other servers wrote, replaced or deleted.  Every stored version
+ * has a generation, a number that grows with each write of the name.
  *
  * Sets are reference-counted and immutable: store_get hands out a reference
  * that stays valid (with the same numbers) until weightset_release, even if
@@ -30,6 +38,7 @@ typedef struct weight_set {
     size_t heads;           /* 0: none given at upload */
     int out_in;             /* uploaded with weights_layout "out_in" */
     int64_t stored_at_ms;   /* Unix time of the write, in milliseconds */
+    uint64_t generation;    /* grows with each write of the name (from the file) */
     size_t size_bytes;      /* bytes of its file */
 } weight_set;
 
@@ -38,7 +47,20 @@ typedef struct weight_store weight_store;
 typedef struct store_limits {
     size_t max_set_bytes;   /* largest single set file */
     size_t max_total_bytes; /* all set files together */
+    long temp_max_age_s;    /* another server's temporary file older than this is
+                             * abandoned and removed at start-up; 0: never */
+    long quarantine_after_ms; /* a damaged file is quarantined once a scan finds
+                               * it still damaged (unchanged) this long after the
+                               * first sighting */
 } store_limits;
+
+/* What the sync reports (store_get_status). */
+typedef struct store_status {
+    size_t sets, bytes;         /* loaded now */
+    long long last_ok_age_ms;   /* since the last successful scan; -1: none yet */
+    unsigned long syncs, sync_errors, quarantined;
+    long interval_ms;           /* of the background sync; 0 when not started */
+} store_status;
 
 /* Opens (creating if needed) the data directory dir and loads every set in
  * it; dir and limits are borrowed (copied).  A file that is damaged is
@@ -48,9 +70,30 @@ typedef struct store_limits {
  * never quarantined for that). */
 weight_store *store_open(const char *dir, const store_limits *limits, attn_error *err);
 
-/* Frees the store (NULL is fine); sets still referenced stay valid until
- * released. */
+/* Frees the store (NULL is fine), stopping its background sync first; sets
+ * still referenced stay valid until released. */
 void store_close(weight_store *store);
+
+/* Rescans the directory once: loads new and replaced set files, drops the
+ * sets whose file is gone, and swaps them in under a short lock, so readers
+ * are never blocked by the loading and see an old or a new set whole.  A
+ * damaged file is skipped (its set, if loaded, is kept) and reported once,
+ * then quarantined when it stays damaged (store_limits).  Returns 0, or
+ * ERR_INTERNAL ("store_unreachable") when the directory cannot be read, or
+ * ERR_UNAVAILABLE when memory runs out, with err filled; the table is then
+ * left as it was.  Safe to call from any thread, at any time. */
+int store_sync(weight_store *store, attn_error *err);
+
+/* Starts the background thread that runs store_sync every interval_ms
+ * (> 0) until store_close.  Returns 0, or ERR_INTERNAL with err filled. */
+int store_sync_start(weight_store *store, long interval_ms, attn_error *err);
+
+/* Fills *st (caller-owned) with the sync's state. */
+void store_get_status(weight_store *store, store_status *st);
+
+/* Parses a temporary file name ".tmp.HOST.PID.COUNTER" into host (host_len
+ * bytes) and *pid.  Returns 0, or -1 when file is not such a name. */
+int store_tmp_name_parse(const char *file, char *host, size_t host_len, long *pid);
 
 /* Makes a new set named name (borrowed, copied) from w, heads and out_in,
  * with one reference that the caller drops with weightset_release.  Takes
@@ -58,11 +101,14 @@ void store_close(weight_store *store);
  * runs out the arrays are freed and NULL is returned. */
 weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int out_in);
 
-/* Stores set under set->name, replacing any set of that name, durably.
+/* Stores set under set->name, replacing any set of that name, durably, and
+ * gives it the next generation (above the one in the file it replaces, even
+ * when another server wrote that, and at least the time in microseconds).
  * Takes ownership of the caller's reference to set in every case (a caller
  * that still needs the set takes another with weightset_retain first).
  * Returns 0 with *created (when created is not NULL) = 1 for a new name and
- * 0 for a replacement, or a negative
+ * 0 for a replacement (also of a file another server wrote that this store
+ * has not loaded yet), or a negative
  * ERR_* code (413 over the limits, 503 out of memory, 500 on I/O failure)
  * with err filled.  On failure the store and its files are as they were,
  * with one exception: when only the final fsync of the directory fails, the

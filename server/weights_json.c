@@ -212,7 +212,8 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
     /* The read-only members of a GET answer are accepted and ignored, so that
      * what GET returns can be PUT back unchanged. */
     static const char *const more[] = {"weights_layout", "heads", "name", "shapes",
-                                       "parameters", "size_bytes", "stored_at"};
+                                       "parameters", "size_bytes", "stored_at",
+                                       "generation"};
     enum { MORE = sizeof more / sizeof more[0] };
     const char *known[WEIGHTS_COUNT + MORE];
     part_names(known);
@@ -306,6 +307,8 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
     snprintf(when + n, sizeof when - n, ".%03dZ", (int)(set->stored_at_ms % 1000));
     jw_raw(w, ",\"stored_at\":");
     jw_string(w, when);
+    jw_raw(w, ",\"generation\":");
+    jw_size(w, (size_t)set->generation);
     for (int p = 0; with_arrays && p < WEIGHTS_COUNT; p++) {
         const double *a = weights_array(wt, (weights_part)p);
         if (a == NULL)

@@ -57,7 +57,7 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
 /* Appends a JSON object describing set (borrowed) to w.  Without
  * with_arrays it is the summary of the list and of the answer to a PUT:
  * name, heads (null when the set has none), weights_layout, the shape of
- * each array as uploaded, parameters, size_bytes and stored_at.  With
+ * each array as uploaded, parameters, size_bytes, stored_at and generation.  With
  * with_arrays it is the answer of GET /v1/weight-sets/{name}: the same, but
  * heads only when the set has it, and every array exactly as uploaded (same
  * layout, every double printed so that it reads back bit for bit). */

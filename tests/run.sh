@@ -57,6 +57,7 @@ suite v2 build/v2test --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
 suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
+suite shared-store build/sharetest --server build/attention-server
 suite openapi-lint bash tests/lint-api.sh
 suite container bash tests/container/image.sh
 suite k8s-manifests make --no-print-directory lint-k8s

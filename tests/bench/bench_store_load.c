@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 
     /* Write both files (timed once, for information). */
     attn_error err;
-    store_limits limits = {SIZE_MAX / 2, SIZE_MAX / 2};
+    store_limits limits = {SIZE_MAX / 2, SIZE_MAX / 2, 0, 0};
     stderr_off();
     weight_store *store = store_open(store_dir, &limits, &err);
     stderr_on();

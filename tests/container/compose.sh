@@ -3,14 +3,18 @@
 # (Debian's, 1.0.3; `docker compose` when a Docker engine answers), the balancer published
 # on a free loopback port, and checks what a user of the balancer sees:
 #   - the balancer answers, and spreads requests over the three replicas;
+#   - the replicas share one weight-set volume: a set PUT through the balancer is then
+#     used by name in 300 requests through the balancer, all answered 200 with the same
+#     numbers, by every replica (X-Upstream); the requests name the generation the PUT
+#     answered, so a replica that has not rescanned yet does at once;
 #   - under load from several clients, one replica is killed (SIGKILL).  The only requests
 #     allowed to fail are those in flight on that replica when it died; every other one
 #     gets the fixture's answer;
 #   - nginx routes around the dead replica: the requests after the kill are answered by
 #     the two others, both of them;
 #   - the balancer's health check passes.
-# Containers, the network and the replicas' volumes carry the suite's project name and are
-# removed at the end, whatever happened.
+# Containers, the network and the shared weight-set volume carry the suite's project name
+# and are removed at the end, whatever happened.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SUITE=compose
@@ -41,8 +45,9 @@ cleanup() {
     local ids
     ids=$(project_containers)
     [ -n "$ids" ] && $ENGINE rm -f -v $ids >/dev/null 2>&1
-    compose down >/dev/null 2>&1
+    compose down -v >/dev/null 2>&1
     $ENGINE network rm -f "${project}_default" >/dev/null 2>&1
+    $ENGINE volume rm -f "${project}_weight-sets" >/dev/null 2>&1
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -99,6 +104,31 @@ check "compose/fixture-through-balancer" "POST through the balancer answered $st
     eval '[ "$status" = 200 ] && matches_fixture "$tmp/body" "$fixture"'
 check "compose/spreads-over-replicas" "only $(sort -u "$tmp/upstreams" | wc -l) replicas answered 30 requests" \
     test "$(sort -u "$tmp/upstreams" | wc -l)" -ge 3
+
+# The shared store: PUT once through the balancer, then 300 requests naming the set.
+status=$(http PUT "$url/v1/weight-sets/toy" --data-binary @api/examples/toy.weight-set.json)
+generation=$(jq -r '.generation // empty' "$tmp/body" 2>/dev/null)
+check "compose/put-through-balancer" "PUT through the balancer answered $status, generation '$generation'" \
+    eval '[ "$status" = 201 ] || [ "$status" = 200 ] && [ -n "$generation" ]'
+jq --argjson g "${generation:-0}" '. + {weights_generation: $g}' api/examples/named_weights.request.json \
+    >"$tmp/named.json"
+: >"$tmp/named.log"
+for ((i = 0; i < 300; i++)); do
+    read -r code upstream < <(curl -s -o "$tmp/named.body" --max-time 30 \
+        -w '%{http_code} %header{x-upstream}\n' --data-binary @"$tmp/named.json" "$url/v1/attention")
+    sum=$(jq -c '.output' "$tmp/named.body" 2>/dev/null | md5sum | cut -c1-12)
+    upstream=${upstream// /}
+    echo "${code:-000} ${upstream##*,} $sum" >>"$tmp/named.log"
+done
+named_ok=$(awk '$1 == 200' "$tmp/named.log" | wc -l)
+named_sums=$(awk '$1 == 200 { print $3 }' "$tmp/named.log" | sort -u | wc -l)
+named_upstreams=$(awk '$1 == 200 { print $2 }' "$tmp/named.log" | sort -u | wc -l)
+echo "    300 requests naming the set: $named_ok answered 200, by $named_upstreams replicas"
+check "compose/named-set-300-requests" \
+    "$named_ok of 300 answered 200 ($named_sums different answers), e.g. $(awk '$1 != 200' "$tmp/named.log" | head -n 1)" \
+    eval '[ "$named_ok" = 300 ] && [ "$named_sums" = 1 ]'
+check "compose/named-set-on-every-replica" "only $named_upstreams replicas answered the requests naming the set" \
+    test "$named_upstreams" -ge 3
 
 # worker N: sends REQUESTS_PER_WORKER fixture requests one after another, one curl each, and
 # writes "START END STATUS UPSTREAMS BODY-FILE-OK" per request (times in seconds).

@@ -5,6 +5,28 @@
  */
 #include "itest.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+/* The name of a temporary file that a crashed server on this host left:
+ * ".tmp.HOST.PID.1" with this host's name as the server writes it and a pid
+ * that no process has now. */
+static void crashed_tmp_name(char *out, size_t len)
+{
+    char host[256] = "", label[64];
+    gethostname(host, sizeof host - 1);
+    size_t j = 0;
+    for (size_t i = 0; host[i] && j + 1 < sizeof label; i++)
+        label[j++] = (isalnum((unsigned char)host[i]) || host[i] == '-') ? host[i] : '-';
+    label[j] = '\0';
+    long pid = 4000000;
+    while (pid > 1000 && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+        pid -= 7919;
+    snprintf(out, len, ".tmp.%s.%ld.1", label, pid);
+}
+
 /* Copies a file; returns 0 or -1. */
 static int copy_file(const char *from, const char *to)
 {
@@ -54,7 +76,8 @@ static const char *const g_damaged_files[] = {"victim-flip.wset", "victim-trunc.
  * (a flipped byte, a truncated file, a cut header, text, a file whose name does not match
  * the set inside) and leaves an interrupted write (.tmp.*), then starts a server on the
  * same directory: the kept sets must be there bit for bit and usable by name, the damaged
- * ones not served and moved to quarantine/, and the leftover removed.
+ * ones not served and moved to quarantine/ (by the rescan that finds them still
+ * damaged, a few sync intervals later), and the leftover removed.
  */
 void run_restart_tests(const struct itest_paths *paths)
 {
@@ -67,7 +90,10 @@ void run_restart_tests(const struct itest_paths *paths)
     if (!any_selected(names))
         return;
     static const struct server_kind kind1 = {"restart-1", g_no_strings, g_no_strings};
-    static const struct server_kind kind2 = {"restart-2", g_no_strings, g_no_strings};
+    static const char *const fast_sync[] = {"--store-sync-interval", "100", NULL};
+    static const struct server_kind kind2 = {"restart-2", fast_sync, g_no_strings};
+    char leftover[128];
+    crashed_tmp_name(leftover, sizeof leftover);
     struct server first, second;
     memset(&first, 0, sizeof first);
     memset(&second, 0, sizeof second);
@@ -129,7 +155,7 @@ void run_restart_tests(const struct itest_paths *paths)
     snprintf(path, sizeof path, "%s/keep-random.wset", dir);
     snprintf(other, sizeof other, "%s/impostor.wset", dir);
     expect_true(&t, copy_file(path, other) == 0, "cannot copy %s to %s", path, other);
-    snprintf(path, sizeof path, "%s/.tmp.keep-random.99999.1", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, leftover);
     expect_true(&t, client_write_file(path, "ATTNWSET half", 13) == 0, "cannot write %s", path);
     if (selected)
         test_end(&t);
@@ -181,6 +207,16 @@ void run_restart_tests(const struct itest_paths *paths)
     if (test_begin(&t, "restart/damaged-quarantined")) {
         char qdir[PATH_MAX];
         snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+        /* Quarantined once still damaged three intervals (300 ms) after the
+         * first sighting: wait up to 5 s. */
+        for (double until = client_now_seconds() + 5; client_now_seconds() < until;) {
+            size_t moved = 0;
+            for (size_t i = 0; i < DAMAGED_COUNT; i++)
+                moved += dir_has_prefix(qdir, g_damaged_files[i]) ? 1 : 0;
+            if (moved == DAMAGED_COUNT)
+                break;
+            client_sleep_ms(50);
+        }
         for (size_t i = 0; i < DAMAGED_COUNT; i++) {
             snprintf(path, sizeof path, "%s/%s", dir, g_damaged_files[i]);
             expect_true(&t, file_size(path) < 0, "%s is still in the data directory", g_damaged_files[i]);
@@ -189,7 +225,7 @@ void run_restart_tests(const struct itest_paths *paths)
         test_end(&t);
     }
     if (test_begin(&t, "restart/interrupted-write-removed")) {
-        snprintf(path, sizeof path, "%s/.tmp.keep-random.99999.1", dir);
+        snprintf(path, sizeof path, "%s/%s", dir, leftover);
         expect_true(&t, file_size(path) < 0, "the leftover %s is still there", path);
         test_end(&t);
     }

@@ -5,8 +5,10 @@
 // apiVersion and kind; a kind the package does not know is a failure.  Those schemas allow
 // unknown fields, as the API's own OpenAPI does, so the deployment rules that matter here
 // are checked by name as well: resources, the liveness and readiness probes on /healthz and
-// /readyz, a non-root user, a read-only root filesystem, the weight-set volume, and that
-// the Service and the HorizontalPodAutoscaler point at the Deployment.
+// /readyz, a non-root user, a read-only root filesystem, the weight-set volume (with more
+// than one replica: a PersistentVolumeClaim of the folder that is ReadWriteMany, since all
+// replicas share the directory), and that the Service and the HorizontalPodAutoscaler point
+// at the Deployment.
 //
 // Every file in tests/k8s/bad/ must be rejected, so that a validator that accepts
 // everything fails this suite.  Output: "ok NAME" or "FAIL NAME: why" per check, then
@@ -75,8 +77,14 @@ function policyErrors(docs) {
     if ((sc.runAsUser ?? psc.runAsUser) === 0) errors.push("runAsUser is 0");
     if (sc.readOnlyRootFilesystem !== true) errors.push("the root filesystem is not read-only");
     const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === "/var/lib/attention");
-    if (!mount || !(pod.volumes ?? []).some((v) => v.name === mount.name))
+    const volume = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
+    if (!volume)
         errors.push("no volume is mounted on /var/lib/attention for the weight sets");
+    const claimName = volume?.persistentVolumeClaim?.claimName;
+    const claim = byKind("PersistentVolumeClaim").find((p) => p.metadata?.name === claimName);
+    if (volume && (dep.spec?.replicas ?? 1) > 1 &&
+        !(claim?.spec?.accessModes ?? []).includes("ReadWriteMany"))
+        errors.push("the replicas do not share the weight sets: mount a ReadWriteMany PersistentVolumeClaim of this folder");
     const grace = Number((c.args ?? [])[(c.args ?? []).indexOf("--shutdown-grace") + 1] ?? 10);
     if ((pod.terminationGracePeriodSeconds ?? 30) <= grace)
         errors.push("terminationGracePeriodSeconds leaves no time after --shutdown-grace");

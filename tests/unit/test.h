@@ -161,6 +161,10 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(store_quarantines_bad_files)      \
     X(store_every_byte_flip_is_rejected) \
     X(store_removes_tmp_leftovers)      \
+    X(store_tmp_names)                  \
+    X(store_two_stores_one_directory)   \
+    X(store_damage_quarantined_when_it_stays) \
+    X(store_background_sync)            \
     X(store_put_io_faults)              \
     X(store_delete_io_faults)           \
     X(store_limits)                     \

@@ -13,14 +13,17 @@
  * n = 0, 1, 2, ... until the operation succeeds and check each time that it
  * failed cleanly (an error, no temporary file, memory and disk as before).
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mem.h"
@@ -28,7 +31,7 @@
 #include "test.h"
 
 /* Limits far above anything these tests store. */
-static const store_limits roomy = {(size_t)1 << 30, (size_t)1 << 31};
+static const store_limits roomy = {(size_t)1 << 30, (size_t)1 << 31, 0, 0};
 
 /* ---- making and checking sets ------------------------------------------ */
 
@@ -125,7 +128,7 @@ static weight_set *set_make(const char *name, const set_shape *s, uint64_t seed,
 /* Bytes of the file of a set named name with shape s (the format in store.c). */
 static size_t file_size_of(const char *name, const set_shape *s)
 {
-    size_t size = 80 + ((strlen(name) + 7) & ~(size_t)7) + 8;
+    size_t size = 88 + ((strlen(name) + 7) & ~(size_t)7) + 8;
     for (int i = 0; i < 8; i++)
         if (array_present(s, i))
             size += array_len(s, i) * sizeof(double);
@@ -660,6 +663,14 @@ static void body_quarantine(const char *dir)
     store_list_free(list, count);
     ASSERT_EQ(count, 2);
     ASSERT_EQ(store_total_bytes(store), 2 * file_size_of("good1", &shape));
+    /* Start-up only skips and reports: a damaged file is moved aside when a
+     * later scan finds it still damaged (here at once: quarantine_after_ms
+     * is 0), so one that another server is replacing is left alone. */
+    char qdir[1024];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+    ASSERT(count_entries(qdir, "") <= 0);
+    ASSERT_EQ(file_size(dir, "garbage.wset"), (long long)sizeof garbage);
+    ASSERT_EQ(store_sync(store, &err), 0);
     for (size_t i = 0; i < n_damages; i++) {
         const char *file = damages[i].file;
         if (!quarantined(dir, file, (long long)(len - damages[i].cut)))
@@ -678,8 +689,6 @@ static void body_quarantine(const char *dir)
     ASSERT(quarantined(dir, too_long, 100));
     ASSERT_EQ(file_size(dir, "README.txt"), 5);
     ASSERT_EQ(file_size(dir, ".wset"), 1);
-    char qdir[1024];
-    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
     ASSERT_EQ(count_entries(qdir, ""), (long)n_damages + 3);
     ASSERT(store_get(store, "model") == NULL);
     ASSERT(store_get(store, "other") == NULL);
@@ -730,6 +739,8 @@ static void body_every_flip(const char *dir)
             }
             store = open_store(dir, &roomy, &err, NULL, 0);
             weight_set *got = store ? store_get(store, "f") : NULL;
+            if (store != NULL)
+                store_sync(store, &err); /* still damaged: moved aside */
             close_store(store);
             if (got != NULL) {
                 weightset_release(got);
@@ -750,6 +761,29 @@ void test_store_every_byte_flip_is_rejected(void)
     in_temp_dir(body_every_flip);
 }
 
+/* This host's name as the store writes it into temporary file names. */
+static void my_host(char *out, size_t len)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t j = 0;
+    for (size_t i = 0; host[i] && j + 1 < len; i++) {
+        char c = host[i];
+        out[j++] = (isalnum((unsigned char)c) || c == '-') ? c : '-';
+    }
+    out[j] = '\0';
+}
+
+/* A pid that no process has: the highest of a few tries that kill reports
+ * as absent. */
+static long dead_pid(void)
+{
+    for (long pid = 4000000; pid > 1000; pid -= 7919)
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            return pid;
+    return -1;
+}
+
 static void body_tmp_leftovers(const char *dir)
 {
     static const set_shape shape = {3, 3, 3, 3, 3, 0};
@@ -761,25 +795,71 @@ static void body_tmp_leftovers(const char *dir)
     unsigned char *good;
     size_t len;
     ASSERT_EQ(read_file(dir, "a.wset", &good, &len), 0);
+    char host[64], crashed1[128], crashed2[128], mine[128], live[128], other[128], old[128];
+    my_host(host, sizeof host);
+    long dead = dead_pid();
+    ASSERT(dead > 0);
+    snprintf(crashed1, sizeof crashed1, ".tmp.%s.%ld.1", host, dead);
+    snprintf(crashed2, sizeof crashed2, ".tmp.%s.%ld.2", host, dead);
+    snprintf(mine, sizeof mine, ".tmp.%s.%ld.3", host, (long)getpid());
+    /* A live process on this host (our parent) and another host: writes in
+     * progress of other servers sharing the directory. */
+    snprintf(live, sizeof live, ".tmp.%s.%ld.4", host, (long)getppid());
+    snprintf(other, sizeof other, ".tmp.elsewhere-7.%ld.5", (long)getpid());
+    snprintf(old, sizeof old, ".tmp.elsewhere-8.%ld.6", (long)getpid());
     /* What a crash leaves: half a new version of a, a whole new set b that was
-     * never renamed, and an empty file. */
-    int ok = write_file(dir, ".tmp.a.123.1", good, len / 2) == 0 &&
-             write_file(dir, ".tmp.b.123.2", good, len) == 0 &&
-             write_file(dir, ".tmp.c.77.3", "", 0) == 0;
+     * never renamed, and an empty file; and the others' files. */
+    int ok = write_file(dir, crashed1, good, len / 2) == 0 &&
+             write_file(dir, crashed2, good, len) == 0 && write_file(dir, mine, "", 0) == 0 &&
+             write_file(dir, live, good, len / 3) == 0 && write_file(dir, other, good, len) == 0 &&
+             write_file(dir, old, good, len) == 0;
     free(good);
     ASSERT(ok);
-    ASSERT_EQ(count_entries(dir, ".tmp."), 3);
-    store = open_store(dir, &roomy, &err, NULL, 0);
+    /* The abandoned one is two hours old; the limit is one. */
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, old);
+    struct timespec past[2];
+    clock_gettime(CLOCK_REALTIME, &past[0]);
+    past[0].tv_sec -= 7200;
+    past[1] = past[0];
+    ASSERT_EQ(utimensat(AT_FDCWD, path, past, 0), 0);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 6);
+    store_limits limits = roomy;
+    limits.temp_max_age_s = 3600;
+    store = open_store(dir, &limits, &err, NULL, 0);
     ASSERT(store != NULL);
-    ASSERT_EQ(count_entries(dir, ".tmp."), 0);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 2);
+    ASSERT(file_size(dir, live) >= 0);
+    ASSERT(file_size(dir, other) >= 0);
     ASSERT_EQ(count_entries(dir, "quarantine"), 0);
     weight_set *got = store_get(store, "a");
     ASSERT_SET(got, "a", &shape, 1, 0, 0);
     weightset_release(got);
     ASSERT(store_get(store, "b") == NULL);
     ASSERT(store_get(store, "c") == NULL);
-    ASSERT_EQ(count_entries(dir, ""), 1);
+    ASSERT_EQ(count_entries(dir, ""), 3);
     close_store(store);
+    /* With no age limit, other servers' files are never removed. */
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(count_entries(dir, ".tmp."), 2);
+    close_store(store);
+}
+
+/* Temporary names carry host, pid and counter, and only such names parse. */
+void test_store_tmp_names(void)
+{
+    char host[64];
+    long pid = 0;
+    ASSERT_EQ(store_tmp_name_parse(".tmp.web-1.42.7", host, sizeof host, &pid), 0);
+    ASSERT_STR_EQ(host, "web-1");
+    ASSERT_EQ(pid, 42);
+    ASSERT_EQ(store_tmp_name_parse(".tmp.a.123.1", host, sizeof host, &pid), 0);
+    ASSERT_EQ(store_tmp_name_parse(".tmp.web-1.42", host, sizeof host, &pid), -1);
+    ASSERT_EQ(store_tmp_name_parse(".tmp.web-1.x.7", host, sizeof host, &pid), -1);
+    ASSERT_EQ(store_tmp_name_parse(".tmp..42.7", host, sizeof host, &pid), -1);
+    ASSERT_EQ(store_tmp_name_parse(".tmp.h.42.7.wset", host, sizeof host, &pid), -1);
+    ASSERT_EQ(store_tmp_name_parse("a.wset", host, sizeof host, &pid), -1);
 }
 
 void test_store_removes_tmp_leftovers(void)
@@ -959,13 +1039,13 @@ void test_store_delete_io_faults(void)
 
 static void body_limits(const char *dir)
 {
-    static const set_shape one = {4, 4, 4, 4, 4, 0};   /* 80 + 8 + 384 + 8 = 480 bytes */
-    static const set_shape two = {8, 8, 8, 8, 8, 0};   /* 80 + 8 + 1536 + 8 = 1632 bytes */
+    static const set_shape one = {4, 4, 4, 4, 4, 0};   /* 88 + 8 + 384 + 8 = 488 bytes */
+    static const set_shape two = {8, 8, 8, 8, 8, 0};   /* 88 + 8 + 1536 + 8 = 1640 bytes */
     size_t small = file_size_of("a", &one), large = file_size_of("a", &two);
-    ASSERT_EQ(small, 480);
-    ASSERT_EQ(large, 1632);
+    ASSERT_EQ(small, 488);
+    ASSERT_EQ(large, 1640);
     /* One set may take up to `large` bytes; all together three small ones. */
-    store_limits limits = {large, 3 * small};
+    store_limits limits = {large, 3 * small, 0, 0};
     attn_error err;
     weight_store *store = open_store(dir, &limits, &err, NULL, 0);
     ASSERT(store != NULL);
@@ -1034,7 +1114,7 @@ static void body_set_limit_boundary(const char *dir)
 {
     static const set_shape one = {4, 4, 4, 4, 4, 0};
     size_t size = file_size_of("a", &one);
-    store_limits limits = {size, (size_t)1 << 20};
+    store_limits limits = {size, (size_t)1 << 20, 0, 0};
     attn_error err;
     weight_store *store = open_store(dir, &limits, &err, NULL, 0);
     ASSERT(store != NULL);
@@ -1305,4 +1385,152 @@ static void body_list_out_of_memory(const char *dir)
 void test_store_list_out_of_memory(void)
 {
     in_temp_dir(body_list_out_of_memory);
+}
+
+/* ---- two stores on one directory ------------------------------------------ */
+
+/* What one server writes, replaces and deletes, another sees after
+ * store_sync; references held across the swap keep their numbers; the
+ * generation grows with each write, whichever store wrote before. */
+static void body_two_stores(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, HAS_ALL};
+    attn_error err;
+    weight_store *a = open_store(dir, &roomy, &err, NULL, 0);
+    weight_store *b = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(a != NULL && b != NULL);
+    weight_set *first = set_make("s", &shape, 1, 0, 0);
+    weightset_retain(first);
+    ASSERT_EQ(store_put(a, first, NULL, &err), 0);
+    ASSERT(store_get(b, "s") == NULL);
+    ASSERT_EQ(store_sync(b, &err), 0);
+    weight_set *seen = store_get(b, "s");
+    ASSERT_SET(seen, "s", &shape, 1, 0, 0);
+    ASSERT_EQ(seen->generation, first->generation);
+    /* B replaces it: a generation above A's, and A follows. */
+    weight_set *second = set_make("s", &shape, 2, 0, 0);
+    weightset_retain(second);
+    ASSERT_EQ(store_put(b, second, NULL, &err), 0);
+    ASSERT(second->generation > first->generation);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    weight_set *now = store_get(a, "s");
+    ASSERT_SET(now, "s", &shape, 2, 0, 0);
+    ASSERT_EQ(now->generation, second->generation);
+    weightset_release(now);
+    /* The reference taken before the swap still holds the old numbers. */
+    ASSERT_SET(seen, "s", &shape, 1, 0, 0);
+    weightset_release(seen);
+    /* A scan with nothing new changes nothing. */
+    weight_set *before = store_get(a, "s");
+    ASSERT_EQ(store_sync(a, &err), 0);
+    now = store_get(a, "s");
+    ASSERT(now == before);
+    weightset_release(now);
+    weightset_release(before);
+    /* Deleted on A: gone from B after its scan. */
+    ASSERT_EQ(store_delete(a, "s", &err), 0);
+    ASSERT_EQ(store_sync(b, &err), 0);
+    ASSERT(store_get(b, "s") == NULL);
+    ASSERT_EQ(store_total_bytes(b), 0);
+    /* A put over a set another store wrote but this one has not loaded is a
+     * replacement, not a creation. */
+    ASSERT_EQ(store_put(a, set_make("u", &shape, 5, 0, 0), NULL, &err), 0);
+    int created = -1;
+    ASSERT_EQ(store_put(b, set_make("u", &shape, 6, 0, 0), &created, &err), 0);
+    ASSERT_EQ(created, 0);
+    ASSERT_EQ(store_delete(b, "u", &err), 0);
+    /* A delete of a set another store wrote but this one has not loaded. */
+    ASSERT_EQ(store_put(a, set_make("t", &shape, 3, 0, 0), NULL, &err), 0);
+    ASSERT_EQ(store_delete(b, "t", &err), 0);
+    ASSERT_EQ(file_size(dir, "t.wset"), -1);
+    weightset_release(first);
+    weightset_release(second);
+    close_store(a);
+    close_store(b);
+}
+
+void test_store_two_stores_one_directory(void)
+{
+    in_temp_dir(body_two_stores);
+}
+
+/* A damaged file is skipped and reported, but quarantined only once it has
+ * stayed damaged for quarantine_after_ms; replaced by a good file in the
+ * meantime, it loads and nothing is moved aside. */
+static void body_damage_settles(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, 0};
+    attn_error err;
+    store_limits patient = roomy;
+    patient.quarantine_after_ms = 300;
+    weight_store *a = open_store(dir, &patient, &err, NULL, 0);
+    ASSERT(a != NULL);
+    ASSERT_EQ(store_put(a, set_make("d", &shape, 1, 0, 0), NULL, &err), 0);
+    unsigned char *good;
+    size_t len;
+    ASSERT_EQ(read_file(dir, "d.wset", &good, &len), 0);
+    int ok = write_file(dir, "e.wset", good, len / 2) == 0; /* torn, named e */
+    ASSERT(ok);
+    char qdir[1024];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", dir);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    ASSERT_EQ(store_sync(a, &err), 0);
+    ASSERT(store_get(a, "e") == NULL);
+    ASSERT(count_entries(qdir, "") <= 0);
+    ASSERT_EQ(file_size(dir, "e.wset"), (long long)(len / 2));
+    /* Becomes a good file (here: d's bytes under d's name) before the time. */
+    ok = write_file(dir, "e.wset", good, len / 2 + 1) == 0; /* changed, still bad */
+    ASSERT(ok);
+    struct timespec pause = {0, 350 * 1000000L};
+    nanosleep(&pause, NULL);
+    ASSERT_EQ(store_sync(a, &err), 0);   /* a new identity: the clock starts again */
+    ASSERT(count_entries(qdir, "") <= 0);
+    nanosleep(&pause, NULL);
+    ASSERT_EQ(store_sync(a, &err), 0);   /* unchanged and still bad: moved aside */
+    ASSERT_EQ(count_entries(qdir, "e.wset"), 1);
+    ASSERT_EQ(file_size(dir, "e.wset"), -1);
+    weight_set *d = store_get(a, "d");
+    ASSERT_SET(d, "d", &shape, 1, 0, 0);
+    weightset_release(d);
+    free(good);
+    close_store(a);
+}
+
+void test_store_damage_quarantined_when_it_stays(void)
+{
+    in_temp_dir(body_damage_settles);
+}
+
+/* The background sync picks up another store's write on its own, and the
+ * status reports the scans. */
+static void body_background_sync(const char *dir)
+{
+    static const set_shape shape = {3, 2, 2, 2, 2, 0};
+    attn_error err;
+    weight_store *a = open_store(dir, &roomy, &err, NULL, 0);
+    weight_store *b = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(a != NULL && b != NULL);
+    ASSERT_EQ(store_sync_start(b, 20, &err), 0);
+    ASSERT_EQ(store_put(a, set_make("bg", &shape, 4, 0, 0), NULL, &err), 0);
+    weight_set *got = NULL;
+    for (int i = 0; i < 200 && got == NULL; i++) {
+        struct timespec pause = {0, 10 * 1000000L};
+        nanosleep(&pause, NULL);
+        got = store_get(b, "bg");
+    }
+    ASSERT_SET(got, "bg", &shape, 4, 0, 0);
+    weightset_release(got);
+    store_status st;
+    store_get_status(b, &st);
+    ASSERT(st.syncs >= 1);
+    ASSERT_EQ(st.sets, 1);
+    ASSERT_EQ(st.interval_ms, 20);
+    ASSERT(st.last_ok_age_ms >= 0 && st.last_ok_age_ms < 5000);
+    close_store(a);
+    close_store(b);
+}
+
+void test_store_background_sync(void)
+{
+    in_temp_dir(body_background_sync);
 }
