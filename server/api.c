@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "attention.h"
+#include "admission.h"
 #include "attention_json.h"
-#include "budget.h"
 #include "compute.h"
 #include "json_in.h"
 #include "jsonw.h"
@@ -199,41 +199,6 @@ static void respond_jw(api_response *resp, int status, jw_buf *w)
     resp->content_type = "application/json";
 }
 
-int api_admit_job(const attn_job *job, size_t result_elements, size_t bytes_per_number,
-                  const char *attention_hint, size_t *response_bytes, size_t *reserved_bytes,
-                  attn_error *err)
-{
-    size_t work_bytes = 0;
-    const char *hint = job->want_attention ? attention_hint : "";
-    const char *sep = job->want_attention ? " or " : "";
-    *response_bytes = 0;
-    *reserved_bytes = 0;
-    if (result_elements > api_cfg->max_elements)
-        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The answer would hold %zu numbers, more than the server's limit of %zu "
-                         "(--max-elements); send fewer tokens%s%s.", result_elements,
-                         api_cfg->max_elements, job->want_attention ? ", or " : "", hint);
-    if (attention_job_bytes(job, &work_bytes) != 0 ||
-        mem_mul(result_elements, bytes_per_number, 1, response_bytes) != 0 ||
-        work_bytes + *response_bytes > api_cfg->max_request_memory)
-        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "Computing this request needs about %zu MiB, more than the server's "
-                         "limit of %zu MiB per request (--max-request-memory); send fewer "
-                         "tokens%s%s.", (work_bytes + *response_bytes) >> 20,
-                         api_cfg->max_request_memory >> 20, sep, hint);
-    /* The computation's memory comes out of the process budget (budget.h). */
-    size_t bytes = work_bytes + *response_bytes;
-    if (budget_reserve(bytes) != 0) {
-        int later = budget_could_fit(bytes);
-        return error_set(err, later ? ERR_UNAVAILABLE : ERR_TOO_LARGE,
-                         later ? "overloaded" : "request_too_large", NULL,
-                         "Computing this request needs about %zu MiB, more than the server's "
-                         "memory budget (--max-memory) %s.", bytes >> 20,
-                         later ? "has free now; retry shortly" : "holds");
-    }
-    *reserved_bytes = bytes;
-    return 0;
-}
 
 /* Parses an If-Match value: "*", or one quoted or bare generation (a list
  * of several is taken as its first entry).  Returns the generation, 0 for
@@ -355,23 +320,23 @@ static void handle_attention(const api_request *req, api_response *resp)
             goto fail;
     }
     size_t result_elements = attention_json_result_elements(&ar), response_bytes = 0;
-    size_t budget_bytes = 0;
-    if (api_admit_job(&ar.job, result_elements, RESPONSE_BYTES_PER_NUMBER,
-                      "set return_attention to false", &response_bytes, &budget_bytes, &err) != 0)
+    size_t reserved_bytes = 0;
+    if (admission_admit(api_cfg, &ar.job, result_elements, RESPONSE_BYTES_PER_NUMBER,
+                      "set return_attention to false", &response_bytes, &reserved_bytes, &err) != 0)
         goto fail;
     attn_result result;
     double start = now_seconds();
     rc = attention_run(&ar.job, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0) {
-        budget_release(budget_bytes);
+        admission_release(reserved_bytes);
         goto fail;
     }
     jw_buf w;
     jw_init(&w, response_bytes / 2 + 512);
     attention_json_encode(&ar, &result, ms, &w);
     attention_result_free(&result);
-    budget_release(budget_bytes);
+    admission_release(reserved_bytes);
     attention_json_free(&ar);
     weightset_release(set);
     respond_jw(resp, 200, &w);
@@ -695,13 +660,3 @@ void api_handle(const api_request *req, api_response *resp)
     atomic_fetch_sub(&api_computing, 1);
 }
 
-void api_response_free(api_response *resp)
-{
-    if (resp == NULL)
-        return;
-    if (!resp->body_static)
-        mem_free(resp->body);
-    resp->body = NULL;
-    resp->body_len = 0;
-    resp->body_static = 0;
-}

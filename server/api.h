@@ -16,28 +16,7 @@
 #include "error.h"
 #include "metrics.h"
 
-typedef struct api_request {
-    const char *method;
-    const char *path;
-    const char *body;           /* borrowed; may be NULL when body_len is 0 */
-    size_t body_len;
-    const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
-    const char *if_match;       /* If-Match header, NULL if absent */
-} api_request;
-
-typedef struct api_response {
-    int status;
-    char *body;                 /* owned unless body_static; free with api_response_free */
-    size_t body_len;
-    int body_static;            /* body points at a string literal */
-    const char *content_type;   /* static string */
-    const char *allow;          /* static string or NULL: methods of the route */
-    int retry_after;            /* seconds, 0 for none */
-    char location[96];          /* Location header, "" for none */
-    char etag[32];              /* ETag header (quoted generation), "" for none */
-    size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
-    metrics_route route;
-} api_response;
+#include "api_message.h"
 
 /* Keeps cfg (borrowed for the life of the server) and opens the weight-set
  * store in cfg->data_dir.  Returns 0, or a negative ERR_* code with err filled
@@ -69,22 +48,6 @@ void api_handle(const api_request *req, api_response *resp);
  * 503 that has none. */
 void api_respond_error(api_response *resp, const attn_error *err);
 
-/* Admits a computation: applies the limits every computation is admitted
- * under (--max-elements on the answer's result_elements, --max-request-memory
- * on the job's working memory plus bytes_per_number for each answered
- * number), sets *response_bytes to the latter, and reserves the working
- * memory and the answer in the process memory budget (budget.h).
- * attention_hint says how to drop the attention matrix from the answer ("set
- * return_attention to false"); it is offered when job->want_attention.
- * Returns 0 with *reserved_bytes set, which the caller hands back with
- * budget_release once the answer is built; or ERR_TOO_LARGE (past a limit, or
- * more than the whole budget) or ERR_UNAVAILABLE (the budget is full now) with
- * err filled and nothing reserved. */
-int api_admit_job(const attn_job *job, size_t result_elements, size_t bytes_per_number,
-                  const char *attention_hint, size_t *response_bytes, size_t *reserved_bytes,
-                  attn_error *err);
 
-/* Frees the body of resp (resp may be NULL). */
-void api_response_free(api_response *resp);
 
 #endif

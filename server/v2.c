@@ -18,9 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "admission.h"
 #include "attention.h"
 #include "attention_json.h"
-#include "budget.h"
 #include "json_in.h"
 #include "jsonw.h"
 #include "mem.h"
@@ -891,7 +891,7 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     for (size_t i = 0; i < st.outs.n; i++)
         any_json |= !st.outs.binary[i];
     size_t result_elements = attention_json_result_elements(&st.ar), response_bytes = 0;
-    if ((rc = api_admit_job(&st.ar.job, result_elements,
+    if ((rc = admission_admit(env->cfg, &st.ar.job, result_elements,
                             any_json ? V2_JSON_BYTES_PER_NUMBER : v2_datatype_size(st.dtype),
                             "ask only for the output \"output\"", &response_bytes,
                             &reserved_bytes, &err)) != 0)
@@ -909,12 +909,12 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
         goto fail;
     infer_respond(&st, &result, ms, any_json ? response_bytes / 2 : 0, resp);
     attention_result_free(&result);
-    budget_release(reserved_bytes);
+    admission_release(reserved_bytes);
     attention_json_free(&st.ar);
     model_close(&st.model);
     return;
 fail:
-    budget_release(reserved_bytes);
+    admission_release(reserved_bytes);
     json_decref(st.root);
     attention_json_free(&st.ar);
     model_close(&st.model);

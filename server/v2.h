@@ -13,7 +13,7 @@
 #ifndef ATTN_V2_H
 #define ATTN_V2_H
 
-#include "api.h"
+#include "api_message.h"
 #include "config.h"
 #include "store.h"
 

@@ -1,0 +1,41 @@
+/*
+ * api_message.h - the request a handler is given and the answer it fills in.
+ *
+ * The HTTP layer builds an api_request from a complete request and sends the
+ * api_response a handler filled in; the router (api.c) and the handlers below
+ * it (v1 in api.c, v2.c) share these types without depending on each other.
+ */
+#ifndef ATTN_API_MESSAGE_H
+#define ATTN_API_MESSAGE_H
+
+#include <stddef.h>
+
+#include "metrics.h"
+
+typedef struct api_request {
+    const char *method;
+    const char *path;
+    const char *body;           /* borrowed; may be NULL when body_len is 0 */
+    size_t body_len;
+    const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
+    const char *if_match;       /* If-Match header, NULL if absent */
+} api_request;
+
+typedef struct api_response {
+    int status;
+    char *body;                 /* owned unless body_static; free with api_response_free */
+    size_t body_len;
+    int body_static;            /* body points at a string literal */
+    const char *content_type;   /* static string */
+    const char *allow;          /* static string or NULL: methods of the route */
+    int retry_after;            /* seconds, 0 for none */
+    char location[96];          /* Location header, "" for none */
+    char etag[32];              /* ETag header (quoted generation), "" for none */
+    size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
+    metrics_route route;
+} api_response;
+
+/* Frees the body of resp (resp may be NULL). */
+void api_response_free(api_response *resp);
+
+#endif
