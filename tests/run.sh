@@ -57,6 +57,7 @@ suite v2 build/v2test --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite openapi-lint bash tests/lint-api.sh
+suite openapi-answers make --no-print-directory check-api-answers
 suite container bash tests/container/image.sh
 suite k8s-manifests make --no-print-directory lint-k8s
 suite compose bash tests/container/compose.sh
