@@ -803,6 +803,7 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
         }
         jw_char(&w, ']');
         const double *src = which == OUT_OUTPUT ? res->output : res->attention;
+        const float *src_f32 = which == OUT_OUTPUT ? NULL : res->attention_f32;
         if (st->outs.binary[i]) {
             jw_raw(&w, ",\"parameters\":{\"binary_data_size\":");
             jw_size(&w, n * esize);
@@ -810,7 +811,10 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
             bin_bytes += n * esize;
         } else {
             jw_raw(&w, ",\"data\":");
-            v2_tensor_write_json(&w, src, n, st->dtype);
+            if (src_f32 != NULL)
+                v2_tensor_write_json_f32(&w, src_f32, n);
+            else
+                v2_tensor_write_json(&w, src, n, st->dtype);
         }
         jw_char(&w, '}');
     }
@@ -835,8 +839,12 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
     for (size_t i = 0; i < st->outs.n; i++) {
         if (!st->outs.binary[i])
             continue;
-        const double *src = st->outs.which[i] == OUT_OUTPUT ? res->output : res->attention;
-        v2_tensor_write_binary(p, src, counts[i], st->dtype);
+        if (st->outs.which[i] == OUT_OUTPUT)
+            v2_tensor_write_binary(p, res->output, counts[i], st->dtype);
+        else if (res->attention_f32 != NULL)
+            v2_tensor_write_binary_f32(p, res->attention_f32, counts[i]);
+        else
+            v2_tensor_write_binary(p, res->attention, counts[i], st->dtype);
         p += counts[i] * esize;
     }
     resp->status = 200;
