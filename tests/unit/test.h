@@ -154,6 +154,13 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
+    X(v2_tensor_framing_split)              \
+    X(v2_tensor_size_checks)                \
+    X(v2_tensor_binary_reads)               \
+    X(v2_tensor_nan_inf_refused)            \
+    X(v2_tensor_bool_bytes)                 \
+    X(v2_tensor_writers_round_trip)         \
+    X(v2_tensor_out_of_memory)              \
     X(store_put_reopen_bit_exact)       \
     X(store_replace)                    \
     X(store_delete)                     \
