@@ -55,7 +55,7 @@ static const bench_case bench_cases[] = {
     {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4},
     {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0},
     {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4},
-    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 0},
+    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2},
     {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0},
     {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0},
     {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0},
