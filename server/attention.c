@@ -297,6 +297,11 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
         attention_result_free(result);
         return error_nomem(err);
     }
+    /* The attention result, Lq x Lk per head, is the one large block written here. */
+    if (f32)
+        mem_advise_huge(result->attention_f32, s.attn_all * sizeof(float));
+    else
+        mem_advise_huge(result->attention, s.attn_all * sizeof(double));
     int rc;
     if (f32) {
         rc = run_float32(job, &s, result->output, result->attention_f32);

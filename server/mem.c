@@ -8,6 +8,7 @@
  * countdown is set, the wrappers also count the blocks allocated and freed,
  * so that the test can check that a failed call left nothing allocated.
  */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux) */
 #include "mem.h"
 
 #include <jansson.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_long fail_countdown = -1;
 static atomic_long fail_count = 0;
@@ -124,4 +126,18 @@ long mem_failures(void)
 long mem_fail_live(void)
 {
     return atomic_load(&fail_live);
+}
+
+void mem_advise_huge(void *ptr, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)ptr + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)ptr + size) & ~(huge - 1);
+    if (ptr != NULL && end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)ptr;
+    (void)size;
+#endif
 }

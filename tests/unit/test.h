@@ -98,6 +98,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_nan_score_reported)            \
     X(kernel_finite_result_near_max)        \
     X(kernel_infinite_result_still_reported) \
+    X(kernel_large_attention_result)        \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_start_out_of_memory)     \
