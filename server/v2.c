@@ -869,6 +869,7 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     v2_path vp;
     v2_infer st;
     memset(&st, 0, sizeof st);
+    int arena = 0;          /* the JSON arena is open (mem.h) */
     int rc = parse_path(req->path, &vp) ? 0 :
              error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
                        req->path);
@@ -889,6 +890,9 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     }
     json_error_t jerr;
     memset(&jerr, 0, sizeof jerr);
+    /* The header's tree lives until the inputs are read: it is made in the arena. */
+    mem_json_arena_begin();
+    arena = 1;
     st.root = json_loadb(body.json, body.json_len, JSON_REJECT_DUPLICATES, &jerr);
     if (st.root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
@@ -919,6 +923,8 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     rc = infer_read(&st, &err);
     json_decref(st.root);
     st.root = NULL;
+    mem_json_arena_end();
+    arena = 0;
     if (rc != 0)
         goto fail;
     attn_result result;
@@ -934,6 +940,8 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     return;
 fail:
     json_decref(st.root);
+    if (arena)
+        mem_json_arena_end();
     attention_json_free(&st.ar);
     model_close(&st.model);
     v2_respond_error(resp, &err);

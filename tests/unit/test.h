@@ -155,6 +155,9 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
+    X(mem_json_arena_few_blocks)            \
+    X(mem_json_arena_out_of_memory)         \
+    X(mem_json_arena_earlier_memory_freed)  \
     X(v2_tensor_framing_split)              \
     X(v2_tensor_size_checks)                \
     X(v2_tensor_binary_reads)               \
