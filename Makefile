@@ -48,7 +48,8 @@ ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s \
-        browser-deps test-browser viz-screenshots
+        browser-deps test-browser viz-screenshots \
+        check-api-answers
 all: $(SERVER)
 
 $(BUILD)/obj/%.o: server/%.c
@@ -292,6 +293,20 @@ $(API_LINT_STAMP): api/package.json api/package-lock.json
 
 lint-api: $(API_LINT_STAMP)
 	api/node_modules/.bin/spectral lint --ruleset api/.spectral.yaml --fail-severity=warn api/openapi.yaml
+
+# The server's answers checked against api/openapi.yaml: Stoplight Prism, pinned by
+# tests/prism/package-lock.json, runs as a validating proxy in front of the server while
+# tests/prism/conformance.mjs sends v1 and v2 requests through it.  The stamp works as the
+# linter's above.
+API_ANSWERS_STAMP := tests/prism/node_modules/.package-lock.json
+
+$(API_ANSWERS_STAMP): tests/prism/package.json tests/prism/package-lock.json
+	$(need_npm)
+	cd tests/prism && npm ci --no-audit --no-fund
+	touch $@
+
+check-api-answers: $(API_ANSWERS_STAMP) $(SERVER)
+	@node tests/prism/conformance.mjs $(SERVER)
 
 # The Kubernetes manifests in docker/k8s/, validated against the API schemas carried by the
 # kubernetes-models package (pinned by tests/k8s/package-lock.json), plus the deployment

@@ -268,8 +268,11 @@ static void handle_attention(const api_request *req, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
+    /* The tree lives only until its numbers are decoded: it is made in the arena. */
+    mem_json_arena_begin();
     json_t *root = json_in_parse(req->body, req->body_len, &err);
     if (root == NULL) {
+        mem_json_arena_end();
         api_respond_error(resp, &err);
         return;
     }
@@ -277,6 +280,7 @@ static void handle_attention(const api_request *req, api_response *resp)
     attention_json_limits limits = {api_cfg->max_elements};
     int rc = attention_json_decode(root, &limits, &ar, &err);
     json_decref(root);
+    mem_json_arena_end();
     if (rc != 0) {
         api_respond_error(resp, &err);
         return;
@@ -430,8 +434,10 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         return;
     }
     /* PUT */
+    mem_json_arena_begin();
     json_t *root = json_in_parse(req->body, req->body_len, &err);
     if (root == NULL) {
+        mem_json_arena_end();
         api_respond_error(resp, &err);
         return;
     }
@@ -440,6 +446,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     int out_in;
     int rc = weights_json_decode_set(root, api_cfg->max_elements, &wts, &heads, &out_in, &err);
     json_decref(root);
+    mem_json_arena_end();
     if (rc != 0) {
         api_respond_error(resp, &err);
         return;

@@ -4,8 +4,9 @@
  * The kernels live in attention_kernels.inc and are instantiated for double
  * and float.  A float64 job runs on the caller's arrays directly; a float32
  * job first rounds every input to float, runs the float kernels (sgemm,
- * expf), and widens the results back to double, so that all arithmetic is in
- * single precision, as NumPy's float32 would do it.
+ * expf), and widens the output back to double, so that all arithmetic is in
+ * single precision, as NumPy's float32 would do it; its attention weights are
+ * formed and returned in float32.
  *
  * The block sizes below were chosen by measurement (tests/bench); see the
  * README's section on performance.
@@ -56,7 +57,7 @@ static unsigned slots_for(double flops)
     return flops < PARALLEL_MIN_FLOPS ? 1 : compute_threads();
 }
 
-static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
+static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 {
     memset(p, 0, sizeof *p);
     double flops = 2.0 * (double)job->batch * (double)job->lq * (double)job->lk *
@@ -73,8 +74,8 @@ static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
     p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
-    /* Double precision forms the weights in the attention result itself. */
-    p->scratch_block = !(job->want_attention && real_size == sizeof(double));
+    /* The weights are formed in the attention result itself when it is wanted. */
+    p->scratch_block = !job->want_attention;
     size_t kblocks = (job->lk + p->bk - 1) / p->bk;
     p->stride = 2 * p->bq + (p->scratch_block ? p->bq * p->bk : 0) +
                 (job->want_attention ? p->bq * kblocks : 0);
@@ -88,7 +89,6 @@ static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
 #define MAXMV attention_max_masked_d
 #define EXPV attention_exp_shift_d
 #define EXPMV attention_exp_shift_masked_d
-#define REAL_IS_DOUBLE 1
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -98,7 +98,6 @@ static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
-#undef REAL_IS_DOUBLE
 
 #define REAL float
 #define SFX f
@@ -108,7 +107,6 @@ static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
 #define MAXMV attention_max_masked_f
 #define EXPV attention_exp_shift_f
 #define EXPMV attention_exp_shift_masked_f
-#define REAL_IS_DOUBLE 0
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -118,7 +116,6 @@ static void sdpa_plan_make(const attn_job *job, size_t real_size, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
-#undef REAL_IS_DOUBLE
 
 size_t attention_output_width(const attn_job *job)
 {
@@ -172,12 +169,12 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
     return bad ? -1 : 0;
 }
 
-/* Numbers of sdpa scratch the job needs in precision real_size, for every
- * slot the plan asks for. */
-static int scratch_numbers(const attn_job *job, size_t real_size, size_t *n)
+/* Numbers of sdpa scratch the job needs (in its precision), for every slot
+ * the plan asks for. */
+static int scratch_numbers(const attn_job *job, size_t *n)
 {
     sdpa_plan plan;
-    sdpa_plan_make(job, real_size, &plan);
+    sdpa_plan_make(job, &plan);
     return mem_mul(plan.slots, plan.stride, 1, n);
 }
 
@@ -185,17 +182,18 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
 {
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0 ||
-        scratch_numbers(job, job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double),
-                        &s.scratch) != 0)
+        scratch_numbers(job, &s.scratch) != 0)
         return -1;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
     size_t inputs = s.x + s.context + s.q + s.k + s.v + s.weights;
     size_t total, part = 0;
     int bad = 0;
     if (job->dtype == ATTN_FLOAT32) {
-        /* double results; float copies of the inputs, output, projections and scratch */
-        size_t floats = inputs + s.out + s.proj + s.heads_out + s.scratch;
-        bad |= mem_mul(results, sizeof(double), 1, &total);
+        /* a double output; float attention weights, and float copies of the inputs,
+         * output, projections and scratch */
+        size_t floats = inputs + s.out + s.proj + s.heads_out + s.scratch +
+                        (job->want_attention ? s.attn_all : 0);
+        bad |= mem_mul(s.out, sizeof(double), 1, &total);
         bad |= mem_mul(floats, sizeof(float), 1, &part);
         bad |= __builtin_add_overflow(total, part, &total);
     } else {
@@ -233,7 +231,7 @@ static float *to_float(const double *a, size_t n, int *fail)
     return f;
 }
 
-static int run_float32(const attn_job *job, const job_sizes *s, double *out, double *attn)
+static int run_float32(const attn_job *job, const job_sizes *s, double *out, float *attn)
 {
     const attn_weights *w = job->weights;
     int fail = 0, rc = ERR_UNAVAILABLE;
@@ -247,8 +245,7 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, dou
     float *fout = mem_malloc(s->out * sizeof(float));
     if (fail || fout == NULL)
         goto done;
-    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout,
-                      job->want_attention ? attn : NULL);
+    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, attn);
     if (rc != 0)
         goto done;
     for (size_t i = 0; i < s->out; i++)
@@ -289,16 +286,25 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
                          "A dimension of %zu is larger than the matrix library accepts (%d).",
                          widest, INT_MAX);
     result->d_out = attention_output_width(job);
+    int f32 = job->dtype == ATTN_FLOAT32;
     result->output = mem_malloc(s.out * sizeof(double));
-    if (job->want_attention)
+    if (job->want_attention && f32)
+        result->attention_f32 = mem_malloc(s.attn_all * sizeof(float));
+    else if (job->want_attention)
         result->attention = mem_malloc(s.attn_all * sizeof(double));
-    if (result->output == NULL || (job->want_attention && result->attention == NULL)) {
+    if (result->output == NULL ||
+        (job->want_attention && result->attention == NULL && result->attention_f32 == NULL)) {
         attention_result_free(result);
         return error_nomem(err);
     }
+    /* The attention result, Lq x Lk per head, is the one large block written here. */
+    if (f32)
+        mem_advise_huge(result->attention_f32, s.attn_all * sizeof(float));
+    else
+        mem_advise_huge(result->attention, s.attn_all * sizeof(double));
     int rc;
-    if (job->dtype == ATTN_FLOAT32) {
-        rc = run_float32(job, &s, result->output, result->attention);
+    if (f32) {
+        rc = run_float32(job, &s, result->output, result->attention_f32);
     } else {
         const attn_weights *w = job->weights;
         const double *wd[WEIGHTS_COUNT] = {0};
@@ -335,6 +341,7 @@ void attention_result_free(attn_result *result)
         return;
     mem_free(result->output);
     mem_free(result->attention);
+    mem_free(result->attention_f32);
     memset(result, 0, sizeof *result);
 }
 

@@ -40,9 +40,14 @@ typedef struct attn_job {
     int want_attention;         /* fill result->attention */
 } attn_job;
 
+/* The attention weights come in the job's precision: a float64 job fills
+ * `attention`, a float32 job `attention_f32` (formed in float32 throughout, as
+ * NumPy's float32 would, and answered as float32 without a widening copy).
+ * The output is widened to double in both cases. */
 typedef struct attn_result {
     double *output;             /* batch x lq x d_out */
-    double *attention;          /* batch x heads x lq x lk, or NULL */
+    double *attention;          /* float64 jobs: batch x heads x lq x lk, or NULL */
+    float *attention_f32;       /* float32 jobs: batch x heads x lq x lk, or NULL */
     size_t d_out;
 } attn_result;
 
@@ -55,7 +60,9 @@ size_t attention_output_width(const attn_job *job);
 int attention_job_bytes(const attn_job *job, size_t *bytes);
 
 /* Computes job.  On success returns 0 and fills result, whose buffers the
- * caller frees with attention_result_free.  On failure returns a negative
+ * caller frees with attention_result_free; with job->want_attention, the
+ * weights are in result->attention (float64) or result->attention_f32
+ * (float32).  On failure returns a negative
  * ERR_* code with err filled (out of memory: ERR_UNAVAILABLE; a score, a
  * projection or an output that is not finite in the job's precision, i.e. a
  * result that really is past its range: ERR_BAD_REQUEST, code "not_finite")

@@ -332,6 +332,22 @@ static void write_matrix(jw_buf *w, int f32, const double *m, size_t rows, size_
     jw_char(w, ']');
 }
 
+/* Writes rows x cols float32 matrix m as nested arrays (the attention weights
+ * of a float32 job), each number in its float32 shortest form. */
+static void write_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols)
+{
+    jw_char(w, '[');
+    for (size_t r = 0; r < rows; r++) {
+        jw_raw(w, r ? ",[" : "[");
+        for (size_t c = 0; c < cols; c++) {
+            if (c)
+                jw_char(w, ',');
+            jw_float(w, m[r * cols + c]);
+        }
+        jw_char(w, ']');
+    }
+    jw_char(w, ']');
+}
 
 void attention_json_encode(const attention_json_request *req, const attn_result *result,
                            double compute_ms, jw_buf *w)
@@ -361,8 +377,11 @@ void attention_json_encode(const attention_json_request *req, const attn_result 
             for (size_t h = 0; h < j->heads; h++) {
                 if (h)
                     jw_char(w, ',');
-                write_matrix(w, f32, result->attention + (b * j->heads + h) * j->lq * j->lk, j->lq,
-                             j->lk, 0);
+                size_t at = (b * j->heads + h) * j->lq * j->lk;
+                if (f32)
+                    write_matrix_f32(w, result->attention_f32 + at, j->lq, j->lk);
+                else
+                    write_matrix(w, 0, result->attention + at, j->lq, j->lk, 0);
             }
             if (req->heads_given)
                 jw_char(w, ']');

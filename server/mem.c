@@ -7,7 +7,13 @@
  * n = 0, 1, 2, ... through a code path as SQLite's malloc tests do.  While a
  * countdown is set, the wrappers also count the blocks allocated and freed,
  * so that the test can check that a failed call left nothing allocated.
+ *
+ * jansson allocates through these wrappers too, or, while the calling thread
+ * has its JSON arena open, from the arena's blocks: a request's parse tree is
+ * thousands of small nodes that all die together, so they are carved from a
+ * few large blocks and given back at once.
  */
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux) */
 #include "mem.h"
 
 #include <jansson.h>
@@ -15,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_long fail_countdown = -1;
 static atomic_long fail_count = 0;
@@ -99,9 +106,82 @@ int mem_mul(size_t a, size_t b, size_t c, size_t *out)
     return 0;
 }
 
+/* One block of a JSON arena; its numbers follow the header. */
+typedef struct arena_block {
+    struct arena_block *next;   /* the block before (older, smaller) */
+    size_t size, used;
+} arena_block;
+
+#define ARENA_ALIGN 16
+#define ARENA_HEADER ((sizeof(arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
+#define ARENA_FIRST_BLOCK ((size_t)64 << 10)
+#define ARENA_LARGEST_BLOCK ((size_t)64 << 20)
+
+static _Thread_local int arena_open;
+static _Thread_local arena_block *arena_newest;
+
+static void *json_alloc(size_t size)
+{
+    if (!arena_open)
+        return mem_malloc(size);
+    if (size > ARENA_LARGEST_BLOCK)
+        return NULL;    /* no JSON body under the server's limits needs it */
+    size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    arena_block *b = arena_newest;
+    if (b == NULL || b->size - b->used < size) {
+        /* Each block twice the one before: few blocks, whatever the body. */
+        size_t want = b == NULL ? ARENA_FIRST_BLOCK : b->size * 2;
+        if (want > ARENA_LARGEST_BLOCK)
+            want = ARENA_LARGEST_BLOCK;
+        if (want < size)
+            want = size;
+        arena_block *nb = mem_malloc(ARENA_HEADER + want);
+        if (nb == NULL)
+            return NULL;
+        nb->next = b;
+        nb->size = want;
+        nb->used = 0;
+        arena_newest = b = nb;
+    }
+    void *p = (char *)b + ARENA_HEADER + b->used;
+    b->used += size;
+    return p;
+}
+
+/* Frees of arena memory are nothing; anything else (taken before the arena
+ * opened) goes back to mem_free.  The newest blocks, the largest, come first. */
+static void json_release(void *ptr)
+{
+    if (ptr == NULL)
+        return;
+    if (arena_open)
+        for (arena_block *b = arena_newest; b != NULL; b = b->next) {
+            const char *data = (const char *)b + ARENA_HEADER;
+            if ((const char *)ptr >= data && (const char *)ptr < data + b->size)
+                return;
+        }
+    mem_free(ptr);
+}
+
 void mem_install_jansson(void)
 {
-    json_set_alloc_funcs(mem_malloc, mem_free);
+    json_set_alloc_funcs(json_alloc, json_release);
+}
+
+void mem_json_arena_begin(void)
+{
+    arena_newest = NULL;
+    arena_open = 1;
+}
+
+void mem_json_arena_end(void)
+{
+    arena_open = 0;
+    while (arena_newest != NULL) {
+        arena_block *older = arena_newest->next;
+        mem_free(arena_newest);
+        arena_newest = older;
+    }
 }
 
 void mem_fail_after(long n)
@@ -124,4 +204,18 @@ long mem_failures(void)
 long mem_fail_live(void)
 {
     return atomic_load(&fail_live);
+}
+
+void mem_advise_huge(void *ptr, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)ptr + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)ptr + size) & ~(huge - 1);
+    if (ptr != NULL && end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)ptr;
+    (void)size;
+#endif
 }

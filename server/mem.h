@@ -18,12 +18,33 @@ void mem_free(void *ptr);
 /* Returns a copy of s that the caller frees with mem_free, or NULL. */
 char *mem_strdup(const char *s);
 
+/* Asks the kernel to back the 2 MiB-aligned part of the block [ptr, ptr + size)
+ * with huge pages (Linux's MADV_HUGEPAGE, which transparent huge pages in
+ * their "madvise" mode wait for): a large result written once then costs one
+ * page fault per 2 MiB instead of one per 4 KiB.  Only a hint: nothing changes
+ * where it is not supported, and the block stays the caller's. */
+void mem_advise_huge(void *ptr, size_t size);
+
 /* Multiplies a*b*c (pass 1 for unused factors) into *out; returns 0, or -1 when
  * the product overflows size_t.  Used for every size computed from input. */
 int mem_mul(size_t a, size_t b, size_t c, size_t *out);
 
-/* Makes jansson allocate through mem_malloc/mem_free. */
+/* Makes jansson allocate through mem_malloc/mem_free, or from the calling
+ * thread's JSON arena while one is open. */
 void mem_install_jansson(void);
+
+/* The JSON arena of the calling thread, for the tree of one request body.
+ * Between mem_json_arena_begin and mem_json_arena_end, every allocation
+ * jansson makes on this thread is carved from a few large blocks (taken
+ * with mem_malloc, so failure injection reaches them) and freeing it costs
+ * nothing; mem_json_arena_end gives the blocks back at once.  Parsing a body
+ * of many numbers then costs a pointer bump per value instead of a malloc
+ * and a free.  The caller must json_decref every value made in between
+ * before mem_json_arena_end (nothing may outlive the arena), and must not
+ * nest arenas.  Memory jansson took before the arena opened is freed as
+ * usual. */
+void mem_json_arena_begin(void);
+void mem_json_arena_end(void);
 
 /* Testing: after n more successful allocations every allocation fails, until
  * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */

@@ -791,6 +791,7 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
         }
         jw_char(&w, ']');
         const double *src = which == OUT_OUTPUT ? res->output : res->attention;
+        const float *src_f32 = which == OUT_OUTPUT ? NULL : res->attention_f32;
         if (st->outs.binary[i]) {
             jw_raw(&w, ",\"parameters\":{\"binary_data_size\":");
             jw_size(&w, n * esize);
@@ -798,7 +799,10 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
             bin_bytes += n * esize;
         } else {
             jw_raw(&w, ",\"data\":");
-            v2_tensor_write_json(&w, src, n, st->dtype);
+            if (src_f32 != NULL)
+                v2_tensor_write_json_f32(&w, src_f32, n);
+            else
+                v2_tensor_write_json(&w, src, n, st->dtype);
         }
         jw_char(&w, '}');
     }
@@ -823,8 +827,12 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
     for (size_t i = 0; i < st->outs.n; i++) {
         if (!st->outs.binary[i])
             continue;
-        const double *src = st->outs.which[i] == OUT_OUTPUT ? res->output : res->attention;
-        v2_tensor_write_binary(p, src, counts[i], st->dtype);
+        if (st->outs.which[i] == OUT_OUTPUT)
+            v2_tensor_write_binary(p, res->output, counts[i], st->dtype);
+        else if (res->attention_f32 != NULL)
+            v2_tensor_write_binary_f32(p, res->attention_f32, counts[i]);
+        else
+            v2_tensor_write_binary(p, res->attention, counts[i], st->dtype);
         p += counts[i] * esize;
     }
     resp->status = 200;
@@ -850,6 +858,7 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     v2_infer st;
     memset(&st, 0, sizeof st);
     size_t reserved_bytes = 0;
+    int arena = 0;          /* the JSON arena is open (mem.h) */
     int rc = parse_path(req->path, &vp) ? 0 :
              error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
                        req->path);
@@ -870,6 +879,9 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     }
     json_error_t jerr;
     memset(&jerr, 0, sizeof jerr);
+    /* The header's tree lives until the inputs are read: it is made in the arena. */
+    mem_json_arena_begin();
+    arena = 1;
     st.root = json_loadb(body.json, body.json_len, JSON_REJECT_DUPLICATES, &jerr);
     if (st.root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
@@ -899,6 +911,8 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     rc = infer_read(&st, &err);
     json_decref(st.root);
     st.root = NULL;
+    mem_json_arena_end();
+    arena = 0;
     if (rc != 0)
         goto fail;
     attn_result result;
@@ -916,6 +930,8 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
 fail:
     admission_release(reserved_bytes);
     json_decref(st.root);
+    if (arena)
+        mem_json_arena_end();
     attention_json_free(&st.ar);
     model_close(&st.model);
     v2_respond_error(resp, &err);

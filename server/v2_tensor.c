@@ -360,19 +360,21 @@ int v2_tensor_read_bools(const v2_tensor *t, unsigned char *out, attn_error *err
     return 0;
 }
 
+static inline void store_le32(unsigned char *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    p[0] = (unsigned char)u;
+    p[1] = (unsigned char)(u >> 8);
+    p[2] = (unsigned char)(u >> 16);
+    p[3] = (unsigned char)(u >> 24);
+}
+
 void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_datatype t)
 {
     if (t == V2_FP32) {
-        for (size_t i = 0; i < n; i++) {
-            float f = (float)src[i];
-            uint32_t u;
-            memcpy(&u, &f, sizeof u);
-            unsigned char *p = dst + 4 * i;
-            p[0] = (unsigned char)u;
-            p[1] = (unsigned char)(u >> 8);
-            p[2] = (unsigned char)(u >> 16);
-            p[3] = (unsigned char)(u >> 24);
-        }
+        for (size_t i = 0; i < n; i++)
+            store_le32(dst + 4 * i, (float)src[i]);
     } else {
         for (size_t i = 0; i < n; i++) {
             uint64_t u;
@@ -394,6 +396,23 @@ void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t)
             jw_float(w, src[i]);
         else
             jw_double(w, src[i]);
+    }
+    jw_char(w, ']');
+}
+
+void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        store_le32(dst + 4 * i, src[i]);
+}
+
+void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n)
+{
+    jw_char(w, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jw_char(w, ',');
+        jw_float(w, src[i]);
     }
     jw_char(w, ']');
 }

@@ -94,4 +94,12 @@ void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_
  * form that reads back to the same float (FP32) or double (FP64). */
 void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t);
 
+/* Writes the n float32 numbers of src as little-endian FP32 bytes at dst
+ * (room for 4 n bytes): the same bytes, with no rounding on the way. */
+void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n);
+
+/* Appends the n float32 numbers of src to w as a flat JSON array, each in the
+ * shortest form that reads back to the same float. */
+void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n);
+
 #endif

@@ -59,6 +59,7 @@ suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
 suite shared-store build/sharetest --server build/attention-server
 suite openapi-lint bash tests/lint-api.sh
+suite openapi-answers make --no-print-directory check-api-answers
 suite container bash tests/container/image.sh
 suite k8s-manifests make --no-print-directory lint-k8s
 suite browser make --no-print-directory test-browser

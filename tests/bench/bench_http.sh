@@ -7,7 +7,10 @@
 # answer fails the run), then loads both with wrk (post.lua):
 #   seed       the smallest fixture's request, 16 connections: requests/s      (target 10x)
 #   attn512    q, k, v of 512 x 64, float64, attention returned, one request after another:
-#              median latency (curl)                                             (target 3x)
+#              median latency (curl)                                             (target 5x)
+#   attn512v2  the same q, k, v as attn512 sent to ours as a binary v2 request (FP64 bytes,
+#              both outputs answered in binary) against the peer's JSON attn512: median
+#              latency (curl)                                                    (target 10x)
 #   proj4096   x of 4096 x 8 projected to d = 64, float64, no attention, one request after
 #              another: median latency (curl)                                     (target 3x)
 #   conc1024   4 connections of a compute-heavy request (x 1024 x 64, 8 heads of 64, wo),
@@ -74,6 +77,22 @@ post() {
     echo "${out#* }"
 }
 
+# post_v2 URL BODY OUT: one binary v2 request (BODY, its header length in BODY.hlen) to the
+# attention model with curl; the answer's headers go to OUT.headers; prints the seconds it
+# took; fails unless 200.
+post_v2() {
+    local out
+    out=$(curl -sS -o "$3" -D "$3.headers" -w '%{http_code} %{time_total}' -X POST \
+        -H 'Content-Type: application/octet-stream' \
+        -H "Inference-Header-Content-Length: $(cat "$2.hlen")" --data-binary "@$2" \
+        "$1/v2/models/attention/infer") || return 1
+    [ "${out%% *}" = 200 ] || {
+        echo "bench_http.sh: $1 answered ${out%% *}: $(head -c 300 "$3")" >&2
+        return 1
+    }
+    echo "${out#* }"
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # load CASE SERVICE URL PID CONNECTIONS: REPS wrk runs; sets RPS and MEAN_MS (medians).
@@ -100,14 +119,16 @@ load() {
 # latency CASE SERVICE URL: one connection, one request after another (curl): after one warm-up,
 # at least REPS requests and more until SECS seconds have passed; sets MEAN_MS to the median
 # milliseconds of one request (the name says mean for the table's sake; it is a median).
+# With POST=post_v2 and BODY set, sends that body as a binary v2 request instead.
 latency() {
     local case=$1 service=$2 url=$3 n=0 start t
-    post "$url" "$work/$case.json" "$work/$case.lat.out" >/dev/null || { failed=1; MEAN_MS=; return; }
+    local send=${POST:-post} body=${BODY:-$work/$case.json}
+    $send "$url" "$body" "$work/$case.lat.out" >/dev/null || { failed=1; MEAN_MS=; return; }
     : >"$work/lat"
     start=$(date +%s.%N)
     while [ "$n" -lt "$REPS" ] || awk -v s="$start" -v now="$(date +%s.%N)" -v l="$SECS" \
             'BEGIN { exit !(now - s < l) }'; do
-        t=$(post "$url" "$work/$case.json" "$work/$case.lat.out") || { failed=1; break; }
+        t=$($send "$url" "$body" "$work/$case.lat.out") || { failed=1; break; }
         echo "$t" >>"$work/lat"
         printf '%s\t%s\t1\t%s\t1\t0\t\t%s\t\t\t\n' "$case" "$service" "$n" \
             "$(awk -v t="$t" 'BEGIN { print t * 1000 }')" >>"$RESULTS/http.tsv"
@@ -157,11 +178,29 @@ for case in attn512 proj4096; do
         proj4096) what="HTTP x 4096x8 -> d=64 float64, no attention, 1 connection"
                   gflop=$(awk 'BEGIN { print (4 * 4096 * 4096 * 64 + 3 * 2 * 4096 * 8 * 64) * 1e-9 }') ;;
         esac
-        row http "$what" "$ours_ms" "$peer_ms" ms 3 \
+        target=3
+        [ "$case" = attn512 ] && target=5
+        row http "$what" "$ours_ms" "$peer_ms" ms "$target" \
             "$(awk -v g="$gflop" -v a="$ours_ms" -v b="$peer_ms" 'BEGIN { printf "%.1f / %.1f", g / a * 1e3, g / b * 1e3 }')" \
             "" "" "$(stat -c %s "$work/$case.json") B in, $(stat -c %s "$work/$case.ours.out") B out"
     else failed=1; fi
 done
+
+# The same attn512 request in the v2 protocol with binary tensors, against the peer's JSON.
+echo "== attn512v2"
+if post_v2 "$OURS_URL" "$work/attn512.v2" "$work/attn512v2.ours.out" >/dev/null &&
+    post "$PEER_URL" "$work/attn512.json" "$work/attn512v2.peer.out" >/dev/null &&
+    "$BENCH_PYTHON" tests/bench/compare.py --v2 attn512v2 "$work/attn512v2.ours.out" \
+        "$work/attn512v2.ours.out.headers" "$work/attn512v2.peer.out" |
+        tee -a "$RESULTS/checks-http.tsv" && [ "${PIPESTATUS[0]}" = 0 ]; then
+    POST=post_v2 BODY=$work/attn512.v2 latency attn512v2 ours "$OURS_URL"; ours_ms=$MEAN_MS
+    latency attn512 peer "$PEER_URL"; peer_ms=$MEAN_MS
+    gflop=$(awk 'BEGIN { print 4 * 512 * 512 * 64 * 1e-9 }')
+    row http "HTTP q,k,v 512x64 float64, attention returned: v2 binary vs peer JSON, 1 connection" \
+        "$ours_ms" "$peer_ms" ms 10 \
+        "$(awk -v g="$gflop" -v a="$ours_ms" -v b="$peer_ms" 'BEGIN { printf "%.1f / %.1f", g / a * 1e3, g / b * 1e3 }')" \
+        "" "" "$(stat -c %s "$work/attn512.v2") B in, $(stat -c %s "$work/attn512v2.ours.out") B out (binary FP64 both ways)"
+else failed=1; fi
 
 # e. concurrency: 4 clients of a compute-heavy request; cores busy and runnable threads.
 echo "== conc1024"

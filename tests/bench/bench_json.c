@@ -16,7 +16,16 @@
  *                        to the same float, against json_dumps with
  *                        JSON_REAL_PRECISION(9) of the float values;
  *   json_loadb           reading the jw_double text back with jansson (the
- *                        server reads requests with it), for reference.
+ *                        server reads requests with it), for reference;
+ *   v2 binary read       the input side of a v2 request: q, k, v of 512 x 64
+ *                        (numbers of six decimals, as the HTTP benchmark
+ *                        sends) as a binary body (FP64, and FP32), framed,
+ *                        described and read into doubles by v2_tensor, against
+ *                        the same request with JSON `data` read by the same
+ *                        functions through jansson (in the JSON arena, as the
+ *                        server parses, and with a malloc per node), in
+ *                        nanoseconds per input number.  Both must give the
+ *                        same doubles.
  * Every writer's text is read back with jansson and must give the same
  * doubles (floats for the float32 pair), bit for bit: a fast writer of wrong
  * digits fails the run.
@@ -38,6 +47,7 @@
 #include "bench_util.h"
 #include "jsonw.h"
 #include "mem.h"
+#include "v2_tensor.h"
 
 #define ROWS 512
 #define COLS 512
@@ -58,6 +68,9 @@ typedef struct bench {
     int as_float;           /* jw_float rather than jw_double */
     char *text;             /* the latest text, for the check (owned) */
     size_t len;
+    const char *header_length; /* v2 reads: Inference-Header-Content-Length, or NULL */
+    double *read_out;       /* v2 reads: READ_COUNT numbers */
+    int arena;              /* v2 reads: parse in the JSON arena, as the server does */
 } bench;
 
 typedef int (*bench_fn)(bench *b);
@@ -152,6 +165,98 @@ static int run_loadb(bench *b)
         return -1;
     json_decref(tree);
     return 0;
+}
+
+/* The v2 request of the read benchmark: 3 inputs of READ_ROWS x READ_COLS. */
+#define READ_ROWS 512
+#define READ_COLS 64
+#define READ_INPUTS 3
+#define READ_COUNT ((size_t)READ_INPUTS * READ_ROWS * READ_COLS)
+
+/* Reads every input of the v2 body b->text as the server does: split at the
+ * header length, parse the JSON header, describe each input, read its numbers
+ * into b->read_out, check that the binary section was claimed exactly. */
+static int run_v2_read(bench *b)
+{
+    v2_body body;
+    attn_error err;
+    if (v2_body_split(b->text, b->len, b->header_length, &body, &err) != 0)
+        return -1;
+    json_error_t jerr;
+    if (b->arena)
+        mem_json_arena_begin();
+    json_t *root = json_loadb(body.json, body.json_len, 0, &jerr);
+    if (root == NULL) {
+        if (b->arena)
+            mem_json_arena_end();
+        return -1;
+    }
+    const json_t *inputs = json_object_get(root, "inputs");
+    size_t elements = 0;
+    int rc = json_array_size(inputs) == READ_INPUTS ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < READ_INPUTS; i++) {
+        v2_tensor t;
+        rc = v2_tensor_describe(json_array_get(inputs, i), i, &body, READ_COUNT, &elements, &t,
+                                &err);
+        if (rc == 0)
+            rc = v2_tensor_read_numbers(&t, b->read_out + i * READ_ROWS * READ_COLS, &err);
+    }
+    if (rc == 0)
+        rc = v2_body_check_consumed(&body, &err);
+    json_decref(root);
+    if (b->arena)
+        mem_json_arena_end();
+    return rc;
+}
+
+/* Builds the v2 request of values[READ_COUNT]: JSON data (datatype FP64), or
+ * binary bytes of datatype dt after the header (whose length goes to hlen).
+ * Returns a malloc'd body and its length in *len, or NULL. */
+static char *v2_request(const double *values, int binary, v2_datatype dt, size_t *len,
+                        char *hlen, size_t hlen_size)
+{
+    static const char *const names[READ_INPUTS] = {"q", "k", "v"};
+    size_t per = (size_t)READ_ROWS * READ_COLS, esize = v2_datatype_size(dt);
+    jw_buf w;
+    jw_init(&w, binary ? 1024 : READ_COUNT * 12);
+    jw_raw(&w, "{\"inputs\":[");
+    for (size_t i = 0; i < READ_INPUTS; i++) {
+        jw_raw(&w, i ? ",{\"name\":" : "{\"name\":");
+        jw_string(&w, names[i]);
+        jw_raw(&w, ",\"datatype\":");
+        jw_string(&w, v2_datatype_name(dt));
+        jw_raw(&w, ",\"shape\":[");
+        jw_size(&w, READ_ROWS);
+        jw_char(&w, ',');
+        jw_size(&w, READ_COLS);
+        jw_char(&w, ']');
+        if (binary) {
+            jw_raw(&w, ",\"parameters\":{\"binary_data_size\":");
+            jw_size(&w, per * esize);
+            jw_char(&w, '}');
+        } else {
+            jw_raw(&w, ",\"data\":");
+            v2_tensor_write_json(&w, values + i * per, per, dt);
+        }
+        jw_char(&w, '}');
+    }
+    jw_raw(&w, "]}");
+    size_t header_len;
+    char *header = jw_finish(&w, &header_len);
+    if (header == NULL)
+        return NULL;
+    size_t bin = binary ? READ_COUNT * esize : 0;
+    char *body = malloc(header_len + bin + 1);
+    if (body != NULL) {
+        memcpy(body, header, header_len);
+        if (binary)
+            v2_tensor_write_binary((unsigned char *)body + header_len, values, READ_COUNT, dt);
+        body[header_len + bin] = '\0';
+        *len = header_len + bin;
+        snprintf(hlen, hlen_size, "%zu", header_len);
+    }
+    mem_free(header);
+    return body;
 }
 
 /* Median seconds of one run of fn; -1 when a run fails. */
@@ -272,7 +377,7 @@ int main(int argc, char **argv)
     printf("JSON of a %d x %d softmax matrix (%zu numbers)\n", ROWS, COLS, COUNT);
     printf("%-40s %10s %12s %12s %s\n", "writer", "ms", "ns/number", "bytes", "round trip");
     for (size_t r = 0; r < nruns; r++) {
-        bench b = {runs[r].m, runs[r].tree, runs[r].flags, runs[r].as_float, NULL, 0};
+        bench b = {runs[r].m, runs[r].tree, runs[r].flags, runs[r].as_float, NULL, 0, NULL, NULL, 0};
         runs[r].s = time_median(runs[r].fn, &b, min_reps, budget);
         runs[r].bad = b.text ? check_text(b.text, b.len, runs[r].m, runs[r].as_float) : -1;
         /* jansson at 9 digits round-trips floats, not doubles; the check above
@@ -303,7 +408,7 @@ int main(int argc, char **argv)
                        "\t\t\n", runs[r].as_float ? "float32" : "float64", runs[o].name,
                 runs[r].name, ours, peer, headline ? "3" : "", ours, peer);
     }
-    bench rb = {m, NULL, 0, 0, jw_text, jw_len};
+    bench rb = {m, NULL, 0, 0, jw_text, jw_len, NULL, NULL, 0};
     double read_s = time_median(run_loadb, &rb, min_reps, budget);
     printf("%-40s %10.3f %12.1f %12zu\n", "json_loadb (read, for reference)", read_s * 1e3,
            read_s * 1e9 / (double)COUNT, jw_len);
@@ -311,6 +416,81 @@ int main(int argc, char **argv)
                    "\t\tjansson reads requests\n", read_s * 1e9 / (double)COUNT,
             read_s * 1e9 / (double)COUNT);
     free(jw_text);
+
+    /* Reading a request's numbers: v2 binary against JSON data, the same doubles.
+     * jansson allocates as in the server from here on (mem.h, its JSON arena). */
+    mem_install_jansson();
+    double *values = malloc(READ_COUNT * sizeof(double));
+    double *from_json = malloc(READ_COUNT * sizeof(double));
+    double *from_bin = malloc(READ_COUNT * sizeof(double));
+    if (values == NULL || from_json == NULL || from_bin == NULL)
+        return 1;
+    for (size_t i = 0; i < READ_COUNT; i++)
+        values[i] = round((rnd01() * 2 - 1) * 1e6) / 1e6;
+    printf("\nv2 request of %d inputs of %d x %d (%zu numbers): reading them\n", READ_INPUTS,
+           READ_ROWS, READ_COLS, READ_COUNT);
+    printf("%-40s %10s %12s %12s %s\n", "reader", "ms", "ns/number", "bytes", "same doubles");
+    for (int dt = 0; dt < 2; dt++) {
+        v2_datatype type = dt ? V2_FP32 : V2_FP64;
+        double *want = values;
+        double *rounded = NULL;
+        if (type == V2_FP32) {
+            rounded = malloc(READ_COUNT * sizeof(double));
+            if (rounded == NULL)
+                return 1;
+            for (size_t i = 0; i < READ_COUNT; i++)
+                rounded[i] = (float)values[i];
+            want = rounded;
+        }
+        char hlen[32];
+        size_t json_len = 0, bin_len = 0;
+        char *json_body = v2_request(want, 0, type, &json_len, hlen, sizeof hlen);
+        char *bin_body = v2_request(want, 1, type, &bin_len, hlen, sizeof hlen);
+        bench jb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_json, 1};
+        bench nb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_json, 0};
+        bench bb = {NULL, NULL, 0, 0, bin_body, bin_len, hlen, from_bin, 0};
+        double plain_s = json_body ? time_median(run_v2_read, &nb, min_reps, budget) : -1;
+        double json_s = json_body ? time_median(run_v2_read, &jb, min_reps, budget) : -1;
+        double bin_s = bin_body ? time_median(run_v2_read, &bb, min_reps, budget) : -1;
+        /* FP32 JSON data holds the float's shortest digits, which read back as a
+         * double that rounds to the float (the computation rounds it so). */
+        long differ = 0;
+        for (size_t i = 0; i < READ_COUNT; i++)
+            differ += memcmp(&from_bin[i], &want[i], sizeof(double)) != 0 ||
+                      (type == V2_FP32 ? (float)from_json[i] != (float)want[i]
+                                       : memcmp(&from_json[i], &want[i], sizeof(double)) != 0);
+        int ok = json_s > 0 && bin_s > 0 && differ == 0;
+        failed |= !ok;
+        const char *tname = v2_datatype_name(type);
+        printf("%-40s %10.3f %12.2f %12zu %s\n", dt ? "v2 binary FP32" : "v2 binary FP64",
+               bin_s * 1e3, bin_s * 1e9 / (double)READ_COUNT, bin_len, ok ? "yes" : "NO");
+        printf("%-40s %10.3f %12.2f %12zu %s\n", dt ? "v2 JSON data FP32 (jansson, arena)" :
+               "v2 JSON data FP64 (jansson, arena)", json_s * 1e3,
+               json_s * 1e9 / (double)READ_COUNT, json_len, ok ? "yes" : "NO");
+        printf("%-40s %10.3f %12.2f %12zu\n", dt ? "v2 JSON data FP32 (jansson, malloc)" :
+               "v2 JSON data FP64 (jansson, malloc)", plain_s * 1e3,
+               plain_s * 1e9 / (double)READ_COUNT, json_len);
+        ok &= plain_s > 0;
+        failed |= !ok;
+        fprintf(checks, "json: v2 binary and JSON read the same numbers\tread 3x512x64\t%s\t"
+                        "%ld differ\t0\t%s\n", tname, differ, ok ? "ok" : "FAILED");
+        fprintf(table, "json\tv2 read q,k,v 3x512x64 %s per input number: binary vs JSON data"
+                       "\t%.2f\t%.1f\tns\t<5 ns\t\t%.2f / %.1f\t\t%zu vs %zu bytes\n", tname,
+                bin_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT,
+                bin_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT, bin_len,
+                json_len);
+        fprintf(table, "json\tv2 read q,k,v 3x512x64 %s per input number: JSON data in the arena "
+                       "vs malloc per node\t%.1f\t%.1f\tns\t<250 ns\t\t%.1f / %.1f\t\tthe server "
+                       "parses in the arena\n", tname, json_s * 1e9 / (double)READ_COUNT,
+                plain_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT,
+                plain_s * 1e9 / (double)READ_COUNT);
+        free(json_body);
+        free(bin_body);
+        free(rounded);
+    }
+    free(values);
+    free(from_json);
+    free(from_bin);
     failed |= fclose(checks) != 0;
     failed |= fclose(table) != 0;
     json_decref(tree);

@@ -6,7 +6,10 @@ Usage:
       fixture's tolerance);
   python3 compare.py --rows N CASE OURS.json REQUEST.json
       ours against NumPy computed here (float64, npattn) for the first N query rows only, for
-      requests too large for the peer (x with inline weights, no heads, no mask).
+      requests too large for the peer (x with inline weights, no heads, no mask);
+  python3 compare.py --v2 CASE OURS.bin OURS.headers PEER.json
+      ours answering POST /v2/models/attention/infer with binary outputs (the body, and
+      the response headers as curl -D writes them) against the peer's v1 answer.
 "output" and "attention" must have the same shape and agree within a relative tolerance: the
 largest |difference| divided by the largest |value|, at most 1e-6 for float64 and 1e-4 for
 float32 (the answer's meta.dtype, or the request's dtype). Prints one line per check, in the
@@ -49,8 +52,41 @@ def report(case, what, dtype, diff, tol):
     return ok
 
 
+def load_v2_binary(body_path, headers_path):
+    """A binary v2 answer as {"output": array, "attention": array, "meta": {"dtype": ...}}."""
+    length = None
+    with open(headers_path) as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "inference-header-content-length":
+                length = int(value.strip())
+    with open(body_path, "rb") as f:
+        body = f.read()
+    if length is None:
+        return json.loads(body)
+    header = json.loads(body[:length])
+    answer, at = {}, length
+    kinds = {"FP32": ("<f4", 4, "float32"), "FP64": ("<f8", 8, "float64")}
+    for out in header["outputs"]:
+        fmt, size, dtype = kinds[out["datatype"]]
+        n = out["parameters"]["binary_data_size"]
+        answer[out["name"]] = np.frombuffer(body[at:at + n], dtype=fmt).reshape(out["shape"])
+        answer["meta"] = {"dtype": dtype}
+        at += n
+    if at != len(body):
+        answer["output"] = None  # sizes that do not add up fail the comparison
+    return answer
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--v2":
+        case, ours, peer = args[1], load_v2_binary(args[2], args[3]), load(args[4])
+        dtype = ours.get("meta", {}).get("dtype", "float64")
+        ok = report(case, "ours (v2 binary) vs peer", dtype,
+                    max(rel_diff(ours.get("output"), peer.get("output")),
+                        rel_diff(ours.get("attention"), peer.get("attention"))), TOLERANCE[dtype])
+        return 0 if ok else 1
     if args and args[0] == "--rows":
         rows, case, ours_path, request_path = int(args[1]), args[2], args[3], args[4]
         ours, req = load(ours_path), load(request_path)

@@ -5,6 +5,9 @@ Usage: python3 make_bodies.py DIR [NAME...]   (no NAME: all of them)
   seed.json          the request of the smallest golden fixture (tests/fixtures, by file
                      size: seed004_toy), and seed.expect.json its expected answer
   attn512.json       q, k, v of 512 x 64, float64, attention returned
+  attn512.v2         the same numbers as a binary v2 request (FP64 little-endian bytes after
+                     the JSON header, outputs asked in binary), and attn512.v2.hlen the
+                     header's length for Inference-Header-Content-Length
   proj4096.json      x of 4096 x 8 with inline wq/wk/wv of 8 x 64, float64, no attention
   mem32k.json        x of 32768 x 8 with inline wq/wk/wv of 8 x 64, float32, no attention
   conc1024.json      x of 1024 x 64, wq/wk/wv 64 x 512, wo 512 x 64, 8 heads, float64, no
@@ -37,6 +40,24 @@ def projected(rng, n, d_in, d, heads=None, wo=False, **extra):
     return body
 
 
+def write_v2_binary(path, body):
+    """Writes body's q, k, v as a binary v2 request asking for both outputs in binary."""
+    arrays = [np.asarray(body[n], dtype="<f8") for n in ("q", "k", "v")]
+    header = json.dumps({
+        "inputs": [{"name": n, "shape": list(a.shape), "datatype": "FP64",
+                    "parameters": {"binary_data_size": a.nbytes}}
+                   for n, a in zip(("q", "k", "v"), arrays)],
+        "outputs": [{"name": "output", "parameters": {"binary_data": True}},
+                    {"name": "attention", "parameters": {"binary_data": True}}],
+    }, separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        f.write(header)
+        for a in arrays:
+            f.write(a.tobytes())
+    with open(path + ".hlen", "w") as f:
+        f.write(str(len(header)))
+
+
 def main():
     out = sys.argv[1]
     names = sys.argv[2:]
@@ -58,8 +79,11 @@ def main():
                                       return_attention=False),
     }
     for name in names or bodies:
+        body = bodies[name]()
         with open(os.path.join(out, name + ".json"), "w") as f:
-            json.dump(bodies[name](), f, separators=(",", ":"))
+            json.dump(body, f, separators=(",", ":"))
+        if name == "attn512":
+            write_v2_binary(os.path.join(out, name + ".v2"), body)
         if name == "seed":
             expect = dict(fixture["expect"], fixture=os.path.basename(smallest))
             with open(os.path.join(out, "seed.expect.json"), "w") as f:

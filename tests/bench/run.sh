@@ -74,7 +74,8 @@ fi
 # The table: scenario | ours | peer | ratio | target | GFLOP/s | ns/number | peak RSS.
 # Rows come from table-*.tsv: section, scenario, ours, peer, unit, target, GFLOP/s (ours / peer),
 # ns per number (ours / peer), peak RSS, note. ratio is "x faster": peer/ours for times, ours/peer
-# for rates. A target "N" asks for ratio >= N; "<N MiB" asks for ours' peak RSS under N MiB.
+# for rates. A target "N" asks for ratio >= N; "<N MiB" asks for ours' peak RSS under N MiB;
+# "<N ns" asks for ours under N ns per number.
 {
     echo "attention-server benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
     echo "machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -92,7 +93,10 @@ fi
             if ($6 ~ /^[0-9.]+$/) met = (r >= $6) ? " ok" : " MISSED"
         }
         target = $6 == "" ? "" : ($6 ~ /^</ ? $6 : ">=" $6 "x")
-        if ($6 ~ /^</) {
+        if ($6 ~ /^<.* ns$/) {
+            limit = substr($6, 2) + 0
+            met = num($3) ? ($3 + 0 < limit ? " ok" : " MISSED") : " MISSED"
+        } else if ($6 ~ /^</) {
             split($9, rss, " "); limit = substr($6, 2) + 0
             met = num(rss[1]) ? (rss[1] + 0 < limit ? " ok" : " MISSED") : " MISSED"
         }

@@ -98,6 +98,7 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(kernel_nan_score_reported)            \
     X(kernel_finite_result_near_max)        \
     X(kernel_infinite_result_still_reported) \
+    X(kernel_large_attention_result)        \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_start_out_of_memory)     \
@@ -154,6 +155,16 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
+    X(mem_json_arena_few_blocks)            \
+    X(mem_json_arena_out_of_memory)         \
+    X(mem_json_arena_earlier_memory_freed)  \
+    X(v2_tensor_framing_split)              \
+    X(v2_tensor_size_checks)                \
+    X(v2_tensor_binary_reads)               \
+    X(v2_tensor_nan_inf_refused)            \
+    X(v2_tensor_bool_bytes)                 \
+    X(v2_tensor_writers_round_trip)         \
+    X(v2_tensor_out_of_memory)              \
     X(store_put_reopen_bit_exact)       \
     X(store_replace)                    \
     X(store_delete)                     \

@@ -14,9 +14,29 @@
 #include <valgrind/valgrind.h>
 
 #include "attention.h"
+#include "mem.h"
 #include "compute.h"
 #include "ref/reference.h"
 #include "test.h"
+
+/* The largest |weight - ref[i]| over the n attention weights of r, in
+ * whichever precision the job formed them (+Inf when there are none). */
+static double attention_diff(const attn_result *r, const double *ref, size_t n)
+{
+    if (r->attention != NULL)
+        return test_max_abs_diff(r->attention, ref, n);
+    if (r->attention_f32 == NULL)
+        return INFINITY;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)r->attention_f32[i] - ref[i]);
+        if (d != d)
+            return INFINITY;
+        if (d > worst)
+            worst = d;
+    }
+    return worst;
+}
 
 static uint64_t kernel_rng = 0x243F6A8885A308D3ull;
 
@@ -107,7 +127,7 @@ static int edge_case(size_t lq, size_t lk, int rising)
                         break;
                     }
                     double e_out = test_max_abs_diff(r.output, ref_out, batch * lq * dv);
-                    double e_attn = want ? test_max_abs_diff(r.attention, ref_attn,
+                    double e_attn = want ? attention_diff(&r, ref_attn,
                                                       batch * heads * lq * lk) : 0;
                     /* Fully masked rows must be exactly zero, never NaN. */
                     int zero_ok = 1;
@@ -322,4 +342,49 @@ void test_kernel_infinite_result_still_reported(void)
             if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
                 FAIL_AT("attention %d dtype %d: rc %d, code %s", with, dtype, rc, err.code);
         }
+}
+
+/* An attention result of several MiB, whose aligned part attention_run asks
+ * the kernel to back with huge pages (mem_advise_huge), holds the same
+ * weights as the reference in both precisions; so does a block that is too
+ * small for a huge page, and the hint accepts NULL. */
+void test_kernel_large_attention_result(void)
+{
+    const size_t lq = 1100, lk = 700, d = 3;
+    double *q = malloc(lq * d * sizeof(double)), *k = malloc(lk * d * sizeof(double));
+    double *v = malloc(lk * d * sizeof(double)), *ref_out = malloc(lq * d * sizeof(double));
+    double *ref_attn = malloc(lq * lk * sizeof(double));
+    for (size_t i = 0; i < lq * d; i++)
+        q[i] = krnd();
+    for (size_t i = 0; i < lk * d; i++) {
+        k[i] = krnd();
+        v[i] = krnd();
+    }
+    ref_sdpa(1, 1, lq, lk, d, d, q, k, v, NULL, 0, 0.5, ref_out, ref_attn);
+    double worst[2] = {INFINITY, INFINITY};
+    for (int dtype = 0; dtype < 2; dtype++) {
+        attn_job job = {.batch = 1, .lq = lq, .lk = lk, .heads = 1, .dk = d, .dv = d, .q = q,
+                        .k = k, .v = v, .scale = 0.5, .want_attention = 1,
+                        .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+        attn_result r;
+        attn_error err;
+        if (attention_run(&job, &r, &err) == 0) {
+            double e1 = test_max_abs_diff(r.output, ref_out, lq * d);
+            double e2 = attention_diff(&r, ref_attn, lq * lk);
+            worst[dtype] = e1 > e2 ? e1 : e2;
+        }
+        attention_result_free(&r);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(ref_out);
+    free(ref_attn);
+    if (!(worst[0] <= 1e-12 && worst[1] <= 2e-5))
+        FAIL_AT("float64 error %g, float32 error %g", worst[0], worst[1]);
+    mem_advise_huge(NULL, 1 << 22);
+    unsigned char small[64];
+    mem_advise_huge(small, sizeof small);
+    memset(small, 7, sizeof small);
+    ASSERT(small[63] == 7);
 }
