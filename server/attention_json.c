@@ -306,49 +306,6 @@ int attention_json_decode(const json_t *root, const attention_json_limits *limit
 
 /* ---- the response ------------------------------------------------------ */
 
-static void write_number(jw_buf *w, int f32, double v)
-{
-    if (f32)
-        jw_float(w, v);
-    else
-        jw_double(w, v);
-}
-
-/* Writes rows x cols matrix m as nested arrays, transposed when `transpose`. */
-static void write_matrix(jw_buf *w, int f32, const double *m, size_t rows, size_t cols,
-                         int transpose)
-{
-    size_t out_rows = transpose ? cols : rows, out_cols = transpose ? rows : cols;
-    jw_char(w, '[');
-    for (size_t r = 0; r < out_rows; r++) {
-        jw_raw(w, r ? ",[" : "[");
-        for (size_t c = 0; c < out_cols; c++) {
-            if (c)
-                jw_char(w, ',');
-            write_number(w, f32, transpose ? m[c * cols + r] : m[r * cols + c]);
-        }
-        jw_char(w, ']');
-    }
-    jw_char(w, ']');
-}
-
-/* Writes rows x cols float32 matrix m as nested arrays (the attention weights
- * of a float32 job), each number in its float32 shortest form. */
-static void write_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols)
-{
-    jw_char(w, '[');
-    for (size_t r = 0; r < rows; r++) {
-        jw_raw(w, r ? ",[" : "[");
-        for (size_t c = 0; c < cols; c++) {
-            if (c)
-                jw_char(w, ',');
-            jw_float(w, m[r * cols + c]);
-        }
-        jw_char(w, ']');
-    }
-    jw_char(w, ']');
-}
-
 void attention_json_encode(const attention_json_request *req, const attn_result *result,
                            double compute_ms, jw_buf *w)
 {
@@ -361,7 +318,7 @@ void attention_json_encode(const attention_json_request *req, const attn_result 
     for (size_t b = 0; b < j->batch; b++) {
         if (b)
             jw_char(w, ',');
-        write_matrix(w, f32, result->output + b * j->lq * d_out, j->lq, d_out, req->columns);
+        jw_matrix(w, result->output + b * j->lq * d_out, j->lq, d_out, req->columns, f32);
     }
     if (req->batched)
         jw_char(w, ']');
@@ -379,9 +336,9 @@ void attention_json_encode(const attention_json_request *req, const attn_result 
                     jw_char(w, ',');
                 size_t at = (b * j->heads + h) * j->lq * j->lk;
                 if (f32)
-                    write_matrix_f32(w, result->attention_f32 + at, j->lq, j->lk);
+                    jw_matrix_f32(w, result->attention_f32 + at, j->lq, j->lk);
                 else
-                    write_matrix(w, 0, result->attention + at, j->lq, j->lk, 0);
+                    jw_matrix(w, result->attention + at, j->lq, j->lk, 0, 0);
             }
             if (req->heads_given)
                 jw_char(w, ']');

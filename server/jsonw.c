@@ -210,3 +210,38 @@ void jw_discard(jw_buf *w)
     w->len = w->cap = 0;
     w->failed = 0;
 }
+
+void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose, int as_float)
+{
+    size_t out_rows = transpose ? cols : rows, out_cols = transpose ? rows : cols;
+    jw_char(w, '[');
+    for (size_t r = 0; r < out_rows; r++) {
+        jw_raw(w, r ? ",[" : "[");
+        for (size_t c = 0; c < out_cols; c++) {
+            if (c)
+                jw_char(w, ',');
+            double v = transpose ? m[c * cols + r] : m[r * cols + c];
+            if (as_float)
+                jw_float(w, v);
+            else
+                jw_double(w, v);
+        }
+        jw_char(w, ']');
+    }
+    jw_char(w, ']');
+}
+
+void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols)
+{
+    jw_char(w, '[');
+    for (size_t r = 0; r < rows; r++) {
+        jw_raw(w, r ? ",[" : "[");
+        for (size_t c = 0; c < cols; c++) {
+            if (c)
+                jw_char(w, ',');
+            jw_float(w, m[r * cols + c]);
+        }
+        jw_char(w, ']');
+    }
+    jw_char(w, ']');
+}

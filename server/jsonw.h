@@ -35,6 +35,13 @@ void jw_double(jw_buf *w, double v);
  * shortest form that reads back to the same float (non-finite: null). */
 void jw_float(jw_buf *w, double v);
 void jw_size(jw_buf *w, size_t v);
+/* Writes the rows x cols row-major matrix m as nested arrays, transposed
+ * (cols x rows) when `transpose`; each number as jw_float writes it when
+ * as_float, else as jw_double does. */
+void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose, int as_float);
+/* Writes the rows x cols row-major float matrix m as nested arrays, each
+ * number in its float shortest form. */
+void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols);
 /* Returns the NUL-terminated text (caller frees with mem_free) and its length
  * in *len, or NULL after any failure; the buffer is empty afterwards. */
 char *jw_finish(jw_buf *w, size_t *len);

@@ -242,24 +242,6 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
     return rc;
 }
 
-/* Writes rows x cols matrix m (doubles) as nested arrays, transposed when
- * `transpose`. */
-static void write_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose)
-{
-    size_t out_rows = transpose ? cols : rows, out_cols = transpose ? rows : cols;
-    jw_char(w, '[');
-    for (size_t r = 0; r < out_rows; r++) {
-        jw_raw(w, r ? ",[" : "[");
-        for (size_t c = 0; c < out_cols; c++) {
-            if (c)
-                jw_char(w, ',');
-            jw_double(w, transpose ? m[c * cols + r] : m[r * cols + c]);
-        }
-        jw_char(w, ']');
-    }
-    jw_char(w, ']');
-}
-
 void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
 {
     const attn_weights *wt = &set->w;
@@ -318,7 +300,7 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
         jw_raw(w, "\":");
         size_t rows = weights_rows(wt, (weights_part)p), cols = weights_cols(wt, (weights_part)p);
         if (weights_parts[p].is_matrix) {
-            write_matrix(w, a, rows, cols, set->out_in);
+            jw_matrix(w, a, rows, cols, set->out_in, 0);
         } else {
             jw_char(w, '[');
             for (size_t j = 0; j < cols; j++) {
