@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention.h"
+
 extern int test_failed;
 
 #define FAIL_AT(...)                                                        \
@@ -72,6 +74,25 @@ static inline double test_max_abs_diff(const double *a, const double *b, size_t 
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs(a[i] - b[i]);
+        if (d != d)
+            return INFINITY;
+        if (d > worst)
+            worst = d;
+    }
+    return worst;
+}
+
+/* The largest |weight - ref[i]| over the n attention weights of r, in
+ * whichever precision the job formed them (+Inf when there are none). */
+static inline double test_attention_diff(const attn_result *r, const double *ref, size_t n)
+{
+    if (r->attention != NULL)
+        return test_max_abs_diff(r->attention, ref, n);
+    if (r->attention_f32 == NULL)
+        return INFINITY;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)r->attention_f32[i] - ref[i]);
         if (d != d)
             return INFINITY;
         if (d > worst)

@@ -10,25 +10,6 @@
 #include "ref/reference.h"
 #include "test.h"
 
-/* The largest |weight - ref[i]| over the n attention weights of r, in
- * whichever precision the job formed them (+Inf when there are none). */
-static double attention_diff(const attn_result *r, const double *ref, size_t n)
-{
-    if (r->attention != NULL)
-        return test_max_abs_diff(r->attention, ref, n);
-    if (r->attention_f32 == NULL)
-        return INFINITY;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)r->attention_f32[i] - ref[i]);
-        if (d != d)
-            return INFINITY;
-        if (d > worst)
-            worst = d;
-    }
-    return worst;
-}
-
 /* A small deterministic generator, so failures reproduce. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -160,7 +141,7 @@ static double random_case(size_t batch, size_t heads, size_t lq, size_t lk, size
     *ok = attention_run(&job, &r, &err) == 0;
     if (*ok) {
         double e1 = test_max_abs_diff(r.output, ref_out, batch * lq * dv);
-        double e2 = attention_diff(&r, ref_attn, batch * heads * lq * lk);
+        double e2 = test_attention_diff(&r, ref_attn, batch * heads * lq * lk);
         worst = e1 > e2 ? e1 : e2;
         if (isnan(e1) || isnan(e2))
             worst = INFINITY;
@@ -248,7 +229,7 @@ void test_attention_projections_against_reference(void)
         attn_error err;
         int rc = attention_run(&job, &r, &err);
         double e1 = rc == 0 ? test_max_abs_diff(r.output, out, batch * lq * d_out) : INFINITY;
-        double e2 = rc == 0 ? attention_diff(&r, attn, batch * heads * lq * lk) : INFINITY;
+        double e2 = rc == 0 ? test_attention_diff(&r, attn, batch * heads * lq * lk) : INFINITY;
         size_t got_d_out = r.d_out;
         attention_result_free(&r);
         free(x); free(ctx); free(q); free(k); free(v); free(heads_out); free(out); free(attn);

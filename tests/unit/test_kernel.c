@@ -19,25 +19,6 @@
 #include "ref/reference.h"
 #include "test.h"
 
-/* The largest |weight - ref[i]| over the n attention weights of r, in
- * whichever precision the job formed them (+Inf when there are none). */
-static double attention_diff(const attn_result *r, const double *ref, size_t n)
-{
-    if (r->attention != NULL)
-        return test_max_abs_diff(r->attention, ref, n);
-    if (r->attention_f32 == NULL)
-        return INFINITY;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)r->attention_f32[i] - ref[i]);
-        if (d != d)
-            return INFINITY;
-        if (d > worst)
-            worst = d;
-    }
-    return worst;
-}
-
 static uint64_t kernel_rng = 0x243F6A8885A308D3ull;
 
 static double krnd(void)
@@ -127,7 +108,7 @@ static int edge_case(size_t lq, size_t lk, int rising)
                         break;
                     }
                     double e_out = test_max_abs_diff(r.output, ref_out, batch * lq * dv);
-                    double e_attn = want ? attention_diff(&r, ref_attn,
+                    double e_attn = want ? test_attention_diff(&r, ref_attn,
                                                       batch * heads * lq * lk) : 0;
                     /* Fully masked rows must be exactly zero, never NaN. */
                     int zero_ok = 1;
@@ -370,7 +351,7 @@ void test_kernel_large_attention_result(void)
         attn_error err;
         if (attention_run(&job, &r, &err) == 0) {
             double e1 = test_max_abs_diff(r.output, ref_out, lq * d);
-            double e2 = attention_diff(&r, ref_attn, lq * lk);
+            double e2 = test_attention_diff(&r, ref_attn, lq * lk);
             worst[dtype] = e1 > e2 ? e1 : e2;
         }
         attention_result_free(&r);
