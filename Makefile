@@ -11,7 +11,7 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd jansson openblas
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl valgrind
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl valgrind openssl
 
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
