@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # bench_http.sh - POST /v1/attention end to end: the C server against the Flask + NumPy peer.
 #
-# Starts build/attention-server (its defaults, but --max-inflight 64: see below) and the peer (tests/bench/peer.py under gunicorn,
+# Starts build/attention-server (its defaults) and the peer (tests/bench/peer.py under gunicorn,
 # 2 sync workers, NumPy's default BLAS threads) on free loopback ports. Each scenario first sends
 # one request to both and checks that the answers agree (compare.py; a benchmark of a wrong
 # answer fails the run), then loads both with wrk (post.lua):
 #   seed       the smallest fixture's request, 16 connections: requests/s      (target 10x)
+#   seed-slow  the same, ours only, with 1,000 slow-header connections held open beside the
+#              load (build/bench/slow-clients), against the seed figure without them
+#                                                                                (target 0.8x)
 #   attn512    q, k, v of 512 x 64, float64, attention returned, one request after another:
 #              median latency (curl)                                             (target 5x)
 #   attn512v2  the same q, k, v as attn512 sent to ours as a binary v2 request (FP64 bytes,
@@ -51,13 +54,13 @@ cleanup() {
 trap cleanup EXIT
 
 "$BENCH_PYTHON" tests/bench/make_bodies.py "$work"
-# --max-inflight 64: with one thread per connection, 16 connections of small requests are 16
-# computations at once, and the default limit of 8 answers some of them 503 (counted as errors).
-bench_start_ours ours "$work" --max-inflight 64
+# The defaults: 16 connections of small requests are more than --max-inflight 8 workers, and
+# the requests beyond wait for a worker (--queue-wait-ms) instead of an immediate 503.
+bench_start_ours ours "$work"
 OURS_URL=$BENCH_URL OURS_PID=$BENCH_PID
 bench_start_peer peer "$work"
 PEER_URL=$BENCH_URL PEER_PID=$BENCH_PID
-echo "ours at $OURS_URL (defaults but --max-inflight 64), peer at $PEER_URL (gunicorn, 2 workers); $REPS x $SECS s per figure"
+echo "ours at $OURS_URL (defaults), peer at $PEER_URL (gunicorn, 2 workers); $REPS x $SECS s per figure"
 
 : >"$RESULTS/checks-http.tsv"
 : >"$RESULTS/table-http.tsv"
@@ -164,6 +167,17 @@ if check seed "$work/seed.expect.json"; then
     load seed peer "$PEER_URL" "$PEER_PID" 16; peer_rps=$RPS
     row http "HTTP seed request ($(stat -c %s "$work/seed.json") B), wrk 16 connections" \
         "$ours_rps" "$peer_rps" "req/s" 10 "" "" "" "smallest fixture"
+    # The same load with 1,000 slow-header connections open beside it; the server closes
+    # them after --header-timeout and slow-clients opens them again, so about 1,000 stay open.
+    echo "== seed-slow"
+    build/bench/slow-clients --port "${OURS_URL##*:}" --connections 1000 \
+        --seconds $((REPS * (SECS + 2) + 5)) >"$work/slow-clients.out" 2>&1 &
+    slow_pid=$!
+    sleep 3
+    load seed-slow ours "$OURS_URL" "$OURS_PID" 16; slow_rps=$RPS
+    kill "$slow_pid" 2>/dev/null; wait "$slow_pid" 2>/dev/null
+    row http "HTTP seed request, wrk 16 connections, 1,000 slow connections open (peer: without)" \
+        "$slow_rps" "$ours_rps" "req/s" 0.8 "" "" "" "ours with / ours without"
 else failed=1; fi
 
 # c. large requests, latency with one connection.
