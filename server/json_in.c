@@ -30,6 +30,17 @@ const char *json_in_kind(const json_t *v)
     }
 }
 
+int json_in_whole(const json_t *v, double lo, double hi, double *out)
+{
+    if (!json_is_number(v))
+        return 0;
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi) || x != floor(x))
+        return 0;
+    *out = x;
+    return 1;
+}
+
 /* ---- matrices ---------------------------------------------------------- */
 
 /* Learns the rank (min_rank..max_rank) and dimensions of the nested arrays v

@@ -53,6 +53,12 @@ json_t *json_in_parse(const char *text, size_t len, attn_error *err);
  * what a value is, for messages.  Returns a static string. */
 const char *json_in_kind(const json_t *v);
 
+/* Returns 1 when v is a JSON number whose value is a whole number in [lo, hi],
+ * setting *out to it; 0 otherwise (*out unchanged).  Bodies are parsed with
+ * integers as reals (json_in_parse), so this is how an integer field is read:
+ * 2 and 2.0 are the same number, and 2.5 is not whole. */
+int json_in_whole(const json_t *v, double lo, double hi, double *out);
+
 /* Decodes v, a matrix (or with max_rank 3 a batch of matrices), named path
  * in errors.  Every row must have the same length and every element be of
  * `kind`.  The numbers are counted against budget (413 past it, before any

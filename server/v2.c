@@ -454,11 +454,12 @@ static int decode_parameters(const json_t *root, attention_json_request *ar, siz
     ar->job.causal = causal;
     const json_t *h = json_object_get(p, "heads");
     if (h != NULL) {
-        if (!json_is_integer(h) || json_integer_value(h) < 1 || json_integer_value(h) > 65536)
+        double hv;
+        if (!json_in_whole(h, 1, 65536, &hv))
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", "parameters.heads",
                              "parameters.heads must be an integer from 1 to 65536 that divides "
                              "the widths of the queries and values.");
-        *heads = (size_t)json_integer_value(h);
+        *heads = (size_t)hv;
     }
     const json_t *s = json_object_get(p, "scale");
     if (s != NULL) {
@@ -882,7 +883,10 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     /* The header's tree lives until the inputs are read: it is made in the arena. */
     mem_json_arena_begin();
     arena = 1;
-    st.root = json_loadb(body.json, body.json_len, JSON_REJECT_DUPLICATES, &jerr);
+    /* Integers as reals, as on v1: a JSON number is a number however it is
+     * written (json_in_whole reads the integer fields). */
+    st.root = json_loadb(body.json, body.json_len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
+                         &jerr);
     if (st.root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
             rc = error_nomem(&err);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_in.h"
 #include "mem.h"
 
 int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
@@ -101,12 +102,13 @@ static int read_binary_size(const json_t *input, size_t index, int *present, siz
     if (bs == NULL)
         return 0;
     snprintf(field, sizeof field, "inputs[%zu].parameters.binary_data_size", index);
-    if (!json_is_integer(bs) || json_integer_value(bs) < 0)
+    double bytes;
+    if (!json_in_whole(bs, 0, 9007199254740992.0, &bytes))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
                          "%s must be a non-negative integer (the byte count of the input's "
                          "binary data).", field);
     *present = 1;
-    *size = (size_t)json_integer_value(bs);
+    *size = (size_t)bytes;
     return 0;
 }
 
@@ -163,13 +165,15 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
     size_t count = 1;
     for (size_t i = 0; i < rank; i++) {
         const json_t *d = json_array_get(shape, i);
-        if (!json_is_integer(d) || json_integer_value(d) < 1)
+        double dv;
+        if (!json_in_whole(d, 1, HUGE_VAL, &dv))
             return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field,
                              "%s[%zu] (input \"%s\") must be an integer >= 1.", field, i, t->name);
-        json_int_t v = json_integer_value(d);
-        if ((unsigned long long)v > SIZE_MAX || mem_mul(count, (size_t)v, 1, &count) != 0)
+        /* A dimension past what size_t holds makes the count too large. */
+        size_t v = dv < 18446744073709549568.0 ? (size_t)dv : SIZE_MAX;
+        if (v == SIZE_MAX || mem_mul(count, v, 1, &count) != 0)
             count = SIZE_MAX;
-        t->dims[i] = (size_t)v;
+        t->dims[i] = v;
     }
     t->count = count;
     if (count > max_elements || *elements + count > max_elements)

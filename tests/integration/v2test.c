@@ -733,6 +733,31 @@ static void run_attention_tests(const struct server *s)
     client_response_free(&r);
     free(q);
     test_end(&t);
+
+    /* JSON numbers are numbers however they are written: an integer past 2^63 in data, and
+     * shape and heads written as 2.0, give the answer the same values give written otherwise. */
+    test_begin(&t, "infer/attention/integers-of-any-size");
+    static const char big[] =
+        "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[0]},"
+        "{\"name\":\"k\",\"shape\":[2.0,1],\"datatype\":\"FP64\",\"data\":[1,1]},"
+        "{\"name\":\"v\",\"shape\":[2,1],\"datatype\":\"FP64\","
+        "\"data\":[9223372036854775808,123456789012345678901234567890]}],"
+        "\"parameters\":{\"heads\":1.0}}";
+    call(s, "POST", "/v2/models/attention/infer", big, strlen(big), NULL, &r);
+    json_t *j = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    json_t *out = NULL;
+    for (size_t i = 0; j != NULL && i < json_array_size(json_object_get(j, "outputs")); i++) {
+        json_t *o = json_array_get(json_object_get(j, "outputs"), i);
+        if (!strcmp(json_string_value(json_object_get(o, "name")) ?: "", "output"))
+            out = json_object_get(o, "data");
+    }
+    double want = (9223372036854775808.0 + 123456789012345678901234567890.0) / 2;
+    double got = out != NULL ? json_number_value(json_array_get(out, 0)) : NAN;
+    expect(&t, r.status == 200 && fabs(got - want) <= 1e-12 * want, "status %d, output %.17g, want %.17g: %.200s",
+           r.status, got, want, r.body ? r.body : "");
+    json_decref(j);
+    client_response_free(&r);
+    test_end(&t);
 }
 
 /* ---- a stored weight set as a model ---------------------------------------------------- */

@@ -143,6 +143,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(json_in_vector_and_budget)            \
     X(json_in_fields_and_scalars)           \
     X(json_in_big_integers_are_numbers)     \
+    X(json_in_whole_numbers)                \
     X(weights_table_matches_struct)         \
     X(weights_rules)                        \
     X(weights_json_decode_out_in)           \

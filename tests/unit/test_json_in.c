@@ -188,3 +188,30 @@ void test_json_in_big_integers_are_numbers(void)
     ASSERT(json_in_parse("[[1e400]]", 9, &err) == NULL);
     ASSERT_STR_EQ(err.code, "invalid_json");
 }
+
+/* json_in_whole reads integer fields of bodies parsed with integers as reals:
+ * 2 and 2.0 alike, never 2.5, a string, or a value outside the bounds. */
+void test_json_in_whole_numbers(void)
+{
+    json_t *as_int = json_integer(2), *as_real = json_real(2.0), *half = json_real(2.5);
+    json_t *text = json_string("2"), *big = json_real(1e300);
+    double out = -1;
+    ASSERT_EQ(json_in_whole(as_int, 1, 10, &out), 1);
+    ASSERT(out == 2.0);
+    out = -1;
+    ASSERT_EQ(json_in_whole(as_real, 1, 10, &out), 1);
+    ASSERT(out == 2.0);
+    out = -1;
+    ASSERT_EQ(json_in_whole(half, 1, 10, &out), 0);
+    ASSERT_EQ(json_in_whole(text, 1, 10, &out), 0);
+    ASSERT_EQ(json_in_whole(as_int, 3, 10, &out), 0);
+    ASSERT_EQ(json_in_whole(big, 1, 10, &out), 0);
+    ASSERT(out == -1);
+    ASSERT_EQ(json_in_whole(big, 1, HUGE_VAL, &out), 1);
+    ASSERT(out == 1e300);
+    json_decref(as_int);
+    json_decref(as_real);
+    json_decref(half);
+    json_decref(text);
+    json_decref(big);
+}
