@@ -154,7 +154,10 @@ for ((n = 0; n < WORKERS; n++)); do
     worker "$n" &
 done
 # Kill when about a third of the requests are answered, so that load runs on both sides.
-while [ "$(cat "$tmp"/w*.log | wc -l)" -lt $((WORKERS * REQUESTS_PER_WORKER / 3)) ]; do sleep 0.05; done
+# The workers end on their own (each sends a fixed count); the wait is also bounded by 120 s.
+wait_until=$((SECONDS + 120))
+while [ "$(cat "$tmp"/w*.log | wc -l)" -lt $((WORKERS * REQUESTS_PER_WORKER / 3)) ] &&
+    [ "$SECONDS" -lt "$wait_until" ]; do sleep 0.05; done
 # The replica is dead between kill_sent and kill_done (when the engine saw it exit).
 kill_sent=$EPOCHREALTIME
 $ENGINE kill --signal KILL "$victim" >/dev/null

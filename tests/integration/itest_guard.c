@@ -503,13 +503,15 @@ static void signals(void)
     if (start(s, &kind) != 0)
         return;
     kill(s->pid, SIGUSR1);
-    client_sleep_ms(200);
     struct test t;
     if (test_begin(&t, "guard/signals/SIGUSR1-reports-and-serves")) {
         struct client_response r;
         call(s, "POST", "/v1/attention", g_tiny_request, NULL, NULL, NULL, NULL, &r);
         expect_status(&t, &r, 200);
         client_response_free(&r);
+        /* The report is written when the signal is handled: waited for, at most 5 s. */
+        for (int i = 0; i < 100 && !file_contains(s->stderr_path, "status:"); i++)
+            client_sleep_ms(50);
         expect_true(&t, file_contains(s->stderr_path, "status:"), "no status line on stderr");
         test_end(&t);
     }

@@ -1144,11 +1144,19 @@ static void run_drain_test(void)
     client_http_start(s.base_url, g_tmpdir, &rq, &p);
     client_sleep_ms(300);
     kill(s.pid, SIGTERM);
-    client_sleep_ms(200);
     struct test t;
     struct client_response r;
     test_begin(&t, "drain/v2-ready-503");
-    get(&s, "/v2/health/ready", &r);
+    /* Readiness turns 503 once the signal is handled: asked until then, for
+     * at most 3 s (the slow upload keeps the server draining for longer). */
+    double until = client_now_seconds() + 3.0;
+    for (;;) {
+        get(&s, "/v2/health/ready", &r);
+        if (r.status != 200 || client_now_seconds() > until)
+            break;
+        client_response_free(&r);
+        client_sleep_ms(20);
+    }
     expect(&t, r.status == 503, "status %d: %.200s", r.status, r.body);
     client_response_free(&r);
     get(&s, "/v2/models/attention/ready", &r);
