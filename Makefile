@@ -34,7 +34,7 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
 LIB_SRCS := server/error.c server/mem.c server/config.c server/guard.c server/attention.c server/attention_exp.c server/compute.c \
             server/jsonw.c server/numfmt.c \
-            server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
+            server/json_fast.c server/json_in.c server/weights.c server/weights_json.c server/attention_json.c \
             server/store.c server/metrics.c server/v2_tensor.c server/v2.c server/admission.c server/api_message.c server/api.c server/budget.c server/http.c \
             server/viz.c
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o

@@ -270,7 +270,7 @@ static void handle_attention(const api_request *req, api_response *resp)
     error_clear(&err);
     /* The tree lives only until its numbers are decoded: it is made in the arena. */
     mem_json_arena_begin();
-    json_t *root = json_in_parse(req->body, req->body_len, &err);
+    json_t *root = json_in_parse(req->body, req->body_len, attention_json_tensor_field, &err);
     if (root == NULL) {
         mem_json_arena_end();
         api_respond_error(resp, &err);
@@ -435,7 +435,7 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     }
     /* PUT */
     mem_json_arena_begin();
-    json_t *root = json_in_parse(req->body, req->body_len, &err);
+    json_t *root = json_in_parse(req->body, req->body_len, weights_part_named, &err);
     if (root == NULL) {
         mem_json_arena_end();
         api_respond_error(resp, &err);

@@ -292,6 +292,15 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
     return 0;
 }
 
+int attention_json_tensor_field(const char *name, size_t len)
+{
+    static const char *const matrices[] = {"q", "k", "v", "x", "context", "mask"};
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
+        if (strlen(matrices[i]) == len && memcmp(matrices[i], name, len) == 0)
+            return 1;
+    return weights_part_named(name, len);
+}
+
 int attention_json_decode(const json_t *root, const attention_json_limits *limits,
                           attention_json_request *req, attn_error *err)
 {

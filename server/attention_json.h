@@ -47,6 +47,11 @@ typedef struct attention_json_request {
     size_t input_elements;  /* numbers in the request */
 } attention_json_request;
 
+/* 1 when the member called name[0..len) of a request holds a matrix (q, k,
+ * v, x, context, mask, or a weight array): what json_in_parse is given for
+ * a request body. */
+int attention_json_tensor_field(const char *name, size_t len);
+
 /* Decodes root (borrowed) into req.  Returns 0, or a negative ERR_* code
  * with err filled (400 for invalid requests, 413 past limits->max_elements,
  * 503 when memory runs out); on failure req holds nothing (freeing it is

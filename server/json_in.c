@@ -207,13 +207,57 @@ static int tensor_transpose(json_in_tensor *t, attn_error *err)
     return 0;
 }
 
+/* Copies the numbers a, read by json_fast and already known to be a matrix
+ * or batch that max_rank allows, into t, counting them against budget as
+ * tensor_scan does.  Returns 1 when some number is not what `kind` allows
+ * (the caller then decodes the tree, for the error the tree gives). */
+static int tensor_from_fast(const json_in_budget *budget, const json_fast_array *a,
+                            const char *path, json_in_elem kind, json_in_tensor *t,
+                            attn_error *err)
+{
+    memset(t, 0, sizeof *t);
+    if (kind == JSON_IN_MASK)
+        for (size_t i = 0; i < a->count; i++)
+            if (a->data[i] != 0.0 && a->data[i] != 1.0)
+                return 1;
+    t->rank = a->depth;
+    t->batch = a->depth == 3 ? a->dims[0] : 1;
+    t->rows = a->dims[a->depth - 2];
+    t->cols = a->dims[a->depth - 1];
+    if (a->count > budget->max_elements || *budget->elements + a->count > budget->max_elements)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", path,
+                         "The request holds more than %zu numbers (reached at %s), the server's "
+                         "limit (--max-elements); send fewer or smaller matrices.",
+                         budget->max_elements, path);
+    t->data = mem_malloc(a->count * sizeof(double));
+    if (t->data == NULL)
+        return error_nomem(err);
+    memcpy(t->data, a->data, a->count * sizeof(double));
+    *budget->elements += a->count;
+    return 0;
+}
+
 int json_in_tensor_decode(const json_in_budget *budget, const json_t *v, const char *path,
                           int max_rank, json_in_elem kind, int transpose, json_in_tensor *t,
                           attn_error *err)
 {
-    int rc = tensor_scan(budget, v, path, max_rank, t, err);
-    if (rc == 0)
-        rc = tensor_fill(v, path, kind, t, err);
+    const json_fast_array *a = json_fast_get(v);
+    json_t *tree = NULL;
+    int rc = 1;
+    if (a != NULL && (a->depth == 2 || (a->depth == 3 && max_rank == 3)))
+        rc = tensor_from_fast(budget, a, path, kind, t, err);
+    if (rc == 1 && a != NULL) {
+        /* Anything but the common case is decoded from the tree, for its errors. */
+        if ((tree = json_fast_materialize(a)) == NULL)
+            return error_nomem(err);
+        v = tree;
+    }
+    if (rc == 1) {
+        rc = tensor_scan(budget, v, path, max_rank, t, err);
+        if (rc == 0)
+            rc = tensor_fill(v, path, kind, t, err);
+    }
+    json_decref(tree);
     if (rc == 0 && transpose)
         rc = tensor_transpose(t, err);
     if (rc != 0) {
@@ -228,6 +272,28 @@ int json_in_vector_decode(const json_in_budget *budget, const json_t *v, const c
 {
     *out = NULL;
     *len = 0;
+    const json_fast_array *a = json_fast_get(v);
+    if (a != NULL && a->depth == 1) {
+        if (a->count > budget->max_elements || *budget->elements + a->count > budget->max_elements)
+            return error_set(err, ERR_TOO_LARGE, "request_too_large", path,
+                             "The request holds more than %zu numbers (reached at %s), the "
+                             "server's limit (--max-elements).", budget->max_elements, path);
+        if ((*out = mem_malloc(a->count * sizeof(double))) == NULL)
+            return error_nomem(err);
+        memcpy(*out, a->data, a->count * sizeof(double));
+        *budget->elements += a->count;
+        *len = a->count;
+        return 0;
+    }
+    if (a != NULL) {
+        /* Nested: decoded from the tree, for its error. */
+        json_t *tree = json_fast_materialize(a);
+        if (tree == NULL)
+            return error_nomem(err);
+        int rc = json_in_vector_decode(budget, tree, path, out, len, err);
+        json_decref(tree);
+        return rc;
+    }
     if (!json_is_array(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", path,
                          "%s is %s; a bias must be a flat array of numbers.", path,
@@ -361,7 +427,8 @@ int json_in_check_fields(const json_t *obj, const char *prefix, const char *cons
     return 0;
 }
 
-json_t *json_in_parse(const char *text, size_t len, attn_error *err)
+json_t *json_in_parse(const char *text, size_t len, json_fast_field tensor_field,
+                      attn_error *err)
 {
     if (len == 0) {
         error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -370,7 +437,7 @@ json_t *json_in_parse(const char *text, size_t len, attn_error *err)
     }
     json_error_t jerr;
     memset(&jerr, 0, sizeof jerr);
-    json_t *root = json_loadb(text, len, JSON_IN_PARSE_FLAGS, &jerr);
+    json_t *root = json_fast_load(text, len, JSON_IN_PARSE_FLAGS, tensor_field, &jerr);
     if (root == NULL) {
         /* jansson leaves jerr empty when it cannot even start for lack of memory. */
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "json_fast.h"
 
 /* The flags every body is parsed with: duplicate keys are an error, and
  * every number is a double (JSON has one kind of number, so 9223372036854775808
@@ -46,8 +47,13 @@ typedef enum {
 /* Parses text[0..len) as JSON.  Returns a new reference that the caller
  * drops with json_decref, or NULL with err filled: 400 "invalid_json" for an
  * empty body, bad JSON or a number past the range of a double (the message
- * has jansson's words and the place), or 503 when memory runs out. */
-json_t *json_in_parse(const char *text, size_t len, attn_error *err);
+ * has jansson's words and the place), or 503 when memory runs out.
+ * tensor_field (or NULL) names the members that hold matrices: while the
+ * thread's JSON arena is open (mem.h), their numbers are
+ * read without jansson (json_fast.h), and json_in_tensor_decode and
+ * json_in_vector_decode find them there; the result is the same. */
+json_t *json_in_parse(const char *text, size_t len, json_fast_field tensor_field,
+                      attn_error *err);
 
 /* "an object", "an array", "a string", "a number", "a boolean" or "null":
  * what a value is, for messages.  Returns a static string. */

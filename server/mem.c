@@ -119,13 +119,13 @@ typedef struct arena_block {
 
 static _Thread_local int arena_open;
 static _Thread_local arena_block *arena_newest;
+static _Thread_local unsigned long arena_epoch;
 
-static void *json_alloc(size_t size)
+/* size bytes from the open arena, or NULL when memory runs out. */
+static void *arena_take(size_t size)
 {
-    if (!arena_open)
-        return mem_malloc(size);
-    if (size > ARENA_LARGEST_BLOCK)
-        return NULL;    /* no JSON body under the server's limits needs it */
+    if (size > SIZE_MAX - ARENA_HEADER - ARENA_ALIGN)
+        return NULL;
     size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     arena_block *b = arena_newest;
     if (b == NULL || b->size - b->used < size) {
@@ -146,6 +146,25 @@ static void *json_alloc(size_t size)
     void *p = (char *)b + ARENA_HEADER + b->used;
     b->used += size;
     return p;
+}
+
+static void *json_alloc(size_t size)
+{
+    if (!arena_open)
+        return mem_malloc(size);
+    if (size > ARENA_LARGEST_BLOCK)
+        return NULL;    /* no JSON body under the server's limits needs it */
+    return arena_take(size);
+}
+
+void *mem_json_arena_alloc(size_t size)
+{
+    return arena_open ? arena_take(size) : NULL;
+}
+
+unsigned long mem_json_arena_epoch(void)
+{
+    return arena_open ? arena_epoch : 0;
 }
 
 /* Frees of arena memory are nothing; anything else (taken before the arena
@@ -172,6 +191,8 @@ void mem_json_arena_begin(void)
 {
     arena_newest = NULL;
     arena_open = 1;
+    if (++arena_epoch == 0)
+        arena_epoch = 1;
 }
 
 void mem_json_arena_end(void)

@@ -46,6 +46,16 @@ void mem_install_jansson(void);
 void mem_json_arena_begin(void);
 void mem_json_arena_end(void);
 
+/* size bytes (16-byte aligned) from the calling thread's open JSON arena,
+ * given back by mem_json_arena_end; NULL when no arena is open or memory
+ * runs out.  A block larger than the arena's blocks gets a block of its own. */
+void *mem_json_arena_alloc(size_t size);
+
+/* A number that identifies the arena open on the calling thread (a new one
+ * at each mem_json_arena_begin), or 0 when none is open: what was made in
+ * an arena is valid while this number is unchanged. */
+unsigned long mem_json_arena_epoch(void);
+
 /* Testing: after n more successful allocations every allocation fails, until
  * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */
 void mem_fail_after(long n);

@@ -885,8 +885,9 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     arena = 1;
     /* Integers as reals, as on v1: a JSON number is a number however it is
      * written (json_in_whole reads the integer fields). */
-    st.root = json_loadb(body.json, body.json_len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
-                         &jerr);
+    st.root = json_fast_load(body.json, body.json_len,
+                             JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
+                             v2_tensor_data_field, &jerr);
     if (st.root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
             rc = error_nomem(&err);

@@ -277,23 +277,50 @@ static int read_nested(const v2_tensor *t, const json_t *v, size_t depth, size_t
     return 0;
 }
 
+int v2_tensor_data_field(const char *name, size_t len)
+{
+    return len == 4 && memcmp(name, "data", 4) == 0;
+}
+
 /* JSON data, flat or nested, into num (FP) or flag (BOOL). */
 static int read_json(const v2_tensor *t, double *num, unsigned char *flag, attn_error *err)
 {
     const json_t *d = t->data;
+    const json_fast_array *a = json_fast_get(d);
+    json_t *tree = NULL;
+    if (a != NULL) {
+        /* Read without jansson (json_fast.h): copied when it is flat or
+         * nested as the shape says; else decoded from the tree, for its error. */
+        int fits = num != NULL && (a->depth == 1 || a->depth == (int)t->rank) &&
+                   a->count == t->count;
+        for (size_t i = 0; fits && a->depth > 1 && i < t->rank; i++)
+            fits = a->dims[i] == t->dims[i];
+        if (fits) {
+            memcpy(num, a->data, a->count * sizeof(double));
+            return 0;
+        }
+        if ((tree = json_fast_materialize(a)) == NULL)
+            return error_nomem(err);
+        d = tree;
+    }
     size_t n = json_array_size(d);
     char where[64] = "";
     if (n == t->count && (n == 0 || !json_is_array(json_array_get(d, 0)))) {
         for (size_t i = 0; i < n; i++) {
             snprintf(where, sizeof where, "[%zu]", i);
             int rc = read_leaf(t, json_array_get(d, i), i, num, flag, where, err);
-            if (rc != 0)
+            if (rc != 0) {
+                json_decref(tree);
                 return rc;
+            }
         }
+        json_decref(tree);
         return 0;
     }
     size_t pos = 0;
-    return read_nested(t, d, 0, &pos, num, flag, where, sizeof where, err);
+    int rc = read_nested(t, d, 0, &pos, num, flag, where, sizeof where, err);
+    json_decref(tree);
+    return rc;
 }
 
 static inline uint32_t load_le32(const unsigned char *p)

@@ -74,6 +74,10 @@ const char *v2_datatype_name(v2_datatype t);
 int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
                        size_t *elements, v2_tensor *t, attn_error *err);
 
+/* 1 when the member called name[0..len) holds a tensor's JSON numbers
+ * ("data"): what json_fast_load is given for a v2 header. */
+int v2_tensor_data_field(const char *name, size_t len);
+
 /* Reads the numbers of t (FP32 or FP64) into out (t->count doubles, caller's
  * buffer): JSON data flat in row-major order or nested as the shape says;
  * binary bytes as little-endian IEEE numbers.  NaN and Inf are refused.

@@ -19,6 +19,14 @@ const weights_part_info weights_parts[WEIGHTS_COUNT] = {
     [WEIGHTS_BO] = {"bo", 0, 0, WEIGHTS_D_OUT, WEIGHTS_D_OUT, WEIGHTS_WO},
 };
 
+int weights_part_named(const char *name, size_t len)
+{
+    for (int p = 0; p < WEIGHTS_COUNT; p++)
+        if (strlen(weights_parts[p].name) == len && memcmp(weights_parts[p].name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
 size_t weights_dim_of(const attn_weights *w, weights_dim d)
 {
     switch (d) {

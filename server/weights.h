@@ -58,6 +58,10 @@ typedef struct weights_part_info {
 
 extern const weights_part_info weights_parts[WEIGHTS_COUNT];
 
+/* 1 when name[0..len) is the name of one of the eight parts ("wq", ...):
+ * the members of a weights object whose numbers json_in reads fast. */
+int weights_part_named(const char *name, size_t len);
+
 /* The value of dimension d of w. */
 size_t weights_dim_of(const attn_weights *w, weights_dim d);
 

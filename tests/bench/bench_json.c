@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "json_fast.h"
 #include "jsonw.h"
 #include "mem.h"
 #include "v2_tensor.h"
@@ -70,7 +71,7 @@ typedef struct bench {
     size_t len;
     const char *header_length; /* v2 reads: Inference-Header-Content-Length, or NULL */
     double *read_out;       /* v2 reads: READ_COUNT numbers */
-    int arena;              /* v2 reads: parse in the JSON arena, as the server does */
+    int mode;               /* v2 reads: READ_MALLOC, READ_ARENA or READ_FAST */
 } bench;
 
 typedef int (*bench_fn)(bench *b);
@@ -176,6 +177,11 @@ static int run_loadb(bench *b)
 /* Reads every input of the v2 body b->text as the server does: split at the
  * header length, parse the JSON header, describe each input, read its numbers
  * into b->read_out, check that the binary section was claimed exactly. */
+/* How run_v2_read parses the JSON header: jansson with a malloc per node,
+ * jansson in the JSON arena, or as the server does (json_fast in the arena:
+ * `data` arrays read without jansson). */
+enum { READ_MALLOC, READ_ARENA, READ_FAST };
+
 static int run_v2_read(bench *b)
 {
     v2_body body;
@@ -183,11 +189,14 @@ static int run_v2_read(bench *b)
     if (v2_body_split(b->text, b->len, b->header_length, &body, &err) != 0)
         return -1;
     json_error_t jerr;
-    if (b->arena)
+    const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL;
+    if (b->mode != READ_MALLOC)
         mem_json_arena_begin();
-    json_t *root = json_loadb(body.json, body.json_len, 0, &jerr);
+    json_t *root = b->mode == READ_FAST
+                       ? json_fast_load(body.json, body.json_len, flags, v2_tensor_data_field, &jerr)
+                       : json_loadb(body.json, body.json_len, flags, &jerr);
     if (root == NULL) {
-        if (b->arena)
+        if (b->mode != READ_MALLOC)
             mem_json_arena_end();
         return -1;
     }
@@ -204,7 +213,7 @@ static int run_v2_read(bench *b)
     if (rc == 0)
         rc = v2_body_check_consumed(&body, &err);
     json_decref(root);
-    if (b->arena)
+    if (b->mode != READ_MALLOC)
         mem_json_arena_end();
     return rc;
 }
@@ -423,16 +432,24 @@ int main(int argc, char **argv)
     double *values = malloc(READ_COUNT * sizeof(double));
     double *from_json = malloc(READ_COUNT * sizeof(double));
     double *from_bin = malloc(READ_COUNT * sizeof(double));
-    if (values == NULL || from_json == NULL || from_bin == NULL)
+    double *from_jansson = malloc(READ_COUNT * sizeof(double));
+    if (values == NULL || from_json == NULL || from_bin == NULL || from_jansson == NULL)
         return 1;
     for (size_t i = 0; i < READ_COUNT; i++)
         values[i] = round((rnd01() * 2 - 1) * 1e6) / 1e6;
     printf("\nv2 request of %d inputs of %d x %d (%zu numbers): reading them\n", READ_INPUTS,
            READ_ROWS, READ_COLS, READ_COUNT);
     printf("%-40s %10s %12s %12s %s\n", "reader", "ms", "ns/number", "bytes", "same doubles");
-    for (int dt = 0; dt < 2; dt++) {
-        v2_datatype type = dt ? V2_FP32 : V2_FP64;
-        double *want = values;
+    /* Three sets: FP64 and FP32 numbers of six decimals, and FP64 numbers
+     * with every digit significant (17 of them, the worst case of strtod). */
+    double *full = malloc(READ_COUNT * sizeof(double));
+    if (full == NULL)
+        return 1;
+    for (size_t i = 0; i < READ_COUNT; i++)
+        full[i] = rnd01() * 2 - 1;
+    for (int set = 0; set < 3; set++) {
+        v2_datatype type = set == 1 ? V2_FP32 : V2_FP64;
+        double *want = set == 2 ? full : values;
         double *rounded = NULL;
         if (type == V2_FP32) {
             rounded = malloc(READ_COUNT * sizeof(double));
@@ -446,51 +463,59 @@ int main(int argc, char **argv)
         size_t json_len = 0, bin_len = 0;
         char *json_body = v2_request(want, 0, type, &json_len, hlen, sizeof hlen);
         char *bin_body = v2_request(want, 1, type, &bin_len, hlen, sizeof hlen);
-        bench jb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_json, 1};
-        bench nb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_json, 0};
-        bench bb = {NULL, NULL, 0, 0, bin_body, bin_len, hlen, from_bin, 0};
-        double plain_s = json_body ? time_median(run_v2_read, &nb, min_reps, budget) : -1;
-        double json_s = json_body ? time_median(run_v2_read, &jb, min_reps, budget) : -1;
+        bench fb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_json, READ_FAST};
+        bench ab = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_jansson, READ_ARENA};
+        bench mb = {NULL, NULL, 0, 0, json_body, json_len, NULL, from_jansson, READ_MALLOC};
+        bench bb = {NULL, NULL, 0, 0, bin_body, bin_len, hlen, from_bin, READ_MALLOC};
+        double malloc_s = json_body ? time_median(run_v2_read, &mb, min_reps, budget) : -1;
+        double arena_s = json_body ? time_median(run_v2_read, &ab, min_reps, budget) : -1;
+        double fast_s = json_body ? time_median(run_v2_read, &fb, min_reps, budget) : -1;
         double bin_s = bin_body ? time_median(run_v2_read, &bb, min_reps, budget) : -1;
         /* FP32 JSON data holds the float's shortest digits, which read back as a
-         * double that rounds to the float (the computation rounds it so). */
+         * double that rounds to the float (the computation rounds it so).  The
+         * fast reader must give jansson's doubles bit for bit. */
         long differ = 0;
         for (size_t i = 0; i < READ_COUNT; i++)
             differ += memcmp(&from_bin[i], &want[i], sizeof(double)) != 0 ||
+                      memcmp(&from_json[i], &from_jansson[i], sizeof(double)) != 0 ||
                       (type == V2_FP32 ? (float)from_json[i] != (float)want[i]
                                        : memcmp(&from_json[i], &want[i], sizeof(double)) != 0);
-        int ok = json_s > 0 && bin_s > 0 && differ == 0;
+        int ok = fast_s > 0 && arena_s > 0 && malloc_s > 0 && bin_s > 0 && differ == 0;
         failed |= !ok;
         const char *tname = v2_datatype_name(type);
-        printf("%-40s %10.3f %12.2f %12zu %s\n", dt ? "v2 binary FP32" : "v2 binary FP64",
-               bin_s * 1e3, bin_s * 1e9 / (double)READ_COUNT, bin_len, ok ? "yes" : "NO");
-        printf("%-40s %10.3f %12.2f %12zu %s\n", dt ? "v2 JSON data FP32 (jansson, arena)" :
-               "v2 JSON data FP64 (jansson, arena)", json_s * 1e3,
-               json_s * 1e9 / (double)READ_COUNT, json_len, ok ? "yes" : "NO");
-        printf("%-40s %10.3f %12.2f %12zu\n", dt ? "v2 JSON data FP32 (jansson, malloc)" :
-               "v2 JSON data FP64 (jansson, malloc)", plain_s * 1e3,
-               plain_s * 1e9 / (double)READ_COUNT, json_len);
-        ok &= plain_s > 0;
-        failed |= !ok;
-        fprintf(checks, "json: v2 binary and JSON read the same numbers\tread 3x512x64\t%s\t"
-                        "%ld differ\t0\t%s\n", tname, differ, ok ? "ok" : "FAILED");
-        fprintf(table, "json\tv2 read q,k,v 3x512x64 %s per input number: binary vs JSON data"
-                       "\t%.2f\t%.1f\tns\t<5 ns\t\t%.2f / %.1f\t\t%zu vs %zu bytes\n", tname,
-                bin_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT,
-                bin_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT, bin_len,
-                json_len);
-        fprintf(table, "json\tv2 read q,k,v 3x512x64 %s per input number: JSON data in the arena "
-                       "vs malloc per node\t%.1f\t%.1f\tns\t<250 ns\t\t%.1f / %.1f\t\tthe server "
-                       "parses in the arena\n", tname, json_s * 1e9 / (double)READ_COUNT,
-                plain_s * 1e9 / (double)READ_COUNT, json_s * 1e9 / (double)READ_COUNT,
-                plain_s * 1e9 / (double)READ_COUNT);
+        const char *digits = set == 2 ? ", 17 digits" : "";
+        double n = (double)READ_COUNT;
+        printf("%-44s %10.3f %12.2f %12zu %s\n", set == 1 ? "v2 binary FP32" : "v2 binary FP64",
+               bin_s * 1e3, bin_s * 1e9 / n, bin_len, ok ? "yes" : "NO");
+        printf("v2 JSON data %s%-26s %10.3f %12.2f %12zu %s\n", tname,
+               set == 2 ? " 17 digits (server)" : " (server, json_fast)", fast_s * 1e3,
+               fast_s * 1e9 / n, json_len, ok ? "yes" : "NO");
+        printf("v2 JSON data %s%-26s %10.3f %12.2f %12zu\n", tname, " (jansson, arena)",
+               arena_s * 1e3, arena_s * 1e9 / n, json_len);
+        printf("v2 JSON data %s%-26s %10.3f %12.2f %12zu\n", tname, " (jansson, malloc)",
+               malloc_s * 1e3, malloc_s * 1e9 / n, json_len);
+        fprintf(checks, "json: v2 binary, JSON read fast and by jansson give the same numbers\t"
+                        "read 3x512x64%s\t%s\t%ld differ\t0\t%s\n", digits, tname, differ,
+                ok ? "ok" : "FAILED");
+        if (set < 2)
+            fprintf(table, "json\tv2 read q,k,v 3x512x64 %s per input number: binary vs JSON data"
+                           "\t%.2f\t%.1f\tns\t<5 ns\t\t%.2f / %.1f\t\t%zu vs %zu bytes\n", tname,
+                    bin_s * 1e9 / n, fast_s * 1e9 / n, bin_s * 1e9 / n, fast_s * 1e9 / n, bin_len,
+                    json_len);
+        fprintf(table, "json\tv2 read q,k,v 3x512x64 %s%s per input number: JSON data as the server "
+                       "reads it (json_fast) vs jansson\t%.1f\t%.1f\tns\t%s\t\t%.1f / %.1f\t\t"
+                       "jansson: %.1f ns with a malloc per node\n", tname, digits, fast_s * 1e9 / n,
+                arena_s * 1e9 / n, set < 2 ? "<250 ns" : "", fast_s * 1e9 / n, arena_s * 1e9 / n,
+                malloc_s * 1e9 / n);
         free(json_body);
         free(bin_body);
         free(rounded);
     }
+    free(full);
     free(values);
     free(from_json);
     free(from_bin);
+    free(from_jansson);
     failed |= fclose(checks) != 0;
     failed |= fclose(table) != 0;
     json_decref(tree);

@@ -144,6 +144,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(json_in_fields_and_scalars)           \
     X(json_in_big_integers_are_numbers)     \
     X(json_in_whole_numbers)                \
+    X(json_fast_matches_jansson)            \
+    X(json_fast_mutated_bodies)             \
+    X(json_fast_numbers_exact)              \
+    X(json_fast_stand_ins_end_with_the_arena) \
+    X(json_fast_out_of_memory)              \
     X(weights_table_matches_struct)         \
     X(weights_rules)                        \
     X(weights_json_decode_out_in)           \
@@ -166,6 +171,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
     X(api_weight_set_heads)                 \
+    X(api_fast_numbers_answer_as_jansson)   \
     X(config_empty_values)                  \
     X(guard_auth_writes)                    \
     X(guard_auth_all_spares_probes)         \

@@ -18,7 +18,7 @@ static int decode_bytes(const char *text, size_t len, size_t max_elements,
 {
     error_clear(err);
     memset(req, 0, sizeof *req);
-    json_t *root = json_in_parse(text, len, err);
+    json_t *root = json_in_parse(text, len, NULL, err);
     if (root == NULL)
         return err->kind;
     attention_json_limits limits = {max_elements};
@@ -444,7 +444,7 @@ static json_t *answer_of(const char *body, attn_error *err)
         attention_json_encode(&req, &r, 0.0, &w);
         attention_result_free(&r);
         char *text = jw_finish(&w, NULL);
-        answer = text ? json_in_parse(text, strlen(text), err) : NULL;
+        answer = text ? json_in_parse(text, strlen(text), NULL, err) : NULL;
         mem_free(text);
     }
     attention_json_free(&req);

@@ -11,7 +11,7 @@
 static json_t *parse(const char *text)
 {
     attn_error err;
-    json_t *v = json_in_parse(text, strlen(text), &err);
+    json_t *v = json_in_parse(text, strlen(text), NULL, &err);
     if (v == NULL)
         fprintf(stderr, "  test JSON does not parse: %s\n", err.message);
     return v;
@@ -21,17 +21,17 @@ void test_json_in_parse(void)
 {
     attn_error err;
     error_clear(&err);
-    ASSERT(json_in_parse("", 0, &err) == NULL);
+    ASSERT(json_in_parse("", 0, NULL, &err) == NULL);
     ASSERT_EQ(err.kind, ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.code, "invalid_json");
-    ASSERT(json_in_parse("{\"a\":1,\"a\":2}", 13, &err) == NULL);
+    ASSERT(json_in_parse("{\"a\":1,\"a\":2}", 13, NULL, &err) == NULL);
     ASSERT_STR_EQ(err.code, "invalid_json");
     ASSERT(strstr(err.message, "line 1") != NULL);
-    json_t *v = json_in_parse("{\"a\":[1]}", 9, &err);
+    json_t *v = json_in_parse("{\"a\":[1]}", 9, NULL, &err);
     ASSERT(json_is_object(v));
     json_decref(v);
     mem_fail_after(0);
-    v = json_in_parse("{\"a\":[1]}", 9, &err);
+    v = json_in_parse("{\"a\":[1]}", 9, NULL, &err);
     mem_fail_reset();
     ASSERT(v == NULL);
     ASSERT_EQ(err.kind, ERR_UNAVAILABLE);
@@ -170,7 +170,7 @@ void test_json_in_big_integers_are_numbers(void)
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
         attn_error err;
         error_clear(&err);
-        json_t *v = json_in_parse(bodies[i], strlen(bodies[i]), &err);
+        json_t *v = json_in_parse(bodies[i], strlen(bodies[i]), NULL, &err);
         if (v == NULL)
             FAIL_AT("%s: %s %s", bodies[i], err.code, err.message);
         size_t elements = 0;
@@ -185,7 +185,7 @@ void test_json_in_big_integers_are_numbers(void)
     }
     /* Past the range of a double it is still an error, and says so. */
     attn_error err;
-    ASSERT(json_in_parse("[[1e400]]", 9, &err) == NULL);
+    ASSERT(json_in_parse("[[1e400]]", 9, NULL, &err) == NULL);
     ASSERT_STR_EQ(err.code, "invalid_json");
 }
 

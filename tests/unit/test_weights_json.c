@@ -12,7 +12,7 @@
 static json_t *parse(const char *text)
 {
     attn_error err;
-    return json_in_parse(text, strlen(text), &err);
+    return json_in_parse(text, strlen(text), NULL, &err);
 }
 
 void test_weights_json_decode_out_in(void)
@@ -76,7 +76,7 @@ void test_weights_json_set_round_trip(void)
     weights_json_encode_set(set, 1, &jw);
     char *text = jw_finish(&jw, NULL);
     ASSERT(text != NULL);
-    json_t *got = json_in_parse(text, strlen(text), &err);
+    json_t *got = json_in_parse(text, strlen(text), NULL, &err);
     mem_free(text);
     ASSERT(got != NULL);
     attn_weights back;
