@@ -269,9 +269,19 @@ build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard ser
 	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c -o $@ \
 	    $(PKG_LIBS) -lpthread -lm
 
-fuzz: deps build/fuzz/fuzz-api
+# json_fast against jansson alone: any difference aborts (tests/unit/json_fast_check.h).
+build/fuzz/fuzz-json-fast: server/json_fast.c server/mem.c server/json_fast.h server/mem.h \
+                           tests/fuzz/fuzz_json_fast.c tests/unit/json_fast_check.h
+	@mkdir -p build/fuzz/corpus-json
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver -Itests/unit server/json_fast.c server/mem.c \
+	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
+
+fuzz: deps build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
 	cd build/fuzz && ./fuzz-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	    -print_final_stats=1 corpus ../../tests/fuzz/corpus
+	cd build/fuzz && ./fuzz-json-fast -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -print_final_stats=1 corpus-json ../../tests/fuzz/corpus-json
 
 # The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
 # api/node_modules/.package-lock.json on every install, so it serves as the stamp:
