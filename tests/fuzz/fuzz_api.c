@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     if (size == 0)
         return 0;
     int which = data[0] % 8;
-    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL};
+    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL, 0};
     char header_length[16];
     if ((which == 5 || which == 7) && size >= 3) {
         snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));
