@@ -18,7 +18,12 @@
  * suspended (MHD_suspend_connection), the request joins a queue served by
  * --max-inflight worker threads, and the worker resumes the connection when
  * the answer is ready, so the I/O thread goes on serving other sockets in
- * between.  Workers compute through the compute pool (compute.h), which
+ * between.  A small computation skips the hand-off, which would cost more
+ * than the work: a POST with a body of at most --inline-max-bytes is first
+ * tried on its I/O thread (inline_candidate), where the API answers it only
+ * if its work is below ATTENTION_SMALL_FLOPS and a compute slot is free, and
+ * hands it back for a worker otherwise (request_handle, shared with the
+ * workers).  Workers compute through the compute pool (compute.h), which
  * holds arithmetic to the cores.  A request that finds no worker free within
  * --queue-wait-ms is answered 503 with Retry-After.
  *

@@ -14,6 +14,8 @@
 # falls on all of them alike.
 # Usage: bash tests/bench/bench_inline.sh before=/tmp/before/build/attention-server \
 #            after=build/attention-server off=build/attention-server,--inline-max-bytes,0
+# With BENCH_INLINE_PEER=1 the Flask + NumPy peer of make bench (tests/bench/peer.py) is
+# measured on the seed load too, the same number of runs, after the variants.
 # Writes build/bench/results/inline.tsv. Every server and client started here is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -84,5 +86,15 @@ for variant in "$@"; do
         >>"$RESULTS/inline.tsv"
     echo "$name (last run): $(cat "$work/$name.dispatch" 2>/dev/null)"
 done
+if [ "${BENCH_INLINE_PEER:-0}" = 1 ]; then
+    bench_start_peer peer "$work"
+    for rep in $(seq "$REPS"); do
+        bench_wrk "$BENCH_URL" "$work/seed.json" 16 "$SECS"
+        echo "$WRK_RPS" >>"$work/peer.seed_rps"; echo "$WRK_P99_MS" >>"$work/peer.seed_p99"
+    done
+    bench_stop_all
+    printf 'peer\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n' "$(median <"$work/peer.seed_rps")" \
+        "$(median <"$work/peer.seed_p99")" >>"$RESULTS/inline.tsv"
+fi
 echo
 column -t -s $'\t' "$RESULTS/inline.tsv"
