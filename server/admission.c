@@ -5,6 +5,7 @@
 #include "admission.h"
 
 #include "budget.h"
+#include "compute.h"
 #include "mem.h"
 
 int admission_admit(const server_config *cfg, const attn_job *job, size_t result_elements,
@@ -46,4 +47,20 @@ int admission_admit(const server_config *cfg, const attn_job *job, size_t result
 void admission_release(size_t reserved_bytes)
 {
     budget_release(reserved_bytes);
+}
+
+int admission_io_thread_fits(const attn_job *job, size_t result_elements)
+{
+    double work = attention_job_flops(job) + ADMISSION_FLOPS_PER_NUMBER * (double)result_elements;
+    return work < ATTENTION_SMALL_FLOPS ? 0 : ADMISSION_DEFER;
+}
+
+int admission_run(const attn_job *job, int io_thread, attn_result *result, attn_error *err)
+{
+    if (io_thread && compute_slot_try_hold() != 0)
+        return ADMISSION_DEFER;
+    int rc = attention_run(job, result, err);
+    if (io_thread)
+        compute_slot_release();
+    return rc;
 }

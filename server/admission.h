@@ -32,4 +32,28 @@ int admission_admit(const server_config *cfg, const attn_job *job, size_t result
 /* Hands back what admission_admit reserved (0 is allowed). */
 void admission_release(size_t reserved_bytes);
 
+/* Returned by admission_io_thread_fits and admission_run (a positive value,
+ * never an ERR_* code): the request must not be answered on an I/O thread;
+ * the handler answers nothing (api_response.deferred) and the HTTP layer
+ * hands the request to a worker, which decodes it again. */
+#define ADMISSION_DEFER 1
+
+/* Arithmetic worth of writing one number of the answer (its shortest
+ * digits take about 50 ns, the time of some 64 operations of a small
+ * product on one core), so that a job with a large answer and little
+ * arithmetic is not taken for a small one. */
+#define ADMISSION_FLOPS_PER_NUMBER 64.0
+
+/* For a request read on an I/O thread (which must never hold its other
+ * connections up for long): 0 when job, with result_elements numbers to
+ * answer, is small (attention_job_flops plus ADMISSION_FLOPS_PER_NUMBER per
+ * number below ATTENTION_SMALL_FLOPS), else ADMISSION_DEFER. */
+int admission_io_thread_fits(const attn_job *job, size_t result_elements);
+
+/* Runs attention_run for an admitted job.  On an I/O thread (io_thread
+ * non-zero) it never waits: it runs only when a compute slot is free right
+ * now (compute_slot_try_hold) and returns ADMISSION_DEFER otherwise, with
+ * result untouched.  Returns what attention_run returns. */
+int admission_run(const attn_job *job, int io_thread, attn_result *result, attn_error *err);
+
 #endif

@@ -37,7 +37,8 @@
 static const server_config *api_cfg;
 static weight_store *api_store;
 static atomic_int api_draining;
-static atomic_long api_computing;
+static atomic_long api_computing;        /* on workers: at most --max-inflight */
+static atomic_long api_computing_io;     /* on I/O threads: at most one per thread */
 
 static const char *const ALLOW_GET = "GET, HEAD, OPTIONS";
 static const char *const ALLOW_POST = "POST, OPTIONS";
@@ -63,6 +64,7 @@ int api_init(const server_config *cfg, attn_error *err)
     api_cfg = cfg;
     atomic_store(&api_draining, 0);
     atomic_store(&api_computing, 0);
+    atomic_store(&api_computing_io, 0);
     return 0;
 }
 
@@ -80,7 +82,7 @@ void api_set_draining(int draining)
 
 long api_busy(void)
 {
-    return atomic_load(&api_computing);
+    return atomic_load(&api_computing) + atomic_load(&api_computing_io);
 }
 
 metrics_route api_route(const char *path, const char **allow)
@@ -289,7 +291,13 @@ static void handle_attention(const api_request *req, api_response *resp)
     if (ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
-        if (ar.weights_generation != 0) {
+        if (ar.weights_generation != 0 && req->io_thread) {
+            /* Another generation would mean rescanning the directory: not on
+             * an I/O thread. */
+            set = store_get(api_store, ar.weights_name);
+            if (set == NULL || set->generation != ar.weights_generation)
+                goto defer;
+        } else if (ar.weights_generation != 0) {
             set = get_generation(ar.weights_name, ar.weights_generation, "weights_generation",
                                  &resp->retry_after, &err);
             if (set == NULL)
@@ -325,15 +333,19 @@ static void handle_attention(const api_request *req, api_response *resp)
     }
     size_t result_elements = attention_json_result_elements(&ar), response_bytes = 0;
     size_t reserved_bytes = 0;
+    if (req->io_thread && admission_io_thread_fits(&ar.job, result_elements) != 0)
+        goto defer;
     if (admission_admit(api_cfg, &ar.job, result_elements, RESPONSE_BYTES_PER_NUMBER,
                       "set return_attention to false", &response_bytes, &reserved_bytes, &err) != 0)
         goto fail;
     attn_result result;
     double start = now_seconds();
-    rc = attention_run(&ar.job, &result, &err);
+    rc = admission_run(&ar.job, req->io_thread, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0) {
         admission_release(reserved_bytes);
+        if (rc == ADMISSION_DEFER)
+            goto defer;
         goto fail;
     }
     jw_buf w;
@@ -349,6 +361,11 @@ fail:
     attention_json_free(&ar);
     weightset_release(set);
     api_respond_error(resp, &err);
+    return;
+defer:
+    attention_json_free(&ar);
+    weightset_release(set);
+    resp->deferred = 1;
 }
 
 static void handle_set_list(api_response *resp)
@@ -649,9 +666,12 @@ void api_handle(const api_request *req, api_response *resp)
         api_respond_error(resp, &err);
         return;
     }
-    long running = atomic_fetch_add(&api_computing, 1);
-    if (running >= api_cfg->max_inflight) {
-        atomic_fetch_sub(&api_computing, 1);
+    /* --max-inflight counts the workers' requests; those of I/O threads are
+     * bounded by the number of threads and never wait. */
+    atomic_long *counter = req->io_thread ? &api_computing_io : &api_computing;
+    long running = atomic_fetch_add(counter, 1);
+    if (!req->io_thread && running >= api_cfg->max_inflight) {
+        atomic_fetch_sub(counter, 1);
         error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
                   "The server is already computing %ld requests (--max-inflight); retry shortly.",
                   running);
@@ -664,6 +684,6 @@ void api_handle(const api_request *req, api_response *resp)
     } else {
         handle_attention(req, resp);
     }
-    atomic_fetch_sub(&api_computing, 1);
+    atomic_fetch_sub(counter, 1);
 }
 

@@ -19,6 +19,10 @@ typedef struct api_request {
     size_t body_len;
     const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
     const char *if_match;       /* If-Match header, NULL if absent */
+    /* Read and answered on an I/O thread, which must not wait nor compute
+     * long: a computation that would is not answered (api_response.deferred)
+     * and goes to a worker instead. */
+    int io_thread;
 } api_request;
 
 typedef struct api_response {
@@ -33,6 +37,7 @@ typedef struct api_response {
     char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     metrics_route route;
+    int deferred;               /* io_thread request left unanswered: hand it to a worker */
 } api_response;
 
 /* Frees the body of resp (resp may be NULL). */

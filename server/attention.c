@@ -32,9 +32,6 @@
 #define BLOCK_Q_MAX 512
 #define BLOCK_Q_MIN 64
 #define BLOCK_K 256
-/* Work below this many floating-point operations runs on its caller's
- * thread alone: handing it to a helper would cost more than it saves. */
-#define PARALLEL_MIN_FLOPS 4e6
 /* Row chunks of a projection are at least this tall. */
 #define LINEAR_MIN_ROWS 16
 
@@ -54,7 +51,7 @@ typedef struct sdpa_plan {
 /* Compute slots worth asking for a piece of work of `flops` operations. */
 static unsigned slots_for(double flops)
 {
-    return flops < PARALLEL_MIN_FLOPS ? 1 : compute_threads();
+    return flops < ATTENTION_SMALL_FLOPS ? 1 : compute_threads();
 }
 
 static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
@@ -120,6 +117,23 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 size_t attention_output_width(const attn_job *job)
 {
     return job->weights != NULL ? job->weights->d_out : job->dv;
+}
+
+double attention_job_flops(const attn_job *job)
+{
+    double b = (double)job->batch, lq = (double)job->lq, lk = (double)job->lk;
+    double dk = (double)job->dk, dv = (double)job->dv;
+    double flops = 2.0 * b * lq * lk * (dk + dv);
+    if (job->causal)
+        flops /= 2;
+    const attn_weights *w = job->weights;
+    if (w != NULL) {
+        flops += 2.0 * b * lq * (double)w->d_in * dk;               /* x Wq */
+        flops += 2.0 * b * lk * (double)w->d_ctx * (dk + dv);       /* x Wk, x Wv */
+        if (w->wo != NULL)
+            flops += 2.0 * b * lq * dv * (double)w->d_out;          /* heads Wo */
+    }
+    return flops;
 }
 
 /* Counts of the numbers each stage holds, shared by the size estimate and

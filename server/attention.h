@@ -51,6 +51,18 @@ typedef struct attn_result {
     size_t d_out;
 } attn_result;
 
+/* Work below this many floating-point operations is small: it runs on its
+ * caller's thread alone (handing it to a helper would cost more than it
+ * saves), and a request whose whole job is below it may be answered on the
+ * I/O thread that read it (http.c).  At the single-thread rates of small
+ * products, 4 MFLOP is about a millisecond of arithmetic. */
+#define ATTENTION_SMALL_FLOPS 4e6
+
+/* Floating-point operations of job: the projections, the scores and their
+ * weighted sum (half of both when causal), and the output projection.  An
+ * estimate from the shapes alone, for deciding where a job runs. */
+double attention_job_flops(const attn_job *job);
+
 /* Width of the output rows of job: weights->d_out with weights, else dv. */
 size_t attention_output_width(const attn_job *job);
 

@@ -25,6 +25,7 @@
 #include "mem.h"
 
 static _Thread_local compute_token *bound_token;
+static _Thread_local int held_slot;     /* compute_slot_try_hold succeeded */
 static atomic_int stop_all;
 
 double compute_now(void)
@@ -107,6 +108,7 @@ static struct {
     pthread_cond_t work;        /* a hand-off was queued, or stopping */
     pthread_cond_t done;        /* a helper finished its part of some job */
     unsigned slots, free_slots;
+    unsigned waiting;           /* callers waiting for their first slot */
     pthread_t *threads;
     unsigned thread_count;
     handoff *queue;             /* ring of `slots` entries */
@@ -281,9 +283,13 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
         return;
     }
     pthread_mutex_lock(&pool.lock);
-    while (pool.free_slots == 0)
-        pthread_cond_wait(&pool.slot_free, &pool.lock);
-    pool.free_slots--;
+    if (!held_slot) {
+        pool.waiting++;
+        while (pool.free_slots == 0)
+            pthread_cond_wait(&pool.slot_free, &pool.lock);
+        pool.waiting--;
+        pool.free_slots--;
+    }
     unsigned extra = max_slots > 1 ? max_slots - 1 : 0;
     if (extra > pool.free_slots)
         extra = pool.free_slots;
@@ -306,6 +312,39 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     pthread_mutex_lock(&pool.lock);
     while (job.helpers > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
+    if (!held_slot) {
+        pool.free_slots++;
+        pthread_cond_broadcast(&pool.slot_free);
+    }
+    pthread_mutex_unlock(&pool.lock);
+}
+
+int compute_slot_try_hold(void)
+{
+    if (held_slot)
+        return 0;
+    if (!pool.running) {
+        held_slot = 1;
+        return 0;
+    }
+    pthread_mutex_lock(&pool.lock);
+    /* Never ahead of a caller already waiting: it would wait on and on. */
+    int ok = pool.free_slots > 0 && pool.waiting == 0;
+    if (ok)
+        pool.free_slots--;
+    pthread_mutex_unlock(&pool.lock);
+    held_slot = ok;
+    return ok ? 0 : -1;
+}
+
+void compute_slot_release(void)
+{
+    if (!held_slot)
+        return;
+    held_slot = 0;
+    if (!pool.running)
+        return;
+    pthread_mutex_lock(&pool.lock);
     pool.free_slots++;
     pthread_cond_broadcast(&pool.slot_free);
     pthread_mutex_unlock(&pool.lock);

@@ -108,4 +108,15 @@ unsigned compute_available_cpus(void);
  * discarded). */
 void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx);
 
+/* For a thread that must never wait (an I/O thread answering a small
+ * request itself): takes one slot if one is free right now and no other
+ * caller is waiting for one, and keeps it for the calling thread, whose
+ * compute_parallel calls then run on it without waiting, until
+ * compute_slot_release.  Returns 0 when the slot is held, -1 when none was
+ * free (nothing held).  Without compute_init it always succeeds. */
+int compute_slot_try_hold(void);
+
+/* Gives back the slot compute_slot_try_hold took (nothing when none is held). */
+void compute_slot_release(void);
+
 #endif

@@ -72,6 +72,11 @@ static const config_option config_table[] = {
      "bytes per second a body must average once --header-timeout seconds have passed; 0: none"},
     {"io-threads", "ATTN_IO_THREADS", OPT_LONG, OFF(io_threads), 0, "0", 0, 256,
      "threads serving the sockets (epoll); 0: one per available CPU, at least 2"},
+    {"inline-max-bytes", "ATTN_INLINE_MAX_BYTES", OPT_SIZE, OFF(inline_max_bytes), 0, "4K", 0,
+     65536,
+     "a POST to /v1/attention or a v2 infer route with a body up to this size is answered on "
+     "the I/O thread that read it when its work is small (below about 4 MFLOP) and a compute "
+     "thread is free, without a hand-off to a worker; 0: never"},
     {"timeout", "ATTN_TIMEOUT", OPT_LONG, OFF(timeout), 0, "30", 1, 3600,
      "seconds an idle connection is kept"},
     {"compute-threads", "ATTN_COMPUTE_THREADS", OPT_LONG, OFF(compute_threads), 0, "0", 0, 1024,

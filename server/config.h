@@ -45,6 +45,7 @@ typedef struct server_config {
     long deadline;              /* seconds a request may take from admission to answer */
     long queue_wait_ms;         /* how long a request waits for a free worker */
     long io_threads;            /* threads polling the sockets; 0: one per available CPU */
+    size_t inline_max_bytes;    /* bodies up to this size may be answered on the I/O thread; 0: never */
 } server_config;
 
 enum {

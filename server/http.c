@@ -18,7 +18,12 @@
  * suspended (MHD_suspend_connection), the request joins a queue served by
  * --max-inflight worker threads, and the worker resumes the connection when
  * the answer is ready, so the I/O thread goes on serving other sockets in
- * between.  Workers compute through the compute pool (compute.h), which
+ * between.  A small computation skips the hand-off, which would cost more
+ * than the work: a POST with a body of at most --inline-max-bytes is first
+ * tried on its I/O thread (inline_candidate), where the API answers it only
+ * if its work is below ATTENTION_SMALL_FLOPS and a compute slot is free, and
+ * hands it back for a worker otherwise (request_handle, shared with the
+ * workers).  Workers compute through the compute pool (compute.h), which
  * holds arithmetic to the cores.  A request that finds no worker free within
  * --queue-wait-ms is answered 503 with Retry-After.
  *
@@ -148,6 +153,8 @@ struct http_request {
     long deadline_ms;           /* the request's own X-Deadline-Ms, 0 for none */
     compute_token token;
     api_response resp;
+    int handed;                 /* answered_by is set (else: its I/O thread, as a cheap request) */
+    metrics_path answered_by;
 };
 
 static double seconds_since(const struct timespec *start)
@@ -363,9 +370,9 @@ static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s)
     return guard_unescape(s);
 }
 
-/* Requests answered on the I/O thread: those that neither read a body nor
- * can take long. */
-static int answered_inline(const char *method, const char *url)
+/* Requests always answered on the I/O thread: those that neither read a
+ * body nor can take long. */
+static int cheap_request(const char *method, const char *url)
 {
     if (!strcmp(method, "OPTIONS"))
         return 1;
@@ -390,6 +397,55 @@ static long request_deadline_ms(struct MHD_Connection *conn)
     return ms;
 }
 
+/* May hr, complete, be tried on the I/O thread that read it?  Decided
+ * before any parsing, from what is already known: a POST to a computing
+ * route (v1 attention, v2 infer; never a PUT or DELETE, which write files)
+ * whose body is at most --inline-max-bytes.  The API then answers it only
+ * when its work proves small and a compute slot is free right now
+ * (api_request.io_thread); otherwise it comes back deferred, for a worker.
+ * So an I/O thread holds its other connections up for at most: parsing a
+ * body of --inline-max-bytes (4 KiB by default: tens of microseconds), work
+ * below ATTENTION_SMALL_FLOPS counting the answer's numbers (about a
+ * millisecond), and writing that answer. */
+static int inline_candidate(const http_server *srv, const http_request *hr, const char *method,
+                            const char *url)
+{
+    if (hr->len > srv->cfg->inline_max_bytes || strcmp(method, "POST") != 0)
+        return 0;
+    const char *allow;
+    metrics_route route = api_route(url, &allow);
+    return route == ROUTE_ATTENTION || route == ROUTE_V2_INFER;
+}
+
+/* Starts the request's compute token: its deadline (--deadline, or its own
+ * lower X-Deadline-Ms) runs from here, whichever thread computes. */
+static void request_token_start(http_server *srv, http_request *hr)
+{
+    double seconds = (double)srv->cfg->deadline;
+    if (hr->deadline_ms > 0 && (double)hr->deadline_ms / 1000.0 < seconds)
+        seconds = (double)hr->deadline_ms / 1000.0;
+    hr->token.deadline = compute_now() + seconds;
+    atomic_init(&hr->token.reason, COMPUTE_RUNNING);
+}
+
+/* Answers hr into hr->resp on the calling thread, under its token: the work
+ * of a worker (io_thread 0), or of the I/O thread for an inline candidate
+ * (io_thread 1: hr->resp.deferred may come back set, with nothing else). */
+static void request_handle(http_request *hr, int io_thread)
+{
+    compute_bind(&hr->token);
+    attn_error err;
+    error_clear(&err);
+    if (compute_stop_error(&err) != 0) {
+        error_response(&hr->resp, hr->mhd_url, &err);
+    } else {
+        api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
+                           hr->inference_header_length, hr->if_match, io_thread};
+        api_handle(&req, &hr->resp);
+    }
+    compute_bind(NULL);
+}
+
 /* Unlinks hr from the queue (under srv->lock). */
 static void queue_remove(http_server *srv, http_request *hr)
 {
@@ -404,17 +460,11 @@ static void queue_remove(http_server *srv, http_request *hr)
     hr->qprev = hr->qnext = NULL;
 }
 
-/* Suspends the connection of a complete request and queues it for a
- * worker.  The deadline runs from here. */
+/* Suspends the connection of a complete request, whose token has started,
+ * and queues it for a worker. */
 static void dispatch(http_server *srv, http_request *hr)
 {
-    double now = compute_now();
-    double seconds = (double)srv->cfg->deadline;
-    if (hr->deadline_ms > 0 && (double)hr->deadline_ms / 1000.0 < seconds)
-        seconds = (double)hr->deadline_ms / 1000.0;
-    hr->token.deadline = now + seconds;
-    atomic_init(&hr->token.reason, COMPUTE_RUNNING);
-    hr->queued_at = now;
+    hr->queued_at = compute_now();
     /* Suspend first: a worker may resume the connection as soon as the
      * request is in the queue. */
     MHD_suspend_connection(hr->conn);
@@ -476,17 +526,7 @@ static void *worker_main(void *arg)
         srv->running = hr;
         pthread_mutex_unlock(&srv->lock);
 
-        compute_bind(&hr->token);
-        attn_error err;
-        error_clear(&err);
-        if (compute_stop_error(&err) != 0) {
-            error_response(&hr->resp, hr->mhd_url, &err);
-        } else {
-            api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
-                               hr->inference_header_length, hr->if_match};
-            api_handle(&req, &hr->resp);
-        }
-        compute_bind(NULL);
+        request_handle(hr, 0);
 
         pthread_mutex_lock(&srv->lock);
         if (hr->qprev != NULL)
@@ -742,13 +782,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                   "retry shortly.");
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
-    if (!answered_inline(method, url) && srv->worker_count > 0) {
+    if (!cheap_request(method, url) && srv->worker_count > 0) {
         conn_set_phase(srv, hr->hc, CONN_BUSY);
+        request_token_start(srv, hr);
+        hr->handed = 1;
+        hr->answered_by = PATH_WORKER;
+        if (inline_candidate(srv, hr, method, url)) {
+            request_handle(hr, 1);
+            if (!hr->resp.deferred) {
+                hr->answered_by = PATH_INLINE;
+                return queue_answer(srv, conn, hr, &hr->resp, 0, NULL);
+            }
+            api_response_free(&hr->resp);
+            memset(&hr->resp, 0, sizeof hr->resp);
+            hr->answered_by = PATH_DEFERRED;
+        }
         dispatch(srv, hr);
         return MHD_YES;
     }
     api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
-                       hr->if_match};
+                       hr->if_match, 0};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);
@@ -764,10 +817,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     double seconds = seconds_since(&hr->start);
     metrics_observe(hr->route, hr->status, seconds, hr->bytes_in, hr->bytes_out);
+    if (hr->handed)
+        metrics_path_observe(hr->answered_by);
     metrics_inflight_add(-1);
+    static const char *const via[PATH_COUNT] = {"inline", "worker", "deferred"};
     if (!srv->cfg->quiet)
-        fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f%s\n", hr->method,
+        fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s%s\n", hr->method,
                 hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
+                hr->handed ? via[hr->answered_by] : "io",
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
     conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
     budget_release(hr->reserved);

@@ -27,6 +27,8 @@ static double duration_sum[ROUTE_COUNT];
 static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
+static atomic_ulong path_counts[PATH_COUNT];
+static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
 static size_t store_sets, store_bytes;
@@ -80,6 +82,12 @@ void metrics_observe(metrics_route route, int status, double seconds, size_t byt
     bytes_in_total += bytes_in;
     bytes_out_total += bytes_out;
     pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_path_observe(metrics_path path)
+{
+    if (path < PATH_COUNT)
+        atomic_fetch_add(&path_counts[path], 1);
 }
 
 void metrics_inflight_add(int delta)
@@ -167,6 +175,16 @@ char *metrics_render(size_t *len)
         put_ulong(&w, store_sync_errors);
     }
     pthread_mutex_unlock(&metrics_lock);
+    jw_raw(&w, "\n# HELP attn_http_dispatch_total Requests with work to do, by where they were "
+               "answered: inline (on the I/O thread that read them), worker, or deferred (to a "
+               "worker, after the I/O thread found them not small).\n"
+               "# TYPE attn_http_dispatch_total counter");
+    for (int p = 0; p < PATH_COUNT; p++) {
+        jw_raw(&w, "\nattn_http_dispatch_total{path=\"");
+        jw_raw(&w, path_labels[p]);
+        jw_raw(&w, "\"} ");
+        put_ulong(&w, atomic_load(&path_counts[p]));
+    }
     jw_raw(&w, "\n# HELP attn_http_inflight_requests Requests being received or answered now.\n"
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
     long now = metrics_inflight();
@@ -185,5 +203,7 @@ void metrics_reset(void)
     bytes_in_total = bytes_out_total = 0;
     store_observed = 0;
     store_sync_errors = 0;
+    for (int p = 0; p < PATH_COUNT; p++)
+        atomic_store(&path_counts[p], 0);
     pthread_mutex_unlock(&metrics_lock);
 }

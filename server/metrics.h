@@ -29,6 +29,18 @@ const char *metrics_route_label(metrics_route route);
 
 void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
                      size_t bytes_out);
+/* Which thread answered a request that is not answered by its I/O thread
+ * as a matter of course (those with a body, and weight-set reads). */
+typedef enum metrics_path {
+    PATH_INLINE,            /* its I/O thread, the request being small */
+    PATH_WORKER,            /* a worker */
+    PATH_DEFERRED,          /* a worker, after its I/O thread found it not small */
+    PATH_COUNT
+} metrics_path;
+
+/* Counts one request answered along path. */
+void metrics_path_observe(metrics_path path);
+
 void metrics_inflight_add(int delta);
 long metrics_inflight(void);
 

@@ -908,6 +908,8 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     for (size_t i = 0; i < st.outs.n; i++)
         any_json |= !st.outs.binary[i];
     size_t result_elements = attention_json_result_elements(&st.ar), response_bytes = 0;
+    if (req->io_thread && (rc = admission_io_thread_fits(&st.ar.job, result_elements)) != 0)
+        goto fail;
     if ((rc = admission_admit(env->cfg, &st.ar.job, result_elements,
                             any_json ? V2_JSON_BYTES_PER_NUMBER : v2_datatype_size(st.dtype),
                             "ask only for the output \"output\"", &response_bytes,
@@ -922,7 +924,7 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
         goto fail;
     attn_result result;
     double start = now_seconds();
-    rc = attention_run(&st.ar.job, &result, &err);
+    rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0)
         goto fail;
@@ -939,5 +941,8 @@ fail:
         mem_json_arena_end();
     attention_json_free(&st.ar);
     model_close(&st.model);
-    v2_respond_error(resp, &err);
+    if (rc == ADMISSION_DEFER)
+        resp->deferred = 1; /* for a worker */
+    else
+        v2_respond_error(resp, &err);
 }

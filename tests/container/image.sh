@@ -132,14 +132,14 @@ check "store/put" "PUT /v1/weight-sets/toy answered $status" test "$status" = 20
 http GET "$url/v1/weight-sets/toy" >/dev/null
 cp "$tmp/body" "$tmp/toy-before.json"
 
-# The slow request: x of 4 x 2000 tokens of width 8, projected to dk = 512 (about 16 GFLOP),
+# The slow request: x of 4 x 3000 tokens of width 8, projected to dk = 512 (about 41 GFLOP),
 # numbers multiples of 1/8 so the body stays short, and no attention matrix in the answer.
 awk 'BEGIN {
     srand(7)
     printf "{\"return_attention\": false, \"x\": ["
     for (b = 0; b < 4; b++) {
         printf "%s[", b ? "," : ""
-        for (i = 0; i < 2000; i++) {
+        for (i = 0; i < 3000; i++) {
             printf "%s[", i ? "," : ""
             for (j = 0; j < 8; j++) printf "%s%g", j ? "," : "", int(rand() * 17) / 8 - 1
             printf "]"
@@ -176,7 +176,13 @@ for ((i = 0; i < 100; i++)); do
 done
 t0=$(now)
 $ENGINE kill --signal TERM "$name" >/dev/null
-readyz=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/readyz")
+# /readyz turns 503 once the server has handled the signal, which the engine delivers on its
+# own time: asked until then, 60 times at most, while the slow request keeps it draining.
+for ((i = 0; i < 60; i++)); do
+    readyz=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/readyz")
+    [ "$readyz" = 200 ] || break
+    sleep 0.05
+done
 exit_code=$($ENGINE wait "$name" 2>/dev/null | tail -n 1)
 stop_seconds=$(seconds_since "$t0")
 wait "$slow_pid"

@@ -6,9 +6,10 @@
  * "attention" or the set "fz", each with and without binary tensors); the
  * rest is the body.  For the binary framing the next two bytes give the
  * Inference-Header-Content-Length (little-endian), so the JSON header, the
- * binary_data_size fields and the raw bytes after them are all fuzzed.  Its
- * bit 3 makes every array of numbers be read by json_fast, not only long
- * ones.  The
+ * binary_data_size fields and the raw bytes after them are all fuzzed.  The
+ * first byte's bit 3 makes every array of numbers be read by json_fast, not only long
+ * ones, and its bit 4 answers as an I/O thread would first (a request it
+ * defers is answered again as by a worker).  The
  * server's own api_handle runs it with small limits, so the decoder, the
  * limit checks, the math and the store all see hostile input.  Build and run
  * with `make fuzz` (clang, ASan + UBSan); a crash, a leak or a sanitizer
@@ -62,9 +63,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         return 0;
     int which = data[0] % 8;
     /* Bit 3 of the first byte: every array of numbers read fast (json_fast.h),
-     * so the decoders see both kinds of array whatever their length. */
+     * so the decoders see both kinds of array whatever their length.  Bit 4:
+     * answered as on an I/O thread first, and by a "worker" when deferred. */
     json_fast_set_min_numbers(data[0] & 8 ? 1 : 0);
-    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL};
+    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL,
+                       (data[0] & 16) != 0};
     char header_length[16];
     if ((which == 5 || which == 7) && size >= 3) {
         snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));
@@ -74,6 +77,13 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     }
     api_response resp;
     api_handle(&req, &resp);
+    if (resp.deferred) {
+        api_response_free(&resp);
+        req.io_thread = 0;
+        api_handle(&req, &resp);
+        if (resp.deferred)
+            abort();
+    }
     int s = resp.status;
     if (!(s == 200 || s == 201 || s == 204 || s == 400 || s == 404 || s == 413 || s == 503))
         abort();

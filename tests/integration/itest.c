@@ -22,9 +22,11 @@
  *   restart      (itest_restart.c)      sets survive a restart; damaged files quarantined;
  *   drain        (itest_drain.c)        SIGTERM while a request computes and one uploads;
  *   guard        (itest_guard.c)        tokens, CORS lists, Host checks, framing, TLS,
- *                                       --quiet, and the other signals.
+ *                                       --quiet, and the other signals;
+ *   inline       (itest_inline.c)       small requests answered on the I/O thread: the
+ *                                       same answers, the work bound, --inline-max-bytes.
  * Servers start on first use, one per kind in itest_server.c ("default", "small-limits",
- * "cors", "small-store"); restart and drain start and stop their own after the shared
+ * "cors", "small-store"); restart, drain, guard and inline start and stop their own after the shared
  * ones have stopped. Every server gets its own --data-dir in the temporary directory,
  * never the checkout's, and an environment without ATTN_* variables, so the defaults the
  * tests expect hold whatever the caller's environment says. Each server must exit 0 within
@@ -218,6 +220,7 @@ static const struct {
     {"restart", run_restart_tests, 1},
     {"drain", run_drain_tests, 1},
     {"guard", run_guard_tests, 1},
+    {"inline", run_inline_tests, 1},
 };
 #define GROUP_COUNT (sizeof g_groups / sizeof g_groups[0])
 

@@ -459,5 +459,6 @@ void run_replace_concurrency_tests(const struct itest_paths *paths); /* itest_re
 void run_restart_tests(const struct itest_paths *paths); /* itest_restart.c */
 void run_drain_tests(const struct itest_paths *paths); /* itest_drain.c */
 void run_guard_tests(const struct itest_paths *paths); /* itest_guard.c */
+void run_inline_tests(const struct itest_paths *paths); /* itest_inline.c */
 
 #endif

@@ -259,10 +259,11 @@ void run_drain_tests(const struct itest_paths *paths)
         }
         test_end(&t);
     }
+    int tiny_refused = 0;   /* the tiny request got its 503 while draining */
     if (test_begin(&t, "drain/new-attention-503")) {
         http_text(s, "POST", "/v1/attention", g_tiny_request, &r);
         if (r.status != 0 || !raw_readable(slow_fd)) {
-            expect_error(&t, &r, 503, "shutting_down", NULL);
+            tiny_refused = expect_error(&t, &r, 503, "shutting_down", NULL);
             expect_true(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After header");
         }
         client_response_free(&r);
@@ -314,6 +315,25 @@ void run_drain_tests(const struct itest_paths *paths)
     }
     client_response_free(&r);
     server_wait_exit(s);
+    /* The tiny request is small enough to be answered on its I/O thread
+     * (--inline-max-bytes), and was refused there; the access log says so once the server
+     * has exited. */
+    if (test_begin(&t, "drain/new-attention-503-on-io-thread")) {
+        char want[128];
+        snprintf(want, sizeof want, "access POST /v1/attention status=503 in=%zu ", strlen(g_tiny_request));
+        size_t len = 0;
+        char *log = client_read_file(s->stderr_path, &len);
+        const char *line = log != NULL ? strstr(log, want) : NULL;
+        const char *end = line != NULL ? strchr(line, '\n') : NULL;
+        if (tiny_refused && expect_true(&t, line != NULL && end != NULL, "no access line \"%s...\" in %s", want,
+                                        s->stderr_path)) {
+            char text[512];
+            snprintf(text, sizeof text, "%.*s", (int)(end - line), line);
+            expect_true(&t, strstr(text, " via=inline") != NULL, "the 503 was not answered inline: %s", text);
+        }
+        free(log);
+        test_end(&t);
+    }
     free(slow_text);
     free(upload_text);
 }
