@@ -244,7 +244,7 @@ void run_drain_tests(const struct itest_paths *paths)
                 client_response_free(&r);
                 break;
             }
-            if (r.status == 200 && in_flight && client_now_seconds() - signalled < 0.2) {
+            if (r.status == 200 && in_flight && client_now_seconds() - signalled < 3.0) {
                 client_response_free(&r); /* the signal may not have been handled yet */
                 client_sleep_ms(20);
                 continue;
