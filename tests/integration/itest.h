@@ -202,6 +202,11 @@ void server_wait_exit(struct server *s);
 /* Stops a server with SIGTERM and reports the three tests of server_wait_exit. */
 void server_stop(struct server *s);
 
+/* Runs argv (no shell; argv[0] looked up in PATH) with stdout and stderr to /dev/null, in
+ * the environment envp (NULL: this process's), and returns its exit status, or -1 when it
+ * could not run or did not exit within timeout_s seconds. */
+int run_quietly(const char *const *argv, char *const *envp, double timeout_s);
+
 /* A tiny valid request used to show that a server still computes after bad input. */
 extern const char g_tiny_request[];
 

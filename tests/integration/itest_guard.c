@@ -107,27 +107,6 @@ static int start(struct server *s, const struct server_kind *kind)
     return server_start(s);
 }
 
-/* Runs argv (no shell) and returns its exit status, or -1 when it could not run. */
-static int run_quietly(const char *const *argv)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    if (client_wait_exit(pid, 60, &status) != 1 || !WIFEXITED(status))
-        return -1;
-    return WEXITSTATUS(status);
-}
-
 /* --auth-writes with tokens from the environment, a CORS list, the default Host check. */
 static void writes_and_browsers(void)
 {
@@ -432,7 +411,7 @@ static void tls(void)
                                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out",
                                    cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
                                    "subjectAltName=DNS:localhost,IP:127.0.0.1", NULL};
-    int rc = run_quietly(openssl); /* whatever --filter says: the server needs it */
+    int rc = run_quietly(openssl, NULL, 60); /* whatever --filter says: the server needs it */
     if (test_begin(&t, "guard/tls/certificate-made")) {
         expect_true(&t, rc == 0, "openssl req exited with %d (is openssl installed?)", rc);
         test_end(&t);

@@ -169,22 +169,7 @@ static int config_status(const char *value, int flag)
     char *envp[] = {flag ? NULL : env_entry, NULL};
     const char *argv_flag[] = {g_server_path, "--inline-max-bytes", value, "--help", NULL};
     const char *argv_env[] = {g_server_path, "--help", NULL};
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execve(g_server_path, (char *const *)(flag ? argv_flag : argv_env), envp);
-        _exit(127);
-    }
-    int status = 0;
-    if (client_wait_exit(pid, 30, &status) != 1 || !WIFEXITED(status))
-        return -1;
-    return WEXITSTATUS(status);
+    return run_quietly(flag ? argv_flag : argv_env, envp, 30);
 }
 
 static void bounds_tests(void)

@@ -5,6 +5,8 @@
  */
 #include "itest.h"
 
+#include <fcntl.h>
+
 extern char **environ;
 
 const char *const g_no_strings[] = {NULL};
@@ -270,4 +272,27 @@ void step_end(struct test *t, int report)
 {
     if (report)
         test_end(t);
+}
+
+int run_quietly(const char *const *argv, char *const *envp, double timeout_s)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        if (envp != NULL)
+            execve(argv[0], (char *const *)argv, envp);
+        else
+            execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (client_wait_exit(pid, timeout_s, &status) != 1 || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
 }
