@@ -212,6 +212,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_open_out_of_memory)         \
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
+    X(safetensors_good_file)            \
+    X(safetensors_bad_files)            \
+    X(safetensors_half_widening)        \
+    X(safetensors_write_read_back)      \
+    X(safetensors_out_of_memory)        \
     X(viz_routes)                       \
     X(viz_examples_out_of_memory)
 
