@@ -217,6 +217,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(safetensors_half_widening)        \
     X(safetensors_write_read_back)      \
     X(safetensors_out_of_memory)        \
+    X(checkpoint_torch_mha_stacked)     \
+    X(checkpoint_gpt2_layers)           \
+    X(checkpoint_bert_errors)           \
+    X(checkpoint_names_and_limits)      \
+    X(checkpoint_out_of_memory)         \
     X(viz_routes)                       \
     X(viz_examples_out_of_memory)
 

@@ -1,0 +1,219 @@
+/*
+ * test_checkpoint.c - the presets on small checkpoints written with the F64
+ * writer: slicing and transposing, prefixes, layers, and the errors.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "mem.h"
+#include "safetensors.h"
+#include "test.h"
+
+/* Element k of a test tensor: distinct for every tensor and position. */
+static double val(int tensor, size_t k)
+{
+    return tensor * 1000.0 + (double)k;
+}
+
+/* A checkpoint of the tensors named names[i] with shapes rows[i] x cols[i]
+ * (rows 0: a vector), each filled by val(i, k).  Parses it into *f; the
+ * caller frees f and the returned buffer. */
+static unsigned char *make_ckpt(const char *const *names, const size_t *rows, const size_t *cols,
+                                size_t n, st_file *f)
+{
+    st_out out[16];
+    double *data[16];
+    for (size_t i = 0; i < n; i++) {
+        size_t count = (rows[i] ? rows[i] : 1) * cols[i];
+        data[i] = malloc(count * sizeof(double));
+        for (size_t k = 0; k < count; k++)
+            data[i][k] = val((int)i, k);
+        out[i] = (st_out){names[i], rows[i], cols[i], data[i]};
+    }
+    size_t len;
+    unsigned char *file = safetensors_write(out, n, NULL, 0, &len);
+    for (size_t i = 0; i < n; i++)
+        free(data[i]);
+    attn_error err;
+    if (file == NULL || safetensors_parse(file, len, f, &err) != 0) {
+        mem_free(file);
+        return NULL;
+    }
+    return file;
+}
+
+static int extract(const st_file *f, ckpt_preset preset, long layer, ckpt_layer **layers,
+                   size_t *count, attn_error *err)
+{
+    ckpt_request rq = {.preset = preset, .layer = layer, .max_elements = 1000000};
+    error_clear(err);
+    return checkpoint_extract(f, &rq, NULL, NULL, layers, count, err);
+}
+
+void test_checkpoint_torch_mha_stacked(void)
+{
+    /* E = 2: in_proj_weight 6 x 2 (out, in), q rows 0-1, k 2-3, v 4-5. */
+    const char *names[] = {"enc.attn.in_proj_weight", "enc.attn.in_proj_bias",
+                           "enc.attn.out_proj.weight", "enc.attn.out_proj.bias", "enc.other"};
+    const size_t rows[] = {6, 0, 2, 0, 0}, cols[] = {2, 6, 2, 2, 3};
+    st_file f;
+    unsigned char *file = make_ckpt(names, rows, cols, 5, &f);
+    ASSERT(file != NULL);
+    ckpt_layer *l = NULL;
+    size_t n = 0;
+    attn_error err;
+    int rc = extract(&f, CKPT_TORCH_MHA, CKPT_LAYER_NONE, &l, &n, &err);
+    int ok = rc == 0 && n == 1 && l[0].index == -1 && l[0].w.d_in == 2 && l[0].w.dk == 2 &&
+             l[0].w.d_ctx == 2 && l[0].w.d_out == 2;
+    /* wk (in, out)[i][j] = in_proj_weight[2 + j][i]; bv[j] = in_proj_bias[4 + j];
+     * wo[i][j] = out_proj.weight[j][i]. */
+    for (size_t i = 0; ok && i < 2; i++)
+        for (size_t j = 0; j < 2; j++)
+            ok = ok && l[0].w.wk[i * 2 + j] == val(0, (2 + j) * 2 + i) &&
+                 l[0].w.wo[i * 2 + j] == val(2, j * 2 + i) && l[0].w.bv[j] == val(1, 4 + j) &&
+                 l[0].w.bo[j] == val(3, j);
+    checkpoint_layers_free(l, n);
+    safetensors_free(&f);
+    mem_free(file);
+    if (rc != 0)
+        FAIL_AT("%s", err.message);
+    ASSERT(ok);
+}
+
+void test_checkpoint_gpt2_layers(void)
+{
+    /* E = 2, two layers; c_attn 2 x 6 (in, out): q columns 0-1, k 2-3, v 4-5. */
+    const char *names[] = {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias",
+                           "transformer.h.0.attn.c_proj.weight", "transformer.h.1.attn.c_attn.weight",
+                           "transformer.h.1.attn.c_proj.weight", "transformer.wte.weight"};
+    const size_t rows[] = {2, 0, 2, 2, 2, 4}, cols[] = {6, 6, 2, 6, 2, 2};
+    st_file f;
+    unsigned char *file = make_ckpt(names, rows, cols, 6, &f);
+    ASSERT(file != NULL);
+    ckpt_layer *l = NULL;
+    size_t n = 0;
+    attn_error err;
+    /* Two layers and none asked for: field layer. */
+    ASSERT_EQ(extract(&f, CKPT_GPT2, CKPT_LAYER_NONE, &l, &n, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "layer");
+    ASSERT_EQ(extract(&f, CKPT_GPT2, 7, &l, &n, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "layer");
+    ASSERT(l == NULL);
+    int rc = extract(&f, CKPT_GPT2, CKPT_LAYER_ALL, &l, &n, &err);
+    int ok = rc == 0 && n == 2 && l[0].index == 0 && l[1].index == 1 && l[0].w.bq != NULL &&
+             l[1].w.bq == NULL && l[1].w.bo == NULL;
+    for (size_t i = 0; ok && i < 2; i++)
+        for (size_t j = 0; j < 2; j++)
+            ok = l[0].w.wv[i * 2 + j] == val(0, i * 6 + 4 + j) &&
+                 l[1].w.wq[i * 2 + j] == val(3, i * 6 + j) && l[0].w.bk[j] == val(1, 2 + j) &&
+                 l[1].w.wo[i * 2 + j] == val(4, i * 2 + j);
+    checkpoint_layers_free(l, n);
+    safetensors_free(&f);
+    mem_free(file);
+    if (rc != 0)
+        FAIL_AT("%s", err.message);
+    ASSERT(ok);
+}
+
+void test_checkpoint_bert_errors(void)
+{
+    /* Layer 0 lacks its value.weight; two prefixes hold layer 1. */
+    const char *names[] = {"bert.encoder.layer.0.attention.self.query.weight",
+                           "bert.encoder.layer.0.attention.self.key.weight",
+                           "bert.encoder.layer.0.attention.output.dense.weight",
+                           "other.encoder.layer.1.attention.self.query.weight"};
+    const size_t rows[] = {2, 2, 2, 2}, cols[] = {2, 2, 2, 2};
+    st_file f;
+    unsigned char *file = make_ckpt(names, rows, cols, 4, &f);
+    ASSERT(file != NULL);
+    ckpt_layer *l = NULL;
+    size_t n = 0;
+    attn_error err;
+    int ambiguous = extract(&f, CKPT_HF_BERT, 0, &l, &n, &err) == ERR_BAD_REQUEST &&
+                    !strcmp(err.code, "ambiguous_prefix") && strstr(err.message, "\"bert.\"") &&
+                    strstr(err.message, "\"other.\"");
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT(ambiguous);
+    file = make_ckpt(names, rows, cols, 3, &f);
+    ASSERT(file != NULL);
+    int missing = extract(&f, CKPT_HF_BERT, CKPT_LAYER_NONE, &l, &n, &err) == ERR_BAD_REQUEST &&
+                  !strcmp(err.code, "missing_tensor") &&
+                  strstr(err.message, "bert.encoder.layer.0.attention.self.value.weight");
+    int no_mha = extract(&f, CKPT_TORCH_MHA, CKPT_LAYER_NONE, &l, &n, &err) == ERR_BAD_REQUEST &&
+                 strstr(err.message, "out_proj.weight");
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT(missing);
+    ASSERT(no_mha);
+    ASSERT(l == NULL);
+}
+
+void test_checkpoint_names_and_limits(void)
+{
+    /* names: (out, in) wq 3 x 2 means d_in 2, dk 3; wk and wv 3 x 4 (d_ctx 4). */
+    const char *names[] = {"a", "b", "c", "d"};
+    const size_t rows[] = {3, 3, 3, 3}, cols[] = {2, 4, 4, 5};
+    st_file f;
+    unsigned char *file = make_ckpt(names, rows, cols, 4, &f);
+    ASSERT(file != NULL);
+    ckpt_request rq = {.preset = CKPT_NAMES, .layer = CKPT_LAYER_NONE, .max_elements = 100,
+                       .names = {"a", "b", "c"}, .names_out_in = 1};
+    ckpt_layer *l = NULL;
+    size_t n = 0;
+    attn_error err;
+    int rc = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err);
+    int ok = rc == 0 && l[0].w.d_in == 2 && l[0].w.d_ctx == 4 && l[0].w.dk == 3 &&
+             l[0].w.wo == NULL && l[0].w.wq[1 * 3 + 2] == val(0, 2 * 2 + 1);
+    checkpoint_layers_free(l, n);
+    rq.max_elements = 29; /* 6 + 12 + 12 numbers */
+    int too_many = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err) == ERR_TOO_LARGE;
+    rq.max_elements = 100;
+    rq.names[WEIGHTS_WO] = "d"; /* 3 x 5 (out, in): 5 inputs, but dv is 3 */
+    int mismatch = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err) == ERR_BAD_REQUEST &&
+                   !strcmp(err.code, "shape_mismatch") && strstr(err.message, "\"d\"");
+    rq.names[WEIGHTS_WO] = "zz";
+    int missing = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err) == ERR_BAD_REQUEST &&
+                  strstr(err.message, "\"zz\"");
+    rq.names[WEIGHTS_WO] = NULL;
+    rq.names[WEIGHTS_WK] = NULL;
+    int no_wk = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err) == ERR_BAD_REQUEST &&
+                !strcmp(err.field, "wk");
+    safetensors_free(&f);
+    mem_free(file);
+    if (rc != 0)
+        FAIL_AT("%s", err.message);
+    ASSERT(ok);
+    ASSERT(too_many);
+    ASSERT(mismatch);
+    ASSERT(missing);
+    ASSERT(no_wk);
+}
+
+void test_checkpoint_out_of_memory(void)
+{
+    const char *names[] = {"in_proj_weight", "out_proj.weight"};
+    const size_t rows[] = {6, 2}, cols[] = {2, 2};
+    st_file f;
+    unsigned char *file = make_ckpt(names, rows, cols, 2, &f);
+    ASSERT(file != NULL);
+    int clean = 1;
+    for (long k = 0; clean; k++) {
+        ckpt_layer *l = NULL;
+        size_t n = 0;
+        attn_error err;
+        mem_fail_after(k);
+        int rc = extract(&f, CKPT_TORCH_MHA, CKPT_LAYER_NONE, &l, &n, &err);
+        long failures = mem_failures();
+        checkpoint_layers_free(l, n);
+        long live = mem_fail_live();
+        mem_fail_reset();
+        if (failures == 0)
+            break;
+        clean = rc == ERR_UNAVAILABLE && l == NULL && live == 0 && k < 100;
+    }
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT(clean);
+}
