@@ -22,8 +22,8 @@ static double val(int tensor, size_t k)
 static unsigned char *make_ckpt(const char *const *names, const size_t *rows, const size_t *cols,
                                 size_t n, st_file *f)
 {
-    st_out out[16];
-    double *data[16];
+    st_out out[16] = {{0}};
+    double *data[16] = {0};
     for (size_t i = 0; i < n; i++) {
         size_t count = (rows[i] ? rows[i] : 1) * cols[i];
         data[i] = malloc(count * sizeof(double));
