@@ -45,7 +45,7 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
-.PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
+.PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s \
         browser-deps test-browser viz-screenshots \
         check-api-answers
@@ -200,7 +200,14 @@ run: deps
 	@mkdir -p data
 	./$(SERVER) --data-dir data
 
-test-build: deps
+# The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
+# run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
+CHECKPOINT_TEST_DEB_PKGS := python3-torch python3-numpy
+
+checkpoint-deps:
+	$(call install_missing,$(CHECKPOINT_TEST_DEB_PKGS))
+
+test-build: deps checkpoint-deps
 	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test \
 	    build/hostile build/sharetest
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests

@@ -19,6 +19,7 @@
 
 #include "attention.h"
 #include "admission.h"
+#include "api_checkpoint.h"
 #include "attention_json.h"
 #include "compute.h"
 #include "json_in.h"
@@ -417,6 +418,11 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     /* The precondition holds on this replica's view, fresh from the shared
      * directory when it does not match at first; GET answers the very set it
      * was checked on. */
+    int safetensors = api_checkpoint_format(req, &err);
+    if (safetensors < 0) {
+        api_respond_error(resp, &err);
+        return;
+    }
     weight_set *checked = NULL;
     if (req->if_match != NULL && strcmp(req->method, "PUT") != 0) {
         checked = get_generation(name, (uint64_t)want, NULL, &resp->retry_after, &err);
@@ -431,6 +437,11 @@ static void handle_set(const api_request *req, const char *name, api_response *r
             error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "name",
                       "There is no stored weight set named \"%s\".", name);
             api_respond_error(resp, &err);
+            return;
+        }
+        if (safetensors) {
+            api_checkpoint_get(set, resp);
+            weightset_release(set);
             return;
         }
         jw_buf w;
@@ -451,6 +462,10 @@ static void handle_set(const api_request *req, const char *name, api_response *r
         return;
     }
     /* PUT */
+    if (safetensors) {
+        api_checkpoint_put(req, name, api_cfg, api_store, resp);
+        return;
+    }
     mem_json_arena_begin();
     json_t *root = json_in_parse(req->body, req->body_len, weights_part_named, &err);
     if (root == NULL) {

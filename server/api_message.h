@@ -23,6 +23,10 @@ typedef struct api_request {
      * long: a computation that would is not answered (api_response.deferred)
      * and goes to a worker instead. */
     int io_thread;
+    /* The query's arguments, decoded: query_arg(query_ctx, "format") is the
+     * value of format=, or NULL when absent.  query_arg NULL: no query. */
+    const char *(*query_arg)(const void *query_ctx, const char *key);
+    const void *query_ctx;
 } api_request;
 
 typedef struct api_response {

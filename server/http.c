@@ -370,6 +370,12 @@ static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s)
     return guard_unescape(s);
 }
 
+/* api_request.query_arg: a decoded query argument of the connection. */
+static const char *query_arg(const void *conn, const char *key)
+{
+    return MHD_lookup_connection_value((struct MHD_Connection *)conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
 /* Requests always answered on the I/O thread: those that neither read a
  * body nor can take long. */
 static int cheap_request(const char *method, const char *url)
@@ -440,7 +446,8 @@ static void request_handle(http_request *hr, int io_thread)
         error_response(&hr->resp, hr->mhd_url, &err);
     } else {
         api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
-                           hr->inference_header_length, hr->if_match, io_thread};
+                           hr->inference_header_length, hr->if_match, io_thread,
+                           query_arg, hr->conn};
         api_handle(&req, &hr->resp);
     }
     compute_bind(NULL);
@@ -711,7 +718,11 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
                   "X-Deadline-Ms must be a positive whole number of milliseconds.");
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
-    hr->parses_body = !strcmp(method, "POST") || !strcmp(method, "PUT");
+    /* A safetensors upload is read in place, not parsed into a tree: its
+     * arrays are reserved by the handler once their size is known. */
+    const char *format = query_arg(conn, "format");
+    hr->parses_body = (!strcmp(method, "POST") || !strcmp(method, "PUT")) &&
+                      !(format != NULL && !strcmp(format, "safetensors"));
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (length == NULL)
@@ -801,7 +812,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
-                       hr->if_match, 0};
+                       hr->if_match, 0, query_arg, conn};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);

@@ -54,6 +54,9 @@ suite integration build/itest --server build/attention-server --fixtures "$FIXTU
 suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
     --cases tests/integration/cases
 suite v2 build/v2test --server build/asan/attention-server
+suite checkpoints /usr/bin/python3 tests/checkpoints/checkpoint_test.py --server build/attention-server
+suite checkpoints-asan /usr/bin/python3 tests/checkpoints/checkpoint_test.py \
+    --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
 suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server

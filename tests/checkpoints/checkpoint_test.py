@@ -1,0 +1,359 @@
+#!/usr/bin/python3
+"""Weight sets from safetensors checkpoints, end to end.
+
+PyTorch builds nn.MultiheadAttention modules, their state_dict is written as
+a safetensors file (the format is written here, by hand, so the test does
+not depend on the safetensors package), the file is PUT to a server this
+test starts on a free loopback port, and the server's output and per-head
+attention for the same x must equal torch's forward (need_weights=True,
+average_attn_weights=False) within 1e-9 in float64.  BERT- and GPT-2-named
+files of random tensors are checked against a NumPy reference; layer=all,
+the safetensors answer of GET, and every bad file (400 naming the fault,
+nothing stored, the server still serving) are tried too.
+
+Usage: checkpoint_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
+per check and "N passed, N failed" last.  Run with Debian's /usr/bin/python3,
+which has python3-torch and python3-numpy.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+
+import numpy as np
+import torch
+
+TOLERANCE = 1e-9
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    RESULTS["passed" if ok else "failed"] += 1
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)), flush=True)
+
+
+# ---------------------------------------------------------------- the format
+
+DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+          torch.bfloat16: "BF16"}
+
+
+def safetensors_bytes(tensors, metadata=None):
+    """tensors: {name: torch tensor}; the file as bytes, as the format says."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, t in tensors.items():
+        t = t.detach().contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 \
+            else t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def parse_safetensors(data):
+    """The F64 tensors of a file as {name: ndarray}, and its metadata."""
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, h in header.items():
+        assert h["dtype"] == "F64"
+        b, e = h["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], dtype="<f8").reshape(h["shape"])
+    return out, meta
+
+
+# ---------------------------------------------------------------- the server
+
+class Server:
+    def __init__(self, binary):
+        self.dir = tempfile.TemporaryDirectory(prefix="attn-ckpt-")
+        self.proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", os.path.join(self.dir.name, "data")],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
+            text=True)
+        line = self.proc.stdout.readline()
+        if "listening on http://" not in line:
+            raise RuntimeError("the server did not start: " + line)
+        self.base = line.split("listening on ")[1].strip()
+
+    def stop(self):
+        """Stops the server (this PID only); its exit status and what a
+        sanitized build printed are checked."""
+        self.proc.terminate()
+        rc = self.proc.wait(timeout=60)
+        with open(os.path.join(self.dir.name, "stderr")) as f:
+            log = f.read()
+        bad = [l for l in log.splitlines() if "ERROR: " in l or "runtime error" in l]
+        check("server exited cleanly", rc == 0 and not bad, (rc, bad[:3]))
+        self.dir.cleanup()
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    def put_file(self, name, query, data):
+        status, body, _ = self.request("PUT", "/v1/weight-sets/%s?format=safetensors&%s"
+                                       % (name, query), data, "application/octet-stream")
+        return status, json.loads(body) if body else None
+
+    def attention(self, name, x, heads, context=None):
+        req = {"x": x.tolist(), "weights": name, "heads": heads}
+        if context is not None:
+            req["context"] = context.tolist()
+        status, body, _ = self.request("POST", "/v1/attention", req)
+        answer = json.loads(body)
+        if status != 200:
+            raise RuntimeError("attention answered %d: %s" % (status, answer))
+        return np.array(answer["output"]), np.array(answer["attention"])
+
+    def exists(self, name):
+        return self.request("GET", "/v1/weight-sets/" + name)[0] == 200
+
+
+# ---------------------------------------------------------------- references
+
+def reference(x, ctx, wq, wk, wv, wo, bq, bk, bv, bo, heads):
+    """Multi-head attention in float64 with (in, out) matrices."""
+    q, k, v = x @ wq + bq, ctx @ wk + bk, ctx @ wv + bv
+    dh = q.shape[1] // heads
+    outs, atts = [], []
+    for h in range(heads):
+        s = q[:, h * dh:(h + 1) * dh] @ k[:, h * dh:(h + 1) * dh].T / np.sqrt(dh)
+        a = np.exp(s - s.max(axis=1, keepdims=True))
+        a /= a.sum(axis=1, keepdims=True)
+        atts.append(a)
+        outs.append(a @ v[:, h * (v.shape[1] // heads):(h + 1) * (v.shape[1] // heads)])
+    return np.concatenate(outs, axis=1) @ wo + bo, np.array(atts)
+
+
+def max_diff(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+# ---------------------------------------------------------------- the checks
+
+def check_torch_mha(srv, name, e, heads, kdim=None, bias=True, dtype=torch.float64):
+    torch.manual_seed(len(name))
+    mha = torch.nn.MultiheadAttention(e, heads, bias=bias, kdim=kdim, vdim=kdim,
+                                      dtype=torch.float64)
+    with torch.no_grad():
+        for p in mha.parameters():  # biases are zero at first: make them count
+            p.uniform_(-0.5, 0.5)
+            p.copy_(p.to(dtype).to(torch.float64))
+    sd = {k: v.to(dtype) for k, v in mha.state_dict().items()}
+    status, answer = srv.put_file(name, "preset=torch_mha&heads=%d" % heads,
+                                  safetensors_bytes(sd))
+    if status not in (200, 201):
+        return check(name, False, answer)
+    x = torch.randn(5, e, dtype=torch.float64)
+    ctx = torch.randn(7, kdim, dtype=torch.float64) if kdim else x
+    with torch.no_grad():
+        out, att = mha(x, ctx, ctx, need_weights=True, average_attn_weights=False)
+    got_out, got_att = srv.attention(name, x.numpy(), heads, ctx.numpy() if kdim else None)
+    d = max(max_diff(got_out, out.numpy()), max_diff(got_att, att.numpy()))
+    check(name + " equals torch forward", d <= TOLERANCE, "max difference %g" % d)
+
+
+def bert_file(layers, e, prefix="bert."):
+    g = torch.Generator().manual_seed(7)
+    t = {}
+    for n in range(layers):
+        base = "%sencoder.layer.%d.attention." % (prefix, n)
+        for part in ("self.query", "self.key", "self.value", "output.dense"):
+            t[base + part + ".weight"] = torch.rand(e, e, generator=g, dtype=torch.float64) - 0.5
+            t[base + part + ".bias"] = torch.rand(e, generator=g, dtype=torch.float64) - 0.5
+        t[base + "output.LayerNorm.weight"] = torch.ones(e, dtype=torch.float64)
+    t[prefix + "embeddings.word_embeddings.weight"] = torch.zeros(11, e, dtype=torch.float64)
+    return t
+
+
+def bert_reference(t, n, x, heads, prefix="bert."):
+    base = "%sencoder.layer.%d.attention." % (prefix, n)
+    w = {p: t[base + p + ".weight"].numpy().T for p in
+         ("self.query", "self.key", "self.value", "output.dense")}
+    b = {p: t[base + p + ".bias"].numpy() for p in
+         ("self.query", "self.key", "self.value", "output.dense")}
+    return reference(x, x, w["self.query"], w["self.key"], w["self.value"], w["output.dense"],
+                     b["self.query"], b["self.key"], b["self.value"], b["output.dense"], heads)
+
+
+def gpt2_file(layers, e):
+    g = torch.Generator().manual_seed(11)
+    t = {"transformer.wte.weight": torch.zeros(13, e, dtype=torch.float64)}
+    for n in range(layers):
+        base = "transformer.h.%d.attn." % n
+        t[base + "c_attn.weight"] = torch.rand(e, 3 * e, generator=g, dtype=torch.float64) - 0.5
+        t[base + "c_attn.bias"] = torch.rand(3 * e, generator=g, dtype=torch.float64) - 0.5
+        t[base + "c_proj.weight"] = torch.rand(e, e, generator=g, dtype=torch.float64) - 0.5
+        t[base + "c_proj.bias"] = torch.rand(e, generator=g, dtype=torch.float64) - 0.5
+    return t
+
+
+def gpt2_reference(t, n, x, heads):
+    base = "transformer.h.%d.attn." % n
+    w, b = t[base + "c_attn.weight"].numpy(), t[base + "c_attn.bias"].numpy()
+    e = w.shape[0]
+    return reference(x, x, w[:, :e], w[:, e:2 * e], w[:, 2 * e:], t[base + "c_proj.weight"].numpy(),
+                     b[:e], b[e:2 * e], b[2 * e:], t[base + "c_proj.bias"].numpy(), heads)
+
+
+def check_bert_and_gpt2(srv):
+    e, heads = 8, 2
+    x = np.random.default_rng(3).uniform(-1, 1, (4, e))
+    bert = bert_file(2, e)
+    status, answer = srv.put_file("bert1", "preset=hf_bert&heads=2&layer=1",
+                                  safetensors_bytes(bert))
+    check("hf_bert layer 1 stored", status == 201, answer)
+    if status == 201:
+        out, att = srv.attention("bert1", x, heads)
+        ref_out, ref_att = bert_reference(bert, 1, x, heads)
+        d = max(max_diff(out, ref_out), max_diff(att, ref_att))
+        check("hf_bert layer 1 equals NumPy", d <= TOLERANCE, d)
+    gpt2 = gpt2_file(3, e)
+    status, answer = srv.put_file("g", "preset=gpt2&heads=2&layer=all", safetensors_bytes(gpt2))
+    names = [s["name"] for s in answer.get("weight_sets", [])] if answer else []
+    check("gpt2 layer=all stores g.0 g.1 g.2", status == 201 and names == ["g.0", "g.1", "g.2"],
+          answer)
+    for n in range(3 if status == 201 else 0):
+        out, att = srv.attention("g.%d" % n, x, heads)
+        ref_out, ref_att = gpt2_reference(gpt2, n, x, heads)
+        d = max(max_diff(out, ref_out), max_diff(att, ref_att))
+        check("gpt2 layer %d equals NumPy" % n, d <= TOLERANCE, d)
+    # GET as safetensors: (in, out) arrays bit for bit, heads in the metadata.
+    status, body, headers = srv.request("GET", "/v1/weight-sets/g.1?format=safetensors")
+    tensors, meta = parse_safetensors(body) if status == 200 else ({}, {})
+    w = gpt2["transformer.h.1.attn.c_attn.weight"].numpy()
+    same = status == 200 and meta.get("heads") == "2" and \
+        np.array_equal(tensors.get("wk"), w[:, e:2 * e]) and \
+        sorted(tensors) == sorted(["wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"]) and \
+        headers.get("Content-Type") == "application/octet-stream" and "ETag" in headers
+    check("GET format=safetensors answers the set", same, (status, meta, headers))
+    # What GET answers can be PUT back with preset=names.
+    status, answer = srv.put_file("g1copy", "preset=names&layout=in_out&wq=wq&wk=wk&wv=wv&bq=bq"
+                                  "&bk=bk&bv=bv&wo=wo&bo=bo&heads=2", body)
+    same = status == 201 and np.array_equal(srv.attention("g1copy", x, heads)[0],
+                                            srv.attention("g.1", x, heads)[0])
+    check("preset=names takes back a GET answer", same, answer)
+
+
+def check_half_precision(srv):
+    """F16 and BF16 widen exactly: the stored doubles equal torch's .double()."""
+    for dtype, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+        torch.manual_seed(5)
+        mha = torch.nn.MultiheadAttention(4, 2, dtype=torch.float64)
+        sd = {k: (v + 0.1).to(dtype) for k, v in mha.state_dict().items()}
+        status, answer = srv.put_file(tag, "preset=torch_mha", safetensors_bytes(sd))
+        if status != 201:
+            check(tag + " stored", False, answer)
+            continue
+        _, body, _ = srv.request("GET", "/v1/weight-sets/%s?format=safetensors" % tag)
+        tensors, _ = parse_safetensors(body)
+        want = sd["in_proj_weight"].double().numpy()[4:8].T
+        check(tag + " widens exactly", np.array_equal(tensors["wk"], want))
+
+
+def check_layer_all_atomic(srv):
+    """A layer=all upload where one layer lacks a tensor stores nothing."""
+    t = gpt2_file(3, 4)
+    del t["transformer.h.2.attn.c_proj.weight"]
+    status, answer = srv.put_file("atomic", "preset=gpt2&layer=all", safetensors_bytes(t))
+    stored = [n for n in ("atomic.0", "atomic.1", "atomic.2") if srv.exists(n)]
+    check("layer=all with a missing tensor stores none", status == 400 and not stored and
+          "transformer.h.2.attn.c_proj.weight" in answer["error"]["message"], (answer, stored))
+
+
+def bad_files():
+    """(name, file bytes, query, code expected, text the message or field holds)."""
+    good = safetensors_bytes(gpt2_file(2, 4))
+    n = struct.unpack("<Q", good[:8])[0]
+
+    def with_header(header_obj, data=b"\0" * 64):
+        text = json.dumps(header_obj).encode()
+        return struct.pack("<Q", len(text)) + text + data
+
+    entry = {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}
+    return [
+        ("truncated", good[:len(good) - 5], "preset=gpt2&layer=0", "invalid_safetensors",
+         "truncated"),
+        ("tiny", good[:5], "preset=gpt2", "invalid_safetensors", "fewer than the 8"),
+        ("header past body", struct.pack("<Q", 10 ** 9) + good[8:], "preset=gpt2",
+         "invalid_safetensors", "past the end of the body"),
+        ("not JSON", good[:8] + b"x" * n + good[8 + n:], "preset=gpt2", "invalid_safetensors",
+         "not JSON"),
+        ("not an object", with_header([1, 2]), "preset=gpt2", "invalid_safetensors",
+         "not an object"),
+        ("outside", with_header({"a": dict(entry, data_offsets=[56, 72])}), "preset=gpt2",
+         "invalid_safetensors", "only 64 bytes"),
+        ("overlap", with_header({"a": entry, "b": dict(entry, data_offsets=[8, 24])}),
+         "preset=gpt2", "invalid_safetensors", "overlap"),
+        ("size mismatch", with_header({"a": dict(entry, shape=[3, 2])}), "preset=gpt2",
+         "invalid_safetensors", "make 24 bytes"),
+        ("unknown dtype", with_header({"a": dict(entry, dtype="Q9")}), "preset=gpt2",
+         "unsupported_dtype", "Q9"),
+        ("missing tensor", safetensors_bytes({"in_proj_weight": torch.zeros(6, 2)}),
+         "preset=torch_mha", "missing_tensor", "out_proj.weight"),
+        ("ambiguous prefix", safetensors_bytes({**gpt2_file(1, 4), **{
+            "other." + k[len("transformer."):]: v for k, v in gpt2_file(1, 4).items()}}),
+         "preset=gpt2", "ambiguous_prefix", "\"other.\""),
+        ("layer absent", good, "preset=gpt2&layer=9", "invalid_value", "layer"),
+        ("layer missing", good, "preset=gpt2", "missing_field", "layer"),
+        ("bad preset", good, "preset=llama", "invalid_value", "preset"),
+        ("heads", good, "preset=gpt2&layer=0&heads=3", "shape_mismatch", "heads"),
+    ]
+
+
+def check_bad_files(srv):
+    for name, data, query, code, text in bad_files():
+        status, answer = srv.put_file("bad", query, data)
+        err = (answer or {}).get("error", {})
+        ok = status == 400 and err.get("code") == code and \
+            (text in err.get("message", "") or text == err.get("field"))
+        alive = srv.request("GET", "/healthz")[0] == 200
+        check("bad file: " + name, ok and alive and not srv.exists("bad"), answer)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    srv = Server(args.server)
+    try:
+        check_torch_mha(srv, "mha", 8, 2)
+        check_torch_mha(srv, "mha.nobias", 8, 4, bias=False)
+        check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5)
+        check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32)
+        check_bert_and_gpt2(srv)
+        check_half_precision(srv)
+        check_layer_all_atomic(srv)
+        check_bad_files(srv)
+    except Exception as e:  # a crash of the test is a failure, not a silent end
+        check("no exception", False, repr(e))
+    finally:
+        srv.stop()
+    print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
+    return 1 if RESULTS["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
