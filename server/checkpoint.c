@@ -374,7 +374,7 @@ static int plans_count(const layer_plan *plans, size_t n, size_t max, size_t *to
                 *total += weights_rows(&plans[i].dims, (weights_part)p) *
                           weights_cols(&plans[i].dims, (weights_part)p);
     if (*total > max)
-        return error_set(err, ERR_TOO_LARGE, "too_many_elements", NULL,
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
                          "The weights asked for hold %zu numbers, more than the server's "
                          "limit of %zu (--max-elements).", *total, max);
     return 0;

@@ -123,6 +123,29 @@ function binaryBody(tensors, extra = {}) {
     return { body, headerLength: header.length };
 }
 
+// A safetensors file of F64 matrices {name: rows}: 8-byte header length, JSON header, data.
+// Prism passes request bodies on as UTF-8 text, so every byte must be below 0x80: the header
+// is padded to 264 bytes (0x108) and the values must be such as 0, 2, 3, 4 or 8.
+function safetensors(tensors) {
+    const header = {};
+    const parts = [];
+    let offset = 0;
+    for (const [name, rows] of Object.entries(tensors)) {
+        const flat = rows.flat();
+        const buf = Buffer.alloc(flat.length * 8);
+        flat.forEach((v, i) => buf.writeDoubleLE(v, i * 8));
+        header[name] = { dtype: 'F64', shape: [rows.length, rows[0].length],
+                         data_offsets: [offset, offset + buf.length] };
+        parts.push(buf);
+        offset += buf.length;
+    }
+    const text = Buffer.from(JSON.stringify(header).padEnd(264, ' '));
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(text.length));
+    return Buffer.concat([len, text, ...parts]);
+}
+const octets = (buf) => ({ body: buf, headers: { 'Content-Type': 'application/octet-stream' } });
+
 const json = (v) => ({ body: JSON.stringify(v), headers: { 'Content-Type': 'application/json' } });
 
 function v2json(inputs, extra = {}) {
@@ -203,6 +226,14 @@ const cases = [
     ['v1 weight-set get', { method: 'GET', path: '/v1/weight-sets/toy' }, 200],
     ['v1 weight-set get absent', { method: 'GET', path: '/v1/weight-sets/absent' }, 404],
     ['v1 attention named weights', postExample('named_weights'), 200],
+    ['v1 weight-set get safetensors', { method: 'GET', path: '/v1/weight-sets/toy?format=safetensors' }, 200],
+    ['v1 weight-set put safetensors', { method: 'PUT',
+        path: '/v1/weight-sets/toyst?format=safetensors&preset=names&layout=in_out&wq=wq&wk=wk&wv=wv',
+        ...octets(safetensors({ wq: [[2, 0], [3, 4]], wk: [[8, 2], [0, 3]], wv: [[4, 4], [2, 0]] })) },
+        [200, 201]],
+    ['v1 weight-set put safetensors truncated', { method: 'PUT',
+        path: '/v1/weight-sets/toyst?format=safetensors&preset=torch_mha',
+        ...octets(Buffer.from([1, 2, 3])) }, 400],
     ['v1 weight-set preflight', preflight('/v1/weight-sets/toy', 'PUT'), 204],
     // v2
     ['v2 server metadata', { method: 'GET', path: '/v2' }, 200],
