@@ -77,11 +77,11 @@ def parse_safetensors(data):
 # ---------------------------------------------------------------- the server
 
 class Server:
-    def __init__(self, binary):
+    def __init__(self, binary, *options):
         self.dir = tempfile.TemporaryDirectory(prefix="attn-ckpt-")
         self.proc = subprocess.Popen(
             [binary, "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", os.path.join(self.dir.name, "data")],
+             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
             stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
             text=True)
         line = self.proc.stdout.readline()
@@ -282,6 +282,24 @@ def check_layer_all_atomic(srv):
           "transformer.h.2.attn.c_proj.weight" in answer["error"]["message"], (answer, stored))
 
 
+def check_layer_all_rolls_back(binary):
+    """When the store refuses a later layer (--max-store-bytes: each set takes
+    744 bytes, so the third does not fit), the sets the
+    earlier layers replaced are put back and those they created are gone."""
+    srv = Server(binary, "--max-store-bytes", "1800")
+    try:
+        old = {"wq": [[1.0]], "wk": [[1.0]], "wv": [[1.0]]}
+        srv.request("PUT", "/v1/weight-sets/r.0", old)
+        status, answer = srv.put_file("r", "preset=gpt2&layer=all",
+                                      safetensors_bytes(gpt2_file(3, 4)))
+        _, body, _ = srv.request("GET", "/v1/weight-sets/r.0")
+        kept = json.loads(body).get("wq") == [[1.0]]
+        check("layer=all refused by the store leaves the old sets", status == 413 and kept and
+              not srv.exists("r.1") and not srv.exists("r.2"), (status, answer, body[:200]))
+    finally:
+        srv.stop()
+
+
 def bad_files():
     """(name, file bytes, query, code expected, text the message or field holds)."""
     good = safetensors_bytes(gpt2_file(2, 4))
@@ -351,6 +369,10 @@ def main():
         check("no exception", False, repr(e))
     finally:
         srv.stop()
+    try:
+        check_layer_all_rolls_back(args.server)
+    except Exception as e:
+        check("no exception in the roll-back check", False, repr(e))
     print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
     return 1 if RESULTS["failed"] else 0
 
