@@ -10,8 +10,8 @@
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 
 CC      ?= cc
-PKGS    := libmicrohttpd jansson openblas
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev curl valgrind openssl
+PKGS    := libmicrohttpd jansson openblas zlib
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev curl valgrind openssl
 
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral

@@ -66,6 +66,7 @@
 
 #include "api.h"
 #include "budget.h"
+#include "compress.h"
 #include "compute.h"
 #include "guard.h"
 #include "mem.h"
@@ -136,6 +137,8 @@ struct http_request {
     size_t len, cap;
     int too_large;
     int no_memory;              /* a chunked body outgrew the budget */
+    compress_inflater *inflater; /* Content-Encoding gzip or deflate; NULL for none */
+    int bad_encoding;           /* the compressed body is not of its coding */
     int status;
     size_t bytes_in, bytes_out;
     size_t reserved;            /* bytes held in the budget */
@@ -192,9 +195,6 @@ static int request_reserve(http_request *hr, size_t bytes)
  * -1 when out of memory. */
 static int body_append(http_request *hr, size_t limit, const char *data, size_t n)
 {
-    hr->bytes_in += n;
-    if (hr->hc != NULL)
-        atomic_fetch_add(&hr->hc->body_bytes, n);
     if (hr->too_large || hr->no_memory)
         return 0;
     if (hr->len + n > limit) {
@@ -240,10 +240,62 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
 /* Builds the MHD response for resp (consuming its body) with the common
  * headers, and queues it.  OPTIONS answers get the preflight headers; a
  * request the guard refused gets what its verdict v asks for (NULL: none). */
+/* compress_sink for an inflated body: the limit (--max-body) applies to
+ * the inflated bytes; past it, inflating stops (1). */
+static int inflated_sink(void *ctx, const char *data, size_t n)
+{
+    http_request *hr = ctx;
+    if (body_append(hr, hr->srv->cfg->max_body, data, n) != 0)
+        return -1;
+    return hr->too_large || hr->no_memory ? 1 : 0;
+}
+
+/* Takes n bytes of the body as they came over the wire: counts them, and
+ * inflates them first when the body is compressed.  Returns -1 when out of
+ * memory (the connection is dropped), else 0. */
+static int body_receive(http_request *hr, size_t limit, const char *data, size_t n)
+{
+    hr->bytes_in += n;
+    if (hr->hc != NULL)
+        atomic_fetch_add(&hr->hc->body_bytes, n);
+    if (hr->inflater == NULL)
+        return body_append(hr, limit, data, n);
+    if (hr->too_large || hr->no_memory || hr->bad_encoding)
+        return 0; /* the answer is known: the rest is not inflated */
+    int rc = compress_inflate(hr->inflater, data, n, inflated_sink, hr);
+    if (rc == COMPRESS_CORRUPT)
+        hr->bad_encoding = 1;
+    else if (rc == COMPRESS_NOMEM)
+        hr->no_memory = 1;
+    return rc == -1 ? -1 : 0;
+}
+
+/* Compresses the body of resp for a client whose Accept-Encoding (NULL:
+ * none) asks for it, when the body is large enough to gain.  Returns the
+ * coding used (NULL: none; the body is then unchanged). */
+static const char *compress_answer(api_response *resp, const char *accept_encoding)
+{
+    compress_kind kind = compress_accepted(accept_encoding);
+    if (kind == COMPRESS_NONE || resp->body_len < COMPRESS_MIN_BYTES)
+        return NULL;
+    size_t len;
+    char *z = compress_deflate(kind, resp->body, resp->body_len, &len);
+    if (z == NULL)
+        return NULL; /* sent as it is */
+    api_response_free(resp);
+    resp->body = z;
+    resp->body_len = len;
+    return compress_name(kind);
+}
+
 static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *conn,
                                     http_request *hr, api_response *resp, int preflight,
                                     const guard_verdict *v)
 {
+    /* Answers of this size vary with Accept-Encoding, whether compressed or not. */
+    int varies = resp->body_len >= COMPRESS_MIN_BYTES;
+    const char *coding = compress_answer(
+        resp, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding"));
     conn_set_phase(srv, hr->hc, CONN_BUSY);
     struct MHD_Response *r;
     if (resp->body_static)
@@ -286,8 +338,12 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
         MHD_add_response_header(r, "Access-Control-Expose-Headers",
                                 "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag");
     }
-    if (vary)
-        MHD_add_response_header(r, "Vary", "Origin");
+    if (vary || varies)
+        MHD_add_response_header(r, "Vary", vary && varies ? "Origin, Accept-Encoding"
+                                           : vary        ? "Origin"
+                                                         : "Accept-Encoding");
+    if (coding != NULL)
+        MHD_add_response_header(r, "Content-Encoding", coding);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (resp->allow != NULL && (resp->status == 405 || preflight))
         MHD_add_response_header(r, "Allow", resp->allow);
@@ -712,6 +768,17 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     hr->inference_header_length =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
     hr->if_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
+    compress_kind coding;
+    if (compress_encoding_parse(
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding"), &coding)) {
+        hr->too_large = 1; /* the body is dropped unread */
+        error_set(&err, ERR_UNSUPPORTED_MEDIA, "unsupported_encoding", "Content-Encoding",
+                  "The body's Content-Encoding is not one this server reads: send it as it is "
+                  "(identity), gzip or deflate.");
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    if (coding != COMPRESS_NONE && (hr->inflater = compress_inflater_new(coding)) == NULL)
+        return MHD_NO;
     hr->deadline_ms = request_deadline_ms(conn);
     if (hr->deadline_ms < 0) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "X-Deadline-Ms",
@@ -768,7 +835,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return request_begin(srv, conn, url, method, version, con_cls);
     if (*upload_data_size != 0) {
         if (hr->status == 0 &&
-            body_append(hr, srv->cfg->max_body, upload_data, *upload_data_size) != 0)
+            body_receive(hr, srv->cfg->max_body, upload_data, *upload_data_size) != 0)
             return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
@@ -793,6 +860,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                   "retry shortly.");
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
+    if (hr->inflater != NULL && hr->bytes_in > 0 &&
+        (hr->bad_encoding || !compress_inflater_done(hr->inflater))) {
+        error_set(&err, ERR_BAD_REQUEST, "invalid_encoding", "Content-Encoding",
+                  "The body is not %s data, or it was cut short.",
+                  hr->bad_encoding ? "valid compressed" : "complete compressed");
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    compress_inflater_free(hr->inflater); /* its window is not needed any more */
+    hr->inflater = NULL;
     if (!cheap_request(method, url) && srv->worker_count > 0) {
         conn_set_phase(srv, hr->hc, CONN_BUSY);
         request_token_start(srv, hr);
@@ -840,6 +916,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
     budget_release(hr->reserved);
     api_response_free(&hr->resp);
+    compress_inflater_free(hr->inflater);
     mem_free(hr->body);
     mem_free(hr);
     *con_cls = NULL;

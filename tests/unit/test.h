@@ -222,6 +222,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_bert_errors)           \
     X(checkpoint_names_and_limits)      \
     X(checkpoint_out_of_memory)         \
+    X(compress_round_trips)             \
+    X(compress_bomb_and_damage)         \
+    X(compress_raw_deflate_accepted)    \
+    X(compress_header_values)           \
+    X(compress_out_of_memory)           \
     X(viz_routes)                       \
     X(viz_examples_out_of_memory)
 

@@ -1,0 +1,67 @@
+/*
+ * compress.h - gzip and deflate bodies, in and out, with zlib.
+ *
+ * A request body sent with Content-Encoding: gzip or deflate is inflated as
+ * it arrives, chunk by chunk, into a sink that applies the body limit to the
+ * inflated bytes, so a small bomb is stopped at the limit with only one
+ * chunk buffer in memory.  An answer is deflated whole when the client's
+ * Accept-Encoding asks for it.  "deflate" is the zlib format (RFC 1950), as
+ * HTTP defines it; a raw deflate stream, which some clients send instead, is
+ * accepted too.
+ *
+ * This module knows nothing of HTTP libraries; it reads header values.
+ */
+#ifndef ATTN_COMPRESS_H
+#define ATTN_COMPRESS_H
+
+#include <stddef.h>
+
+typedef enum { COMPRESS_NONE, COMPRESS_GZIP, COMPRESS_DEFLATE } compress_kind;
+
+/* Answers smaller than this are sent as they are: compressing them saves
+ * too little to pay for the time. */
+#define COMPRESS_MIN_BYTES 1024
+
+/* The coding a Content-Encoding value names: 0 with *kind set (NONE for a
+ * NULL, empty or "identity" value), or -1 for a coding this server does not
+ * read (the caller answers 415). */
+int compress_encoding_parse(const char *value, compress_kind *kind);
+
+/* The coding to answer with for an Accept-Encoding value (NULL: none):
+ * gzip when acceptable, else deflate, else NONE.  A coding with q=0 is not
+ * acceptable. */
+compress_kind compress_accepted(const char *accept_encoding);
+
+/* The Content-Encoding name of kind ("gzip", "deflate"; NULL for NONE). */
+const char *compress_name(compress_kind kind);
+
+typedef struct compress_inflater compress_inflater;
+
+/* Where inflated bytes go: returns 0 to go on, non-zero to stop (that
+ * value is then returned by compress_inflate). */
+typedef int (*compress_sink)(void *ctx, const char *data, size_t n);
+
+/* A new inflater for kind (not NONE), which the caller frees with
+ * compress_inflater_free; NULL when memory runs out. */
+compress_inflater *compress_inflater_new(compress_kind kind);
+
+/* Inflates in[0..n) into sink.  Returns 0, the sink's non-zero value,
+ * COMPRESS_CORRUPT when the data is not of the coding (or goes on after the
+ * end of the stream), or COMPRESS_NOMEM. */
+#define COMPRESS_CORRUPT (-1001)
+#define COMPRESS_NOMEM (-1002)
+int compress_inflate(compress_inflater *inf, const void *in, size_t n, compress_sink sink,
+                     void *ctx);
+
+/* 1 when the stream has ended properly (a body cut short has not). */
+int compress_inflater_done(const compress_inflater *inf);
+
+/* Frees inf (NULL is fine). */
+void compress_inflater_free(compress_inflater *inf);
+
+/* Compresses in[0..n) with kind (gzip or deflate) into a new buffer, which
+ * the caller frees with mem_free, with *out_len its size; NULL when memory
+ * runs out. */
+char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len);
+
+#endif

@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Compressed bodies, in and out, end to end.
+
+Starts the server on a free loopback port (stopped by its PID) and checks:
+gzip, deflate (zlib) and raw deflate request bodies answer as the same
+request sent plain; an unknown Content-Encoding is 415; a damaged or cut
+short body is 400; a gzip bomb is 413 with the server's peak memory barely
+moved; answers of v1, v2 and the /viz files are compressed when
+Accept-Encoding asks and they are over 1 KB, with Vary: Accept-Encoding, and
+decompress to the plain answer.
+
+Usage: compression_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
+per check and "N passed, N failed" last.
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    RESULTS["passed" if ok else "failed"] += 1
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[:400]), flush=True)
+
+
+class Server:
+    def __init__(self, binary, *options):
+        self.dir = tempfile.TemporaryDirectory(prefix="attn-compress-")
+        self.proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
+            text=True)
+        line = self.proc.stdout.readline()
+        if "listening on http://" not in line:
+            raise RuntimeError("the server did not start: " + line)
+        self.base = line.split("listening on ")[1].strip()
+
+    def stop(self):
+        self.proc.terminate()  # this PID only
+        rc = self.proc.wait(timeout=60)
+        with open(os.path.join(self.dir.name, "stderr")) as f:
+            bad = [l for l in f.read().splitlines() if "ERROR: " in l or "runtime error" in l]
+        check("server exited cleanly", rc == 0 and not bad, (rc, bad[:3]))
+        self.dir.cleanup()
+
+    def peak_rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def request(self, method, path, body=None, headers=None):
+        req = urllib.request.Request(self.base + path, data=body, method=method,
+                                     headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), e.headers
+
+
+def attention_request(n, d):
+    x = [[((i * 7 + j * 3) % 11) / 10.0 - 0.5 for j in range(d)] for i in range(n)]
+    return json.dumps({"q": x, "k": x, "v": x}).encode()
+
+
+def output_of(body):
+    return json.loads(body)["output"]
+
+
+def check_request_bodies(srv):
+    body = attention_request(64, 16)
+    status, plain, _ = srv.request("POST", "/v1/attention", body)
+    check("plain request", status == 200, plain[:200])
+    raw = zlib.compressobj(wbits=-15)
+    codings = {"gzip": gzip.compress(body), "deflate": zlib.compress(body),
+               "deflate (raw)": raw.compress(body) + raw.flush()}
+    for name, data in codings.items():
+        status, answer, _ = srv.request("POST", "/v1/attention", data, {
+            "Content-Encoding": name.split()[0], "Content-Type": "application/json"})
+        check(name + " request answers as plain", status == 200 and
+              output_of(answer) == output_of(plain), answer[:200])
+    status, answer, _ = srv.request("POST", "/v1/attention", body, {"Content-Encoding": "br"})
+    err = json.loads(answer).get("error", {}) if answer else {}
+    check("unknown Content-Encoding is 415", status == 415 and
+          err.get("code") == "unsupported_encoding", answer[:200])
+    z = gzip.compress(body)
+    for name, data in (("damaged", z[:20] + bytes(b ^ 0x5a for b in z[20:40]) + z[40:]),
+                       ("cut short", z[:len(z) // 2])):
+        status, answer, _ = srv.request("POST", "/v1/attention", data, {"Content-Encoding": "gzip"})
+        err = json.loads(answer).get("error", {}) if answer else {}
+        check(name + " gzip body is 400", status == 400 and err.get("code") == "invalid_encoding",
+              (status, answer[:200]))
+
+
+def check_bomb(binary):
+    """256 MiB of zeros in a gzip body of about 250 KiB, against --max-body 1 MiB."""
+    srv = Server(binary, "--max-body", "1048576")
+    try:
+        before = srv.peak_rss_kib()
+        bomb = gzip.compress(b"0" * (256 << 20), compresslevel=9)
+        status, answer, _ = srv.request("PUT", "/v1/weight-sets/bomb", bomb,
+                                        {"Content-Encoding": "gzip"})
+        grown = srv.peak_rss_kib() - before
+        err = json.loads(answer).get("error", {}) if answer else {}
+        check("gzip bomb is 413", status == 413 and err.get("code") == "body_too_large",
+              (status, answer[:200]))
+        check("gzip bomb leaves peak memory within 32 MiB", grown < 32 * 1024,
+              "peak RSS grew by %d KiB" % grown)
+        check("server serves after the bomb", srv.request("GET", "/healthz")[0] == 200)
+    finally:
+        srv.stop()
+
+
+def check_answers(srv):
+    body = attention_request(64, 16)
+    _, plain, plain_headers = srv.request("POST", "/v1/attention", body)
+    check("plain answer varies with Accept-Encoding",
+          "Accept-Encoding" in (plain_headers.get("Vary") or ""), plain_headers)
+    for coding, decode in (("gzip", gzip.decompress), ("deflate", zlib.decompress)):
+        status, z, headers = srv.request("POST", "/v1/attention", body,
+                                         {"Accept-Encoding": coding})
+        ok = status == 200 and headers.get("Content-Encoding") == coding and \
+            "Accept-Encoding" in headers.get("Vary", "") and len(z) < len(plain)
+        check("v1 answer in " + coding, ok and output_of(decode(z)) == output_of(plain), headers)
+    status, small, headers = srv.request("GET", "/healthz", None, {"Accept-Encoding": "gzip"})
+    check("a small answer is not compressed", status == 200 and
+          headers.get("Content-Encoding") is None and json.loads(small)["status"] == "ok")
+    _, page, _ = srv.request("GET", "/viz/viz.js")
+    status, z, headers = srv.request("GET", "/viz/viz.js", None, {"Accept-Encoding": "gzip, br"})
+    check("/viz file in gzip", status == 200 and headers.get("Content-Encoding") == "gzip" and
+          gzip.decompress(z) == page, headers)
+    x = [float(i % 13) / 13 for i in range(64 * 8)]
+    infer = json.dumps({"inputs": [
+        {"name": n, "shape": [64, 8], "datatype": "FP64", "data": x} for n in "qkv"]}).encode()
+    _, plain, _ = srv.request("POST", "/v2/models/attention/infer", infer)
+    status, z, headers = srv.request("POST", "/v2/models/attention/infer", infer,
+                                     {"Accept-Encoding": "deflate"})
+    check("v2 answer in deflate", status == 200 and headers.get("Content-Encoding") == "deflate"
+          and json.loads(zlib.decompress(z))["outputs"] == json.loads(plain)["outputs"], headers)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    args = ap.parse_args()
+    srv = Server(args.server)
+    try:
+        check_request_bodies(srv)
+        check_answers(srv)
+    except Exception as e:  # a crash of the test is a failure, not a silent end
+        check("no exception", False, repr(e))
+    finally:
+        srv.stop()
+    try:
+        check_bomb(args.server)
+    except Exception as e:
+        check("no exception in the bomb check", False, repr(e))
+    print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
+    return 1 if RESULTS["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

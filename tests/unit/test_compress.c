@@ -1,0 +1,146 @@
+/*
+ * test_compress.c - gzip and deflate bodies: round trips, the header values,
+ * a bomb stopped by the sink, damaged and cut-short streams, out of memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress.h"
+#include "mem.h"
+#include "test.h"
+
+/* A sink that gathers up to cap bytes and stops past them. */
+typedef struct gather { char *data; size_t len, cap; } gather;
+
+static int gather_sink(void *ctx, const char *data, size_t n)
+{
+    gather *g = ctx;
+    if (g->len + n > g->cap)
+        return 7;
+    memcpy(g->data + g->len, data, n);
+    g->len += n;
+    return 0;
+}
+
+/* Inflates in[0..n) fed in pieces of `step` bytes; returns the last code. */
+static int inflate_all(compress_kind kind, const char *in, size_t n, size_t step, gather *g,
+                       int *done)
+{
+    compress_inflater *inf = compress_inflater_new(kind);
+    if (inf == NULL)
+        return COMPRESS_NOMEM;
+    int rc = 0;
+    for (size_t at = 0; at < n && rc == 0; at += step)
+        rc = compress_inflate(inf, in + at, at + step > n ? n - at : step, gather_sink, g);
+    *done = compress_inflater_done(inf);
+    compress_inflater_free(inf);
+    return rc;
+}
+
+void test_compress_round_trips(void)
+{
+    static char text[50000];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = "0123456789,.[] e-"[(i * 7 + i / 13) % 17];
+    static char back[sizeof text];
+    for (int k = COMPRESS_GZIP; k <= COMPRESS_DEFLATE; k++) {
+        size_t len = 0;
+        char *z = compress_deflate((compress_kind)k, text, sizeof text, &len);
+        ASSERT(z != NULL && len < sizeof text);
+        gather g = {back, 0, sizeof back};
+        int done = 0;
+        int rc = inflate_all((compress_kind)k, z, len, 100, &g, &done);
+        /* cut short: no error, but not done */
+        gather cut = {back, 0, sizeof back};
+        int cut_done = 1;
+        int cut_rc = inflate_all((compress_kind)k, z, len - 3, 1000, &cut, &cut_done);
+        mem_free(z);
+        ASSERT_EQ(rc, 0);
+        ASSERT(done);
+        ASSERT_EQ(g.len, sizeof text);
+        ASSERT(memcmp(back, text, sizeof text) == 0);
+        ASSERT_EQ(cut_rc, 0);
+        ASSERT(!cut_done);
+    }
+}
+
+void test_compress_bomb_and_damage(void)
+{
+    /* 8 MiB of zeros deflate to a few KiB; the sink stops at 64 KiB. */
+    size_t big = (size_t)8 << 20, len = 0;
+    char *zeros = calloc(1, big);
+    ASSERT(zeros != NULL);
+    char *z = compress_deflate(COMPRESS_GZIP, zeros, big, &len);
+    free(zeros);
+    ASSERT(z != NULL && len < 65536);
+    static char small[65536];
+    gather g = {small, 0, sizeof small};
+    int done;
+    int rc = inflate_all(COMPRESS_GZIP, z, len, len, &g, &done);
+    z[len / 2] ^= 0x55; /* damage the middle */
+    gather g2 = {small, 0, sizeof small};
+    int rc2 = inflate_all(COMPRESS_GZIP, z + 10, len - 10, len, &g2, &done);
+    mem_free(z);
+    ASSERT_EQ(rc, 7);
+    ASSERT(g.len <= sizeof small);
+    ASSERT(rc2 == COMPRESS_CORRUPT || rc2 == 7);
+    gather g3 = {small, 0, sizeof small};
+    ASSERT_EQ(inflate_all(COMPRESS_GZIP, "not gzip at all", 15, 15, &g3, &done), COMPRESS_CORRUPT);
+}
+
+void test_compress_raw_deflate_accepted(void)
+{
+    /* A raw deflate stream (no zlib header) of "hello": one stored block. */
+    const char raw[] = {0x01, 0x05, 0x00, (char)0xfa, (char)0xff, 'h', 'e', 'l', 'l', 'o'};
+    char out[16];
+    gather g = {out, 0, sizeof out};
+    int done;
+    ASSERT_EQ(inflate_all(COMPRESS_DEFLATE, raw, sizeof raw, sizeof raw, &g, &done), 0);
+    ASSERT(done);
+    ASSERT_EQ(g.len, 5);
+    ASSERT(memcmp(out, "hello", 5) == 0);
+}
+
+void test_compress_header_values(void)
+{
+    compress_kind k;
+    ASSERT(compress_encoding_parse(NULL, &k) == 0 && k == COMPRESS_NONE);
+    ASSERT(compress_encoding_parse("identity", &k) == 0 && k == COMPRESS_NONE);
+    ASSERT(compress_encoding_parse("GZIP", &k) == 0 && k == COMPRESS_GZIP);
+    ASSERT(compress_encoding_parse("deflate", &k) == 0 && k == COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_encoding_parse("br", &k), -1);
+    ASSERT_EQ(compress_encoding_parse("gzip, br", &k), -1);
+    ASSERT_EQ(compress_accepted(NULL), COMPRESS_NONE);
+    ASSERT_EQ(compress_accepted("br"), COMPRESS_NONE);
+    ASSERT_EQ(compress_accepted("deflate, gzip;q=0.5"), COMPRESS_GZIP);
+    ASSERT_EQ(compress_accepted("gzip;q=0, deflate"), COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_accepted("*"), COMPRESS_GZIP);
+    ASSERT_EQ(compress_accepted("identity"), COMPRESS_NONE);
+    ASSERT_STR_EQ(compress_name(COMPRESS_DEFLATE), "deflate");
+}
+
+void test_compress_out_of_memory(void)
+{
+    static char text[4000];
+    memset(text, 'a', sizeof text);
+    for (long n = 0;; n++) {
+        mem_fail_after(n);
+        size_t len = 0;
+        char *z = compress_deflate(COMPRESS_GZIP, text, sizeof text, &len);
+        int rc = -1, done = 0;
+        char out[sizeof text];
+        gather g = {out, 0, sizeof out};
+        if (z != NULL)
+            rc = inflate_all(COMPRESS_GZIP, z, len, len, &g, &done);
+        mem_free(z);
+        long failures = mem_failures(), live = mem_fail_live();
+        mem_fail_reset();
+        ASSERT_EQ(live, 0);
+        if (failures == 0) {
+            ASSERT(rc == 0 && done && g.len == sizeof text);
+            break;
+        }
+        ASSERT(z == NULL || rc == COMPRESS_NOMEM);
+        ASSERT(n < 100);
+    }
+}
