@@ -19,22 +19,16 @@ import argparse
 import json
 import os
 import struct
-import subprocess
 import sys
-import tempfile
-import urllib.error
-import urllib.request
 
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+
 TOLERANCE = 1e-9
-RESULTS = {"passed": 0, "failed": 0}
-
-
-def check(name, ok, detail=""):
-    RESULTS["passed" if ok else "failed"] += 1
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)), flush=True)
 
 
 # ---------------------------------------------------------------- the format
@@ -76,58 +70,30 @@ def parse_safetensors(data):
 
 # ---------------------------------------------------------------- the server
 
-class Server:
-    def __init__(self, binary, *options):
-        self.dir = tempfile.TemporaryDirectory(prefix="attn-ckpt-")
-        self.proc = subprocess.Popen(
-            [binary, "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
-            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
-            text=True)
-        line = self.proc.stdout.readline()
-        if "listening on http://" not in line:
-            raise RuntimeError("the server did not start: " + line)
-        self.base = line.split("listening on ")[1].strip()
-
-    def stop(self):
-        """Stops the server (this PID only); its exit status and what a
-        sanitized build printed are checked."""
-        self.proc.terminate()
-        rc = self.proc.wait(timeout=60)
-        with open(os.path.join(self.dir.name, "stderr")) as f:
-            log = f.read()
-        bad = [l for l in log.splitlines() if "ERROR: " in l or "runtime error" in l]
-        check("server exited cleanly", rc == 0 and not bad, (rc, bad[:3]))
-        self.dir.cleanup()
-
-    def request(self, method, path, body=None, content_type="application/json"):
+class Server(harness.Server):
+    def json_request(self, method, path, body=None, content_type="application/json"):
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
+        headers = {"Content-Type": content_type} if data is not None else {}
+        status, answer, headers = super().request(method, path, data, headers)
+        return status, answer, dict(headers)
 
     def put_file(self, name, query, data):
-        status, body, _ = self.request("PUT", "/v1/weight-sets/%s?format=safetensors&%s"
-                                       % (name, query), data, "application/octet-stream")
+        status, body, _ = self.json_request("PUT", "/v1/weight-sets/%s?format=safetensors&%s"
+                                            % (name, query), data, "application/octet-stream")
         return status, json.loads(body) if body else None
 
     def attention(self, name, x, heads, context=None):
         req = {"x": x.tolist(), "weights": name, "heads": heads}
         if context is not None:
             req["context"] = context.tolist()
-        status, body, _ = self.request("POST", "/v1/attention", req)
+        status, body, _ = self.json_request("POST", "/v1/attention", req)
         answer = json.loads(body)
         if status != 200:
             raise RuntimeError("attention answered %d: %s" % (status, answer))
         return np.array(answer["output"]), np.array(answer["attention"])
 
     def exists(self, name):
-        return self.request("GET", "/v1/weight-sets/" + name)[0] == 200
+        return self.json_request("GET", "/v1/weight-sets/" + name)[0] == 200
 
 
 # ---------------------------------------------------------------- references
@@ -240,7 +206,7 @@ def check_bert_and_gpt2(srv):
         d = max(max_diff(out, ref_out), max_diff(att, ref_att))
         check("gpt2 layer %d equals NumPy" % n, d <= TOLERANCE, d)
     # GET as safetensors: (in, out) arrays bit for bit, heads in the metadata.
-    status, body, headers = srv.request("GET", "/v1/weight-sets/g.1?format=safetensors")
+    status, body, headers = srv.json_request("GET", "/v1/weight-sets/g.1?format=safetensors")
     tensors, meta = parse_safetensors(body) if status == 200 else ({}, {})
     w = gpt2["transformer.h.1.attn.c_attn.weight"].numpy()
     same = status == 200 and meta.get("heads") == "2" and \
@@ -266,7 +232,7 @@ def check_half_precision(srv):
         if status != 201:
             check(tag + " stored", False, answer)
             continue
-        _, body, _ = srv.request("GET", "/v1/weight-sets/%s?format=safetensors" % tag)
+        _, body, _ = srv.json_request("GET", "/v1/weight-sets/%s?format=safetensors" % tag)
         tensors, _ = parse_safetensors(body)
         want = sd["in_proj_weight"].double().numpy()[4:8].T
         check(tag + " widens exactly", np.array_equal(tensors["wk"], want))
@@ -289,10 +255,10 @@ def check_layer_all_rolls_back(binary):
     srv = Server(binary, "--max-store-bytes", "1800")
     try:
         old = {"wq": [[1.0]], "wk": [[1.0]], "wv": [[1.0]]}
-        srv.request("PUT", "/v1/weight-sets/r.0", old)
+        srv.json_request("PUT", "/v1/weight-sets/r.0", old)
         status, answer = srv.put_file("r", "preset=gpt2&layer=all",
                                       safetensors_bytes(gpt2_file(3, 4)))
-        _, body, _ = srv.request("GET", "/v1/weight-sets/r.0")
+        _, body, _ = srv.json_request("GET", "/v1/weight-sets/r.0")
         kept = json.loads(body).get("wq") == [[1.0]]
         check("layer=all refused by the store leaves the old sets", status == 413 and kept and
               not srv.exists("r.1") and not srv.exists("r.2"), (status, answer, body[:200]))
@@ -346,7 +312,7 @@ def check_bad_files(srv):
         err = (answer or {}).get("error", {})
         ok = status == 400 and err.get("code") == code and \
             (text in err.get("message", "") or text == err.get("field"))
-        alive = srv.request("GET", "/healthz")[0] == 200
+        alive = srv.json_request("GET", "/healthz")[0] == 200
         check("bad file: " + name, ok and alive and not srv.exists("bad"), answer)
 
 
@@ -373,8 +339,7 @@ def main():
         check_layer_all_rolls_back(args.server)
     except Exception as e:
         check("no exception in the roll-back check", False, repr(e))
-    print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
-    return 1 if RESULTS["failed"] else 0
+    return harness.summary()
 
 
 if __name__ == "__main__":

@@ -16,57 +16,22 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import urllib.error
-import urllib.request
 import zlib
 
-RESULTS = {"passed": 0, "failed": 0}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
 
 
-def check(name, ok, detail=""):
-    RESULTS["passed" if ok else "failed"] += 1
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[:400]), flush=True)
 
-
-class Server:
-    def __init__(self, binary, *options):
-        self.dir = tempfile.TemporaryDirectory(prefix="attn-compress-")
-        self.proc = subprocess.Popen(
-            [binary, "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
-            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
-            text=True)
-        line = self.proc.stdout.readline()
-        if "listening on http://" not in line:
-            raise RuntimeError("the server did not start: " + line)
-        self.base = line.split("listening on ")[1].strip()
-
-    def stop(self):
-        self.proc.terminate()  # this PID only
-        rc = self.proc.wait(timeout=60)
-        with open(os.path.join(self.dir.name, "stderr")) as f:
-            bad = [l for l in f.read().splitlines() if "ERROR: " in l or "runtime error" in l]
-        check("server exited cleanly", rc == 0 and not bad, (rc, bad[:3]))
-        self.dir.cleanup()
-
+class Server(harness.Server):
     def peak_rss_kib(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         return 0
-
-    def request(self, method, path, body=None, headers=None):
-        req = urllib.request.Request(self.base + path, data=body, method=method,
-                                     headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read(), r.headers
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), e.headers
 
 
 def attention_request(n, d):
@@ -166,8 +131,7 @@ def main():
         check_bomb(args.server)
     except Exception as e:
         check("no exception in the bomb check", False, repr(e))
-    print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
-    return 1 if RESULTS["failed"] else 0
+    return harness.summary()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""The harness of the Python suites: counted checks and a server on a free
+loopback port.
+
+check() prints "ok NAME" or "FAIL NAME: why" and counts it; summary() prints
+"N passed, N failed" (the line tests/run.sh reads) and gives the exit status.
+Server starts the binary with --port 0, reads the address it prints, and
+stop() ends that PID only and counts a check that it exited cleanly (status
+0, no sanitizer report on stderr).
+"""
+import os
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    RESULTS["passed" if ok else "failed"] += 1
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[:600]),
+          flush=True)
+
+
+def summary():
+    print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
+    return 1 if RESULTS["failed"] else 0
+
+
+class Server:
+    def __init__(self, binary, *options):
+        self.dir = tempfile.TemporaryDirectory(prefix="attn-py-")
+        self.proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
+            text=True)
+        line = self.proc.stdout.readline()
+        if "listening on http://" not in line:
+            self.proc.kill()
+            raise RuntimeError("the server did not start: " + line)
+        self.base = line.split("listening on ")[1].strip()
+
+    def stop(self):
+        self.proc.terminate()
+        rc = self.proc.wait(timeout=60)
+        with open(os.path.join(self.dir.name, "stderr")) as f:
+            bad = [l for l in f.read().splitlines() if "ERROR: " in l or "runtime error" in l]
+        check("server exited cleanly", rc == 0 and not bad, (rc, bad[:3]))
+        self.dir.cleanup()
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, body bytes, headers) of one request; body is bytes or None."""
+        req = urllib.request.Request(self.base + path, data=body, method=method,
+                                     headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), e.headers
