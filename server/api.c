@@ -25,6 +25,7 @@
 #include "json_in.h"
 #include "jsonw.h"
 #include "mem.h"
+#include "model_stats.h"
 #include "store.h"
 #include "v2.h"
 #include "version.h"
@@ -266,16 +267,22 @@ static void set_etag(api_response *resp, const weight_set *set)
     snprintf(resp->etag, sizeof resp->etag, "\"%llu\"", (unsigned long long)set->generation);
 }
 
-/* Decodes, checks limits, computes and encodes one attention request. */
+/* Decodes, checks limits, computes and encodes one attention request, and
+ * counts it in the statistics of its model (the set it names, else
+ * "attention"; a request handed on to a worker is counted there). */
 static void handle_attention(const api_request *req, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
+    model_stats_sample sample = {req->queued_at > 0 ? now_seconds() - req->queued_at : 0, 0, 0,
+                                 0, 1};
+    double started = now_seconds();
     /* The tree lives only until its numbers are decoded: it is made in the arena. */
     mem_json_arena_begin();
     json_t *root = json_in_parse(req->body, req->body_len, attention_json_tensor_field, &err);
     if (root == NULL) {
         mem_json_arena_end();
+        model_stats_failure(V2_ATTENTION_MODEL, sample.queue + now_seconds() - started);
         api_respond_error(resp, &err);
         return;
     }
@@ -285,6 +292,7 @@ static void handle_attention(const api_request *req, api_response *resp)
     json_decref(root);
     mem_json_arena_end();
     if (rc != 0) {
+        model_stats_failure(V2_ATTENTION_MODEL, sample.queue + now_seconds() - started);
         api_respond_error(resp, &err);
         return;
     }
@@ -341,8 +349,10 @@ static void handle_attention(const api_request *req, api_response *resp)
         goto fail;
     attn_result result;
     double start = now_seconds();
+    sample.input = start - started;
     rc = admission_run(&ar.job, req->io_thread, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
+    sample.infer = ms / 1000.0;
     if (rc != 0) {
         admission_release(reserved_bytes);
         if (rc == ADMISSION_DEFER)
@@ -354,11 +364,16 @@ static void handle_attention(const api_request *req, api_response *resp)
     attention_json_encode(&ar, &result, ms, &w);
     attention_result_free(&result);
     admission_release(reserved_bytes);
+    sample.output = now_seconds() - start - sample.infer;
+    sample.batch = ar.job.batch;
+    model_stats_success(set != NULL ? set->name : V2_ATTENTION_MODEL, &sample);
     attention_json_free(&ar);
     weightset_release(set);
     respond_jw(resp, 200, &w);
     return;
 fail:
+    model_stats_failure(set != NULL ? set->name : V2_ATTENTION_MODEL,
+                        sample.queue + now_seconds() - started);
     attention_json_free(&ar);
     weightset_release(set);
     api_respond_error(resp, &err);

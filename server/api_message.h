@@ -27,6 +27,9 @@ typedef struct api_request {
      * value of format=, or NULL when absent.  query_arg NULL: no query. */
     const char *(*query_arg)(const void *query_ctx, const char *key);
     const void *query_ctx;
+    /* When the request was queued for a worker (seconds of compute_now()),
+     * 0 when it was not: the statistics' queue time. */
+    double queued_at;
 } api_request;
 
 typedef struct api_response {

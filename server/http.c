@@ -503,7 +503,7 @@ static void request_handle(http_request *hr, int io_thread)
     } else {
         api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
                            hr->inference_header_length, hr->if_match, io_thread,
-                           query_arg, hr->conn};
+                           query_arg, hr->conn, io_thread ? 0.0 : hr->queued_at};
         api_handle(&req, &hr->resp);
     }
     compute_bind(NULL);
@@ -888,7 +888,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
-                       hr->if_match, 0, query_arg, conn};
+                       hr->if_match, 0, query_arg, conn, 0.0};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);

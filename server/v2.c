@@ -24,6 +24,8 @@
 #include "json_in.h"
 #include "jsonw.h"
 #include "mem.h"
+#include "model_stats.h"
+#include "v2_stats.h"
 #include "v2_tensor.h"
 #include "version.h"
 #include "weights.h"
@@ -34,7 +36,10 @@
 /* Bytes a JSON-encoded output number takes at most, as on v1. */
 #define V2_JSON_BYTES_PER_NUMBER 26
 
-enum v2_kind { V2P_SERVER, V2P_LIVE, V2P_READY, V2P_MODEL, V2P_MODEL_READY, V2P_CONFIG, V2P_INFER };
+enum v2_kind {
+    V2P_SERVER, V2P_LIVE, V2P_READY, V2P_MODEL, V2P_MODEL_READY, V2P_CONFIG, V2P_INFER,
+    V2P_STATS_ALL, V2P_STATS, V2P_REPO_INDEX, V2P_REPO_CONTROL
+};
 
 typedef struct v2_path {
     enum v2_kind kind;
@@ -69,6 +74,20 @@ static int parse_path(const char *path, v2_path *out)
         out->kind = V2P_READY;
         return 1;
     }
+    if (!strcmp(path, "/v2/models/stats")) {
+        out->kind = V2P_STATS_ALL;
+        return 1;
+    }
+    if (!strcmp(path, "/v2/repository/index")) {
+        out->kind = V2P_REPO_INDEX;
+        return 1;
+    }
+    static const char repo[] = "/v2/repository/models/";
+    if (!strncmp(path, repo, sizeof repo - 1)) {
+        const char *p = take_segment(path + sizeof repo - 1, out->model, sizeof out->model);
+        out->kind = V2P_REPO_CONTROL;
+        return p != NULL && (!strcmp(p, "/load") || !strcmp(p, "/unload"));
+    }
     static const char prefix[] = "/v2/models/";
     if (strncmp(path, prefix, sizeof prefix - 1) != 0)
         return 0;
@@ -88,6 +107,8 @@ static int parse_path(const char *path, v2_path *out)
         out->kind = V2P_CONFIG;
     else if (!strcmp(p, "/infer"))
         out->kind = V2P_INFER;
+    else if (!strcmp(p, "/stats"))
+        out->kind = V2P_STATS;
     else
         return 0;
     return 1;
@@ -98,7 +119,8 @@ int v2_route(const char *path, int *infer)
     v2_path vp;
     if (!parse_path(path, &vp))
         return 0;
-    *infer = vp.kind == V2P_INFER;
+    /* The POST routes: inference and the repository's. */
+    *infer = vp.kind == V2P_INFER || vp.kind == V2P_REPO_INDEX || vp.kind == V2P_REPO_CONTROL;
     return 1;
 }
 
@@ -329,7 +351,8 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
         jw_init(&w, 256);
         jw_raw(&w, "{\"name\":\"attention-server\",\"version\":");
         jw_string(&w, ATTN_VERSION);
-        jw_raw(&w, ",\"extensions\":[\"binary_tensor_data\"]}\n");
+        jw_raw(&w, ",\"extensions\":[\"binary_tensor_data\",\"statistics\","
+                   "\"model_repository\"]}\n");
         respond_jw(resp, 200, &w);
         return;
     case V2P_LIVE:
@@ -347,6 +370,19 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
             resp->body = "{\"ready\":true}\n";
         }
         break;
+    case V2P_STATS_ALL:
+        v2_stats_answer(NULL, env, resp);
+        return;
+    case V2P_STATS: {
+        v2_model m;
+        if (model_open(env, &vp, &m, &err) != 0) {
+            v2_respond_error(resp, &err);
+            return;
+        }
+        v2_stats_answer(m.name, env, resp);
+        model_close(&m);
+        return;
+    }
     default:
         handle_model(&vp, env, resp);
         return;
@@ -863,12 +899,24 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     int rc = parse_path(req->path, &vp) ? 0 :
              error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
                        req->path);
+    if (rc == 0 && vp.kind == V2P_REPO_INDEX) {
+        v2_repository_index(env, resp);
+        return;
+    }
+    if (rc == 0 && vp.kind == V2P_REPO_CONTROL)
+        rc = error_set(&err, ERR_BAD_REQUEST, "invalid_value", "model",
+                       "This server's models are \"attention\" and its stored weight sets, "
+                       "always loaded: store one with PUT /v1/weight-sets/%.64s and remove it "
+                       "with DELETE.", vp.model);
     if (rc == 0)
         rc = model_open(env, &vp, &st.model, &err);
     if (rc != 0) {
         v2_respond_error(resp, &err);
         return;
     }
+    model_stats_sample sample = {req->queued_at > 0 ? now_seconds() - req->queued_at : 0, 0, 0,
+                                 0, 1};
+    double started = now_seconds();
     v2_body body;
     if ((rc = v2_body_split(req->body, req->body_len, req->inference_header_length, &body,
                             &err)) != 0)
@@ -924,13 +972,18 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
         goto fail;
     attn_result result;
     double start = now_seconds();
+    sample.input = start - started;
     rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
     double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0)
         goto fail;
+    sample.infer = ms / 1000.0;
     infer_respond(&st, &result, ms, any_json ? response_bytes / 2 : 0, resp);
     attention_result_free(&result);
     admission_release(reserved_bytes);
+    sample.output = now_seconds() - start - sample.infer;
+    sample.batch = st.ar.job.batch;
+    model_stats_success(st.model.name, &sample);
     attention_json_free(&st.ar);
     model_close(&st.model);
     return;
@@ -940,6 +993,8 @@ fail:
     if (arena)
         mem_json_arena_end();
     attention_json_free(&st.ar);
+    if (rc != ADMISSION_DEFER)
+        model_stats_failure(st.model.name, sample.queue + now_seconds() - started);
     model_close(&st.model);
     if (rc == ADMISSION_DEFER)
         resp->deferred = 1; /* for a worker */

@@ -59,6 +59,7 @@ suite checkpoints-asan /usr/bin/python3 tests/checkpoints/checkpoint_test.py \
     --server build/asan/attention-server
 suite compression-asan /usr/bin/python3 tests/compression/compression_test.py \
     --server build/asan/attention-server
+suite triton-asan /usr/bin/python3 tests/triton/triton_test.py --server build/asan/attention-server
 suite crash build/crashtest --server build/attention-server
 suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server
