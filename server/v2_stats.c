@@ -107,22 +107,31 @@ static int each_model(const v2_env *env, jw_buf *w, void (*each)(jw_buf *, const
     return 0;
 }
 
-void v2_stats_answer(const char *model, const v2_env *env, api_response *resp)
+/* Answers open, then one model (model not NULL) or every model written by
+ * each, then close. */
+static void answer_models(const char *open, const char *model,
+                          void (*each)(jw_buf *, const char *), const char *close,
+                          const v2_env *env, api_response *resp)
 {
     jw_buf w;
     jw_init(&w, 1024);
-    jw_raw(&w, "{\"model_stats\":[");
+    jw_raw(&w, open);
     if (model != NULL) {
-        write_model(&w, model);
-    } else if (each_model(env, &w, write_model) != 0) {
+        each(&w, model);
+    } else if (each_model(env, &w, each) != 0) {
         jw_discard(&w);
         attn_error err;
         error_nomem(&err);
         v2_respond_error(resp, &err);
         return;
     }
-    jw_raw(&w, "]}\n");
+    jw_raw(&w, close);
     respond(&w, resp);
+}
+
+void v2_stats_answer(const char *model, const v2_env *env, api_response *resp)
+{
+    answer_models("{\"model_stats\":[", model, write_model, "]}\n", env, resp);
 }
 
 static void write_index_entry(jw_buf *w, const char *name)
@@ -134,16 +143,5 @@ static void write_index_entry(jw_buf *w, const char *name)
 
 void v2_repository_index(const v2_env *env, api_response *resp)
 {
-    jw_buf w;
-    jw_init(&w, 1024);
-    jw_char(&w, '[');
-    if (each_model(env, &w, write_index_entry) != 0) {
-        jw_discard(&w);
-        attn_error err;
-        error_nomem(&err);
-        v2_respond_error(resp, &err);
-        return;
-    }
-    jw_raw(&w, "]\n");
-    respond(&w, resp);
+    answer_models("[", NULL, write_index_entry, "]\n", env, resp);
 }

@@ -248,22 +248,16 @@ def check_layer_all_atomic(srv):
           "transformer.h.2.attn.c_proj.weight" in answer["error"]["message"], (answer, stored))
 
 
-def check_layer_all_rolls_back(binary):
-    """When the store refuses a later layer (--max-store-bytes: each set takes
-    744 bytes, so the third does not fit), the sets the
+def check_layer_all_rolls_back(srv):
+    """When the store refuses a later layer (--max-store-bytes), the sets the
     earlier layers replaced are put back and those they created are gone."""
-    srv = Server(binary, "--max-store-bytes", "1800")
-    try:
-        old = {"wq": [[1.0]], "wk": [[1.0]], "wv": [[1.0]]}
-        srv.json_request("PUT", "/v1/weight-sets/r.0", old)
-        status, answer = srv.put_file("r", "preset=gpt2&layer=all",
-                                      safetensors_bytes(gpt2_file(3, 4)))
-        _, body, _ = srv.json_request("GET", "/v1/weight-sets/r.0")
-        kept = json.loads(body).get("wq") == [[1.0]]
-        check("layer=all refused by the store leaves the old sets", status == 413 and kept and
-              not srv.exists("r.1") and not srv.exists("r.2"), (status, answer, body[:200]))
-    finally:
-        srv.stop()
+    old = {"wq": [[1.0]], "wk": [[1.0]], "wv": [[1.0]]}
+    srv.json_request("PUT", "/v1/weight-sets/r.0", old)
+    status, answer = srv.put_file("r", "preset=gpt2&layer=all", safetensors_bytes(gpt2_file(3, 4)))
+    _, body, _ = srv.json_request("GET", "/v1/weight-sets/r.0")
+    kept = json.loads(body).get("wq") == [[1.0]]
+    check("layer=all refused by the store leaves the old sets", status == 413 and kept and
+          not srv.exists("r.1") and not srv.exists("r.2"), (status, answer, body[:200]))
 
 
 def bad_files():
@@ -321,24 +315,15 @@ def main():
     ap.add_argument("--server", required=True)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    srv = Server(args.server)
-    try:
-        check_torch_mha(srv, "mha", 8, 2)
-        check_torch_mha(srv, "mha.nobias", 8, 4, bias=False)
-        check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5)
-        check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32)
-        check_bert_and_gpt2(srv)
-        check_half_precision(srv)
-        check_layer_all_atomic(srv)
-        check_bad_files(srv)
-    except Exception as e:  # a crash of the test is a failure, not a silent end
-        check("no exception", False, repr(e))
-    finally:
-        srv.stop()
-    try:
-        check_layer_all_rolls_back(args.server)
-    except Exception as e:
-        check("no exception in the roll-back check", False, repr(e))
+    checks = [lambda srv: check_torch_mha(srv, "mha", 8, 2),
+              lambda srv: check_torch_mha(srv, "mha.nobias", 8, 4, bias=False),
+              lambda srv: check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5),
+              lambda srv: check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32),
+              check_bert_and_gpt2, check_half_precision, check_layer_all_atomic, check_bad_files]
+    harness.run(args.server, checks, server_class=Server)
+    # Each set of the roll-back check takes 744 bytes: the third does not fit.
+    harness.run(args.server, [check_layer_all_rolls_back], "--max-store-bytes", "1800",
+                server_class=Server)
     return harness.summary()
 
 

@@ -22,6 +22,24 @@ def check(name, ok, detail=""):
           flush=True)
 
 
+def run(binary, checks, *options, server_class=None):
+    """Runs each check(server) against one server (of server_class, a
+    subclass of Server, or Server) started with options; an exception is a
+    failure, and the server is stopped whatever happens."""
+    try:
+        srv = (server_class or Server)(binary, *options)
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        check("server started", False, repr(e))
+        return
+    try:
+        for c in checks:
+            c(srv)
+    except Exception as e:  # noqa: BLE001 - a crash of a check is a failure, not a silent end
+        check("no exception in " + ", ".join(c.__name__ for c in checks), False, repr(e))
+    finally:
+        srv.stop()
+
+
 def summary():
     print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
     return 1 if RESULTS["failed"] else 0

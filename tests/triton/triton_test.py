@@ -99,14 +99,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
     args = ap.parse_args()
-    srv = harness.Server(args.server)
-    try:
-        check_statistics(srv)
-        check_repository(srv)
-    except Exception as e:  # a crash of the test is a failure, not a silent end
-        check("no exception", False, repr(e))
-    finally:
-        srv.stop()
+    harness.run(args.server, [check_statistics, check_repository])
     return harness.summary()
 
 
