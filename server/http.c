@@ -237,9 +237,6 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
     return 0;
 }
 
-/* Builds the MHD response for resp (consuming its body) with the common
- * headers, and queues it.  OPTIONS answers get the preflight headers; a
- * request the guard refused gets what its verdict v asks for (NULL: none). */
 /* compress_sink for an inflated body: the limit (--max-body) applies to
  * the inflated bytes; past it, inflating stops (1). */
 static int inflated_sink(void *ctx, const char *data, size_t n)
@@ -288,6 +285,9 @@ static const char *compress_answer(api_response *resp, const char *accept_encodi
     return compress_name(kind);
 }
 
+/* Builds the MHD response for resp (consuming its body) with the common
+ * headers, compressed when the client asks and it is large enough, and queues it.  OPTIONS answers get the preflight headers; a
+ * request the guard refused gets what its verdict v asks for (NULL: none). */
 static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *conn,
                                     http_request *hr, api_response *resp, int preflight,
                                     const guard_verdict *v)
