@@ -286,8 +286,9 @@ static const char *compress_answer(api_response *resp, const char *accept_encodi
 }
 
 /* Builds the MHD response for resp (consuming its body) with the common
- * headers, compressed when the client asks and it is large enough, and queues it.  OPTIONS answers get the preflight headers; a
- * request the guard refused gets what its verdict v asks for (NULL: none). */
+ * headers, compressed when the client asks and it is large enough, and
+ * queues it.  OPTIONS answers get the preflight headers; a request the
+ * guard refused gets what its verdict v asks for (NULL: none). */
 static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *conn,
                                     http_request *hr, api_response *resp, int preflight,
                                     const guard_verdict *v)
