@@ -64,12 +64,14 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "answer.h"
 #include "api.h"
 #include "budget.h"
 #include "compute.h"
 #include "guard.h"
 #include "mem.h"
 #include "metrics.h"
+#include "route.h"
 
 /* Fixes the number of I/O threads at build time (make bench-mhd builds one
  * server per value); 0 leaves it to --io-threads. */
@@ -140,7 +142,7 @@ struct http_request {
     size_t bytes_in, bytes_out;
     size_t reserved;            /* bytes held in the budget */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte */
-    metrics_route route;
+    const route *route;         /* its row of the route table, found once */
     char method[12];            /* for the access log */
     char path[96];
     /* Hand-off to a worker (fields below under srv->lock while queued or running). */
@@ -309,26 +311,25 @@ static enum MHD_Result queue_answer(http_server *srv, struct MHD_Connection *con
     }
     hr->status = resp->status;
     hr->bytes_out = resp->body_len;
-    hr->route = resp->route;
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
-/* Fills resp with the JSON error for err on the route of url. */
-static void error_response(api_response *resp, const char *url, const attn_error *err)
+/* Fills resp with the JSON error for err on the route of hr. */
+static void error_response(api_response *resp, const http_request *hr, const attn_error *err)
 {
     memset(resp, 0, sizeof *resp);
-    resp->route = api_route(url, &resp->allow);
-    api_respond_error(resp, err);
+    resp->route = hr->route->id;
+    resp->allow = hr->route->allow;
+    answer_error(resp, err);
 }
 
 static enum MHD_Result queue_error(http_server *srv, struct MHD_Connection *conn,
-                                   http_request *hr, const char *url, const attn_error *err,
-                                   const guard_verdict *v)
+                                   http_request *hr, const attn_error *err, const guard_verdict *v)
 {
     api_response resp;
-    error_response(&resp, url, err);
+    error_response(&resp, hr, err);
     return queue_answer(srv, conn, hr, &resp, 0, v);
 }
 
@@ -352,13 +353,13 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 /* Runs the guard over a new request; returns 0 when it may go on, else the
  * ERR_* code with err and v filled. */
 static int guard_request_check(http_server *srv, struct MHD_Connection *conn, const char *url,
-                               const char *method, const char *version, guard_verdict *v,
-                               attn_error *err)
+                               const char *method, const char *version, int probe,
+                               guard_verdict *v, attn_error *err)
 {
     header_list headers;
     headers.count = 0;
     MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &headers);
-    guard_request rq = {method, url, version, headers.items, headers.count};
+    guard_request rq = {method, url, version, headers.items, headers.count, probe};
     return guard_check(srv->guard, &rq, v, err);
 }
 
@@ -368,18 +369,6 @@ static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s)
     (void)cls;
     (void)conn;
     return guard_unescape(s);
-}
-
-/* Requests always answered on the I/O thread: those that neither read a
- * body nor can take long. */
-static int cheap_request(const char *method, const char *url)
-{
-    if (!strcmp(method, "OPTIONS"))
-        return 1;
-    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-        return 0;
-    const char *allow;
-    return api_route(url, &allow) != ROUTE_WEIGHT_SET;
 }
 
 /* Reads X-Deadline-Ms: a positive whole number of milliseconds, or 0 when
@@ -398,23 +387,18 @@ static long request_deadline_ms(struct MHD_Connection *conn)
 }
 
 /* May hr, complete, be tried on the I/O thread that read it?  Decided
- * before any parsing, from what is already known: a POST to a computing
- * route (v1 attention, v2 infer; never a PUT or DELETE, which write files)
- * whose body is at most --inline-max-bytes.  The API then answers it only
+ * before any parsing, from what is already known: a request of a computing
+ * route (ROUTE_INLINE: v1 attention, v2 infer; never a weight-set PUT or
+ * DELETE, which write files) whose body is at most --inline-max-bytes.  The API then answers it only
  * when its work proves small and a compute slot is free right now
  * (api_request.io_thread); otherwise it comes back deferred, for a worker.
  * So an I/O thread holds its other connections up for at most: parsing a
  * body of --inline-max-bytes (4 KiB by default: tens of microseconds), work
  * below ATTENTION_SMALL_FLOPS counting the answer's numbers (about a
  * millisecond), and writing that answer. */
-static int inline_candidate(const http_server *srv, const http_request *hr, const char *method,
-                            const char *url)
+static int inline_candidate(const http_server *srv, const http_request *hr, route_cost cost)
 {
-    if (hr->len > srv->cfg->inline_max_bytes || strcmp(method, "POST") != 0)
-        return 0;
-    const char *allow;
-    metrics_route route = api_route(url, &allow);
-    return route == ROUTE_ATTENTION || route == ROUTE_V2_INFER;
+    return cost == ROUTE_INLINE && hr->len <= srv->cfg->inline_max_bytes;
 }
 
 /* Starts the request's compute token: its deadline (--deadline, or its own
@@ -437,10 +421,10 @@ static void request_handle(http_request *hr, int io_thread)
     attn_error err;
     error_clear(&err);
     if (compute_stop_error(&err) != 0) {
-        error_response(&hr->resp, hr->mhd_url, &err);
+        error_response(&hr->resp, hr, &err);
     } else {
         api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
-                           hr->inference_header_length, hr->if_match, io_thread};
+                           hr->inference_header_length, hr->if_match, io_thread, hr->route};
         api_handle(&req, &hr->resp);
     }
     compute_bind(NULL);
@@ -490,7 +474,7 @@ static void finish_unrun(http_server *srv, http_request *hr, const attn_error *e
                          http_request **resume)
 {
     queue_remove(srv, hr);
-    error_response(&hr->resp, hr->mhd_url, err);
+    error_response(&hr->resp, hr, err);
     hr->job = JOB_DONE;
     hr->qnext = *resume;
     *resume = hr;
@@ -683,7 +667,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     hr->conn = conn;
     hr->mhd_method = method;
     hr->mhd_url = url;
-    hr->route = ROUTE_OTHER;
+    hr->route = route_find(url);
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hr->hc = info != NULL ? info->socket_context : NULL;
@@ -698,9 +682,10 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     metrics_inflight_add(1);
     attn_error err;
     guard_verdict verdict;
-    if (guard_request_check(srv, conn, url, method, version, &verdict, &err) != 0) {
+    if (guard_request_check(srv, conn, url, method, version, hr->route->probe, &verdict,
+                            &err) != 0) {
         hr->too_large = 1; /* whatever body follows is dropped unread */
-        return queue_error(srv, conn, hr, url, &err, &verdict);
+        return queue_error(srv, conn, hr, &err, &verdict);
     }
     hr->inference_header_length =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
@@ -709,7 +694,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     if (hr->deadline_ms < 0) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "X-Deadline-Ms",
                   "X-Deadline-Ms must be a positive whole number of milliseconds.");
-        return queue_error(srv, conn, hr, url, &err, NULL);
+        return queue_error(srv, conn, hr, &err, NULL);
     }
     hr->parses_body = !strcmp(method, "POST") || !strcmp(method, "PUT");
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -725,7 +710,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
         error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
                   "The body has %llu bytes, more than the server's limit of %zu bytes "
                   "(--max-body).", n, srv->cfg->max_body);
-        return queue_error(srv, conn, hr, url, &err, NULL);
+        return queue_error(srv, conn, hr, &err, NULL);
     }
     size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
     if (n > 0 && request_reserve(hr, need) != 0) {
@@ -740,7 +725,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
                       "The server's memory budget (--max-memory) is taken by other requests "
                       "now; retry shortly.");
         }
-        return queue_error(srv, conn, hr, url, &err, NULL);
+        return queue_error(srv, conn, hr, &err, NULL);
     }
     return MHD_YES;
 }
@@ -774,20 +759,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
                   "The body is larger than the server's limit of %zu bytes (--max-body).",
                   srv->cfg->max_body);
-        return queue_error(srv, conn, hr, url, &err, NULL);
+        return queue_error(srv, conn, hr, &err, NULL);
     }
     if (hr->no_memory) {
         error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
                   "The server's memory budget (--max-memory) could not hold this body now; "
                   "retry shortly.");
-        return queue_error(srv, conn, hr, url, &err, NULL);
+        return queue_error(srv, conn, hr, &err, NULL);
     }
-    if (!cheap_request(method, url) && srv->worker_count > 0) {
+    route_cost cost = route_request_cost(hr->route, method);
+    if (cost != ROUTE_CHEAP && srv->worker_count > 0) {
         conn_set_phase(srv, hr->hc, CONN_BUSY);
         request_token_start(srv, hr);
         hr->handed = 1;
         hr->answered_by = PATH_WORKER;
-        if (inline_candidate(srv, hr, method, url)) {
+        if (inline_candidate(srv, hr, cost)) {
             request_handle(hr, 1);
             if (!hr->resp.deferred) {
                 hr->answered_by = PATH_INLINE;
@@ -801,7 +787,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
-                       hr->if_match, 0};
+                       hr->if_match, 0, hr->route};
     api_response resp;
     api_handle(&req, &resp);
     return queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);
@@ -816,7 +802,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr == NULL)
         return;
     double seconds = seconds_since(&hr->start);
-    metrics_observe(hr->route, hr->status, seconds, hr->bytes_in, hr->bytes_out);
+    metrics_observe(hr->route->id, hr->status, seconds, hr->bytes_in, hr->bytes_out);
     if (hr->handed)
         metrics_path_observe(hr->answered_by);
     metrics_inflight_add(-1);
@@ -1076,8 +1062,7 @@ void http_stop(http_server *server)
      * is libmicrohttpd stopped, with no connection suspended. */
     pthread_mutex_lock(&server->lock);
     attn_error err;
-    error_set(&err, ERR_UNAVAILABLE, "shutting_down", NULL,
-              "The server is shutting down and takes no new work; retry on another instance.");
+    answer_draining_error(&err);
     http_request *resume = NULL;
     while (server->queue_head != NULL)
         finish_unrun(server, server->queue_head, &err, &resume);
