@@ -11,28 +11,10 @@
 #include "http_private.h"
 #include "mem.h"
 
-/* Builds the MHD response for resp (consuming its body) with the common
- * headers, and queues it.  OPTIONS answers get the preflight headers; a
- * request the guard refused gets what its verdict v asks for (NULL: none). */
-enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
-                                  http_request *hr, api_response *resp, int preflight,
-                                  const guard_verdict *v)
+/* The headers that describe the body and the resource: Content-Type,
+ * Location, ETag, the page's policy, the v2 binary split. */
+static void add_content_headers(struct MHD_Response *r, const api_response *resp)
 {
-    http_conn_set_phase(srv, hr->hc, CONN_BUSY);
-    struct MHD_Response *r;
-    if (resp->body_static)
-        r = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_PERSISTENT);
-    else
-        r = MHD_create_response_from_buffer_with_free_callback(resp->body_len, resp->body,
-                                                               mem_free);
-    if (r == NULL) {
-        api_response_free(resp);
-        return MHD_NO;
-    }
-    resp->body = NULL; /* now owned by r */
-    int vary = 0;
-    const char *origin = guard_cors_origin(
-        srv->guard, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), &vary);
     if (resp->body_len > 0)
         MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
                                                                       : "application/json");
@@ -55,6 +37,15 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
         snprintf(text, sizeof text, "%zu", resp->inference_header_length);
         MHD_add_response_header(r, "Inference-Header-Content-Length", text);
     }
+}
+
+/* The CORS headers for the request's Origin, the preflight's among them. */
+static void add_cors_headers(struct MHD_Response *r, const http_server *srv,
+                             struct MHD_Connection *conn, const api_response *resp, int preflight)
+{
+    int vary = 0;
+    const char *origin = guard_cors_origin(
+        srv->guard, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), &vary);
     if (origin != NULL) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Access-Control-Expose-Headers",
@@ -62,9 +53,6 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
     }
     if (vary)
         MHD_add_response_header(r, "Vary", "Origin");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    if (resp->allow != NULL && (resp->status == 405 || preflight))
-        MHD_add_response_header(r, "Allow", resp->allow);
     /* A preflight allows the route's methods and the headers the API reads,
      * never whatever the browser asked for. */
     if (preflight && resp->allow != NULL && origin != NULL) {
@@ -72,6 +60,16 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
         MHD_add_response_header(r, "Access-Control-Allow-Headers", GUARD_CORS_ALLOW_HEADERS);
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
+}
+
+/* The headers of the exchange: caching, Allow, the guard's verdict,
+ * Retry-After. */
+static void add_exchange_headers(struct MHD_Response *r, const api_response *resp, int preflight,
+                                 const guard_verdict *v)
+{
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (resp->allow != NULL && (resp->status == 405 || preflight))
+        MHD_add_response_header(r, "Allow", resp->allow);
     if (v != NULL && v->www_authenticate[0])
         MHD_add_response_header(r, "WWW-Authenticate", v->www_authenticate);
     if (v != NULL && v->close)
@@ -81,6 +79,30 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
         snprintf(text, sizeof text, "%d", resp->retry_after);
         MHD_add_response_header(r, "Retry-After", text);
     }
+}
+
+/* Builds the MHD response for resp (consuming its body) with the common
+ * headers, and queues it.  OPTIONS answers get the preflight headers; a
+ * request the guard refused gets what its verdict v asks for (NULL: none). */
+enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
+                                  http_request *hr, api_response *resp, int preflight,
+                                  const guard_verdict *v)
+{
+    http_conn_set_phase(srv, hr->hc, CONN_BUSY);
+    struct MHD_Response *r;
+    if (resp->body_static)
+        r = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_PERSISTENT);
+    else
+        r = MHD_create_response_from_buffer_with_free_callback(resp->body_len, resp->body,
+                                                               mem_free);
+    if (r == NULL) {
+        api_response_free(resp);
+        return MHD_NO;
+    }
+    resp->body = NULL; /* now owned by r */
+    add_content_headers(r, resp);
+    add_cors_headers(r, srv, conn, resp, preflight);
+    add_exchange_headers(r, resp, preflight, v);
     hr->status = resp->status;
     hr->bytes_out = resp->body_len;
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);
