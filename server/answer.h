@@ -2,7 +2,7 @@
  * answer.h - filling an api_response: a JSON body, an error body, the
  * draining 503.
  *
- * Every handler, v1 and v2, answers through these, so that an out-of-memory
+ * The handlers answer through these, so that an out-of-memory
  * while writing an answer, the shape of an error body and the Retry-After of
  * a 503 are decided here once.  The error body takes the form of the route
  * the response belongs to (resp->route, route.h): v1's {"error":{"code",

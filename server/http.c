@@ -109,10 +109,11 @@ static long request_deadline_ms(struct MHD_Connection *conn)
 
 /* May hr, complete, be tried on the I/O thread that read it?  Decided
  * before any parsing, from what is already known: a request of a computing
- * route (ROUTE_INLINE: v1 attention, v2 infer; never a weight-set PUT or
- * DELETE, which write files) whose body is at most --inline-max-bytes.  The API then answers it only
- * when its work proves small and a compute slot is free right now
- * (api_request.io_thread); otherwise it comes back deferred, for a worker.
+ * route (ROUTE_INLINE in route.c: v1 attention, v2 infer; never a weight-set
+ * PUT or DELETE, which write files) whose body is at most
+ * --inline-max-bytes.  The API then answers it only when its work proves
+ * small and a compute slot is free right now (api_request.io_thread);
+ * otherwise it comes back deferred, for a worker.
  * So an I/O thread holds its other connections up for at most: parsing a
  * body of --inline-max-bytes (4 KiB by default: tens of microseconds), work
  * below ATTENTION_SMALL_FLOPS counting the answer's numbers (about a
