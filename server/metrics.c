@@ -55,30 +55,26 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes)
     pthread_mutex_unlock(&metrics_lock);
 }
 
-static const char *const route_labels[ROUTE_COUNT] = {
-    "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
-    "/v1/weight-sets", "/v1/weight-sets/{name}", "/v2", "/v2/models/{model}/infer", "other"};
-
-const char *metrics_route_label(metrics_route route)
+const char *metrics_route_label(route_id id)
 {
-    return route < ROUTE_COUNT ? route_labels[route] : "other";
+    return route_label(id < ROUTE_COUNT ? id : ROUTE_OTHER);
 }
 
-void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
                      size_t bytes_out)
 {
-    if (route >= ROUTE_COUNT)
-        route = ROUTE_OTHER;
+    if (id >= ROUTE_COUNT)
+        id = ROUTE_OTHER;
     if (status < 0 || status >= STATUS_SLOTS)
         status = 0;
     pthread_mutex_lock(&metrics_lock);
-    requests[route][status]++;
+    requests[id][status]++;
     size_t b = 0;
     while (b < BUCKETS && seconds > bucket_bounds[b])
         b++;
-    buckets[route][b]++;
-    duration_sum[route] += seconds;
-    duration_count[route]++;
+    buckets[id][b]++;
+    duration_sum[id] += seconds;
+    duration_count[id]++;
     bytes_in_total += bytes_in;
     bytes_out_total += bytes_out;
     pthread_mutex_unlock(&metrics_lock);
@@ -116,7 +112,7 @@ char *metrics_render(size_t *len)
         for (int s = 0; s < STATUS_SLOTS; s++)
             if (requests[r][s]) {
                 jw_raw(&w, "attn_http_requests_total{route=\"");
-                jw_raw(&w, route_labels[r]);
+                jw_raw(&w, route_label((route_id)r));
                 jw_raw(&w, "\",code=\"");
                 jw_size(&w, (size_t)s);
                 jw_raw(&w, "\"} ");
@@ -132,7 +128,7 @@ char *metrics_render(size_t *len)
         for (size_t b = 0; b <= BUCKETS; b++) {
             cumulative += buckets[r][b];
             jw_raw(&w, "attn_http_request_duration_seconds_bucket{route=\"");
-            jw_raw(&w, route_labels[r]);
+            jw_raw(&w, route_label((route_id)r));
             jw_raw(&w, "\",le=\"");
             if (b < BUCKETS)
                 jw_double(&w, bucket_bounds[b]);
@@ -143,11 +139,11 @@ char *metrics_render(size_t *len)
             jw_char(&w, '\n');
         }
         jw_raw(&w, "attn_http_request_duration_seconds_sum{route=\"");
-        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, route_label((route_id)r));
         jw_raw(&w, "\"} ");
         jw_double(&w, duration_sum[r]);
         jw_raw(&w, "\nattn_http_request_duration_seconds_count{route=\"");
-        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, route_label((route_id)r));
         jw_raw(&w, "\"} ");
         put_ulong(&w, duration_count[r]);
         jw_char(&w, '\n');

@@ -10,24 +10,13 @@
 
 #include <stddef.h>
 
-typedef enum metrics_route {
-    ROUTE_ATTENTION,
-    ROUTE_HEALTHZ,
-    ROUTE_READYZ,
-    ROUTE_INFO,
-    ROUTE_METRICS,
-    ROUTE_WEIGHT_SETS,
-    ROUTE_WEIGHT_SET,
-    ROUTE_V2,               /* v2 metadata, health, readiness and config */
-    ROUTE_V2_INFER,
-    ROUTE_OTHER,
-    ROUTE_COUNT
-} metrics_route;
+#include "route.h"
+
 
 /* The label of a route as it appears in /metrics, e.g. "/v1/attention". */
-const char *metrics_route_label(metrics_route route);
+const char *metrics_route_label(route_id id);
 
-void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
                      size_t bytes_out);
 /* Which thread answered a request that is not answered by its I/O thread
  * as a matter of course (those with a body, and weight-set reads). */

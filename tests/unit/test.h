@@ -170,6 +170,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(config_sizes)                         \
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
+    X(route_table_rows)                     \
+    X(route_find_paths)                     \
+    X(route_methods_and_cost)               \
     X(api_weight_set_heads)                 \
     X(api_fast_numbers_answer_as_jansson)   \
     X(config_empty_values)                  \
