@@ -192,18 +192,3 @@ char *metrics_render(size_t *len)
     jw_char(&w, '\n');
     return jw_finish(&w, len);
 }
-
-void metrics_reset(void)
-{
-    pthread_mutex_lock(&metrics_lock);
-    memset(requests, 0, sizeof requests);
-    memset(buckets, 0, sizeof buckets);
-    memset(duration_sum, 0, sizeof duration_sum);
-    memset(duration_count, 0, sizeof duration_count);
-    bytes_in_total = bytes_out_total = 0;
-    store_observed = 0;
-    store_sync_errors = 0;
-    for (int p = 0; p < PATH_COUNT; p++)
-        atomic_store(&path_counts[p], 0);
-    pthread_mutex_unlock(&metrics_lock);
-}

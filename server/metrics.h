@@ -53,7 +53,4 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes);
  * length in *len, or NULL when out of memory. */
 char *metrics_render(size_t *len);
 
-/* Zeroes every counter (tests). */
-void metrics_reset(void);
-
 #endif

@@ -147,9 +147,4 @@ size_t store_total_bytes(weight_store *store);
 void weightset_retain(weight_set *set);
 void weightset_release(weight_set *set);
 
-/* Testing: make the nth file-system step of the next writes fail (0 = the
- * first step; -1 turns failure injection off).  Steps are open, write,
- * fsync, rename and directory fsync. */
-void store_fail_io_after(int n);
-
 #endif

@@ -12,6 +12,7 @@
 #include "json_in.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Starts the handlers on an empty data directory dir (a mkdtemp template). */
 static int api_start(server_config *cfg, char *dir)

@@ -7,6 +7,7 @@
 #include "guard.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 #define TOKEN_A "tok-aaaaaaaaaaaaaaaaaaaa"
 #define TOKEN_B "tok-bbbbbbbbbbbbbbbbbbbb"
