@@ -123,7 +123,6 @@ struct http_server {
     int reaper_started;
     pthread_cond_t reaper_wake;
     int stopping;
-    atomic_long slow_closed;    /* connections the reaper closed */
 };
 
 /* State of one request, from its first byte to its completion. */
@@ -571,9 +570,10 @@ static void reap_once(http_server *srv, http_request **resume)
                  elapsed > (double)cfg->header_timeout)
             slow = (double)atomic_load(&hc->body_bytes) < (double)cfg->min_body_rate * elapsed;
         if (slow) {
+            /* Counted first, so that a client that sees the close sees the count. */
+            metrics_slow_closed_add();
             shutdown(hc->fd, SHUT_RDWR);
             hc->shut = 1;
-            atomic_fetch_add(&srv->slow_closed, 1);
         }
     }
     double queue_wait = (double)cfg->queue_wait_ms / 1000.0;
@@ -995,7 +995,6 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->work, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
-    atomic_init(&srv->slow_closed, 0);
     srv->guard = guard_new(cfg, err);
     if (srv->guard == NULL || tls_load(srv, err) != 0) {
         server_free(srv);
@@ -1060,11 +1059,6 @@ unsigned http_connections(const http_server *server)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(server->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     return info != NULL ? info->num_connections : 0;
-}
-
-long http_slow_closed(const http_server *server)
-{
-    return atomic_load(&((http_server *)server)->slow_closed);
 }
 
 void http_stop(http_server *server)

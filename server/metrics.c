@@ -28,6 +28,7 @@ static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
 static atomic_ulong path_counts[PATH_COUNT];
+static atomic_ulong slow_closed;
 static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
@@ -58,11 +59,6 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes)
 static const char *const route_labels[ROUTE_COUNT] = {
     "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
     "/v1/weight-sets", "/v1/weight-sets/{name}", "/v2", "/v2/models/{model}/infer", "other"};
-
-const char *metrics_route_label(metrics_route route)
-{
-    return route < ROUTE_COUNT ? route_labels[route] : "other";
-}
 
 void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
                      size_t bytes_out)
@@ -98,6 +94,11 @@ void metrics_inflight_add(int delta)
 long metrics_inflight(void)
 {
     return atomic_load(&inflight);
+}
+
+void metrics_slow_closed_add(void)
+{
+    atomic_fetch_add(&slow_closed, 1);
 }
 
 static void put_ulong(jw_buf *w, unsigned long long v)
@@ -189,6 +190,11 @@ char *metrics_render(size_t *len)
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
     long now = metrics_inflight();
     jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
+               "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
+               "# TYPE attn_http_slow_connections_closed_total counter\n"
+               "attn_http_slow_connections_closed_total ");
+    put_ulong(&w, atomic_load(&slow_closed));
     jw_char(&w, '\n');
     return jw_finish(&w, len);
 }

@@ -24,9 +24,6 @@ typedef enum metrics_route {
     ROUTE_COUNT
 } metrics_route;
 
-/* The label of a route as it appears in /metrics, e.g. "/v1/attention". */
-const char *metrics_route_label(metrics_route route);
-
 void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
                      size_t bytes_out);
 /* Which thread answered a request that is not answered by its I/O thread
@@ -43,6 +40,10 @@ void metrics_path_observe(metrics_path path);
 
 void metrics_inflight_add(int delta);
 long metrics_inflight(void);
+
+/* Counts one connection the reaper closed for delivering its headers or
+ * body too slowly. */
+void metrics_slow_closed_add(void);
 
 /* Records the outcome of one weight-store sync (ok non-zero: it worked) and
  * what is loaded after it; /metrics shows the age of the last good one, the
