@@ -164,96 +164,118 @@ int store_format_write(int fd, const weight_set *set)
     return store_io_write_all(fd, tail, 8);
 }
 
+/* A header as read from a file: its bytes (with room for the name that
+ * follows) and what they say, checked against each other. */
+typedef struct file_header {
+    unsigned char bytes[HEADER_FIXED + WEIGHTS_NAME_MAX];
+    uint32_t version, flags, present, name_len;
+    size_t len;             /* of the header: HEADER_V1 or HEADER_FIXED */
+    size_t padded;          /* of the name, to a multiple of 8 */
+    size_t expected;        /* bytes of the whole file */
+    uint64_t heads;
+} file_header;
+
+/* Reads the header of the file open on fd (of size file_size) into *fh, and
+ * the dimensions it gives into *w.  Returns 0, or -1 with the reason in why
+ * when a field is out of range or the size does not match. */
+static int header_read(int fd, int64_t file_size, file_header *fh, attn_weights *w, char *why,
+                       size_t why_len)
+{
+    unsigned char *h = fh->bytes;
+    if (read_all(fd, h, HEADER_V1) != 0)
+        return snprintf(why, why_len, "shorter than a header (truncated)"), -1;
+    fh->version = get_u32(h + 8);
+    if (memcmp(h, MAGIC, 8) != 0 || (fh->version != 1 && fh->version != FORMAT_VERSION))
+        return snprintf(why, why_len, "not a version-1 or version-2 weight-set file"), -1;
+    fh->len = fh->version == 1 ? HEADER_V1 : HEADER_FIXED;
+    if (fh->len > HEADER_V1 && read_all(fd, h + HEADER_V1, fh->len - HEADER_V1) != 0)
+        return snprintf(why, why_len, "shorter than a header (truncated)"), -1;
+    fh->flags = get_u32(h + 12);
+    fh->present = get_u32(h + 64);
+    fh->name_len = get_u32(h + 68);
+    fh->heads = get_u64(h + 16);
+    fh->padded = ((size_t)fh->name_len + 7) & ~(size_t)7;
+    uint32_t present = fh->present;
+    if (fh->flags > 1 || (present & 7u) != 7u || present > 0xFFu || fh->name_len < 1 ||
+        fh->name_len > WEIGHTS_NAME_MAX || (!(present & 8u) && (present & 128u)))
+        return snprintf(why, why_len, "header fields out of range"), -1;
+    w->d_in = get_u64(h + 24);
+    w->d_ctx = get_u64(h + 32);
+    w->dk = get_u64(h + 40);
+    w->dv = get_u64(h + 48);
+    w->d_out = get_u64(h + 56);
+    fh->expected = file_size_for(w, present, fh->name_len, fh->len);
+    if (fh->expected == 0 || w->d_in == 0 || w->d_ctx == 0 || w->dk == 0 || w->dv == 0 ||
+        w->d_out == 0 || (!(present & 8u) && w->d_out != w->dv) ||
+        (fh->heads != 0 && weights_check_heads((size_t)fh->heads, w->dk, w->dv, NULL) != 0))
+        return snprintf(why, why_len, "inconsistent dimensions in the header"), -1;
+    if ((uint64_t)file_size != fh->expected)
+        return snprintf(why, why_len, "%lld bytes where the header implies %zu (truncated or "
+                        "damaged)", (long long)file_size, fh->expected), -1;
+    return 0;
+}
+
+/* Reads the arrays that present names into w (dimensions set), folding
+ * them into the checksum *h.  Returns 0, or -1 with the reason in why and
+ * *nomem set when memory ran out; arrays read so far stay in w. */
+static int arrays_read(int fd, unsigned present, attn_weights *w, uint64_t *h, char *why,
+                       size_t why_len, int *nomem)
+{
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!(present & (1u << p)))
+            continue;
+        size_t n;
+        array_bytes(w, p, &n); /* file_size_for has checked that it fits */
+        double *a = mem_malloc(n);
+        if (a == NULL) {
+            *nomem = 1;
+            return snprintf(why, why_len, "out of memory loading it"), -1;
+        }
+        *weights_slot(w, (weights_part)p) = a;
+        if (read_all(fd, a, n) != 0)
+            return snprintf(why, why_len, "read failed"), -1;
+        *h = checksum_update(*h, a, n);
+    }
+    return 0;
+}
+
 /* Loads the set file open on fd (store_internal.h). */
 weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem)
 {
     *nomem = 0;
     struct stat st;
-    unsigned char header[HEADER_FIXED + WEIGHTS_NAME_MAX];
-    weight_set *set = NULL;
+    file_header fh;
     attn_weights w;
     memset(&w, 0, sizeof w);
-    if (fstat(fd, &st) != 0 || read_all(fd, header, HEADER_V1) != 0) {
+    if (fstat(fd, &st) != 0) {
         snprintf(why, why_len, "shorter than a header (truncated)");
-        goto fail;
+        return NULL;
     }
-    uint32_t version = get_u32(header + 8);
-    if (memcmp(header, MAGIC, 8) != 0 || (version != 1 && version != FORMAT_VERSION)) {
-        snprintf(why, why_len, "not a version-1 or version-2 weight-set file");
+    if (header_read(fd, (int64_t)st.st_size, &fh, &w, why, why_len) != 0)
         goto fail;
-    }
-    size_t header_len = version == 1 ? HEADER_V1 : HEADER_FIXED;
-    if (header_len > HEADER_V1 && read_all(fd, header + HEADER_V1, header_len - HEADER_V1) != 0) {
-        snprintf(why, why_len, "shorter than a header (truncated)");
-        goto fail;
-    }
-    uint32_t flags = get_u32(header + 12), present = get_u32(header + 64);
-    uint32_t name_len = get_u32(header + 68);
-    uint64_t heads = get_u64(header + 16);
-    uint64_t dims[5];
-    for (int i = 0; i < 5; i++)
-        dims[i] = get_u64(header + 24 + 8 * i);
-    size_t padded = ((size_t)name_len + 7) & ~(size_t)7;
-    if (flags > 1 || (present & 7u) != 7u || present > 0xFFu || name_len < 1 || name_len > WEIGHTS_NAME_MAX ||
-        (!(present & 8u) && (present & 128u))) {
-        snprintf(why, why_len, "header fields out of range");
-        goto fail;
-    }
-    w.d_in = dims[0];
-    w.d_ctx = dims[1];
-    w.dk = dims[2];
-    w.dv = dims[3];
-    w.d_out = dims[4];
-    size_t expected = file_size_for(&w, present, name_len, header_len);
-    if (expected == 0 || w.d_in == 0 || w.d_ctx == 0 || w.dk == 0 || w.dv == 0 || w.d_out == 0 ||
-        (!(present & 8u) && w.d_out != w.dv) ||
-        (heads != 0 && weights_check_heads((size_t)heads, w.dk, w.dv, NULL) != 0)) {
-        snprintf(why, why_len, "inconsistent dimensions in the header");
-        goto fail;
-    }
-    if ((uint64_t)st.st_size != expected) {
-        snprintf(why, why_len, "%lld bytes where the header implies %zu (truncated or damaged)",
-                 (long long)st.st_size, expected);
-        goto fail;
-    }
-    if (read_all(fd, header + header_len, padded) != 0 ||
-        memcmp(header + header_len, name, name_len) != 0 || strlen(name) != name_len) {
+    if (read_all(fd, fh.bytes + fh.len, fh.padded) != 0 ||
+        memcmp(fh.bytes + fh.len, name, fh.name_len) != 0 || strlen(name) != fh.name_len) {
         snprintf(why, why_len, "the name inside the file does not match its file name");
         goto fail;
     }
-    uint64_t h = checksum_update(CHECKSUM_SEED, header, header_len + padded);
-    for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        if (!(present & (1u << p)))
-            continue;
-        size_t n;
-        array_bytes(&w, p, &n); /* file_size_for has checked that it fits */
-        double *a = mem_malloc(n);
-        if (a == NULL) {
-            snprintf(why, why_len, "out of memory loading it");
-            *nomem = 1;
-            goto fail;
-        }
-        *weights_slot(&w, (weights_part)p) = a;
-        if (read_all(fd, a, n) != 0) {
-            snprintf(why, why_len, "read failed");
-            goto fail;
-        }
-        h = checksum_update(h, a, n);
-    }
+    uint64_t h = checksum_update(CHECKSUM_SEED, fh.bytes, fh.len + fh.padded);
+    if (arrays_read(fd, fh.present, &w, &h, why, why_len, nomem) != 0)
+        goto fail;
     unsigned char tail[8];
     if (read_all(fd, tail, 8) != 0 || get_u64(tail) != h) {
         snprintf(why, why_len, "checksum mismatch (damaged file)");
         goto fail;
     }
-    set = weightset_new(name, &w, (size_t)heads, (int)(flags & 1u));
+    weight_set *set = weightset_new(name, &w, (size_t)fh.heads, (int)(fh.flags & 1u));
     if (set == NULL) {
         snprintf(why, why_len, "out of memory loading it");
         *nomem = 1;
-        goto fail;
+        return NULL; /* weightset_new freed the arrays */
     }
-    set->stored_at_ms = (int64_t)get_u64(header + 72);
-    set->generation = version == 1 ? (uint64_t)set->stored_at_ms * 1000 : get_u64(header + 80);
-    set->size_bytes = expected;
+    set->stored_at_ms = (int64_t)get_u64(fh.bytes + 72);
+    set->generation = fh.version == 1 ? (uint64_t)set->stored_at_ms * 1000
+                                      : get_u64(fh.bytes + 80);
+    set->size_bytes = fh.expected;
     store_sig_of(&st, store_set_sig(set));
     return set;
 fail:

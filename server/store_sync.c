@@ -60,8 +60,90 @@ static long snap_find(const scan_state *sc, const char *name)
     return -1;
 }
 
+/* Notes that the set of name goes from before (borrowed from the snapshot,
+ * or NULL: new) to after (owned, or NULL: gone).  Returns 0, or
+ * ERR_UNAVAILABLE with err filled when memory runs out (after is then
+ * released). */
+static int scan_note_change(scan_state *sc, const char *name, weight_set *before,
+                            weight_set *after, attn_error *err)
+{
+    if (store_grow((void **)&sc->changes, &sc->change_cap, sc->change_count, sizeof *sc->changes)) {
+        weightset_release(after);
+        return error_nomem(err);
+    }
+    scan_change *c = &sc->changes[sc->change_count++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->before = before;
+    c->after = after;
+    return 0;
+}
+
+/* Looks at one set file of the directory (file is NAME.wset, n its length):
+ * loads it when its identity differs from that of the table's version, and
+ * notes it when it is damaged.  Returns 0, or ERR_UNAVAILABLE with err
+ * filled when memory runs out. */
+static int scan_file(weight_store *store, scan_state *sc, const char *file, size_t n, int initial,
+                     attn_error *err)
+{
+    char name[256], path[1400], why[200];
+    snprintf(name, sizeof name, "%.*s", (int)(n - 5), file);
+    snprintf(path, sizeof path, "%s/%s", store->dir, file);
+    /* Opening first makes an NFS client revalidate its cached attributes. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int saved = errno;
+        if (fd >= 0)
+            close(fd);
+        if (saved == ENOENT)
+            return 0; /* gone since the listing: a delete, not damage */
+        fprintf(stderr, "store: cannot read %s: %s\n", path, strerror(saved));
+        long i = snap_find(sc, name);
+        if (i >= 0)
+            sc->seen[i] = 1; /* keep what we have */
+        return 0;
+    }
+    file_sig sig;
+    store_sig_of(&st, &sig);
+    long i = weights_valid_name(name) ? snap_find(sc, name) : -1;
+    if (i >= 0) {
+        sc->seen[i] = 1;
+        if (store_sig_equal(store_set_sig(sc->snap[i]), &sig)) {
+            close(fd);
+            return 0;
+        }
+    }
+    weight_set *set = NULL;
+    int nomem = 0;
+    if (!weights_valid_name(name))
+        snprintf(why, sizeof why, "the file name is not a valid set name");
+    else
+        set = store_format_load(fd, name, why, sizeof why, &nomem);
+    close(fd);
+    if (nomem) {
+        fprintf(stderr, "store: out of memory loading %s\n", path);
+        return error_nomem(err);
+    }
+    if (set == NULL)
+        return store_quarantine_note(store, &sc->damaged, file, &sig, why, initial) != 0
+                   ? error_nomem(err) : 0;
+    if (i >= 0 && sc->snap[i]->generation == set->generation &&
+        sc->snap[i]->size_bytes == set->size_bytes) {
+        /* The same version under a new identity (copied, touched): keep the
+         * set, note the file. */
+        weightset_release(set);
+        pthread_mutex_lock(&store->map_lock);
+        *store_set_sig(sc->snap[i]) = sig;
+        pthread_mutex_unlock(&store->map_lock);
+        return 0;
+    }
+    /* set->name is a valid name: it loaded. */
+    return scan_note_change(sc, set->name, i >= 0 ? sc->snap[i] : NULL, set, err);
+}
+
 /* Reads the directory into sc: loads every set file whose identity differs
- * from the table's, and notes damaged files.  No table lock is held. */
+ * from the table's, notes damaged files, and notes the sets whose file is
+ * gone.  No table lock is held. */
 static int scan_directory(weight_store *store, scan_state *sc, int initial, attn_error *err)
 {
     DIR *d = opendir(store->dir);
@@ -70,94 +152,16 @@ static int scan_directory(weight_store *store, scan_state *sc, int initial, attn
                          "Cannot read the data directory %s: %s.", store->dir, strerror(errno));
     struct dirent *e;
     int rc = 0;
-    errno = 0;
-    while ((e = readdir(d)) != NULL) {
-        const char *file = e->d_name;
-        size_t n = strlen(file);
-        if (n <= 5 || strcmp(file + n - 5, ".wset") != 0)
-            continue;
-        char name[256], path[1400], why[200];
-        snprintf(name, sizeof name, "%.*s", (int)(n - 5), file);
-        snprintf(path, sizeof path, "%s/%s", store->dir, file);
-        /* Opening first makes an NFS client revalidate its cached attributes. */
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            int saved = errno;
-            if (fd >= 0)
-                close(fd);
-            errno = saved;
-            if (errno != ENOENT) /* gone since the listing: a delete, not damage */
-                fprintf(stderr, "store: cannot read %s: %s\n", path, strerror(errno));
-            long i = snap_find(sc, name);
-            if (i >= 0 && errno != ENOENT)
-                sc->seen[i] = 1; /* keep what we have */
-            continue;
-        }
-        file_sig sig;
-        store_sig_of(&st, &sig);
-        long i = weights_valid_name(name) ? snap_find(sc, name) : -1;
-        if (i >= 0) {
-            sc->seen[i] = 1;
-            if (store_sig_equal(store_set_sig(sc->snap[i]), &sig)) {
-                close(fd);
-                continue;
-            }
-        }
-        weight_set *set = NULL;
-        int nomem = 0;
-        if (!weights_valid_name(name))
-            snprintf(why, sizeof why, "the file name is not a valid set name");
-        else
-            set = store_format_load(fd, name, why, sizeof why, &nomem);
-        close(fd);
-        if (nomem) {
-            fprintf(stderr, "store: out of memory loading %s\n", path);
-            rc = error_nomem(err);
-            break;
-        }
-        if (set == NULL) {
-            if (store_quarantine_note(store, &sc->damaged, file, &sig, why, initial) != 0) {
-                rc = error_nomem(err);
-                break;
-            }
-            continue;
-        }
-        if (i >= 0 && sc->snap[i]->generation == set->generation &&
-            sc->snap[i]->size_bytes == set->size_bytes) {
-            /* The same version under a new identity (copied, touched): keep
-             * the set, note the file. */
-            weightset_release(set);
-            pthread_mutex_lock(&store->map_lock);
-            *store_set_sig(sc->snap[i]) = sig;
-            pthread_mutex_unlock(&store->map_lock);
-            continue;
-        }
-        if (store_grow((void **)&sc->changes, &sc->change_cap, sc->change_count, sizeof *sc->changes)) {
-            weightset_release(set);
-            rc = error_nomem(err);
-            break;
-        }
-        scan_change *c = &sc->changes[sc->change_count++];
-        snprintf(c->name, sizeof c->name, "%s", set->name); /* a valid name: it loaded */
-        c->before = i >= 0 ? sc->snap[i] : NULL;
-        c->after = set;
-        errno = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && strcmp(e->d_name + n - 5, ".wset") == 0)
+            rc = scan_file(store, sc, e->d_name, n, initial, err);
     }
     closedir(d);
-    if (rc != 0)
-        return rc;
-    for (size_t i = 0; i < sc->snap_count; i++) {
-        if (sc->seen[i])
-            continue;
-        if (store_grow((void **)&sc->changes, &sc->change_cap, sc->change_count, sizeof *sc->changes))
-            return error_nomem(err);
-        scan_change *c = &sc->changes[sc->change_count++];
-        snprintf(c->name, sizeof c->name, "%s", sc->snap[i]->name);
-        c->before = sc->snap[i];
-        c->after = NULL;
-    }
-    return 0;
+    for (size_t i = 0; rc == 0 && i < sc->snap_count; i++)
+        if (!sc->seen[i])
+            rc = scan_note_change(sc, sc->snap[i]->name, sc->snap[i], NULL, err);
+    return rc;
 }
 
 /* Applies the changes of a scan that still hold: a name a local put or
