@@ -2,8 +2,9 @@
  * store_internal.h - what the pieces of the weight-set store share; not for
  * the rest of the server, which sees only store.h.
  *
- * The store is five files, one concern each:
- *   store.c             opening and closing a store: the data directory, the locks
+ * The store is six files, one concern each:
+ *   store.c             opening and closing a store: the data directory,
+ *                       the locks, the first scan
  *   store_format.c      the file format: encoding and decoding one stored set
  *   store_table.c       the in-memory table: reference-counted sets, get, put,
  *                       delete, list, generations
