@@ -400,7 +400,6 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->work, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
-    atomic_init(&srv->slow_closed, 0);
     srv->guard = guard_new(cfg, err);
     if (srv->guard == NULL || tls_load(srv, err) != 0) {
         server_free(srv);
@@ -456,11 +455,6 @@ unsigned http_connections(const http_server *server)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(server->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     return info != NULL ? info->num_connections : 0;
-}
-
-long http_slow_closed(const http_server *server)
-{
-    return atomic_load(&((http_server *)server)->slow_closed);
 }
 
 void http_stop(http_server *server)

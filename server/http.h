@@ -33,9 +33,6 @@ unsigned http_port(const http_server *server);
 /* Connections open now. */
 unsigned http_connections(const http_server *server);
 
-/* Connections closed so far for delivering headers or a body too slowly. */
-long http_slow_closed(const http_server *server);
-
 /* Answers requests still waiting for a worker with 503, waits for the
  * workers to finish what they run (call compute_stop_all(1) first to make
  * that quick), stops listening, closes every connection and frees the

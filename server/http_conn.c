@@ -25,6 +25,7 @@
 
 #include "http_private.h"
 #include "mem.h"
+#include "metrics.h"
 
 /* How often the reaper looks at the connections. */
 #define HTTP_REAPER_MS 100
@@ -66,9 +67,10 @@ static void reap_once(http_server *srv, http_request **resume)
                  elapsed > (double)cfg->header_timeout)
             slow = (double)atomic_load(&hc->body_bytes) < (double)cfg->min_body_rate * elapsed;
         if (slow) {
+            /* Counted first, so that a client that sees the close sees the count. */
+            metrics_slow_closed_add();
             shutdown(hc->fd, SHUT_RDWR);
             hc->shut = 1;
-            atomic_fetch_add(&srv->slow_closed, 1);
         }
     }
     double queue_wait = (double)cfg->queue_wait_ms / 1000.0;

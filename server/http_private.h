@@ -68,7 +68,6 @@ struct http_server {
     int reaper_started;
     pthread_cond_t reaper_wake;
     int stopping;
-    atomic_long slow_closed;    /* connections the reaper closed */
 };
 
 /* State of one request, from its first byte to its completion. */

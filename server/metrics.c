@@ -28,6 +28,7 @@ static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
 static atomic_ulong path_counts[PATH_COUNT];
+static atomic_ulong slow_closed;
 static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
@@ -53,11 +54,6 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes)
     store_sets = sets;
     store_bytes = bytes;
     pthread_mutex_unlock(&metrics_lock);
-}
-
-const char *metrics_route_label(route_id id)
-{
-    return route_label(id < ROUTE_COUNT ? id : ROUTE_OTHER);
 }
 
 void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
@@ -94,6 +90,11 @@ void metrics_inflight_add(int delta)
 long metrics_inflight(void)
 {
     return atomic_load(&inflight);
+}
+
+void metrics_slow_closed_add(void)
+{
+    atomic_fetch_add(&slow_closed, 1);
 }
 
 static void put_ulong(jw_buf *w, unsigned long long v)
@@ -185,21 +186,11 @@ char *metrics_render(size_t *len)
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
     long now = metrics_inflight();
     jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
+               "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
+               "# TYPE attn_http_slow_connections_closed_total counter\n"
+               "attn_http_slow_connections_closed_total ");
+    put_ulong(&w, atomic_load(&slow_closed));
     jw_char(&w, '\n');
     return jw_finish(&w, len);
-}
-
-void metrics_reset(void)
-{
-    pthread_mutex_lock(&metrics_lock);
-    memset(requests, 0, sizeof requests);
-    memset(buckets, 0, sizeof buckets);
-    memset(duration_sum, 0, sizeof duration_sum);
-    memset(duration_count, 0, sizeof duration_count);
-    bytes_in_total = bytes_out_total = 0;
-    store_observed = 0;
-    store_sync_errors = 0;
-    for (int p = 0; p < PATH_COUNT; p++)
-        atomic_store(&path_counts[p], 0);
-    pthread_mutex_unlock(&metrics_lock);
 }

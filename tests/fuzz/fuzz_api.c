@@ -25,6 +25,7 @@
 #include "config.h"
 #include "json_fast.h"
 #include "mem.h"
+#include "test_hooks.h"
 
 static server_config fuzz_cfg;
 

@@ -13,6 +13,7 @@
 #include "mem.h"
 #include "route.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Starts the handlers on an empty data directory dir (a mkdtemp template). */
 static int api_start(server_config *cfg, char *dir)

@@ -8,6 +8,7 @@
 #include "mem.h"
 #include "route.h"
 #include "test.h"
+#include "test_hooks.h"
 
 #define TOKEN_A "tok-aaaaaaaaaaaaaaaaaaaa"
 #define TOKEN_B "tok-bbbbbbbbbbbbbbbbbbbb"

@@ -14,6 +14,7 @@
 #include "mem.h"
 #include "attention_json.h"
 #include "test.h"
+#include "test_hooks.h"
 
 static const char *const oom_body =
     "{\"x\":[[[1,2],[3,4],[5,6]],[[1,0],[0,1],[1,1]]],\"context\":[[[1,2],[3,4]],[[1,1],[2,2]]],"

@@ -14,6 +14,7 @@
 
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 #include "v2_tensor.h"
 
 /* Little-endian bytes of floats and doubles, written byte by byte so the test
