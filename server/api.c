@@ -278,7 +278,7 @@ static void handle_attention(const api_request *req, api_response *resp)
         api_respond_error(resp, &err);
         return;
     }
-    attention_json_request ar;
+    attention_request ar;
     attention_json_limits limits = {api_cfg->max_elements};
     int rc = attention_json_decode(root, &limits, &ar, &err);
     json_decref(root);
@@ -318,20 +318,10 @@ static void handle_attention(const api_request *req, api_response *resp)
                       ar.out_in ? "out_in" : "in_out", set->name, set->out_in ? "out_in" : "in_out");
             goto fail;
         }
-        if (ar.heads_given && set->heads != 0 && ar.job.heads != set->heads) {
-            error_set(&err, ERR_BAD_REQUEST, "conflicting_fields", "heads",
-                      "heads is %zu but the weight set \"%s\" was stored with heads = %zu; leave "
-                      "heads out to use the stored value.", ar.job.heads, set->name, set->heads);
-            goto fail;
-        }
-        if (!ar.heads_given && set->heads != 0) {
-            ar.job.heads = set->heads;
-            ar.heads_given = 1;
-        }
-        if (attention_json_bind_weights(&ar, &set->w, 1, &err) != 0)
+        if (attention_request_bind_set(&ar, set->name, &set->w, set->heads, &err) != 0)
             goto fail;
     }
-    size_t result_elements = attention_json_result_elements(&ar), response_bytes = 0;
+    size_t result_elements = attention_request_result_elements(&ar), response_bytes = 0;
     size_t reserved_bytes = 0;
     if (req->io_thread && admission_io_thread_fits(&ar.job, result_elements) != 0)
         goto defer;
@@ -353,17 +343,17 @@ static void handle_attention(const api_request *req, api_response *resp)
     attention_json_encode(&ar, &result, ms, &w);
     attention_result_free(&result);
     admission_release(reserved_bytes);
-    attention_json_free(&ar);
+    attention_request_free(&ar);
     weightset_release(set);
     respond_jw(resp, 200, &w);
     return;
 fail:
-    attention_json_free(&ar);
+    attention_request_free(&ar);
     weightset_release(set);
     api_respond_error(resp, &err);
     return;
 defer:
-    attention_json_free(&ar);
+    attention_request_free(&ar);
     weightset_release(set);
     resp->deferred = 1;
 }
