@@ -72,7 +72,8 @@ static int check_form(const json_t *root, int *qkv, attn_error *err)
                          "and v.", jq ? "q" : jk ? "k" : "v");
     if (jx == NULL && !*qkv)
         return error_set(err, ERR_BAD_REQUEST, "missing_field", "q",
-                         "The request has neither q, k, v nor x; give q, k and v, or x with weights.");
+                         "The request has neither q, k, v nor x; give q, k and v, or x with "
+                         "weights.");
     if (*qkv && json_object_get(root, "context") != NULL)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "context",
                          "context is only used with x (keys and values are made from it); "

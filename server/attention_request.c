@@ -69,7 +69,8 @@ int attention_request_check_batch(const attention_input *t, const attention_inpu
 {
     if (t->rank != ref->rank)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", t->field,
-                         "%s is %d-D but %s is %d-D; give all inputs a leading batch axis, or none.",
+                         "%s is %d-D but %s is %d-D; give all inputs a leading batch axis, "
+                         "or none.",
                          t->name, t->rank, ref->name, ref->rank);
     if (t->batch != ref->batch)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", t->field,
@@ -163,7 +164,8 @@ int attention_request_bind_weights(attention_request *req, const attn_weights *w
     const char *in_axis = named ? "inputs" : req->out_in ? "columns" : "rows";
     const char *ctx_name = req->has_context ? "context" : "x";
     if (w->d_in != req->x_width)
-        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", named ? req->x_field : "weights.wq",
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch",
+                         named ? req->x_field : "weights.wq",
                          "x has %zu features per token (its %s) but weights.wq expects %zu "
                          "(its %s).", req->x_width, feat, w->d_in, in_axis);
     if (w->d_ctx != req->ctx_width)

@@ -90,7 +90,8 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
                              "%s must be \"output\" or \"attention\" (got %s%.40s%s).", field,
                              json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
-                             name ? json_in_kind(name) : "nothing", json_is_string(name) ? "\"" : "");
+                             name ? json_in_kind(name) : "nothing",
+                             json_is_string(name) ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
             if (o->which[j] == which)
                 return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
@@ -230,14 +231,16 @@ static int check_numeric(const v2_tensor *t, const v2_tensor *ref, attn_error *e
 {
     char f[64];
     if (t->datatype == V2_BOOL)
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field_of(t, "datatype", f, sizeof f),
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                         field_of(t, "datatype", f, sizeof f),
                          "%s of input \"%s\" is BOOL; it must be FP32 or FP64.", f, t->name);
     if (t->rank != 2 && t->rank != 3)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field_of(t, "shape", f, sizeof f),
                          "%s of input \"%s\" has %zu dimensions; it must be [L, d] or [B, L, d].",
                          f, t->name, t->rank);
     if (t->datatype != ref->datatype)
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field_of(t, "datatype", f, sizeof f),
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                         field_of(t, "datatype", f, sizeof f),
                          "%s of input \"%s\" is %s but input \"%s\" is %s; numeric inputs share "
                          "one datatype.", f, t->name, v2_datatype_name(t->datatype), ref->name,
                          v2_datatype_name(ref->datatype));
