@@ -24,7 +24,7 @@
 
 /* Parses and decodes the body into ar.  Returns 0, or a negative ERR_* code
  * with err filled (ar then holds nothing). */
-static int decode_body(const api_request *req, attention_json_request *ar, attn_error *err)
+static int decode_body(const api_request *req, attention_request *ar, attn_error *err)
 {
     /* The tree lives only until its numbers are decoded: it is made in the arena. */
     mem_json_arena_begin();
@@ -45,7 +45,7 @@ static int decode_body(const api_request *req, attention_json_request *ar, attn_
  * *set a reference (the caller releases it), ADMISSION_DEFER when an I/O
  * thread would have to rescan the directory, or a negative ERR_* code with
  * err filled. */
-static int find_named_set(const api_request *req, const attention_json_request *ar,
+static int find_named_set(const api_request *req, const attention_request *ar,
                           weight_set **set, api_response *resp, attn_error *err)
 {
     weight_store *store = api_weight_store();
@@ -68,10 +68,10 @@ static int find_named_set(const api_request *req, const attention_json_request *
     return 0;
 }
 
-/* Binds the stored set (borrowed) to ar: its layout and heads must agree with
- * what the request says of them.  Returns 0 or a negative ERR_* code with err
- * filled. */
-static int bind_named_set(attention_json_request *ar, const weight_set *set, attn_error *err)
+/* Binds the stored set (borrowed) to ar: its layout must agree with what the
+ * request says of it (its heads are checked by attention_request_bind_set).
+ * Returns 0 or a negative ERR_* code with err filled. */
+static int bind_named_set(attention_request *ar, const weight_set *set, attn_error *err)
 {
     if (ar->weights_layout_given && ar->out_in != set->out_in)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "weights_layout",
@@ -79,24 +79,15 @@ static int bind_named_set(attention_json_request *ar, const weight_set *set, att
                          "\"%s\"; leave weights_layout out when naming a stored set.",
                          ar->out_in ? "out_in" : "in_out", set->name,
                          set->out_in ? "out_in" : "in_out");
-    if (ar->heads_given && set->heads != 0 && ar->job.heads != set->heads)
-        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "heads",
-                         "heads is %zu but the weight set \"%s\" was stored with heads = %zu; "
-                         "leave heads out to use the stored value.", ar->job.heads, set->name,
-                         set->heads);
-    if (!ar->heads_given && set->heads != 0) {
-        ar->job.heads = set->heads;
-        ar->heads_given = 1;
-    }
-    return attention_json_bind_weights(ar, &set->w, 1, err);
+    return attention_request_bind_set(ar, set->name, &set->w, set->heads, err);
 }
 
 /* Admits, computes and encodes the job of ar into resp.  Returns 0 (resp
  * answered), ADMISSION_DEFER, or a negative ERR_* code with err filled. */
-static int compute_and_answer(const api_request *req, attention_json_request *ar,
+static int compute_and_answer(const api_request *req, attention_request *ar,
                               api_response *resp, attn_error *err)
 {
-    size_t result_elements = attention_json_result_elements(ar), response_bytes = 0;
+    size_t result_elements = attention_request_result_elements(ar), response_bytes = 0;
     size_t reserved_bytes = 0;
     if (req->io_thread && admission_io_thread_fits(&ar->job, result_elements) != 0)
         return ADMISSION_DEFER;
@@ -126,7 +117,7 @@ void api_attention_handle(const api_request *req, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
-    attention_json_request ar;
+    attention_request ar;
     weight_set *set = NULL;
     int rc = decode_body(req, &ar, &err);
     if (rc == 0 && ar.weights_name[0]) {
@@ -138,7 +129,7 @@ void api_attention_handle(const api_request *req, api_response *resp)
     }
     if (rc == 0)
         rc = compute_and_answer(req, &ar, resp, &err);
-    attention_json_free(&ar);
+    attention_request_free(&ar);
     weightset_release(set);
     if (rc == ADMISSION_DEFER)
         resp->deferred = 1;     /* for a worker */

@@ -3,7 +3,7 @@
  *
  * The HTTP layer builds an api_request from a complete request and sends the
  * api_response a handler filled in; the router (api.c) and the handlers below
- * it (api_*.c, v2.c) share these types without depending on each other.
+ * it (api_*.c; v2.c and v2_infer.c) share these types without depending on each other.
  */
 #ifndef ATTN_API_MESSAGE_H
 #define ATTN_API_MESSAGE_H

@@ -3,7 +3,7 @@
  * per head, and the output projection, on dense row-major arrays.
  *
  * This module knows nothing of JSON or HTTP.  It receives an attn_job whose
- * shapes the decoder (attention_json) has already checked against each
+ * shapes the request model (attention_request) has already checked against each
  * other, computes in float64 or float32 through OpenBLAS, and writes into
  * result buffers that the caller frees with attention_result_free.  It is the only module that includes cblas.h.
  */

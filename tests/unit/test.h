@@ -164,6 +164,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_json_response_shapes)       \
     X(attention_json_big_integers)          \
     X(attention_json_finite_near_max)       \
+    X(request_faults_same_words)            \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \

@@ -30,7 +30,7 @@ static int full_pipeline(const char *body, attn_error *err)
     json_t *root = json_loads(body, 0, &jerr);
     if (root == NULL)
         return error_nomem(err);
-    attention_json_request req;
+    attention_request req;
     attention_json_limits limits = {100000};
     int rc = attention_json_decode(root, &limits, &req, err);
     json_decref(root);
@@ -48,7 +48,7 @@ static int full_pipeline(const char *body, attn_error *err)
         mem_free(text);
         attention_result_free(&result);
     }
-    attention_json_free(&req);
+    attention_request_free(&req);
     return rc;
 }
 
