@@ -217,7 +217,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
     X(viz_routes)                       \
-    X(viz_examples_out_of_memory)
+    X(viz_examples_out_of_memory)       \
+    X(attention_pool_matches_reference) \
+    X(attention_pool_grid_sizes)        \
+    X(attention_pool_overflow_is_reported)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)
