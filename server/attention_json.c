@@ -55,6 +55,70 @@ static int decode_scalars(const json_t *root, attention_request *req, attn_error
     return 0;
 }
 
+/* Reads a side of attention_pool (rows or cols): a whole number 1 .. ATTN_POOL_MAX_SIDE. */
+static int decode_pool_side(const json_t *obj, const char *name, size_t *out, attn_error *err)
+{
+    char field[32];
+    snprintf(field, sizeof field, "attention_pool.%s", name);
+    const json_t *v = json_object_get(obj, name);
+    if (v == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field", field,
+                         "attention_pool needs %s: how many cells the pooled attention has "
+                         "along the %s (1 to %d).", name, strcmp(name, "rows") == 0 ? "queries"
+                         : "keys", ATTN_POOL_MAX_SIDE);
+    if (!json_is_number(v))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s is %s; it must be a whole number from 1 to %d.", field,
+                         json_in_kind(v), ATTN_POOL_MAX_SIDE);
+    double d = json_number_value(v);
+    if (d < 1 || d > ATTN_POOL_MAX_SIDE || d != floor(d))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                         "%s is %g; it must be a whole number from 1 to %d.", field, d,
+                         ATTN_POOL_MAX_SIDE);
+    *out = (size_t)d;
+    return 0;
+}
+
+/* Reads return_qk and attention_pool ({"rows", "cols", "reduce"}): what the answer carries
+ * beside the output. */
+static int decode_extras(const json_t *root, attention_request *req, attn_error *err)
+{
+    static const char *const known[] = {"rows", "cols", "reduce"};
+    static const char *const reduces[] = {"max", "mean"};
+    int rc, want_qk;
+    if ((rc = json_in_bool(root, "return_qk", 0, &want_qk, err)) != 0)
+        return rc;
+    req->job.want_qk = want_qk;
+    const json_t *jp = json_object_get(root, "attention_pool");
+    if (jp == NULL || json_is_null(jp))
+        return 0;
+    if (!json_is_object(jp))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "attention_pool",
+                         "attention_pool is %s; it must be an object such as {\"rows\": 512, "
+                         "\"cols\": 512, \"reduce\": \"max\"}.", json_in_kind(jp));
+    if (json_is_false(json_object_get(root, "return_attention")))
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "attention_pool",
+                         "attention_pool asks for the attention, pooled, but return_attention "
+                         "is false; leave one of them out.");
+    const json_t *jr = json_object_get(jp, "reduce");
+    int reduce = 0;
+    if (jr != NULL && (!json_is_string(jr) ||
+                       (strcmp(json_string_value(jr), reduces[0]) != 0 &&
+                        strcmp(json_string_value(jr), reduces[1]) != 0)))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "attention_pool.reduce",
+                         "attention_pool.reduce must be \"max\" or \"mean\".");
+    if (jr != NULL)
+        reduce = strcmp(json_string_value(jr), "mean") == 0;
+    if ((rc = json_in_check_fields(jp, "attention_pool", known, 3, err)) != 0 ||
+        (rc = decode_pool_side(jp, "rows", &req->pool.rows, err)) != 0 ||
+        (rc = decode_pool_side(jp, "cols", &req->pool.cols, err)) != 0)
+        return rc;
+    req->pool.reduce = reduce ? ATTN_POOL_MEAN : ATTN_POOL_MAX;
+    req->job.pool = &req->pool;
+    req->job.want_attention = 0;        /* the pool takes the matrix's place */
+    return 0;
+}
+
 /* Checks which form the request takes, q/k/v or x with weights, and that it
  * has no member of the other; sets *qkv for the first. */
 static int check_form(const json_t *root, int *qkv, attn_error *err)
@@ -206,14 +270,16 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
 {
     static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
                                         "causal", "mask", "scale", "layout", "weights_layout",
-                                        "dtype", "return_attention", "weights_generation"};
+                                        "dtype", "return_attention", "weights_generation",
+                                        "attention_pool", "return_qk"};
     int rc, qkv;
     if (!json_is_object(root))
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                          "The body is %s; it must be a JSON object with the request's fields "
                          "(q, k, v or x and weights).", json_in_kind(root));
     if ((rc = json_in_check_fields(root, "", known, sizeof known / sizeof known[0], err)) != 0 ||
-        (rc = decode_scalars(root, req, err)) != 0 || (rc = check_form(root, &qkv, err)) != 0)
+        (rc = decode_scalars(root, req, err)) != 0 || (rc = decode_extras(root, req, err)) != 0 ||
+        (rc = check_form(root, &qkv, err)) != 0)
         return rc;
     json_in_budget budget = {limits->max_elements, &req->input_elements};
     rc = qkv ? decode_qkv(root, &budget, req, err) : decode_x(root, &budget, req, err);
@@ -245,6 +311,54 @@ int attention_json_decode(const json_t *root, const attention_json_limits *limit
 }
 
 /* ---- the response ------------------------------------------------------ */
+
+/* The pooled attention, nested as the full matrix would be: [batch][head] only where the
+ * request had those axes, then gr x gc cells. */
+static void encode_pooled(const attention_request *req, const attn_result *result, jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    size_t br, bc, gr, gc;
+    attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+    jw_raw(w, ",\"attention\":");
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        if (req->heads_given)
+            jw_char(w, '[');
+        for (size_t h = 0; h < j->heads; h++) {
+            if (h)
+                jw_char(w, ',');
+            jw_matrix(w, result->pooled + (b * j->heads + h) * gr * gc, gr, gc, 0,
+                      j->dtype == ATTN_FLOAT32);
+        }
+        if (req->heads_given)
+            jw_char(w, ']');
+    }
+    if (req->batched)
+        jw_char(w, ']');
+}
+
+/* q or k after the projections, shaped like the output (batch axis, layout). */
+static void encode_tokens(const attention_request *req, const char *name, const double *a,
+                          size_t tokens, jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    jw_raw(w, ",\"");
+    jw_raw(w, name);
+    jw_raw(w, "\":");
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        jw_matrix(w, a + b * tokens * j->dk, tokens, j->dk, req->columns,
+                  j->dtype == ATTN_FLOAT32);
+    }
+    if (req->batched)
+        jw_char(w, ']');
+}
 
 void attention_json_encode(const attention_request *req, const attn_result *result,
                            double compute_ms, jw_buf *w)
@@ -286,6 +400,12 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
         if (req->batched)
             jw_char(w, ']');
     }
+    if (j->pool != NULL)
+        encode_pooled(req, result, w);
+    if (j->want_qk) {
+        encode_tokens(req, "q", result->q, j->lq, w);
+        encode_tokens(req, "k", result->k, j->lk, w);
+    }
     jw_raw(w, ",\"meta\":{\"dtype\":");
     jw_string(w, f32 ? "float32" : "float64");
     jw_raw(w, ",\"scale\":");
@@ -315,6 +435,17 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
     if (req->weights_name[0]) {
         jw_raw(w, ",\"weights\":");
         jw_string(w, req->weights_name);
+    }
+    if (j->pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+        jw_raw(w, ",\"attention_pool\":{\"block_rows\":");
+        jw_size(w, br);
+        jw_raw(w, ",\"block_cols\":");
+        jw_size(w, bc);
+        jw_raw(w, ",\"reduce\":");
+        jw_string(w, j->pool->reduce == ATTN_POOL_MEAN ? "mean" : "max");
+        jw_char(w, '}');
     }
     jw_raw(w, ",\"compute_ms\":");
     jw_double(w, round(compute_ms * 1000) / 1000);

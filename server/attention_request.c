@@ -219,5 +219,11 @@ size_t attention_request_result_elements(const attention_request *req)
         return (size_t)-1;
     if (__builtin_add_overflow(out, attn, &total))
         return (size_t)-1;
+    size_t extra = 0;
+    if (j->pool != NULL && __builtin_add_overflow(total, attention_pool_cells(j->pool, j), &total))
+        return (size_t)-1;
+    if (j->want_qk && (mem_mul(j->batch, j->lq + j->lk, j->dk, &extra) != 0 ||
+                       __builtin_add_overflow(total, extra, &total)))
+        return (size_t)-1;
     return total;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "attention_pool.h"
 #include "error.h"
 #include "weights.h"
 
@@ -58,6 +59,7 @@ typedef struct attention_request {
     double *x, *context, *q, *k, *v;
     unsigned char *mask;
     attn_weights weights;   /* inline weights, owned; all NULL otherwise */
+    attn_pool pool;         /* the pooling asked for; job.pool points here when it was */
     int has_inline_weights;
     char weights_name[WEIGHTS_NAME_MAX + 1]; /* "" unless the request names a stored set */
     uint64_t weights_generation; /* the generation of that set the request needs; 0: any */
@@ -118,8 +120,8 @@ int attention_request_bind_weights(attention_request *req, const attn_weights *w
 int attention_request_bind_set(attention_request *req, const char *name, const attn_weights *w,
                                size_t heads, attn_error *err);
 
-/* Numbers the answer will carry (output, plus attention when asked for), or
- * SIZE_MAX when that count overflows. */
+/* Numbers the answer will carry (output, plus attention, pooled or not, and q and k when
+ * asked for), or SIZE_MAX when that count overflows. */
 size_t attention_request_result_elements(const attention_request *req);
 
 #endif

@@ -220,7 +220,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(viz_examples_out_of_memory)       \
     X(attention_pool_matches_reference) \
     X(attention_pool_grid_sizes)        \
-    X(attention_pool_overflow_is_reported)
+    X(attention_pool_overflow_is_reported) \
+    X(attention_pool_through_attention_run)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

@@ -163,3 +163,72 @@ void test_attention_pool_overflow_is_reported(void)
     double q[2] = {1e200, 1}, k[2] = {1e200, 1}, out[1];
     ASSERT_EQ(attention_pool_run(&job, &pool, q, k, out), 1);
 }
+
+/* attention_run with a pool and return_qk, for x with weights (projections, biases, heads,
+ * causal), in both precisions: the pooled cells against the full matrix the same job
+ * returns without a pool, pooled here; q against x Wq + bq computed here. */
+void test_attention_pool_through_attention_run(void)
+{
+    enum { B = 2, L = 70, DIN = 6, DK = 8, H = 2 };
+    double x[B * L * DIN], wq[DIN * DK], wk[DIN * DK], wv[DIN * DK], bq[DK];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = test_uniform(&pool_rng);
+    for (size_t i = 0; i < DIN * DK; i++) {
+        wq[i] = test_uniform(&pool_rng);
+        wk[i] = test_uniform(&pool_rng);
+        wv[i] = test_uniform(&pool_rng);
+    }
+    for (size_t i = 0; i < DK; i++)
+        bq[i] = test_uniform(&pool_rng);
+    attn_weights w = {.d_in = DIN, .d_ctx = DIN, .dk = DK, .dv = DK, .d_out = DK,
+                      .wq = wq, .wk = wk, .wv = wv, .bq = bq};
+    for (int f32 = 0; f32 <= 1; f32++) {
+        attn_job job = {.batch = B, .lq = L, .lk = L, .heads = H, .dk = DK, .dv = DK, .x = x,
+                        .weights = &w, .causal = 1, .scale = 0.5,
+                        .dtype = f32 ? ATTN_FLOAT32 : ATTN_FLOAT64, .want_attention = 1};
+        attn_result full, pooled;
+        attn_error err;
+        ASSERT_EQ(attention_run(&job, &full, &err), 0);
+        attn_pool pool = {.rows = 9, .cols = 4, .reduce = ATTN_POOL_MEAN};
+        job.want_attention = 0;
+        job.pool = &pool;
+        job.want_qk = 1;
+        ASSERT_EQ(attention_run(&job, &pooled, &err), 0);
+        ASSERT(pooled.attention == NULL && pooled.attention_f32 == NULL && pooled.pooled != NULL);
+        size_t br, bc, gr, gc;
+        attention_pool_grid(&pool, L, L, &br, &bc, &gr, &gc);
+        double worst = 0, tol = f32 ? 1e-6 : 1e-13;
+        for (size_t bh = 0; bh < B * H; bh++)
+            for (size_t g = 0; g < gr; g++)
+                for (size_t t = 0; t < gc; t++) {
+                    double acc = 0;
+                    size_t n = 0;
+                    for (size_t i = g * br; i < (g + 1) * br && i < L; i++)
+                        for (size_t j = t * bc; j < (t + 1) * bc && j < L; j++, n++)
+                            acc += f32 ? full.attention_f32[(bh * L + i) * L + j]
+                                       : full.attention[(bh * L + i) * L + j];
+                    double d = fabs(pooled.pooled[(bh * gr + g) * gc + t] - acc / (double)n);
+                    worst = d > worst ? d : worst;
+                }
+        double qworst = 0;
+        for (size_t r = 0; r < B * L; r++)
+            for (size_t c = 0; c < DK; c++) {
+                double want = bq[c];
+                for (size_t t = 0; t < DIN; t++)
+                    want += x[r * DIN + t] * wq[t * DK + c];
+                double d = fabs(pooled.q[r * DK + c] - want);
+                qworst = d > qworst ? d : qworst;
+            }
+        /* the outputs agree too: the pool changes what is returned, not the computation */
+        double oworst = 0;
+        for (size_t i = 0; i < B * L * DK; i++) {
+            double d = fabs(pooled.output[i] - full.output[i]);
+            oworst = d > oworst ? d : oworst;
+        }
+        attention_result_free(&full);
+        attention_result_free(&pooled);
+        if (!(worst <= tol) || !(qworst <= (f32 ? 1e-5 : 1e-13)) || !(oworst == 0))
+            FAIL_AT("%s: pooled cells off by %g, q by %g, output by %g", f32 ? "float32" : "float64",
+                    worst, qworst, oworst);
+    }
+}
