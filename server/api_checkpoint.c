@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "answer.h"
 #include "budget.h"
 #include "checkpoint.h"
 #include "jsonw.h"
@@ -203,14 +203,7 @@ static void respond_stored(weight_set **sets, size_t n, int all, int created, ap
         if (created)
             snprintf(resp->location, sizeof resp->location, "/v1/weight-sets/%s", sets[0]->name);
     }
-    resp->body = jw_finish(&w, &resp->body_len);
-    resp->status = created ? 201 : 200;
-    resp->content_type = "application/json";
-    if (resp->body == NULL) {
-        attn_error err;
-        error_nomem(&err);
-        api_respond_error(resp, &err);
-    }
+    answer_jw(resp, created ? 201 : 200, &w);
 }
 
 void api_checkpoint_put(const api_request *req, const char *name, const server_config *cfg,
@@ -239,7 +232,7 @@ void api_checkpoint_put(const api_request *req, const char *name, const server_c
     if (rc == 0)
         respond_stored(sets, n, rq.layer == CKPT_LAYER_ALL, created, resp);
     else
-        api_respond_error(resp, &err);
+        answer_error(resp, &err);
     for (size_t i = 0; sets != NULL && i < n; i++)
         weightset_release(sets[i]);
     mem_free(sets);
@@ -270,7 +263,7 @@ void api_checkpoint_get(const weight_set *set, api_response *resp)
     if (file == NULL) {
         attn_error err;
         error_nomem(&err);
-        api_respond_error(resp, &err);
+        answer_error(resp, &err);
         return;
     }
     snprintf(resp->etag, sizeof resp->etag, "\"%llu\"", (unsigned long long)set->generation);

@@ -35,9 +35,11 @@ static model_stats *find(const char *name, int create)
         entries = grown;
         entry_cap = cap;
     }
-    char *copy = mem_strdup(name);
+    size_t len = strlen(name) + 1;
+    char *copy = mem_malloc(len);
     if (copy == NULL)
         return NULL;
+    memcpy(copy, name, len);
     entries[entry_count].name = copy;
     memset(&entries[entry_count].stats, 0, sizeof entries[entry_count].stats);
     return &entries[entry_count++].stats;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "answer.h"
 #include "jsonw.h"
 #include "model_stats.h"
 #include "store.h"
@@ -74,19 +75,6 @@ static void write_model(jw_buf *w, const char *name)
     jw_raw(w, "]}");
 }
 
-/* Fills resp with w's text, or the out-of-memory error. */
-static void respond(jw_buf *w, api_response *resp)
-{
-    resp->body = jw_finish(w, &resp->body_len);
-    resp->status = 200;
-    resp->content_type = "application/json";
-    if (resp->body == NULL) {
-        attn_error err;
-        error_nomem(&err);
-        v2_respond_error(resp, &err);
-    }
-}
-
 /* Writes "attention" and every stored set through each(w, name), separated
  * by commas.  Returns 0, or -1 when memory runs out. */
 static int each_model(const v2_env *env, jw_buf *w, void (*each)(jw_buf *, const char *))
@@ -122,11 +110,11 @@ static void answer_models(const char *open, const char *model,
         jw_discard(&w);
         attn_error err;
         error_nomem(&err);
-        v2_respond_error(resp, &err);
+        answer_error(resp, &err);
         return;
     }
     jw_raw(&w, close);
-    respond(&w, resp);
+    answer_jw(resp, 200, &w);
 }
 
 void v2_stats_answer(const char *model, const v2_env *env, api_response *resp)

@@ -9,6 +9,7 @@
 #include "mem.h"
 #include "safetensors.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Element k of a test tensor: distinct for every tensor and position. */
 static double val(int tensor, size_t k)

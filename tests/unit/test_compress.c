@@ -8,6 +8,7 @@
 #include "compress.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* A sink that gathers up to cap bytes and stops past them. */
 typedef struct gather { char *data; size_t len, cap; } gather;

@@ -8,6 +8,7 @@
 #include "mem.h"
 #include "safetensors.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Builds a file from a header text and raw data bytes into buf (which holds
  * cap bytes); returns its length.  The header length written is
