@@ -6,8 +6,9 @@
  * other set; with layer=all every layer N becomes the set {name}.N, all of
  * them or none.  GET /v1/weight-sets/{name}?format=safetensors answers the
  * stored set as an F64 safetensors file.  The body limit is --max-body, as
- * for a JSON upload.  The router (api.c) asks api_checkpoint_format whether
- * a request is for this module and hands it over.
+ * for a JSON upload.  The weight-set handler (api_sets.c) asks
+ * api_checkpoint_format whether a request is for this module and hands it
+ * over.
  */
 #ifndef ATTN_API_CHECKPOINT_H
 #define ATTN_API_CHECKPOINT_H

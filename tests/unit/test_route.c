@@ -48,6 +48,13 @@ void test_route_find_paths(void)
         {"/v2/health/live", ROUTE_V2, 1, 1},           {"/v2/health/ready", ROUTE_V2, 1, 1},
         {"/v2", ROUTE_V2, 1, 0},                       {"/v2/models/a/ready", ROUTE_V2, 1, 0},
         {"/v2/models/a/infer", ROUTE_V2_INFER, 1, 0},  {"/v2/models/a/other", ROUTE_OTHER, 0, 0},
+        {"/v2/models/stats", ROUTE_V2, 1, 0},          {"/v2/models/a/stats", ROUTE_V2, 1, 0},
+        {"/v2/models/a/versions/1/stats", ROUTE_V2, 1, 0},
+        {"/v2/repository/index", ROUTE_V2, 1, 0},
+        {"/v2/repository/models/a/load", ROUTE_V2, 1, 0},
+        {"/v2/repository/models/a/unload", ROUTE_V2, 1, 0},
+        {"/v2/repository/models/a/reload", ROUTE_OTHER, 0, 0},
+        {"/v2/repository/models//load", ROUTE_OTHER, 0, 0},
         {"", ROUTE_OTHER, 0, 0},                       {"*", ROUTE_OTHER, 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const route *r = route_find(cases[i].path);
@@ -80,4 +87,19 @@ void test_route_methods_and_cost(void)
     ASSERT_EQ(route_request_cost(set, "PUT"), ROUTE_WORKER);
     ASSERT_EQ(route_request_cost(info, "GET"), ROUTE_CHEAP);
     ASSERT_EQ(route_request_cost(unknown, "POST"), ROUTE_CHEAP);
+    /* Statistics are read with GET, the repository's routes are POSTs; all
+     * are answered on the I/O thread. */
+    const route *stats = route_find("/v2/models/stats");
+    const route *index = route_find("/v2/repository/index");
+    const route *load = route_find("/v2/repository/models/a/load");
+    ASSERT(route_allows(stats, "GET"));
+    ASSERT(!route_allows(stats, "POST"));
+    ASSERT(route_allows(route_find("/v2/models/a/stats"), "GET"));
+    ASSERT(route_allows(index, "POST"));
+    ASSERT(!route_allows(index, "GET"));
+    ASSERT(route_allows(load, "POST"));
+    ASSERT_EQ(route_request_cost(index, "POST"), ROUTE_CHEAP);
+    ASSERT_EQ(route_request_cost(load, "POST"), ROUTE_CHEAP);
+    ASSERT_EQ(index->drain, ROUTE_DRAIN_SERVE);
+    ASSERT_EQ(load->drain, ROUTE_DRAIN_REFUSE);
 }
