@@ -47,7 +47,7 @@ ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s \
-        browser-deps test-browser viz-screenshots \
+        browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers
 all: $(SERVER)
 
@@ -231,7 +231,19 @@ build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
 
-bench: deps browser-deps
+# ONNX Runtime for the kernel's peer rows (tests/bench/ort_bench.mjs), pinned by
+# tests/bench/ort/package-lock.json.  --ignore-scripts: the package's install script only fetches
+# GPU libraries from a host these machines cannot reach; the CPU library is in the package.
+ORT_BENCH_STAMP := tests/bench/ort/node_modules/.package-lock.json
+
+$(ORT_BENCH_STAMP): tests/bench/ort/package.json tests/bench/ort/package-lock.json
+	$(need_npm)
+	cd tests/bench/ort && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+ort-deps: $(ORT_BENCH_STAMP)
+
+bench: deps browser-deps ort-deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
