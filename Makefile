@@ -212,7 +212,7 @@ test: test-build
 # build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
-              build/bench/slow-clients
+              build/bench/slow-clients build/bench/bench-gemm
 
 build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
