@@ -5,6 +5,7 @@
 #   make test       install what is missing, build (plain and sanitized), run every test
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
+#                   (ONNX Runtime among them: `make ort-deps` installs it, bench does too)
 #   make bench-mhd  libmicrohttpd threading models measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/

@@ -10,7 +10,6 @@ as one binary v2 request (FP32 bytes, output only, asked in binary), and the ans
 CHECK is raw little-endian doubles: q, k, v, output (bench_kernel.c's check file).
 """
 
-import json
 import os
 import sys
 
@@ -18,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import load_v2_binary  # noqa: E402
+from make_bodies import write_v2_binary  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -29,19 +29,7 @@ def arrays(check, n, d):
 
 def body(check, n, d, out):
     q, k, v, _ = arrays(check, n, d)
-    tensors = [np.ascontiguousarray(x, dtype="<f4") for x in (q, k, v)]
-    header = json.dumps({
-        "inputs": [{"name": name, "shape": [n, d], "datatype": "FP32",
-                    "parameters": {"binary_data_size": t.nbytes}}
-                   for name, t in zip("qkv", tensors)],
-        "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
-    }, separators=(",", ":")).encode()
-    with open(out, "wb") as f:
-        f.write(header)
-        for t in tensors:
-            f.write(t.tobytes())
-    with open(out + ".hlen", "w") as f:
-        f.write(str(len(header)))
+    write_v2_binary(out, {"q": q, "k": k, "v": v}, datatype="FP32", outputs=("output",))
 
 
 def check(path, n, d, answer, headers):
