@@ -194,14 +194,14 @@ static int parse_case(char *text, bench_case *c)
                &c->heads, &c->len, &c->head_dim, &c->causal, &c->want_attention) != 7 ||
         c->batch * c->heads * c->len * c->head_dim == 0)
         return -1;
-    text[id_len] = '\0';
-    c->id = text;
     if (strcmp(dtype, "float32") == 0)
         c->dtype = ATTN_FLOAT32;
     else if (strcmp(dtype, "float64") == 0)
         c->dtype = ATTN_FLOAT64;
     else
         return -1;
+    text[id_len] = '\0';
+    c->id = text;
     return 0;
 }
 
