@@ -7,6 +7,7 @@
 #include "answer.h"
 #include "api_private.h"
 #include "attention.h"
+#include "blas_setup.h"
 #include "compute.h"
 #include "metrics.h"
 #include "store.h"
@@ -51,11 +52,12 @@ void api_info_handle(const api_request *req, api_response *resp)
     int threads;
     attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
     json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:[s, s], "
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:[s, s], "
         "s:{s:I, s:I, s:I, s:I, s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
-        "blas", "library", "OpenBLAS", "config", config, "core", core, "threads", threads,
+        "blas", "library", "OpenBLAS", "config", config, "core", core,
+        "core_chosen_by", blas_setup_chosen_by(), "threads", threads,
         "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
         "dtypes", "float64", "float32",
         "limits", "max_body_bytes", (json_int_t)cfg->max_body,

@@ -24,6 +24,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "blas_setup.h"
 #include "budget.h"
 #include "compute.h"
 #include "config.h"
@@ -123,6 +124,12 @@ static int compute_start(const server_config *cfg)
     }
     fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
             threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    char blas_config[256], blas_core[64];
+    int blas_threads;
+    attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
+                            &blas_threads);
+    fprintf(stderr, "attention-server: OpenBLAS core %s (%s)\n", blas_core,
+            blas_setup_chosen_by());
     return 0;
 }
 
@@ -201,6 +208,7 @@ int main(int argc, char **argv)
 {
     server_config cfg;
     char errbuf[512];
+    blas_setup_select(argv); /* may run the server again: before anything else happens */
     int rc = config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf);
     if (rc == CONFIG_EXIT_HELP)
         return 0;
