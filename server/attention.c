@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "attention_exp.h"
+#include "attention_fused.h"
 #include "compute.h"
 #include "mem.h"
 
@@ -43,9 +44,14 @@
 typedef struct sdpa_plan {
     size_t bq, bk;              /* query rows per task; keys per block */
     size_t qblocks, tasks;      /* query blocks per (batch, head); all tasks */
-    int scratch_block;          /* scores go to scratch, not to the attention result */
     size_t stride;              /* scratch numbers per slot */
     unsigned slots;             /* compute slots asked for */
+    /* The fused kernel (attention_fused.h) runs when the attention matrix is
+     * not wanted; K and V of every (batch, head) are packed for it first. */
+    int fused;
+    size_t hdv_pad;             /* packed V row */
+    size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
+    size_t packed;              /* numbers of the packed K and V of the job */
 } sdpa_plan;
 
 /* Compute slots worth asking for a piece of work of `flops` operations. */
@@ -71,11 +77,20 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
-    /* The weights are formed in the attention result itself when it is wanted. */
-    p->scratch_block = !job->want_attention;
+    if (!job->want_attention) {
+        size_t size = job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
+        size_t tiles = (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK;
+        p->fused = 1;
+        p->hdv_pad = attn_fused_vpad(job->dv / job->heads, size);
+        p->kt_size = tiles * ATTN_FUSED_BK * (job->dk / job->heads);
+        p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
+        p->packed = heads * p->pack_stride;
+        p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->hdv_pad);
+        return;
+    }
+    /* The weights are formed in the attention result itself. */
     size_t kblocks = (job->lk + p->bk - 1) / p->bk;
-    p->stride = 2 * p->bq + (p->scratch_block ? p->bq * p->bk : 0) +
-                (job->want_attention ? p->bq * kblocks : 0);
+    p->stride = 2 * p->bq + p->bq * kblocks;
 }
 
 #define REAL double
@@ -86,6 +101,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define MAXMV attention_max_masked_d
 #define EXPV attention_exp_shift_d
 #define EXPMV attention_exp_shift_masked_d
+#define FUSED_BLOCK block_d
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -95,6 +111,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
+#undef FUSED_BLOCK
 
 #define REAL float
 #define SFX f
@@ -104,6 +121,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define MAXMV attention_max_masked_f
 #define EXPV attention_exp_shift_f
 #define EXPMV attention_exp_shift_masked_f
+#define FUSED_BLOCK block_f
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -113,6 +131,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
+#undef FUSED_BLOCK
 
 size_t attention_output_width(const attn_job *job)
 {
@@ -184,12 +203,13 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
 }
 
 /* Numbers of sdpa scratch the job needs (in its precision), for every slot
- * the plan asks for. */
+ * the plan asks for, and the packed K and V of the fused kernel. */
 static int scratch_numbers(const attn_job *job, size_t *n)
 {
     sdpa_plan plan;
     sdpa_plan_make(job, &plan);
-    return mem_mul(plan.slots, plan.stride, 1, n);
+    return mem_mul(plan.slots, plan.stride, 1, n) ||
+           __builtin_add_overflow(*n, plan.packed, n) ? -1 : 0;
 }
 
 int attention_job_bytes(const attn_job *job, size_t *bytes)

@@ -1,0 +1,12 @@
+/*
+ * attention_fused_avx2.c - the fused attention kernel for AVX2 and FMA, 8 floats or 4 doubles a
+ * vector; 16 registers hold a 4 x 2 tile.
+ * Compiled with its own flags (Makefile: EXTRA_attention_fused_avx2).
+ */
+#define VBYTES 32
+#define PATH avx2
+#define PATH_NAME "avx2"
+#define SV 2
+#define OV 2
+#define PATH_SUPPORTED (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+#include "attention_fused_path.inc"
