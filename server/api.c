@@ -180,13 +180,6 @@ static void respond_json(api_response *resp, int status, json_t *value)
     resp->content_type = "application/json";
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Fills resp with a body built by jw (consumed), or the out-of-memory error. */
 static void respond_jw(api_response *resp, int status, jw_buf *w)
 {
@@ -339,9 +332,7 @@ static void handle_attention(const api_request *req, api_response *resp)
                       "set return_attention to false", &response_bytes, &reserved_bytes, &err) != 0)
         goto fail;
     attn_result result;
-    double start = now_seconds();
     rc = admission_run(&ar.job, req->io_thread, &result, &err);
-    double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0) {
         admission_release(reserved_bytes);
         if (rc == ADMISSION_DEFER)
@@ -350,7 +341,8 @@ static void handle_attention(const api_request *req, api_response *resp)
     }
     jw_buf w;
     jw_init(&w, response_bytes / 2 + 512);
-    attention_json_encode(&ar, &result, ms, &w);
+    /* The computation's own time, without the wait for a compute slot. */
+    attention_json_encode(&ar, &result, result.compute_ms, &w);
     attention_result_free(&result);
     admission_release(reserved_bytes);
     attention_json_free(&ar);
@@ -496,13 +488,19 @@ static void handle_info(api_response *resp)
     char config[256], core[64];
     int threads;
     attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
+    const char *paths[8];
+    size_t path_count = attention_kernel_available(paths, 8);
+    json_t *available = json_array();
+    for (size_t i = 0; i < path_count; i++)
+        json_array_append_new(available, json_string(paths[i]));
     json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:[s, s], "
-        "s:{s:I, s:I, s:I, s:I, s:I}}",
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:{s:s, s:o}, "
+        "s:[s, s], s:{s:I, s:I, s:I, s:I, s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
         "blas", "library", "OpenBLAS", "config", config, "core", core, "threads", threads,
         "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
+        "kernel", "path", attention_kernel_path(), "available", available,
         "dtypes", "float64", "float32",
         "limits", "max_body_bytes", (json_int_t)api_cfg->max_body,
         "max_elements", (json_int_t)api_cfg->max_elements,

@@ -302,6 +302,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
     assert(job->heads >= 1 && job->dk % job->heads == 0 && job->dv % job->heads == 0);
     assert(job->batch >= 1 && job->lq >= 1 && job->lk >= 1);
     memset(result, 0, sizeof *result);
+    double started = compute_now(), waited = compute_slot_wait();
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
@@ -366,6 +367,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
                          job->dtype == ATTN_FLOAT32 ? "scale them down or use float64"
                                                     : "scale them down or lower scale");
     }
+    result->compute_ms = (compute_now() - started - (compute_slot_wait() - waited)) * 1000.0;
     return 0;
 }
 

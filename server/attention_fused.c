@@ -9,6 +9,8 @@
  */
 #include "attention_fused.h"
 
+#include "attention.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,9 +44,14 @@ int attn_kernel_select(const char *name, char *err, size_t errlen)
         if (strcmp(all_paths[i]->name, name) != 0)
             continue;
         if (!all_paths[i]->supported()) {
+            char names[64] = "";
+            for (size_t j = 0; j < PATH_COUNT; j++)
+                if (all_paths[j]->supported())
+                    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                             names[0] ? ", " : "", all_paths[j]->name);
             snprintf(err, errlen,
                      "kernel path \"%s\" needs instructions this CPU does not have; "
-                     "use auto or one of the paths GET /v1/info lists as available", name);
+                     "it runs auto, %s", name, names);
             return -1;
         }
         atomic_store(&chosen, all_paths[i]);
@@ -73,4 +80,24 @@ size_t attn_kernel_available(const attn_kernel_path **paths, size_t max)
         if (all_paths[i]->supported())
             paths[n++] = all_paths[i];
     return n;
+}
+
+/* The module's public face (attention.h): names only. */
+int attention_kernel_select(const char *name, char *err, size_t errlen)
+{
+    return attn_kernel_select(name, err, errlen);
+}
+
+const char *attention_kernel_path(void)
+{
+    return attn_kernel_current()->name;
+}
+
+size_t attention_kernel_available(const char **names, size_t max)
+{
+    const attn_kernel_path *paths[PATH_COUNT];
+    size_t n = attn_kernel_available(paths, PATH_COUNT);
+    for (size_t i = 0; i < n && i < max; i++)
+        names[i] = paths[i]->name;
+    return n < max ? n : max;
 }

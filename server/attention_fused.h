@@ -33,9 +33,9 @@
 
 /* Keys per tile, query rows per register group, query rows per block whose
  * output is accumulated in scratch, and the alignment of a packed V row. */
-#define ATTN_FUSED_BK 64
-#define ATTN_FUSED_MR 4
-#define ATTN_FUSED_FQ 64
+#define ATTN_FUSED_BK 32
+#define ATTN_FUSED_MR 6
+#define ATTN_FUSED_FQ 48
 #define ATTN_FUSED_VPAD_BYTES 64
 
 /* One block of query rows [i0, i0 + nq) of one (batch, head), in precision

@@ -1,6 +1,6 @@
 /*
  * attention_fused_avx2.c - the fused attention kernel for AVX2 and FMA, 8 floats or 4 doubles a
- * vector; 16 registers hold a 4 x 2 tile.
+ * vector; 16 registers hold a 6 x 2 tile.
  * Compiled with its own flags (Makefile: EXTRA_attention_fused_avx2).
  */
 #define VBYTES 32

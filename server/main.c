@@ -86,6 +86,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention-server: %s\n", errbuf);
         return 2;
     }
+    if (attention_kernel_select(cfg.kernel, errbuf, sizeof errbuf) != 0) {
+        fprintf(stderr, "attention-server: --kernel: %s\n", errbuf);
+        return 2;
+    }
     mem_install_jansson();
     rlim_t files = raise_file_limit();
     if (files != 0 && files != RLIM_INFINITY && (rlim_t)cfg.max_connections + 64 > files)
@@ -132,6 +136,7 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
             threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    fprintf(stderr, "attention-server: attention kernel %s\n", attention_kernel_path());
 
     attn_error err;
     error_clear(&err);

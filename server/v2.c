@@ -844,13 +844,6 @@ static void infer_respond(v2_infer *st, const attn_result *res, double ms, size_
     resp->inference_header_length = header_len;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void v2_handle_infer(const api_request *req, const v2_env *env, api_response *resp)
 {
     attn_error err;
@@ -923,12 +916,11 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     if (rc != 0)
         goto fail;
     attn_result result;
-    double start = now_seconds();
     rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
-    double ms = (now_seconds() - start) * 1000.0;
     if (rc != 0)
         goto fail;
-    infer_respond(&st, &result, ms, any_json ? response_bytes / 2 : 0, resp);
+    /* The computation's own time, without the wait for a compute slot. */
+    infer_respond(&st, &result, result.compute_ms, any_json ? response_bytes / 2 : 0, resp);
     attention_result_free(&result);
     admission_release(reserved_bytes);
     attention_json_free(&st.ar);
