@@ -102,6 +102,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define EXPV attention_exp_shift_d
 #define EXPMV attention_exp_shift_masked_d
 #define FUSED_BLOCK block_d
+#define FUSED_PACK pack_d
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -112,6 +113,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef EXPV
 #undef EXPMV
 #undef FUSED_BLOCK
+#undef FUSED_PACK
 
 #define REAL float
 #define SFX f
@@ -122,6 +124,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define EXPV attention_exp_shift_f
 #define EXPMV attention_exp_shift_masked_f
 #define FUSED_BLOCK block_f
+#define FUSED_PACK pack_f
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -132,6 +135,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef EXPV
 #undef EXPMV
 #undef FUSED_BLOCK
+#undef FUSED_PACK
 
 size_t attention_output_width(const attn_job *job)
 {

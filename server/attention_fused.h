@@ -14,12 +14,13 @@
  * in L1; nothing of size Lq x Lk is ever written.  Key tiles past the causal
  * limit of every row of a group are not computed.
  *
- * K and V are packed once per (batch, head) per request (attention_kernels.inc):
- *   kt: for each tile of ATTN_FUSED_BK keys, hdk rows of ATTN_FUSED_BK
- *       numbers (K transposed), keys past lk zero;
- *   vp: one row of hdv_pad numbers per key (hdv rounded up to
- *       ATTN_FUSED_VPAD_BYTES), lk rounded up to ATTN_FUSED_BK rows, the
- *       padding zero.
+ * K and V are packed once per (batch, head) per request, by the path
+ * itself (attn_kernel_path.pack_*, called from attention_kernels.inc) in
+ * panels the micro-kernels read in order:
+ *   kt: ATTN_FUSED_BK x hdk numbers per tile of ATTN_FUSED_BK keys (K
+ *       transposed, by panels of keys), keys past lk zero;
+ *   vp: ATTN_FUSED_BK x hdv_pad numbers per tile (hdv rounded up to
+ *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding zero.
  *
  * Paths: "avx512" (AVX-512F), "avx2" (AVX2 + FMA) and "portable" (baseline
  * x86-64, SSE2).  One source (attention_fused_impl.inc) is compiled once per
@@ -82,6 +83,12 @@ typedef struct attn_kernel_path {
      * the block incomplete, once compute_stopped() is set. */
     int (*block_d)(const attn_fused_d *a);
     int (*block_f)(const attn_fused_f *a);
+    /* Packs K and V of one (batch, head) in this path's layout (the sizes
+     * above): k and v are its row 0, rows ldk and ldv apart. */
+    void (*pack_d)(const double *k, size_t ldk, const double *v, size_t ldv, size_t lk,
+                   size_t hdk, size_t hdv, size_t hdv_pad, double *kt, double *vp);
+    void (*pack_f)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
+                   size_t hdk, size_t hdv, size_t hdv_pad, float *kt, float *vp);
     /* x[i] = exp(x[i]) by the kernel's polynomial, for x[i] <= 0 (or -Inf);
      * exposed so that tests can hold it to exp and expf. */
     void (*exp_d)(double *x, size_t n);
