@@ -8,5 +8,6 @@
 #define PATH_NAME "avx2"
 #define SV 2
 #define OV 2
+#define PATH_TARGET "avx2,fma"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 #include "attention_fused_path.inc"

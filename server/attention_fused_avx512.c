@@ -8,5 +8,6 @@
 #define PATH_NAME "avx512"
 #define SV 2
 #define OV 4
+#define PATH_TARGET "avx512f,fma"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx512f"))
 #include "attention_fused_path.inc"
