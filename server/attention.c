@@ -47,8 +47,10 @@ typedef struct sdpa_plan {
     size_t stride;              /* scratch numbers per slot */
     unsigned slots;             /* compute slots asked for */
     /* The fused kernel (attention_fused.h) runs when the attention matrix is
-     * not wanted; K and V of every (batch, head) are packed for it first. */
+     * not wanted and the heads are at most ATTN_FUSED_MAX_DIM wide; K and V
+     * of every (batch, head) are packed for it first. */
     int fused;
+    int scratch_block;          /* BLAS path: scores go to scratch, not to the attention result */
     size_t hdv_pad;             /* packed V row */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
     size_t packed;              /* numbers of the packed K and V of the job */
@@ -77,7 +79,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
-    if (!job->want_attention) {
+    if (!job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
+        job->dv / job->heads <= ATTN_FUSED_MAX_DIM) {
         size_t size = job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
         size_t tiles = (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK;
         p->fused = 1;
@@ -88,9 +91,11 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->hdv_pad);
         return;
     }
-    /* The weights are formed in the attention result itself. */
+    /* The weights are formed in the attention result itself when it is wanted. */
+    p->scratch_block = !job->want_attention;
     size_t kblocks = (job->lk + p->bk - 1) / p->bk;
-    p->stride = 2 * p->bq + p->bq * kblocks;
+    p->stride = 2 * p->bq + (p->scratch_block ? p->bq * p->bk : 0) +
+                (job->want_attention ? p->bq * kblocks : 0);
 }
 
 #define REAL double

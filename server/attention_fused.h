@@ -39,6 +39,12 @@
 #define ATTN_FUSED_FQ 48
 #define ATTN_FUSED_VPAD_BYTES 64
 
+/* Heads wider than this (in q/k or in v) take the BLAS path instead: a tile
+ * of K that wide no longer stays in a core's cache while every row group
+ * of a block passes over it, where OpenBLAS's products block the head
+ * dimension too.  The unit tests reach it (head dims up to 256). */
+#define ATTN_FUSED_MAX_DIM 256
+
 /* One block of query rows [i0, i0 + nq) of one (batch, head), in precision
  * REAL.  The kernel leaves in out the rows' output before the division by
  * their sums (sum over keys of exp(s - run_max) v), in run_max the row

@@ -128,6 +128,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_large_logits)            \
     X(kernel_paths_on_pool)                 \
     X(kernel_paths_overflow_reported)       \
+    X(kernel_paths_wide_heads)              \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_start_out_of_memory)     \

@@ -27,7 +27,7 @@ static uint64_t paths_rng = 0x13198A2E03707344ull;
 
 #define MAX_PATHS 3
 
-/* The paths to test, and a name for messages. */
+/* The paths this CPU runs, widest first: the ones to test. */
 static size_t paths_available(const attn_kernel_path **paths)
 {
     return attn_kernel_available(paths, MAX_PATHS);
@@ -206,6 +206,19 @@ void test_kernel_paths_on_pool(void)
             FAIL_AT("a kernel path disagrees with the reference on the pool (see above)");
         }
     compute_shutdown();
+}
+
+/* Heads wider than ATTN_FUSED_MAX_DIM take the BLAS path even without the
+ * attention matrix: the same answers, masks, causal and empty rows. */
+void test_kernel_paths_wide_heads(void)
+{
+    paths_case cases[] = {
+        {1, 2, 17, 300, ATTN_FUSED_MAX_DIM + 44, 0, 1, 5},
+        {2, 1, 70, 33, ATTN_FUSED_MAX_DIM + 1, 1, 1, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (run_case(&cases[i]) != 0)
+            FAIL_AT("wide heads disagree with the reference (see above)");
 }
 
 /* An overflowing score (float32 past 3.4e38, float64 past 1.8e308) in a late
