@@ -66,6 +66,14 @@ $(BUILD)/obj/%.o: server/%.c
 # see server/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
 
+# The fused attention kernel, one object per instruction set (server/attention_fused.h); the
+# sanitized build and the unit tests take the same flags through this one rule.  Contracting
+# a * b + c into an FMA is what the kernel is written for.
+FUSED_FLAGS := -O3 -ffp-contract=fast
+EXTRA_attention_fused_avx512 := $(FUSED_FLAGS) -mavx512f -mfma
+EXTRA_attention_fused_avx2 := $(FUSED_FLAGS) -mavx2 -mfma
+EXTRA_attention_fused_portable := $(FUSED_FLAGS)
+
 # The visualizer's page and the golden examples, built into the binary: a small generator
 # (server/viz_embed.c, built for the build machine) writes them as C arrays into
 # build/gen/viz_assets.c; server/viz.h declares them.  The page is served as /viz and the

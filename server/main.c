@@ -130,6 +130,7 @@ static int compute_start(const server_config *cfg)
                             &blas_threads);
     fprintf(stderr, "attention-server: OpenBLAS core %s (%s)\n", blas_core,
             blas_setup_chosen_by());
+    fprintf(stderr, "attention-server: attention kernel %s\n", attention_kernel_path());
     return 0;
 }
 
@@ -214,6 +215,10 @@ int main(int argc, char **argv)
         return 0;
     if (rc != CONFIG_OK) {
         fprintf(stderr, "attention-server: %s\n", errbuf);
+        return 2;
+    }
+    if (attention_kernel_select(cfg.kernel, errbuf, sizeof errbuf) != 0) {
+        fprintf(stderr, "attention-server: --kernel: %s\n", errbuf);
         return 2;
     }
     mem_install_jansson();

@@ -511,12 +511,11 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     attn_result result;
     int rc = infer_prepare(req, env, &st, &response_bytes, &reserved_bytes, &err);
     if (rc == 0) {
-        double start = compute_now();
         rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
-        double ms = (compute_now() - start) * 1000.0;
         if (rc == 0) {
+            /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs};
-            v2_answer_infer(&head, &st.ar, &result, ms, response_bytes / 2, resp);
+            v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2, resp);
             attention_result_free(&result);
         }
     }

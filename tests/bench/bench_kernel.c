@@ -248,6 +248,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-kernel: cannot start %d compute threads\n", threads);
         return 1;
     }
+    /* The kernel path as the server chooses it: ATTN_KERNEL, else the widest the CPU runs. */
+    char kernel_error[200];
+    if (attention_kernel_select(getenv("ATTN_KERNEL"), kernel_error, sizeof kernel_error) != 0) {
+        fprintf(stderr, "bench-kernel: ATTN_KERNEL: %s\n", kernel_error);
+        return 2;
+    }
     char blas_config[200], blas_core[40];
     int blas_threads;
     attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
@@ -262,9 +268,10 @@ int main(int argc, char **argv)
     }
     fprintf(tsv, "id\tdtype\tbatch\theads\tlen\thead_dim\tcausal\tattention\ttarget\treps\tc_ms\t"
                  "gflop\tcheck_rows\tthreads\n");
-    printf("attention_run; BLAS: %s, core %s, %d thread%s per product; %d compute thread%s "
-           "as the server starts them\n", blas_config, blas_core, blas_threads,
-           blas_threads == 1 ? "" : "s", threads, threads == 1 ? "" : "s");
+    printf("attention_run; kernel path %s; BLAS: %s, core %s, %d thread%s per product; "
+           "%d compute thread%s as the server starts them\n", attention_kernel_path(),
+           blas_config, blas_core, blas_threads, blas_threads == 1 ? "" : "s", threads,
+           threads == 1 ? "" : "s");
     printf("%-18s %5s %10s %9s\n", "case", "runs", "median ms", "GFLOP/s");
 
     int failures = 0;
