@@ -51,6 +51,14 @@ static void add(model_stats_timing *t, double seconds)
     t->ns += seconds > 0 ? (uint64_t)(seconds * 1e9 + 0.5) : 0;
 }
 
+void model_stats_computed(model_stats_sample *s, double start, double ran, double compute_ms)
+{
+    s->infer = compute_ms / 1000.0;
+    double wait = ran - start - s->infer;
+    if (wait > 0)
+        s->queue += wait;
+}
+
 void model_stats_success(const char *model, const model_stats_sample *s)
 {
     struct timespec now;

@@ -33,6 +33,11 @@ typedef struct model_stats_sample {
     size_t batch;
 } model_stats_sample;
 
+/* Notes in s the computation that started at start and ended at ran
+ * (seconds of compute_now()) and took compute_ms of its own: that is its
+ * infer time, and the rest (the wait for a compute slot) is queue time. */
+void model_stats_computed(model_stats_sample *s, double start, double ran, double compute_ms);
+
 /* Counts a success or a failure of model (borrowed).  When memory for a new
  * entry runs out the request is not counted. */
 void model_stats_success(const char *model, const model_stats_sample *s);
