@@ -2,7 +2,9 @@
 #
 #   make            build build/attention-server
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
-#   make test       install what is missing, build (plain and sanitized), run every test
+#   make test       install what is missing, build (plain and sanitized), run every test;
+#                   SUITES="unit v2" runs only those suites, T=SUBSTR only the tests whose
+#                   name contains SUBSTR (tests/run.sh says which suites take it)
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #   make bench-mhd  libmicrohttpd threading models measured against each other
@@ -206,7 +208,7 @@ test-build: deps
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build
-	@bash tests/run.sh
+	@bash tests/run.sh $(if $(T),--filter '$(T)') $(SUITES)
 
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
 # build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
@@ -345,7 +347,7 @@ browser-deps: $(BROWSER_TEST_STAMP)
 	$(call install_missing,chromium)
 
 test-browser: browser-deps $(SERVER)
-	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures
+	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures $(if $(T),--only '$(T)')
 
 # The pictures of docs/visualizer.md, taken from the page as built here.
 viz-screenshots: browser-deps build/attention-server
