@@ -41,7 +41,12 @@ LIB_SRCS := $(sort $(filter-out server/main.c server/viz_embed.c,$(wildcard serv
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
-ITEST_SRCS := $(wildcard tests/integration/itest*.c) tests/ref/reference.c
+# The integration harness (tests/integration/itest.h) that every integration program links.
+HARNESS_SRCS := tests/integration/harness.c tests/integration/itest_server.c \
+                tests/integration/itest_expect.c tests/integration/itest_sets.c \
+                tests/integration/client.c tests/ref/reference.c
+HARNESS_DEPS := $(HARNESS_SRCS) tests/integration/itest.h tests/integration/client.h tests/ref/reference.h
+ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c))
 
 SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
@@ -94,9 +99,9 @@ $(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS) tests/integration/itest.h tests/integration/client.c tests/integration/client.h
-	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
+$(ITEST): $(ITEST_SRCS) $(HARNESS_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) $(HARNESS_SRCS) -o $@ -ljansson -lm
 
 # The v2 protocol suite (tests/integration/v2test.c): also an ordinary client, built once.
 build/v2test: tests/integration/v2test.c tests/integration/client.c tests/integration/client.h \

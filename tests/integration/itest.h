@@ -1,9 +1,11 @@
 /*
- * itest.h - what the files of the integration runner share: the test bookkeeping (one
- * struct test per named test, counted by test_end), the servers under test, HTTP and
- * expectation helpers, weight-set helpers, and the entry point of every group of tests.
- * The runner is an ordinary client program: it starts the real attention-server binary
- * and speaks HTTP to it through client.c; nothing here links with the server's code.
+ * itest.h - the integration harness that every integration program (itest, v2test,
+ * crashtest, hostile, sharetest) is built on: the test bookkeeping (one struct test per
+ * named test, counted by test_end; harness.c), the servers under test (itest_server.c), HTTP
+ * and expectation helpers (itest_expect.c), weight-set helpers (itest_sets.c), and the entry
+ * point of every group of itest's tests.
+ * The programs are ordinary clients: they start the real attention-server binary and speak
+ * HTTP to it through client.c; nothing here links with the server's code.
  * Every function below reports a failed expectation into the caller's struct test and
  * returns 0 (or NULL); JSON values it returns are new references the caller releases.
  */
@@ -104,8 +106,29 @@ struct store_snapshot {
 };
 
 /* ------------------------------------------------------------------------------------ */
-/* Test bookkeeping and small utilities (itest.c)                                       */
+/* Test bookkeeping and small utilities (harness.c)                                     */
 /* ------------------------------------------------------------------------------------ */
+
+/*
+ * Starts a program's run: its name for messages, the --filter SUBSTR it was given (NULL:
+ * every test), SIGPIPE ignored, the private temporary directory g_tmpdir.  Set
+ * g_server_path before, so that a path that is not executable is warned about.  Returns -1
+ * (after saying why) when the directory cannot be made.
+ */
+int harness_start(const char *program, const char *filter);
+
+/* Returns 1 when --filter selects the test of that name. */
+int harness_selected(const char *name);
+
+/* The failures counted so far. */
+int harness_failures(void);
+
+/*
+ * Prints "N passed, N failed", removes g_tmpdir unless something failed or keep is set
+ * (then it says where the server logs are) and returns the exit status: 0, or 1 when a
+ * test failed.
+ */
+int harness_finish(int keep);
 
 /* Starts test t named by the format; returns 0 when --filter leaves it out. */
 __attribute__((format(printf, 2, 3)))
