@@ -142,7 +142,8 @@ int expect_true(struct test *t, int cond, const char *fmt, ...);
 __attribute__((format(printf, 2, 3)))
 void test_detail(struct test *t, const char *fmt, ...);
 
-/* Prints the verdict of t and counts it. */
+/* Prints the verdict of t and counts it; a test --filter leaves out is neither, unless its
+ * name starts with "server/" (the checks of every started server's start and exit). */
 void test_end(struct test *t);
 
 /* Private directory for bodies, headers and server logs; kept short so paths built
