@@ -116,11 +116,10 @@ build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/
 
 # Slow, heavy and impatient clients against the real server (raw sockets, loopback only).
 build/hostile: tests/integration/hostile.c tests/integration/rawhttp.c tests/integration/rawhttp.h \
-		tests/integration/client.c tests/integration/client.h
+		$(HARNESS_DEPS)
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/hostile.c tests/integration/rawhttp.c \
-		tests/integration/client.c \
-		-o $@ -ljansson -lm
+		$(HARNESS_SRCS) -o $@ -ljansson -lm
 
 # The soak test (`make soak`, not part of `make test`): three runs of SOAK_SECONDS at
 # SOAK_CONNECTIONS connections; see tests/soak/soak.c.

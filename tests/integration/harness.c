@@ -194,6 +194,28 @@ int harness_selected(const char *name)
     return g_filter == NULL || strstr(name, g_filter) != NULL;
 }
 
+int harness_group_wanted(const char *group)
+{
+    if (g_filter == NULL || strchr(g_filter, '/') == NULL)
+        return 1;
+    size_t n = strlen(group);
+    return strncmp(g_filter, group, n) == 0 && g_filter[n] == '/';
+}
+
+void test_check(int ok, const char *name, const char *fmt, ...)
+{
+    struct test t;
+    test_begin(&t, "%s", name);
+    if (!ok) {
+        t.failed = 1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(t.reason, sizeof t.reason, fmt, ap);
+        va_end(ap);
+    }
+    test_end(&t);
+}
+
 int harness_failures(void)
 {
     return g_failed;

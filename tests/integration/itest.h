@@ -89,6 +89,10 @@ struct server {
     char stderr_path[PATH_MAX];
     char data_dir[512];      /* --data-dir; "" means data-LABEL in the temporary directory */
     char base_url[512];      /* "http://HOST:PORT" from the banner */
+    int port;                /* PORT of base_url */
+    int any_exit_status;     /* set by a test whose SIGTERM may end the server with another
+                                status than 0 (the shutdown watchdog's 1): then only the
+                                exit within the time is checked */
     char start_error[1024];
 };
 
@@ -119,6 +123,19 @@ int harness_start(const char *program, const char *filter);
 
 /* Returns 1 when --filter selects the test of that name. */
 int harness_selected(const char *name);
+
+/*
+ * Returns 1 when the steps of a program's group GROUP (whose tests are named "GROUP/...")
+ * are to run: always, unless --filter has a slash and does not start with "GROUP/".  So
+ * "--filter crash/" runs only that group, "--filter torn" every group, reporting only the
+ * tests whose name contains "torn".
+ */
+int harness_group_wanted(const char *group);
+
+/* A test that is one check: reports the test NAME, failed with the formatted reason
+ * unless ok. */
+__attribute__((format(printf, 3, 4)))
+void test_check(int ok, const char *name, const char *fmt, ...);
 
 /* The failures counted so far. */
 int harness_failures(void);
@@ -219,12 +236,14 @@ int test_start(struct test *t, enum server_id id, struct server **s, const char 
 /*
  * Waits for a server that was sent SIGTERM and reports three tests: it exits with status
  * 0 within SHUTDOWN_TIMEOUT_S, its stderr has no sanitizer report, and its stdout held
- * exactly the one banner line.
+ * exactly the one banner line.  Returns 1 when it exited by itself within the time (with
+ * any status), 0 when it had to be killed.
  */
-void server_wait_exit(struct server *s);
+int server_wait_exit(struct server *s);
 
-/* Stops a server with SIGTERM and reports the three tests of server_wait_exit. */
-void server_stop(struct server *s);
+/* Stops a server with SIGTERM and reports the three tests of server_wait_exit, whose
+ * answer it returns. */
+int server_stop(struct server *s);
 
 /* Runs argv (no shell; argv[0] looked up in PATH) with stdout and stderr to /dev/null, in
  * the environment envp (NULL: this process's), and returns its exit status, or -1 when it
