@@ -137,10 +137,10 @@ soak: deps
 	    --connections $(SOAK_CONNECTIONS)
 
 # Three servers on one shared weight-set directory (tests/integration/sharetest.c).
-build/sharetest: tests/integration/sharetest.c tests/integration/client.c tests/integration/client.h
+build/sharetest: tests/integration/sharetest.c $(HARNESS_DEPS)
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c tests/integration/client.c \
-		-o $@ -ljansson -lpthread -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c $(HARNESS_SRCS) -o $@ \
+		-ljansson -lpthread -lm
 
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build

@@ -1,7 +1,7 @@
 /*
  * hostile.c - the server under clients that are slow, heavy or impatient.
  *
- * Each group starts its own server (client.h: fork/exec, stopped by its pid)
+ * Each group starts its own server (itest_server.c, the integration harness)
  * on a free loopback port with the flags the group is about, and speaks
  * HTTP/1.1 to it over raw sockets, because curl cannot be told to send its
  * headers one byte at a time or to vanish in the middle of a request.

@@ -90,6 +90,7 @@ struct server {
     char data_dir[512];      /* --data-dir; "" means data-LABEL in the temporary directory */
     char base_url[512];      /* "http://HOST:PORT" from the banner */
     int port;                /* PORT of base_url */
+    int append_stderr;       /* a restart adds to the stderr file instead of emptying it */
     int any_exit_status;     /* set by a test whose SIGTERM may end the server with another
                                 status than 0 (the shutdown watchdog's 1): then only the
                                 exit within the time is checked */

@@ -128,7 +128,7 @@ int server_start(struct server *s)
     argv[argc] = NULL;
 
     char **envp = server_environment(kind);
-    pid_t pid = client_spawn_server(argv, envp, s->stderr_path, 0, &s->stdout_fd, s->start_error,
+    pid_t pid = client_spawn_server(argv, envp, s->stderr_path, s->append_stderr, &s->stdout_fd, s->start_error,
                                     sizeof s->start_error);
     free(envp);
     if (pid < 0) {
