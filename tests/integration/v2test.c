@@ -1,10 +1,13 @@
 /*
  * v2test.c - the Open Inference Protocol v2 over the wire: it starts the real server on
- * free loopback ports (client.c) and checks every v2 endpoint, both kinds of model (the
+ * free loopback ports and checks every v2 endpoint, both kinds of model (the
  * built-in "attention" and a stored weight set) with JSON data (flat and nested) and with
  * binary tensors both ways, against the v1 answer for the same numbers and against the
- * float64 reference (tests/ref), then every framing error, the limits, /metrics and
- * draining.
+ * float64 reference (tests/ref), then the framing errors of binary bodies, the limits,
+ * /metrics and draining.  What one request and its answer can say (health, readiness, the
+ * 404s and 405, the CORS preflight, the errors of JSON bodies) is case data instead:
+ * tests/integration/cases/v2.json, run by itest.  Servers, counting and --filter are the
+ * integration harness's (itest.h).
  *
  * The binary requests are built as the protocol text describes them, which is also what
  * the Triton Python HTTP client (tritonclient.http) sends: the JSON header, then each
@@ -14,7 +17,7 @@
  * needs nothing beyond curl and jansson.
  *
  * Output: "ok   NAME" or "FAIL NAME: reason" per test, then "N passed, N failed".
- * Run:   build/v2test --server build/attention-server
+ * Run:   build/v2test --server build/attention-server [--filter SUBSTR]
  */
 #include "itest.h"
 
@@ -383,17 +386,6 @@ static void run_endpoint_tests(const struct server *s)
         json_decref(j);
         test_end(&t);
     }
-    test_begin(&t, "endpoint/health-live");
-    j = get_json(&t, s, "/v2/health/live", 200);
-    expect_true(&t, json_is_true(json_object_get(j, "live")), "live is not true");
-    json_decref(j);
-    test_end(&t);
-    test_begin(&t, "endpoint/health-ready");
-    j = get_json(&t, s, "/v2/health/ready", 200);
-    expect_true(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
-    json_decref(j);
-    test_end(&t);
-
     const char *meta_paths[] = {"/v2/models/attention", "/v2/models/attention/versions/1"};
     for (int i = 0; i < 2; i++) {
         test_begin(&t, "endpoint/model-metadata %s", meta_paths[i]);
@@ -413,11 +405,6 @@ static void run_endpoint_tests(const struct server *s)
         json_decref(j);
         test_end(&t);
     }
-    test_begin(&t, "endpoint/model-ready");
-    j = get_json(&t, s, "/v2/models/attention/ready", 200);
-    expect_true(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
-    json_decref(j);
-    test_end(&t);
     test_begin(&t, "endpoint/model-config");
     j = get_json(&t, s, "/v2/models/attention/versions/1/config", 200);
     expect_true(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
@@ -425,36 +412,6 @@ static void run_endpoint_tests(const struct server *s)
     expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 2,
            "input/output lists");
     json_decref(j);
-    test_end(&t);
-
-    const char *missing[] = {"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/nosuch/config",
-                             "/v2/models/attention/versions/2", "/v2/models/attention/versions/7/ready"};
-    for (int i = 0; i < 5; i++) {
-        struct client_response r;
-        test_begin(&t, "endpoint/404 %s", missing[i]);
-        get(s, missing[i], &r);
-        expect_v2_error(&t, &r, 404, NULL);
-        client_response_free(&r);
-        test_end(&t);
-    }
-    struct client_response r;
-    test_begin(&t, "endpoint/405-get-infer");
-    get(s, "/v2/models/attention/infer", &r);
-    expect_v2_error(&t, &r, 405, NULL);
-    expect_true(&t, client_header(&r, "Allow") && strstr(client_header(&r, "Allow"), "POST"), "no Allow: POST");
-    client_response_free(&r);
-    test_end(&t);
-    test_begin(&t, "endpoint/cors-preflight");
-    struct client_request rq = {.method = "OPTIONS", .path = "/v2/models/attention/infer",
-                                .headers = {"Origin: https://page.example", "Access-Control-Request-Method: POST",
-                                            "Access-Control-Request-Headers: inference-header-content-length"}};
-    client_http_call(s->base_url, g_tmpdir, &rq, &r);
-    expect_true(&t, r.status == 204, "status %d", r.status);
-    const char *ah = client_header(&r, "Access-Control-Allow-Headers");
-    expect_true(&t, ah && strstr(ah, "Inference-Header-Content-Length"), "Allow-Headers: %s", ah ? ah : "(none)");
-    const char *eh = client_header(&r, "Access-Control-Expose-Headers");
-    expect_true(&t, eh && strstr(eh, "Inference-Header-Content-Length"), "Expose-Headers: %s", eh ? eh : "(none)");
-    client_response_free(&r);
     test_end(&t);
 }
 
@@ -881,51 +838,6 @@ static void run_framing_tests(const struct server *s)
     framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
     framing_case(s, "binary-without-header", &b, NULL, 400, "Inference-Header-Content-Length");
 
-    struct {
-        const char *name, *json, *field;
-        int status;
-    } json_cases[] = {
-        {"json-flat-count-wrong", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3]},"
-                                  "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                                  "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data", 400},
-        {"json-nested-ragged", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[[1,2],[3]]},"
-                               "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                               "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data[1]", 400},
-        {"json-string-element", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,\"x\",4]},"
-                                "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                                "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data[2]", 400},
-        {"unknown-input", "{\"inputs\":[{\"name\":\"z\",\"shape\":[1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "inputs[0].name", 400},
-        {"missing-v", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                      "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "\"v\"", 400},
-        {"mixed-datatypes", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                            "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]},"
-                            "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "inputs[1].datatype", 400},
-        {"mask-wrong-shape", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"mask\",\"shape\":[1,2],\"datatype\":\"BOOL\",\"data\":[true,false]}]}",
-         "inputs[3].shape", 400},
-        {"heads-not-dividing", "{\"parameters\":{\"heads\":3},\"inputs\":[{\"name\":\"q\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                               "{\"name\":\"k\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                               "{\"name\":\"v\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]}]}",
-         "parameters.heads", 400},
-        {"unknown-output", "{\"outputs\":[{\"name\":\"logits\"}],\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                           "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                           "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "outputs[0].name", 400},
-        {"not-json", "{\"inputs\":", NULL, 400},
-    };
-    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
-        b.data = strdup(json_cases[i].json);
-        b.len = b.json_len = strlen(b.data);
-        framing_case(s, json_cases[i].name, &b, NULL, json_cases[i].status, json_cases[i].field);
-    }
     /* BOOL bytes other than 0 and 1. */
     json_t *hm = json_pack("{s:[{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},"
                            "{s:s,s:[i,i],s:s,s:{s:i}}]}",
@@ -936,14 +848,6 @@ static void run_framing_tests(const struct server *s)
     body_append(&b, "\x02", 1);
     snprintf(hl, sizeof hl, "%zu", b.json_len);
     framing_case(s, "bool-byte-not-0-or-1", &b, hl, 400, "inputs[3]");
-    /* An unknown model answers 404 whatever the body. */
-    struct test t;
-    struct client_response r;
-    test_begin(&t, "framing/unknown-model-404");
-    call(s, "POST", "/v2/models/nosuch/infer", "{}", 2, NULL, &r);
-    expect_v2_error(&t, &r, 404, "nosuch");
-    client_response_free(&r);
-    test_end(&t);
 }
 
 /* ---- limits, metrics, draining ----------------------------------------------------------- */
