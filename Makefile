@@ -108,11 +108,10 @@ build/v2test: tests/integration/v2test.c $(HARNESS_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/v2test.c $(HARNESS_SRCS) -o $@ -ljansson -lm
 
-build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/integration/client.h \
-		tests/ref/reference.c tests/ref/reference.h
+build/crashtest: tests/integration/crashtest.c $(HARNESS_DEPS)
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
-		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c $(HARNESS_SRCS) -o $@ \
+		-ljansson -lpthread -lm
 
 # Slow, heavy and impatient clients against the real server (raw sockets, loopback only).
 build/hostile: tests/integration/hostile.c tests/integration/rawhttp.c tests/integration/rawhttp.h \
