@@ -122,13 +122,14 @@ done
 url=http://127.0.0.1:$port
 
 t0=$(now)
-if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 && wait_healthz "$url" 60; then
+if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 &&
+    wait_healthz "$url" 60 "$(balancer_id)"; then
     ok "compose/up"
     echo "    up and answering through the balancer in $(seconds_since "$t0") s"
 else
     tail -n 20 "$tmp/up.log"
     balancer_report
-    fail "compose/up" "the balancer did not answer $url/healthz within 60 s ($(balancer_state))"
+    fail "compose/up" "the balancer did not answer $url/healthz ($(balancer_state), $(seconds_since "$t0") s after up)"
     summary
     exit 1
 fi
