@@ -42,6 +42,10 @@ static const config_option config_table[] = {
     {"cors-origin", "ATTN_CORS_ORIGIN", OPT_TEXT, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
      "origins browsers may call from: * for any, a comma-separated list (the matching one is "
      "echoed), or \"\" / off for no CORS headers"},
+    {"cors-write-origins", "ATTN_CORS_WRITE_ORIGINS", OPT_TEXT, OFF(cors_write_origins),
+     LEN(cors_write_origins), "", 0, 0,
+     "origins whose pages may also PUT and DELETE (comma-separated); others get 403 unless "
+     "--auth-writes or --auth-all asks for tokens"},
     {"max-body", "ATTN_MAX_BODY", OPT_SIZE, OFF(max_body), 0, "64M", 16, (double)(1ULL << 40),
      "largest request body in bytes (K, M, G suffixes, 1024-based); 413 past it"},
     {"max-elements", "ATTN_MAX_ELEMENTS", OPT_SIZE, OFF(max_elements), 0, "8M", 1, (double)(1ULL << 40),

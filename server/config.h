@@ -16,6 +16,7 @@ typedef struct server_config {
     char host[256];
     long port;
     char cors_origin[1024];     /* "*", a comma-separated list, or ""/off */
+    char cors_write_origins[1024]; /* origins whose pages may PUT and DELETE (cors.c) */
     size_t max_body;            /* bytes */
     size_t max_elements;        /* numbers per request and per response */
     size_t max_request_memory;  /* bytes of working memory per request */

@@ -31,7 +31,8 @@ enum {
     ERR_UNAUTHORIZED = -7,  /* 401: a bearer token is needed and missing or wrong */
     ERR_URI_TOO_LONG = -8,  /* 414: the request target is over the limit */
     ERR_HEADERS_TOO_LARGE = -9, /* 431: the header block is over the limit */
-    ERR_PRECONDITION = -10  /* 412: an If-Match or generation no longer holds */
+    ERR_PRECONDITION = -10, /* 412: an If-Match or generation no longer holds */
+    ERR_FORBIDDEN = -11     /* 403: understood, allowed to nobody in this position */
 };
 
 typedef struct attn_error {

@@ -317,6 +317,90 @@ static void writes_and_browsers(void)
     server_stop(s);
 }
 
+/* The defaults (--cors-origin *, no tokens): any page may read and compute, but
+ * only the server's own page (or none: curl) may write; then --cors-write-origins. */
+static void cross_origin_writes(void)
+{
+    static const char *const no_args[] = {NULL};
+    static const struct server_kind kind = {"guard-defaults", no_args, no_args};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct test t;
+    struct client_response r;
+    const char *evil = "Origin: https://evil.example";
+    char own[96], host[64];
+    snprintf(host, sizeof host, "Host: 127.0.0.1:%d", server_port(s));
+    snprintf(own, sizeof own, "Origin: http://127.0.0.1:%d", server_port(s));
+
+    if (test_begin(&t, "guard/cors-writes/defaults-refuse-foreign-put-and-delete")) {
+        call(s, "PUT", "/v1/weight-sets/mine", g_tiny_set, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 201 || r.status == 200, "PUT without Origin: status %d", r.status);
+        client_response_free(&r);
+        call(s, "PUT", "/v1/weight-sets/theirs", g_tiny_set, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/mine", NULL, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/mine", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 200, "GET mine after the foreign DELETE: status %d", r.status);
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/theirs", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 404, "GET theirs after the foreign PUT: status %d", r.status);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/defaults-preflight-offers-no-writes")) {
+        call(s, "OPTIONS", "/v1/weight-sets/mine", NULL, evil, "Access-Control-Request-Method: DELETE",
+             NULL, NULL, &r);
+        const char *m = client_header(&r, "Access-Control-Allow-Methods");
+        expect_true(&t, m != NULL && strstr(m, "GET") != NULL && strstr(m, "DELETE") == NULL &&
+                            strstr(m, "PUT") == NULL,
+                    "Access-Control-Allow-Methods is %s", m ? m : "absent");
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/defaults-foreign-page-still-computes")) {
+        call(s, "POST", "/v1/attention", g_tiny_request, evil, NULL, NULL, NULL, &r);
+        if (expect_status(&t, &r, 200))
+            expect_header_equals(&t, &r, "Access-Control-Allow-Origin", "*");
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/mine", NULL, evil, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/own-page-may-write")) {
+        call(s, "OPTIONS", "/v1/weight-sets/mine", NULL, own, host, NULL, NULL, &r);
+        const char *m = client_header(&r, "Access-Control-Allow-Methods");
+        expect_true(&t, m != NULL && strstr(m, "DELETE") != NULL, "Access-Control-Allow-Methods is %s",
+                    m ? m : "absent");
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/mine", NULL, own, host, NULL, NULL, &r);
+        expect_status(&t, &r, 204);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    server_stop(s);
+
+    static const char *const args[] = {"--cors-write-origins", "https://admin.example", NULL};
+    static const struct server_kind listed = {"guard-write-origins", args, no_args};
+    if (start(s, &listed) != 0)
+        return;
+    if (test_begin(&t, "guard/cors-writes/listed-origin-may-write")) {
+        call(s, "PUT", "/v1/weight-sets/admin", g_tiny_set, "Origin: https://admin.example", NULL,
+             NULL, NULL, &r);
+        expect_true(&t, r.status == 201 || r.status == 200, "status %d", r.status);
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/admin", NULL, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    server_stop(s);
+}
+
 /* --auth-all with a token file, CORS turned off by an empty value, --quiet. */
 static void everything_and_quiet(void)
 {
@@ -501,6 +585,7 @@ void run_guard_tests(const struct itest_paths *paths)
 {
     (void)paths;
     writes_and_browsers();
+    cross_origin_writes();
     everything_and_quiet();
     tls();
     signals();
