@@ -63,6 +63,9 @@ static const config_option config_table[] = {
     {"max-memory", "ATTN_MAX_MEMORY", OPT_SIZE, OFF(max_memory), 0, "0", 0, (double)(1ULL << 50),
      "memory budget of the whole process (bodies, parsing, computations); 503 or 413 past "
      "it; 0: 3/4 of the cgroup memory limit, else of physical memory"},
+    {"max-memory-share", "ATTN_MAX_MEMORY_SHARE", OPT_LONG, OFF(max_memory_share), 0, "50", 1,
+     100, "percent of --max-memory that the bodies one client address is sending may hold; "
+     "a body past it is answered 503 (413 at its headers when it could never fit)"},
     {"max-connections", "ATTN_MAX_CONNECTIONS", OPT_LONG, OFF(max_connections), 0, "8192", 1,
      1000000, "open connections at once (the file descriptor limit is raised to fit)"},
     {"max-connections-per-ip", "ATTN_MAX_CONNECTIONS_PER_IP", OPT_LONG,

@@ -44,10 +44,16 @@
  * (compute_token_stop), which ends within one block of keys, and a request
  * still queued is dropped.
  *
- * Memory.  A request with a body reserves its estimated peak in the process
- * budget (budget.h) as soon as its headers arrive, before any body byte is
- * stored: a reservation that does not fit is answered 503 with Retry-After
- * (413 when it could never fit), and it is released when the request ends.
+ * Memory.  A request's body reserves its estimated peak (the body and the
+ * tree parsed from it) in the process budget (budget.h) as it arrives, in
+ * doubling steps, never for bytes that have not come: a client that
+ * announces a large body and sends it slowly holds little.  The
+ * reservation goes through the sender's share (budget_client.h), so one
+ * address holds at most --max-memory-share of the budget however many
+ * connections it opens.  A step that does not fit drops the body and the
+ * request is answered 503 with Retry-After once it has been read (the
+ * reaper closes it sooner if it crawls); an announced body that could never
+ * fit is 413 at its headers.  Everything is released when the request ends.
  */
 #include "http.h"
 
@@ -66,6 +72,7 @@
 
 #include "api.h"
 #include "budget.h"
+#include "budget_client.h"
 #include "compute.h"
 #include "guard.h"
 #include "mem.h"
@@ -81,6 +88,12 @@
  * the body itself plus the JSON tree, which for short numbers ("0,") takes
  * up to about 24 bytes per byte of text (a boxed number and its slot). */
 #define HTTP_BODY_MEMORY_FACTOR 25
+
+/* The smallest step, in body bytes, in which a body's memory is reserved
+ * as it arrives (each step doubles what has arrived, up to the announced
+ * length): few reservations per request, and never much more than twice
+ * what has arrived. */
+#define HTTP_BODY_STEP ((size_t)64 << 10)
 
 /* How often the reaper looks at the connections. */
 #define HTTP_REAPER_MS 100
@@ -138,7 +151,9 @@ struct http_request {
     int no_memory;              /* a chunked body outgrew the budget */
     int status;
     size_t bytes_in, bytes_out;
-    size_t reserved;            /* bytes held in the budget */
+    size_t reserved;            /* bytes held in the budget, through client */
+    budget_client *client;      /* the sender's share of the budget */
+    size_t announced;           /* Content-Length; 0 when none or chunked */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte */
     metrics_route route;
     char method[12];            /* for the access log */
@@ -176,20 +191,22 @@ static void conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase)
     pthread_mutex_unlock(&srv->lock);
 }
 
-/* Reserves `bytes` more in the budget for hr.  Returns 0, or -1 (nothing
- * more reserved). */
+/* Reserves `bytes` more in the budget for hr, within its client's share.
+ * Returns 0, or -1 (nothing more reserved). */
 static int request_reserve(http_request *hr, size_t bytes)
 {
-    if (budget_reserve(bytes) != 0)
+    if (budget_client_reserve(hr->client, bytes) != 0)
         return -1;
     hr->reserved += bytes;
     return 0;
 }
 
 /* Appends data to the request body within the limit; past it, drops the body
- * and marks the request too large.  A body whose length was not announced
- * reserves budget as it grows, and past the budget is dropped too.  Returns
- * -1 when out of memory. */
+ * and marks the request too large.  The body reserves its memory as it
+ * arrives, announced or not; when the budget or the client's share cannot
+ * cover it, the body is dropped (and its reservation given back) and the
+ * request is answered 503 once it has been read.  Returns -1 when out of
+ * memory. */
 static int body_append(http_request *hr, size_t limit, const char *data, size_t n)
 {
     hr->bytes_in += n;
@@ -207,16 +224,19 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
     size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
     size_t covered = hr->reserved / factor;
     if (hr->len + n > covered) {
-        /* Reserve in steps of at least 1 MiB of body so that the budget is
-         * not asked for every chunk. */
-        size_t want = hr->len + n - covered;
-        if (want < ((size_t)1 << 20))
-            want = (size_t)1 << 20;
-        if (request_reserve(hr, want * factor) != 0) {
+        size_t target = 2 * (hr->len + n);
+        if (target < HTTP_BODY_STEP)
+            target = HTTP_BODY_STEP;
+        size_t most = hr->announced != 0 ? hr->announced : limit;
+        if (target > most)
+            target = most;
+        if (request_reserve(hr, (target - covered) * factor) != 0) {
             hr->no_memory = 1;
             mem_free(hr->body);
             hr->body = NULL;
             hr->len = hr->cap = 0;
+            budget_client_release(hr->client, hr->reserved);
+            hr->reserved = 0;
             return 0;
         }
     }
@@ -694,6 +714,8 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hr->hc = info != NULL ? info->socket_context : NULL;
+    info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    hr->client = budget_client_get(info != NULL ? info->client_addr : NULL);
     conn_set_phase(srv, hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
     /* Keep the path printable: control characters become '?'. */
@@ -734,19 +756,18 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
                   "(--max-body).", n, srv->cfg->max_body);
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
+    /* Nothing is reserved yet (body_append reserves as the body arrives),
+     * but a body that could never fit is refused before it is sent. */
+    hr->announced = (size_t)n;
     size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
-    if (n > 0 && request_reserve(hr, need) != 0) {
-        if (!budget_could_fit(need)) {
-            hr->too_large = 1;
-            error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
-                      "Handling a body of %llu bytes needs about %zu MiB, more than the "
-                      "server's whole memory budget of %zu MiB (--max-memory).", n, need >> 20,
-                      budget_limit() >> 20);
-        } else {
-            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
-                      "The server's memory budget (--max-memory) is taken by other requests "
-                      "now; retry shortly.");
-        }
+    size_t share = budget_client_cap();
+    if (!budget_could_fit(need) || (share != 0 && need > share)) {
+        hr->too_large = 1;
+        error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
+                  "Handling a body of %llu bytes needs about %zu MiB, more than one client "
+                  "may hold of the server's memory budget: %zu MiB (--max-memory, "
+                  "--max-memory-share).", n, need >> 20,
+                  (share != 0 ? share : budget_limit()) >> 20);
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
     return MHD_YES;
@@ -834,7 +855,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 hr->handed ? via[hr->answered_by] : "io",
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
     conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
-    budget_release(hr->reserved);
+    budget_client_release(hr->client, hr->reserved);
+    budget_client_put(hr->client);
     api_response_free(&hr->resp);
     mem_free(hr->body);
     mem_free(hr);

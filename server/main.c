@@ -25,6 +25,7 @@
 #include "api.h"
 #include "attention.h"
 #include "budget.h"
+#include "budget_client.h"
 #include "compute.h"
 #include "config.h"
 #include "http.h"
@@ -94,6 +95,7 @@ int main(int argc, char **argv)
                 cfg.max_connections);
     size_t budget = cfg.max_memory != 0 ? cfg.max_memory : budget_default_limit();
     budget_init(budget);
+    budget_client_init(cfg.max_memory_share);
     fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
             cfg.max_memory != 0 ? "" : " (3/4 of the memory limit)");
 

@@ -891,6 +891,12 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     if (st.root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
             rc = error_nomem(&err);
+        else if (json_error_code(&jerr) == json_error_stack_overflow)
+            /* Nesting is the fault whatever the framing, so no hint about it. */
+            rc = error_set(&err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                           "The JSON header nests arrays or objects too deeply: %s (line %d, "
+                           "column %d); a tensor has at most a few dimensions.",
+                           jerr.text, jerr.line, jerr.column);
         else
             rc = error_set(&err, ERR_BAD_REQUEST, "invalid_json", NULL,
                            "The JSON header is not valid JSON: %s (line %d, column %d)%s.",

@@ -1046,6 +1046,22 @@ static void run_framing_tests(const struct server *s)
     expect_error(&t, &r, 404, "nosuch");
     client_response_free(&r);
     test_end(&t);
+    /* JSON nested past the parser's depth: the error names the nesting, not the
+     * binary framing (the body is all JSON; the header would change nothing). */
+    test_begin(&t, "framing/deep-nesting-names-nesting");
+    enum { DEPTH = 3000 };
+    char *deep = client_xcalloc(2 * DEPTH + 16, 1);
+    size_t n = (size_t)sprintf(deep, "{\"inputs\":");
+    memset(deep + n, '[', DEPTH);
+    memset(deep + n + DEPTH, ']', DEPTH);
+    deep[n + 2 * DEPTH] = '}';
+    call(s, "POST", "/v2/models/attention/infer", deep, n + 2 * DEPTH + 1, NULL, &r);
+    expect_error(&t, &r, 400, "nests");
+    expect(&t, r.body != NULL && strstr(r.body, "Inference-Header-Content-Length") == NULL,
+           "the error talks about the binary framing: %.300s", r.body);
+    client_response_free(&r);
+    free(deep);
+    test_end(&t);
 }
 
 /* ---- limits, metrics, draining ----------------------------------------------------------- */
