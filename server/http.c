@@ -152,7 +152,8 @@ struct http_request {
     int status;
     size_t bytes_in, bytes_out;
     size_t reserved;            /* bytes held in the budget, through client */
-    budget_client *client;      /* the sender's share of the budget */
+    budget_client *client;      /* the sender's share of the budget, once looked up */
+    int client_known;           /* client has been looked up (it may be NULL) */
     size_t announced;           /* Content-Length; 0 when none or chunked */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte */
     metrics_route route;
@@ -195,6 +196,14 @@ static void conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase)
  * Returns 0, or -1 (nothing more reserved). */
 static int request_reserve(http_request *hr, size_t bytes)
 {
+    /* Looked up on the first reservation, so that requests without a body
+     * never take the clients' lock. */
+    if (!hr->client_known) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        hr->client = budget_client_get(info != NULL ? info->client_addr : NULL);
+        hr->client_known = 1;
+    }
     if (budget_client_reserve(hr->client, bytes) != 0)
         return -1;
     hr->reserved += bytes;
@@ -714,8 +723,6 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hr->hc = info != NULL ? info->socket_context : NULL;
-    info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    hr->client = budget_client_get(info != NULL ? info->client_addr : NULL);
     conn_set_phase(srv, hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
     /* Keep the path printable: control characters become '?'. */
@@ -855,8 +862,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 hr->handed ? via[hr->answered_by] : "io",
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
     conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
-    budget_client_release(hr->client, hr->reserved);
-    budget_client_put(hr->client);
+    if (hr->client_known) {
+        budget_client_release(hr->client, hr->reserved);
+        budget_client_put(hr->client);
+    }
     api_response_free(&hr->resp);
     mem_free(hr->body);
     mem_free(hr);
