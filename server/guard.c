@@ -5,9 +5,9 @@
  * guard_new; guard_check then only reads them, so one guard serves every
  * connection thread without locks.  The checks run cheapest and most
  * fundamental first: framing (whether the bytes on the wire mean one request
- * or could mean two), sizes, Host, the path's bytes, and last the token,
- * so that a client without a token still learns that its request was
- * malformed.
+ * or could mean two), sizes, Host, the path's bytes, a write from a foreign
+ * web page (cors.c), and last the token, so that a client without a token
+ * still learns that its request was malformed.
  */
 #include "guard.h"
 

@@ -52,8 +52,11 @@
  * address holds at most --max-memory-share of the budget however many
  * connections it opens.  A step that does not fit drops the body and the
  * request is answered 503 with Retry-After once it has been read (the
- * reaper closes it sooner if it crawls); an announced body that could never
- * fit is 413 at its headers.  Everything is released when the request ends.
+ * reaper closes it sooner if it crawls): libmicrohttpd 0.9.75 takes an
+ * answer only before the body or after all of it (MHD_queue_response), and
+ * closing at once would leave an honest client without one.  An announced
+ * body that could never fit is 413 at its headers.  Everything is released
+ * when the request ends.
  */
 #include "http.h"
 
@@ -148,7 +151,7 @@ struct http_request {
     char *body;
     size_t len, cap;
     int too_large;
-    int no_memory;              /* a chunked body outgrew the budget */
+    int no_memory;              /* the body outgrew the budget or its client's share */
     int status;
     size_t bytes_in, bytes_out;
     size_t reserved;            /* bytes held in the budget, through client */
@@ -813,8 +816,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->no_memory) {
         error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
-                  "The server's memory budget (--max-memory) could not hold this body now; "
-                  "retry shortly.");
+                  "The server's memory budget (--max-memory), or this client's share of it "
+                  "(--max-memory-share), could not hold this body now; retry shortly.");
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
     if (!cheap_request(method, url) && srv->worker_count > 0) {
