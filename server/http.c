@@ -152,6 +152,7 @@ struct http_request {
     size_t len, cap;
     int too_large;
     int no_memory;              /* the body outgrew the budget or its client's share */
+    size_t no_memory_need;      /* what it needed then, bytes */
     int status;
     size_t bytes_in, bytes_out;
     size_t reserved;            /* bytes held in the budget, through client */
@@ -213,6 +214,25 @@ static int request_reserve(http_request *hr, size_t bytes)
     return 0;
 }
 
+/* 1 when `need` bytes could never be held for one client: more than the
+ * whole budget or than one address's share of it (so 413, not 503). */
+static int body_never_fits(size_t need)
+{
+    size_t share = budget_client_cap();
+    return !budget_could_fit(need) || (share != 0 && need > share);
+}
+
+/* Fills err with the 413 for a body of `bytes` that needs `need` bytes. */
+static int body_never_fits_error(attn_error *err, unsigned long long bytes, size_t need)
+{
+    size_t share = budget_client_cap();
+    return error_set(err, ERR_TOO_LARGE, "body_too_large", NULL,
+                     "Handling a body of %llu bytes needs about %zu MiB, more than one client "
+                     "may hold of the server's memory budget: %zu MiB (--max-memory, "
+                     "--max-memory-share).", bytes, need >> 20,
+                     (share != 0 ? share : budget_limit()) >> 20);
+}
+
 /* Appends data to the request body within the limit; past it, drops the body
  * and marks the request too large.  The body reserves its memory as it
  * arrives, announced or not; when the budget or the client's share cannot
@@ -242,8 +262,14 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
         size_t most = hr->announced != 0 ? hr->announced : limit;
         if (target > most)
             target = most;
+        /* A step never asks past the client's share for what would fit in it,
+         * so that a refusal means "taken now" (503) or "never" (413). */
+        size_t share = budget_client_cap() / factor;
+        if (share != 0 && target > share && share >= hr->len + n)
+            target = share;
         if (request_reserve(hr, (target - covered) * factor) != 0) {
             hr->no_memory = 1;
+            hr->no_memory_need = (hr->len + n) * factor;
             mem_free(hr->body);
             hr->body = NULL;
             hr->len = hr->cap = 0;
@@ -770,14 +796,9 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
      * but a body that could never fit is refused before it is sent. */
     hr->announced = (size_t)n;
     size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
-    size_t share = budget_client_cap();
-    if (!budget_could_fit(need) || (share != 0 && need > share)) {
+    if (body_never_fits(need)) {
         hr->too_large = 1;
-        error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
-                  "Handling a body of %llu bytes needs about %zu MiB, more than one client "
-                  "may hold of the server's memory budget: %zu MiB (--max-memory, "
-                  "--max-memory-share).", n, need >> 20,
-                  (share != 0 ? share : budget_limit()) >> 20);
+        body_never_fits_error(&err, n, need);
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
     return MHD_YES;
@@ -812,6 +833,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
                   "The body is larger than the server's limit of %zu bytes (--max-body).",
                   srv->cfg->max_body);
+        return queue_error(srv, conn, hr, url, &err, NULL);
+    }
+    if (hr->no_memory && body_never_fits(hr->no_memory_need)) {
+        body_never_fits_error(&err, hr->bytes_in, hr->no_memory_need);
         return queue_error(srv, conn, hr, url, &err, NULL);
     }
     if (hr->no_memory) {

@@ -392,6 +392,29 @@ static void test_memory(void)
         close(fd);
     check(status == 413, "memory/never-fits-413", "status %d for a body of 10,000,000 bytes "
           "against a 128 MiB budget", status);
+    /* Unannounced (chunked), the same is known only as it grows: 3 MiB need about
+     * 75 MiB, past one address's share, so 413 (not a 503 to retry) once it is read. */
+    status = 0;
+    fd = rawhttp_connect_from("127.0.0.1", s.port);
+    static const char chunked[] = "PUT /v1/weight-sets/chunky HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n";
+    char *chunk = client_xcalloc(65536 + 16, 1);
+    memcpy(chunk, "10000\r\n", 7);
+    memset(chunk + 7, ' ', 65536);
+    memcpy(chunk + 7 + 65536, "\r\n", 2);
+    int sent_ok = fd >= 0 && rawhttp_send_all(fd, chunked, sizeof chunked - 1) == 0;
+    for (int k = 0; k < 48 && sent_ok; k++)
+        sent_ok = rawhttp_send_all(fd, chunk, 7 + 65536 + 2) == 0;
+    free(chunk);
+    if (sent_ok && rawhttp_send_all(fd, "0\r\n\r\n", 5) == 0 &&
+        rawhttp_read_answer(fd, 10.0, &a) == 0) {
+        status = a.status;
+        rawhttp_answer_free(&a);
+    }
+    if (fd >= 0)
+        close(fd);
+    check(status == 413, "memory/chunked-never-fits-413", "status %d for a chunked body of 3 MiB "
+          "against a 64 MiB share", status);
     long rss = peak_rss_kib(s.pid);
     /* Margin: the program, OpenBLAS and libmicrohttpd's buffers (about 30 MiB
      * at rest) plus allocator slack. */
