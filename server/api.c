@@ -401,7 +401,8 @@ static void handle_set(const api_request *req, const char *name, api_response *r
     error_clear(&err);
     if (!weights_valid_name(name)) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
-                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ -.",
+                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ - "
+                  "(but not \".\" or \"..\").",
                   name);
         api_respond_error(resp, &err);
         return;
