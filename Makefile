@@ -5,7 +5,7 @@
 #   make test       install what is missing, build (plain and sanitized), run every test
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
-#   make bench-mhd  libmicrohttpd threading models measured against each other
+#   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 
@@ -37,6 +37,12 @@ LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 # edit here.
 LIB_SRCS := $(sort $(filter-out server/main.c server/viz_embed.c,$(wildcard server/*.c)))
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
+# The unit tests and the fuzzers use a test build of the library: the modules that define
+# test hooks (server/test_hooks.h) are compiled again with -DATTN_TESTING into
+# $(BUILD)/obj/testing/.  The server links none of them.
+HOOKED := mem json_fast store_io
+TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
+                 $(HOOKED:%=$(BUILD)/obj/testing/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
 ITEST_SRCS := $(wildcard tests/integration/itest*.c) tests/ref/reference.c
@@ -77,18 +83,22 @@ $(VIZ_GEN): build/viz-embed $(VIZ_FILES) $(VIZ_EXAMPLES)
 	    $(foreach f,$(VIZ_EXAMPLES),examples/$(notdir $(f))=$(f)) > $@.tmp
 	mv $@.tmp $@
 
+$(BUILD)/obj/testing/%.o: server/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DATTN_TESTING -Iserver -c $< -o $@
+
 $(BUILD)/obj/viz_assets.o: $(VIZ_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iserver -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Iserver -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -DATTN_TESTING -Iserver -Itests -c $< -o $@
 
 $(SERVER): $(LIB_OBJS) $(BUILD)/obj/main.o
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
-$(UNIT): $(LIB_OBJS) $(UNIT_OBJS)
+$(UNIT): $(TEST_LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
@@ -235,10 +245,11 @@ bench: deps browser-deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
-# libmicrohttpd threading models, each a server built with its own http.c (see the top of
-# server/http.c); `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).
-# (HTTP_POOL_THREADS fixes the number of epoll I/O threads; computations always run on the
-# workers, see server/http.c.)
+# The server with a fixed number of epoll I/O threads (1, 2, 4, 8), each built with its own
+# http.c (HTTP_POOL_THREADS fixes the number, which --io-threads otherwise chooses);
+# `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).  Only the
+# number of I/O threads differs: in every variant a large computation runs on the workers
+# and a small request may be answered on the I/O thread that read it (see server/http.c).
 MHD_VARIANTS := pool1 pool2 pool4 pool8
 MHD_DEFS_pool1 := -DHTTP_POOL_THREADS=1
 MHD_DEFS_pool2 := -DHTTP_POOL_THREADS=2
@@ -265,7 +276,8 @@ FUZZ_SECONDS ?= 120
 build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
 	@mkdir -p build/fuzz/corpus
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c -o $@ \
+	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) \
+	    tests/fuzz/fuzz_api.c -o $@ \
 	    $(PKG_LIBS) -lpthread -lm
 
 # json_fast against jansson alone: any difference aborts (tests/unit/json_fast_check.h).
@@ -273,7 +285,7 @@ build/fuzz/fuzz-json-fast: server/json_fast.c server/mem.c server/json_fast.h se
                            tests/fuzz/fuzz_json_fast.c tests/unit/json_fast_check.h
 	@mkdir -p build/fuzz/corpus-json
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) $(PKG_CFLAGS) -Iserver -Itests/unit server/json_fast.c server/mem.c \
+	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json_fast.c server/mem.c \
 	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
 
 fuzz: deps build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
@@ -354,5 +366,5 @@ viz-screenshots: browser-deps build/attention-server
 clean:
 	rm -rf build
 
--include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d) $(HOOKED:%=$(BUILD)/obj/testing/%.d)
 -include $(wildcard build/obj/bench/*.d build/bench/mhd/*.d)

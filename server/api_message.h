@@ -3,14 +3,14 @@
  *
  * The HTTP layer builds an api_request from a complete request and sends the
  * api_response a handler filled in; the router (api.c) and the handlers below
- * it (v1 in api.c, v2.c) share these types without depending on each other.
+ * it (api_*.c; v2.c and v2_infer.c) share these types without depending on each other.
  */
 #ifndef ATTN_API_MESSAGE_H
 #define ATTN_API_MESSAGE_H
 
 #include <stddef.h>
 
-#include "metrics.h"
+#include "route.h"
 
 typedef struct api_request {
     const char *method;
@@ -23,6 +23,9 @@ typedef struct api_request {
      * long: a computation that would is not answered (api_response.deferred)
      * and goes to a worker instead. */
     int io_thread;
+    /* The request's row of the route table, route_find(path), found once by
+     * the HTTP layer when the headers arrived; NULL: api_handle finds it. */
+    const route *route;
 } api_request;
 
 typedef struct api_response {
@@ -36,7 +39,7 @@ typedef struct api_response {
     char location[96];          /* Location header, "" for none */
     char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
-    metrics_route route;
+    route_id route;             /* for /metrics and the form of an error body */
     int deferred;               /* io_thread request left unanswered: hand it to a worker */
 } api_response;
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "attention_exp.h"
+#include "attention_extras.h"
 #include "compute.h"
 #include "mem.h"
 
@@ -126,6 +127,8 @@ double attention_job_flops(const attn_job *job)
     double flops = 2.0 * b * lq * lk * (dk + dv);
     if (job->causal)
         flops /= 2;
+    if (job->pool != NULL)      /* the scores twice more (attention_pool.c) */
+        flops += 4.0 * b * lq * lk * dk / (job->causal ? 2 : 1);
     const attn_weights *w = job->weights;
     if (w != NULL) {
         flops += 2.0 * b * lq * (double)w->d_in * dk;               /* x Wq */
@@ -198,6 +201,9 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
     if (job_sizes_compute(job, &s) != 0 ||
         scratch_numbers(job, &s.scratch) != 0)
         return -1;
+    size_t extras;
+    if (attention_extras_bytes(job, &extras) != 0)
+        return -1;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
     size_t inputs = s.x + s.context + s.q + s.k + s.v + s.weights;
     size_t total, part = 0;
@@ -214,6 +220,7 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
         size_t scratch = s.proj + s.heads_out + s.scratch;
         bad |= mem_mul(results + scratch, sizeof(double), 1, &total);
     }
+    bad |= __builtin_add_overflow(total, extras, &total);
     if (bad)
         return -1;
     *bytes = total;
@@ -327,6 +334,8 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
         rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
                           result->attention);
     }
+    if (rc == 0)
+        rc = attention_extras_run(job, result);
     if (compute_stop_error(err) != 0) {
         attention_result_free(result);
         return ERR_UNAVAILABLE;
@@ -356,6 +365,9 @@ void attention_result_free(attn_result *result)
     mem_free(result->output);
     mem_free(result->attention);
     mem_free(result->attention_f32);
+    mem_free(result->pooled);
+    mem_free(result->q);
+    mem_free(result->k);
     memset(result, 0, sizeof *result);
 }
 

@@ -3,7 +3,7 @@
  * per head, and the output projection, on dense row-major arrays.
  *
  * This module knows nothing of JSON or HTTP.  It receives an attn_job whose
- * shapes the decoder (attention_json) has already checked against each
+ * shapes the request model (attention_request) has already checked against each
  * other, computes in float64 or float32 through OpenBLAS, and writes into
  * result buffers that the caller frees with attention_result_free.  It is the only module that includes cblas.h.
  */
@@ -16,6 +16,8 @@
 #include "weights.h"
 
 typedef enum { ATTN_FLOAT64 = 0, ATTN_FLOAT32 = 1 } attn_dtype;
+
+struct attn_pool;                       /* attention_pool.h */
 
 /* One attention computation.  Arrays are row-major; "batch x" axes have
  * batch >= 1 (an unbatched request has batch = 1).  All pointers are borrowed
@@ -38,6 +40,9 @@ typedef struct attn_job {
     double scale;               /* multiplies q k^T */
     attn_dtype dtype;
     int want_attention;         /* fill result->attention */
+    /* Extras (attention_extras.c), computed after the output: */
+    const struct attn_pool *pool; /* NULL, or fill result->pooled (never with want_attention) */
+    int want_qk;                /* fill result->q and result->k */
 } attn_job;
 
 /* The attention weights come in the job's precision: a float64 job fills
@@ -48,6 +53,9 @@ typedef struct attn_result {
     double *output;             /* batch x lq x d_out */
     double *attention;          /* float64 jobs: batch x heads x lq x lk, or NULL */
     float *attention_f32;       /* float32 jobs: batch x heads x lq x lk, or NULL */
+    double *pooled;             /* job->pool: batch x heads x gr x gc (attention_pool.h), or NULL */
+    double *q, *k;              /* job->want_qk: batch x lq x dk and batch x lk x dk, after the
+                                 * projections, before the scale, in the job's precision */
     size_t d_out;
 } attn_result;
 

@@ -44,11 +44,6 @@ int budget_could_fit(size_t bytes)
     return limit_bytes == 0 || bytes <= limit_bytes;
 }
 
-size_t budget_used(void)
-{
-    return atomic_load(&reserved);
-}
-
 size_t budget_limit(void)
 {
     return limit_bytes;

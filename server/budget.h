@@ -33,8 +33,7 @@ void budget_release(size_t bytes);
  * refusal is worth retrying), else 0. */
 int budget_could_fit(size_t bytes);
 
-/* Bytes reserved now, and the limit (0: unlimited). */
-size_t budget_used(void);
+/* The limit (0: unlimited). */
 size_t budget_limit(void);
 
 /* The memory this process may use: the limit of its cgroup (v2 memory.max,

@@ -366,12 +366,6 @@ static int token_accepted(const guard *g, const char *authorization)
     return accepted && n > 0;
 }
 
-static int is_probe(const char *path)
-{
-    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
-           strncmp(path, "/v2/health/", 11) == 0;
-}
-
 /* Checks the Host value against the allow-list: the port, if any, is
  * dropped, and an IPv6 literal must be in brackets. */
 static int host_allowed(const guard *g, const char *value)
@@ -524,7 +518,7 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
         return err->kind;
     }
     int is_write = strcmp(rq->method, "PUT") == 0 || strcmp(rq->method, "DELETE") == 0;
-    int needs_token = strcmp(rq->method, "OPTIONS") != 0 && !is_probe(rq->path) &&
+    int needs_token = strcmp(rq->method, "OPTIONS") != 0 && !rq->probe &&
                       (g->auth_all || (g->auth_writes && is_write));
     if (needs_token && !token_accepted(g, authorization)) {
         v->close = has_body;

@@ -48,6 +48,7 @@ typedef struct guard_request {
     const guard_header *headers;
     size_t header_count;        /* header lines the request had; only the first
                                    GUARD_MAX_HEADERS of them are in headers */
+    int probe;                  /* the route is a probe (route.h): no token needed */
 } guard_request;
 
 /* What the HTTP layer does besides answering a refused request. */
@@ -78,7 +79,7 @@ void guard_free(guard *g);
  * ERR_UNAUTHORIZED with v->www_authenticate filled when a token is needed and
  * missing or wrong; ERR_FORBIDDEN for a write from a page of a foreign
  * origin (cors_check).  OPTIONS (a browser's preflight carries no credentials)
- * and the probes /healthz, /readyz and /v2/health/ never need a token.
+ * and the probes (rq->probe) never need a token.
  * Token comparison takes the same time whatever the bytes sent. */
 int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_error *err);
 

@@ -1,11 +1,13 @@
 /*
- * http.h - the libmicrohttpd glue: listening, gathering bodies, headers.
+ * http.h - serving the API over libmicrohttpd.
  *
- * This is the only module that includes microhttpd.h.  It enforces the body
- * limit and the memory budget before the body arrives, closes connections
- * that are too slow, hands complete requests to api_handle (on worker
- * threads, with a deadline), adds the CORS, Allow and Retry-After headers,
- * and reports each finished request to the metrics.
+ * The HTTP layer (http.c and its http_*.c, which share http_private.h) is
+ * the only code that includes microhttpd.h.  It finds each request's route
+ * (route.h) once, runs the guard, admits the body against --max-body and the
+ * memory budget before it arrives, hands complete requests to api_handle on
+ * the thread the route's cost calls for (its I/O thread or a worker, with a
+ * deadline), closes connections that are too slow, adds the CORS, Allow and
+ * Retry-After headers, and reports each finished request to the metrics.
  */
 #ifndef ATTN_HTTP_H
 #define ATTN_HTTP_H
@@ -30,9 +32,6 @@ unsigned http_port(const http_server *server);
 
 /* Connections open now. */
 unsigned http_connections(const http_server *server);
-
-/* Connections closed so far for delivering headers or a body too slowly. */
-long http_slow_closed(const http_server *server);
 
 /* Answers requests still waiting for a worker with 503, waits for the
  * workers to finish what they run (call compute_stop_all(1) first to make

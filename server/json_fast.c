@@ -54,12 +54,20 @@ typedef struct scanner {
     int give_up;            /* leave the whole text to jansson */
 } scanner;
 
+#ifdef ATTN_TESTING
+#include "test_hooks.h"
+
 static _Atomic size_t min_numbers = JSON_FAST_MIN_NUMBERS;
 
 void json_fast_set_min_numbers(size_t n)
 {
     atomic_store(&min_numbers, n ? n : JSON_FAST_MIN_NUMBERS);
 }
+
+#define MIN_NUMBERS atomic_load_explicit(&min_numbers, memory_order_relaxed)
+#else
+#define MIN_NUMBERS ((size_t)JSON_FAST_MIN_NUMBERS)
+#endif
 
 /* The arrays of the latest json_fast_load on this thread, and its arena. */
 static _Thread_local found *registry;
@@ -314,7 +322,7 @@ static int try_numbers(scanner *sc)
 {
     const char *close = NULL;
     size_t bound = count_bound(sc->p, sc->end, &close);
-    if (bound < atomic_load_explicit(&min_numbers, memory_order_relaxed))
+    if (bound < MIN_NUMBERS)
         return 0;
     double *data = bound > SIZE_MAX / sizeof(double)
                        ? NULL : mem_json_arena_alloc(bound * sizeof(double));

@@ -37,8 +37,8 @@
 #define JSON_FAST_MAX_DEPTH 4
 
 /* Arrays of fewer numbers than this are left to jansson: for them the
- * detour would cost more than it saves (json_fast_set_min_numbers changes
- * it, for tests). */
+ * detour would cost more than it saves (test builds change it with
+ * json_fast_set_min_numbers, test_hooks.h). */
 #define JSON_FAST_MIN_NUMBERS 8
 
 /* Numbers read without jansson, standing in the tree as an empty array. */
@@ -72,9 +72,5 @@ const json_fast_array *json_fast_get(const json_t *v);
  * that a message about a fast array reads as it would without this
  * module).  Returns a new reference, or NULL when memory runs out. */
 json_t *json_fast_materialize(const json_fast_array *a);
-
-/* Testing: arrays of at least n numbers (1: every one) are read fast from
- * now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
-void json_fast_set_min_numbers(size_t n);
 
 #endif

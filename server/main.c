@@ -76,6 +76,129 @@ static void *watchdog_main(void *arg)
     _exit(1);
 }
 
+/* Applies the memory budget: --max-memory, else 3/4 of the memory limit. */
+static void budget_start(const server_config *cfg)
+{
+    size_t budget = cfg->max_memory != 0 ? cfg->max_memory : budget_default_limit();
+    budget_init(budget);
+    budget_client_init(cfg->max_memory_share);
+    fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
+            cfg->max_memory != 0 ? "" : " (3/4 of the memory limit)");
+}
+
+/* Blocks the stop signals and SIGUSR1 in this thread, so that only sigwait
+ * takes them and the server's threads inherit the blocked mask, and sends
+ * those that reach another thread on to this one (forward_to_main). */
+static void signals_take(sigset_t *signals)
+{
+    static const int handled[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1};
+    sigemptyset(signals);
+    for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
+        sigaddset(signals, handled[i]);
+    pthread_sigmask(SIG_BLOCK, signals, NULL);
+    main_thread = pthread_self();
+    struct sigaction forward;
+    memset(&forward, 0, sizeof forward);
+    forward.sa_handler = forward_to_main;
+    sigfillset(&forward.sa_mask);
+    forward.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
+        sigaction(handled[i], &forward, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Starts the compute pool (--compute-threads, else one per available CPU).
+ * Returns 0, or -1 with the reason printed. */
+static int compute_start(const server_config *cfg)
+{
+    /* The compute pool is the server's only parallelism: OpenBLAS runs each
+     * product on one thread, or every pool thread would start BLAS threads of
+     * its own and oversubscribe the cores.  Set here, beside the pool's size,
+     * so that the pool needs to know nothing of BLAS.  After the signal mask,
+     * so that the pool's threads inherit it. */
+    attention_blas_set_threads(1);
+    unsigned cpus = compute_available_cpus();
+    unsigned threads = cfg->compute_threads > 0 ? (unsigned)cfg->compute_threads : cpus;
+    if (compute_init(threads) != 0) {
+        fprintf(stderr, "attention-server: cannot start %u compute threads\n", threads);
+        return -1;
+    }
+    fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
+            threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    return 0;
+}
+
+/* Opens the store and starts HTTP.  Returns the server, or NULL with the
+ * reason printed and nothing left running but the compute pool. */
+static http_server *serving_start(const server_config *cfg)
+{
+    attn_error err;
+    error_clear(&err);
+    if (api_init(cfg, &err) != 0) {
+        fprintf(stderr, "attention-server: %s\n", err.message);
+        return NULL;
+    }
+    http_server *server = http_start(cfg, &err);
+    if (server == NULL) {
+        fprintf(stderr, "attention-server: %s\n", err.message);
+        api_shutdown();
+        return NULL;
+    }
+    const char *host = cfg->host;
+    int v6 = strchr(host, ':') != NULL;
+    printf("listening on http%s://%s%s%s:%u\n", cfg->tls_cert[0] ? "s" : "", v6 ? "[" : "",
+           host, v6 ? "]" : "", http_port(server));
+    fflush(stdout);
+    return server;
+}
+
+/* Waits for a stop signal, answering SIGUSR1 with a status line meanwhile;
+ * returns the stop signal. */
+static int stop_signal_wait(const sigset_t *signals, const http_server *server)
+{
+    int sig = 0;
+    for (;;) {
+        if (sigwait(signals, &sig) != 0)
+            continue;
+        if (sig != SIGUSR1)
+            return sig;
+        fprintf(stderr, "attention-server: status: %u connections, %ld requests, %ld computing\n",
+                http_connections(server), metrics_inflight(), api_busy());
+    }
+}
+
+/* Drains within --shutdown-grace: new work is refused, and the loop waits
+ * for computations and for every request between its first byte and its
+ * last (uploads still arriving, answers still being sent).  In the last
+ * tenth of the grace (at most its last 500 ms) computations still running
+ * are stopped, so that their answers (503) can go out; the last twentieth
+ * (at most 150 ms) is for closing.  The watchdog ends the process if the
+ * grace passes all the same. */
+static void drain(const server_config *cfg)
+{
+    api_set_draining(1);
+    watchdog_grace_ms = cfg->shutdown_grace * 1000;
+    pthread_t watchdog;
+    if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
+        pthread_detach(watchdog);
+    long grace_ms = cfg->shutdown_grace * 1000;
+    long stop_compute_ms = grace_ms - (grace_ms / 10 < 500 ? grace_ms / 10 : 500);
+    long close_ms = grace_ms - (grace_ms / 20 < 150 ? grace_ms / 20 : 150);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
+            break;
+        if (waited_ms >= stop_compute_ms)
+            compute_stop_all(1);
+        nanosleep(&pause, NULL);
+    }
+    compute_stop_all(1);
+}
+
 int main(int argc, char **argv)
 {
     server_config cfg;
@@ -93,106 +216,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention-server: at most %lu files may be open; fewer than "
                 "--max-connections %ld connections will be accepted\n", (unsigned long)files,
                 cfg.max_connections);
-    size_t budget = cfg.max_memory != 0 ? cfg.max_memory : budget_default_limit();
-    budget_init(budget);
-    budget_client_init(cfg.max_memory_share);
-    fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
-            cfg.max_memory != 0 ? "" : " (3/4 of the memory limit)");
-
-    /* Signals are taken by sigwait in this thread only; the server's threads
-     * inherit the blocked mask. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGQUIT);
-    sigaddset(&stop_signals, SIGHUP);
-    sigaddset(&stop_signals, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    main_thread = pthread_self();
-    struct sigaction forward;
-    memset(&forward, 0, sizeof forward);
-    forward.sa_handler = forward_to_main;
-    sigfillset(&forward.sa_mask);
-    forward.sa_flags = SA_RESTART;
-    const int handled[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1};
-    for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
-        sigaction(handled[i], &forward, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    /* The compute pool is the server's only parallelism: OpenBLAS runs each
-     * product on one thread, or every pool thread would start BLAS threads of
-     * its own and oversubscribe the cores.  Set here, beside the pool's size,
-     * so that the pool needs to know nothing of BLAS.  After the mask, so that
-     * the pool's threads inherit it. */
-    attention_blas_set_threads(1);
-    unsigned cpus = compute_available_cpus();
-    unsigned threads = cfg.compute_threads > 0 ? (unsigned)cfg.compute_threads : cpus;
-    if (compute_init(threads) != 0) {
-        fprintf(stderr, "attention-server: cannot start %u compute threads\n", threads);
+    budget_start(&cfg);
+    sigset_t signals;
+    signals_take(&signals);
+    if (compute_start(&cfg) != 0)
         return 1;
-    }
-    fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
-            threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
-
-    attn_error err;
-    error_clear(&err);
-    if (api_init(&cfg, &err) != 0) {
-        fprintf(stderr, "attention-server: %s\n", err.message);
-        compute_shutdown();
-        return 1;
-    }
-    http_server *server = http_start(&cfg, &err);
+    http_server *server = serving_start(&cfg);
     if (server == NULL) {
-        fprintf(stderr, "attention-server: %s\n", err.message);
-        api_shutdown();
         compute_shutdown();
         return 1;
     }
-    const char *host = cfg.host;
-    int v6 = strchr(host, ':') != NULL;
-    printf("listening on http%s://%s%s%s:%u\n", cfg.tls_cert[0] ? "s" : "", v6 ? "[" : "", host,
-           v6 ? "]" : "", http_port(server));
-    fflush(stdout);
-
-    int sig = 0;
-    for (;;) {
-        if (sigwait(&stop_signals, &sig) != 0)
-            continue;
-        if (sig != SIGUSR1)
-            break;
-        fprintf(stderr, "attention-server: status: %u connections, %ld requests, %ld computing\n",
-                http_connections(server), metrics_inflight(), api_busy());
-    }
+    int sig = stop_signal_wait(&signals, server);
     fprintf(stderr, "attention-server: %s received, draining\n",
             sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGQUIT ? "SIGQUIT"
                                                                                   : "SIGHUP");
-    api_set_draining(1);
-    watchdog_grace_ms = cfg.shutdown_grace * 1000;
-    pthread_t watchdog;
-    if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
-        pthread_detach(watchdog);
-    /* Wait for computations and for every request between its first byte and
-     * its last (uploads still arriving, answers still being sent).  In the
-     * last tenth of the grace (at most its last 500 ms) computations still
-     * running are stopped, so that their answers (503) can go out; the last
-     * twentieth (at most 150 ms) is for closing. */
-    long grace_ms = cfg.shutdown_grace * 1000;
-    long stop_compute_ms = grace_ms - (grace_ms / 10 < 500 ? grace_ms / 10 : 500);
-    long close_ms = grace_ms - (grace_ms / 20 < 150 ? grace_ms / 20 : 150);
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    struct timespec pause = {0, 20 * 1000 * 1000};
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
-            break;
-        if (waited_ms >= stop_compute_ms)
-            compute_stop_all(1);
-        nanosleep(&pause, NULL);
-    }
-    compute_stop_all(1);
+    drain(&cfg);
     http_stop(server);
     api_shutdown();
     compute_shutdown();

@@ -1,12 +1,13 @@
 /*
- * mem.c - allocation wrappers with failure injection for tests.
+ * mem.c - the allocation wrappers, and their failure injection in test builds.
  *
- * In production the countdown is negative and the wrappers cost a relaxed
- * atomic load or two.  Tests set a countdown with mem_fail_after(n); the
- * (n+1)th allocation and all after it return NULL, which lets a test walk
- * n = 0, 1, 2, ... through a code path as SQLite's malloc tests do.  While a
+ * Test builds (-DATTN_TESTING, test_hooks.h) can make allocations fail: a
+ * test sets a countdown with mem_fail_after(n); the (n+1)th allocation and
+ * all after it return NULL, which lets a test walk n = 0, 1, 2, ... through
+ * a code path as SQLite's malloc tests do.  While a
  * countdown is set, the wrappers also count the blocks allocated and freed,
  * so that the test can check that a failed call left nothing allocated.
+ * The server is built without any of this: the wrappers are the C library's.
  *
  * jansson allocates through these wrappers too, or, while the calling thread
  * has its JSON arena open, from the arena's blocks: a request's parse tree is
@@ -22,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifdef ATTN_TESTING
+#include "test_hooks.h"
 
 static atomic_long fail_countdown = -1;
 static atomic_long fail_count = 0;
@@ -57,6 +61,20 @@ static int mem_should_fail(void)
             return 0;
     }
 }
+#else
+/* The server is built without failure injection: nothing fails on purpose
+ * and nothing is counted. */
+static int mem_should_fail(void)
+{
+    return 0;
+}
+
+static void *mem_counted(void *ptr, long delta)
+{
+    (void)delta;
+    return ptr;
+}
+#endif
 
 void *mem_malloc(size_t size)
 {
@@ -86,15 +104,6 @@ void mem_free(void *ptr)
 {
     mem_counted(ptr, -1);
     free(ptr);
-}
-
-char *mem_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *copy = mem_malloc(n);
-    if (copy != NULL)
-        memcpy(copy, s, n);
-    return copy;
 }
 
 int mem_mul(size_t a, size_t b, size_t c, size_t *out)
@@ -205,6 +214,7 @@ void mem_json_arena_end(void)
     }
 }
 
+#ifdef ATTN_TESTING
 void mem_fail_after(long n)
 {
     atomic_store(&fail_count, 0);
@@ -226,6 +236,7 @@ long mem_fail_live(void)
 {
     return atomic_load(&fail_live);
 }
+#endif
 
 void mem_advise_huge(void *ptr, size_t size)
 {

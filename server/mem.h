@@ -3,7 +3,8 @@
  *
  * Every allocation in the server, jansson's included (mem_install_jansson),
  * goes through these functions so that tests can make the Nth allocation fail
- * and check that each failure is handled cleanly.  They behave like the C
+ * and check that each failure is handled cleanly (mem_fail_after, in test
+ * builds only: test_hooks.h).  They behave like the C
  * library functions they wrap; mem_free accepts NULL.
  */
 #ifndef ATTN_MEM_H
@@ -15,8 +16,6 @@ void *mem_malloc(size_t size);
 void *mem_calloc(size_t count, size_t size);
 void *mem_realloc(void *ptr, size_t size);
 void mem_free(void *ptr);
-/* Returns a copy of s that the caller frees with mem_free, or NULL. */
-char *mem_strdup(const char *s);
 
 /* Asks the kernel to back the 2 MiB-aligned part of the block [ptr, ptr + size)
  * with huge pages (Linux's MADV_HUGEPAGE, which transparent huge pages in
@@ -55,16 +54,5 @@ void *mem_json_arena_alloc(size_t size);
  * at each mem_json_arena_begin), or 0 when none is open: what was made in
  * an arena is valid while this number is unchanged. */
 unsigned long mem_json_arena_epoch(void);
-
-/* Testing: after n more successful allocations every allocation fails, until
- * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */
-void mem_fail_after(long n);
-void mem_fail_reset(void);
-/* Number of allocations refused since the last mem_fail_after/reset. */
-long mem_failures(void);
-/* Blocks allocated minus blocks freed since the last mem_fail_after, counted
- * only while failures are being injected: 0 after a failed call that freed
- * everything it allocated (if the test freed nothing allocated before). */
-long mem_fail_live(void);
 
 #endif

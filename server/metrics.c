@@ -28,6 +28,7 @@ static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
 static atomic_ulong path_counts[PATH_COUNT];
+static atomic_ulong slow_closed;
 static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
@@ -55,30 +56,21 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes)
     pthread_mutex_unlock(&metrics_lock);
 }
 
-static const char *const route_labels[ROUTE_COUNT] = {
-    "/v1/attention", "/healthz", "/readyz", "/v1/info", "/metrics",
-    "/v1/weight-sets", "/v1/weight-sets/{name}", "/v2", "/v2/models/{model}/infer", "other"};
-
-const char *metrics_route_label(metrics_route route)
-{
-    return route < ROUTE_COUNT ? route_labels[route] : "other";
-}
-
-void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
                      size_t bytes_out)
 {
-    if (route >= ROUTE_COUNT)
-        route = ROUTE_OTHER;
+    if (id >= ROUTE_COUNT)
+        id = ROUTE_OTHER;
     if (status < 0 || status >= STATUS_SLOTS)
         status = 0;
     pthread_mutex_lock(&metrics_lock);
-    requests[route][status]++;
+    requests[id][status]++;
     size_t b = 0;
     while (b < BUCKETS && seconds > bucket_bounds[b])
         b++;
-    buckets[route][b]++;
-    duration_sum[route] += seconds;
-    duration_count[route]++;
+    buckets[id][b]++;
+    duration_sum[id] += seconds;
+    duration_count[id]++;
     bytes_in_total += bytes_in;
     bytes_out_total += bytes_out;
     pthread_mutex_unlock(&metrics_lock);
@@ -100,6 +92,11 @@ long metrics_inflight(void)
     return atomic_load(&inflight);
 }
 
+void metrics_slow_closed_add(void)
+{
+    atomic_fetch_add(&slow_closed, 1);
+}
+
 static void put_ulong(jw_buf *w, unsigned long long v)
 {
     jw_size(w, (size_t)v);
@@ -116,7 +113,7 @@ char *metrics_render(size_t *len)
         for (int s = 0; s < STATUS_SLOTS; s++)
             if (requests[r][s]) {
                 jw_raw(&w, "attn_http_requests_total{route=\"");
-                jw_raw(&w, route_labels[r]);
+                jw_raw(&w, route_label((route_id)r));
                 jw_raw(&w, "\",code=\"");
                 jw_size(&w, (size_t)s);
                 jw_raw(&w, "\"} ");
@@ -132,7 +129,7 @@ char *metrics_render(size_t *len)
         for (size_t b = 0; b <= BUCKETS; b++) {
             cumulative += buckets[r][b];
             jw_raw(&w, "attn_http_request_duration_seconds_bucket{route=\"");
-            jw_raw(&w, route_labels[r]);
+            jw_raw(&w, route_label((route_id)r));
             jw_raw(&w, "\",le=\"");
             if (b < BUCKETS)
                 jw_double(&w, bucket_bounds[b]);
@@ -143,11 +140,11 @@ char *metrics_render(size_t *len)
             jw_char(&w, '\n');
         }
         jw_raw(&w, "attn_http_request_duration_seconds_sum{route=\"");
-        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, route_label((route_id)r));
         jw_raw(&w, "\"} ");
         jw_double(&w, duration_sum[r]);
         jw_raw(&w, "\nattn_http_request_duration_seconds_count{route=\"");
-        jw_raw(&w, route_labels[r]);
+        jw_raw(&w, route_label((route_id)r));
         jw_raw(&w, "\"} ");
         put_ulong(&w, duration_count[r]);
         jw_char(&w, '\n');
@@ -189,21 +186,11 @@ char *metrics_render(size_t *len)
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
     long now = metrics_inflight();
     jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
+               "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
+               "# TYPE attn_http_slow_connections_closed_total counter\n"
+               "attn_http_slow_connections_closed_total ");
+    put_ulong(&w, atomic_load(&slow_closed));
     jw_char(&w, '\n');
     return jw_finish(&w, len);
-}
-
-void metrics_reset(void)
-{
-    pthread_mutex_lock(&metrics_lock);
-    memset(requests, 0, sizeof requests);
-    memset(buckets, 0, sizeof buckets);
-    memset(duration_sum, 0, sizeof duration_sum);
-    memset(duration_count, 0, sizeof duration_count);
-    bytes_in_total = bytes_out_total = 0;
-    store_observed = 0;
-    store_sync_errors = 0;
-    for (int p = 0; p < PATH_COUNT; p++)
-        atomic_store(&path_counts[p], 0);
-    pthread_mutex_unlock(&metrics_lock);
 }

@@ -10,24 +10,10 @@
 
 #include <stddef.h>
 
-typedef enum metrics_route {
-    ROUTE_ATTENTION,
-    ROUTE_HEALTHZ,
-    ROUTE_READYZ,
-    ROUTE_INFO,
-    ROUTE_METRICS,
-    ROUTE_WEIGHT_SETS,
-    ROUTE_WEIGHT_SET,
-    ROUTE_V2,               /* v2 metadata, health, readiness and config */
-    ROUTE_V2_INFER,
-    ROUTE_OTHER,
-    ROUTE_COUNT
-} metrics_route;
+#include "route.h"
 
-/* The label of a route as it appears in /metrics, e.g. "/v1/attention". */
-const char *metrics_route_label(metrics_route route);
 
-void metrics_observe(metrics_route route, int status, double seconds, size_t bytes_in,
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
                      size_t bytes_out);
 /* Which thread answered a request that is not answered by its I/O thread
  * as a matter of course (those with a body, and weight-set reads). */
@@ -44,6 +30,10 @@ void metrics_path_observe(metrics_path path);
 void metrics_inflight_add(int delta);
 long metrics_inflight(void);
 
+/* Counts one connection the reaper closed for delivering its headers or
+ * body too slowly. */
+void metrics_slow_closed_add(void);
+
 /* Records the outcome of one weight-store sync (ok non-zero: it worked) and
  * what is loaded after it; /metrics shows the age of the last good one, the
  * sets and bytes, and the failures. */
@@ -52,8 +42,5 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes);
 /* Renders all metrics; returns text the caller frees with mem_free, and its
  * length in *len, or NULL when out of memory. */
 char *metrics_render(size_t *len);
-
-/* Zeroes every counter (tests). */
-void metrics_reset(void);
 
 #endif

@@ -3,7 +3,9 @@
  *
  * A weight set is an attn_weights (in_out form) with its default heads and
  * the weights_layout it was uploaded in.  Each set is one file
- * <name>.wset in the data directory (format in store.c and the README).
+ * <name>.wset in the data directory (its format: store_format.c and
+ * docs/weight-sets.md).  The store's own files are listed in
+ * store_internal.h.
  * Writes are durable before they are acknowledged: temporary file, fsync,
  * rename over the old file, fsync of the directory; so after a crash a set
  * is either wholly there or not at all.  At start-up every file is loaded;
@@ -64,10 +66,11 @@ typedef struct store_status {
 
 /* Opens (creating if needed) the data directory dir and loads every set in
  * it; dir and limits are borrowed (copied).  A file that is damaged is
- * reported on stderr and moved to quarantine/.  Returns the store, which
- * the caller frees with store_close, or NULL with err filled when the
- * directory itself is unusable (500) or memory runs out (503; good files are
- * never quarantined for that). */
+ * skipped and reported on stderr, never quarantined here: a later
+ * store_sync moves it to quarantine/ if it stays damaged.  Returns the
+ * store, which the caller frees with store_close, or NULL with err filled
+ * when the directory itself is unusable (500) or memory runs out (503; good
+ * files are never quarantined for that). */
 weight_store *store_open(const char *dir, const store_limits *limits, attn_error *err);
 
 /* Frees the store (NULL is fine), stopping its background sync first; sets
@@ -144,10 +147,5 @@ size_t store_total_bytes(weight_store *store);
  * arrays are freed when the last reference is dropped. */
 void weightset_retain(weight_set *set);
 void weightset_release(weight_set *set);
-
-/* Testing: make the nth file-system step of the next writes fail (0 = the
- * first step; -1 turns failure injection off).  Steps are open, write,
- * fsync, rename and directory fsync. */
-void store_fail_io_after(int n);
 
 #endif

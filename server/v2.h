@@ -42,8 +42,4 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
  * resp->inference_header_length set.  Always fills resp. */
 void v2_handle_infer(const api_request *req, const v2_env *env, api_response *resp);
 
-/* Fills resp with the protocol's error body {"error": "..."} for err, the
- * field prefixed when the sentence does not name it. */
-void v2_respond_error(api_response *resp, const attn_error *err);
-
 #endif

@@ -112,28 +112,27 @@ static int read_binary_size(const json_t *input, size_t index, int *present, siz
     return 0;
 }
 
-int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
-                       size_t *elements, v2_tensor *t, attn_error *err)
+/* The name of the input: 1 to sizeof t->name - 1 characters. */
+static int describe_name(const json_t *input, v2_tensor *t, attn_error *err)
 {
     char field[64];
-    memset(t, 0, sizeof *t);
-    t->index = index;
-    if (!json_is_object(input)) {
-        snprintf(field, sizeof field, "inputs[%zu]", index);
-        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
-                         "%s must be an object with name, shape, datatype and data.", field);
-    }
     const json_t *name = json_object_get(input, "name");
-    snprintf(field, sizeof field, "inputs[%zu].name", index);
+    snprintf(field, sizeof field, "inputs[%zu].name", t->index);
     if (!json_is_string(name) || json_string_length(name) == 0 ||
         json_string_length(name) >= sizeof t->name)
         return error_set(err, ERR_BAD_REQUEST, name ? "wrong_type" : "missing_field", field,
                          "%s must be the input's name, a string of 1 to %zu characters.", field,
                          sizeof t->name - 1);
     snprintf(t->name, sizeof t->name, "%s", json_string_value(name));
+    return 0;
+}
 
+/* The datatype: FP32, FP64 or BOOL. */
+static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
+{
+    char field[64];
     const json_t *dt = json_object_get(input, "datatype");
-    snprintf(field, sizeof field, "inputs[%zu].datatype", index);
+    snprintf(field, sizeof field, "inputs[%zu].datatype", t->index);
     if (!json_is_string(dt))
         return error_set(err, ERR_BAD_REQUEST, dt ? "wrong_type" : "missing_field", field,
                          "%s (input \"%s\") must be a string: FP32, FP64 or BOOL.", field, t->name);
@@ -150,9 +149,17 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
                          "and BOOL.", field, t->name, dts,
                          is_protocol_datatype(dts) ? "which this server does not take"
                                                    : "which is not a datatype of the protocol");
+    return 0;
+}
 
+/* The shape: 1 to V2_MAX_RANK dimensions, each >= 1; its element count,
+ * added to *elements, must stay within max_elements. */
+static int describe_shape(const json_t *input, size_t max_elements, size_t *elements,
+                          v2_tensor *t, attn_error *err)
+{
+    char field[64];
     const json_t *shape = json_object_get(input, "shape");
-    snprintf(field, sizeof field, "inputs[%zu].shape", index);
+    snprintf(field, sizeof field, "inputs[%zu].shape", t->index);
     if (!json_is_array(shape))
         return error_set(err, ERR_BAD_REQUEST, shape ? "wrong_type" : "missing_field", field,
                          "%s (input \"%s\") must be an array of dimensions.", field, t->name);
@@ -164,9 +171,8 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
     t->rank = rank;
     size_t count = 1;
     for (size_t i = 0; i < rank; i++) {
-        const json_t *d = json_array_get(shape, i);
         double dv;
-        if (!json_in_whole(d, 1, HUGE_VAL, &dv))
+        if (!json_in_whole(json_array_get(shape, i), 1, HUGE_VAL, &dv))
             return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field,
                              "%s[%zu] (input \"%s\") must be an integer >= 1.", field, i, t->name);
         /* A dimension past what size_t holds makes the count too large. */
@@ -182,36 +188,51 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
                          "(--max-elements) once %s (input \"%s\") is counted; send fewer tokens.",
                          max_elements, field, t->name);
     *elements += count;
+    return 0;
+}
 
+/* Claims the next `size` bytes of the binary section for t, which must be
+ * what its shape and datatype need. */
+static int claim_binary(const json_t *input, size_t size, v2_body *body, v2_tensor *t,
+                        attn_error *err)
+{
+    char field[64];
+    if (json_object_get(input, "data") != NULL) {
+        snprintf(field, sizeof field, "inputs[%zu].data", t->index);
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
+                         "Input \"%s\" has both data and parameters.binary_data_size; give "
+                         "its numbers one way.", t->name);
+    }
+    snprintf(field, sizeof field, "inputs[%zu].parameters.binary_data_size", t->index);
+    size_t want = t->count * v2_datatype_size(t->datatype);
+    if (size != want)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
+                         "%s of input \"%s\" is %zu but its shape and datatype %s need %zu "
+                         "bytes.", field, t->name, size, v2_datatype_name(t->datatype), want);
+    if (size > body->bin_len - body->bin_used)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
+                         "%s of input \"%s\" is %zu but only %zu bytes of binary data are "
+                         "left after the JSON part and the inputs before it.", field, t->name,
+                         size, body->bin_len - body->bin_used);
+    t->bytes = body->bin + body->bin_used;
+    body->bin_used += size;
+    return 0;
+}
+
+/* Where the numbers are: binary bytes (parameters.binary_data_size) or a
+ * JSON array "data". */
+static int describe_data(const json_t *input, v2_body *body, v2_tensor *t, attn_error *err)
+{
+    char field[64];
     int binary;
     size_t size = 0;
-    int rc = read_binary_size(input, index, &binary, &size, err);
+    int rc = read_binary_size(input, t->index, &binary, &size, err);
     if (rc != 0)
         return rc;
+    if (binary)
+        return claim_binary(input, size, body, t, err);
     const json_t *data = json_object_get(input, "data");
-    if (binary) {
-        snprintf(field, sizeof field, "inputs[%zu].parameters.binary_data_size", index);
-        if (data != NULL) {
-            snprintf(field, sizeof field, "inputs[%zu].data", index);
-            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
-                             "Input \"%s\" has both data and parameters.binary_data_size; give "
-                             "its numbers one way.", t->name);
-        }
-        size_t want = count * v2_datatype_size(t->datatype);
-        if (size != want)
-            return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
-                             "%s of input \"%s\" is %zu but its shape and datatype %s need %zu "
-                             "bytes.", field, t->name, size, v2_datatype_name(t->datatype), want);
-        if (size > body->bin_len - body->bin_used)
-            return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
-                             "%s of input \"%s\" is %zu but only %zu bytes of binary data are "
-                             "left after the JSON part and the inputs before it.", field, t->name,
-                             size, body->bin_len - body->bin_used);
-        t->bytes = body->bin + body->bin_used;
-        body->bin_used += size;
-        return 0;
-    }
-    snprintf(field, sizeof field, "inputs[%zu].data", index);
+    snprintf(field, sizeof field, "inputs[%zu].data", t->index);
     if (data == NULL)
         return error_set(err, ERR_BAD_REQUEST, "missing_field", field,
                          "Input \"%s\" has neither data nor parameters.binary_data_size.", t->name);
@@ -221,6 +242,24 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
                          "as the shape says.", field, t->name);
     t->data = data;
     return 0;
+}
+
+int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
+                       size_t *elements, v2_tensor *t, attn_error *err)
+{
+    memset(t, 0, sizeof *t);
+    t->index = index;
+    if (!json_is_object(input)) {
+        char field[64];
+        snprintf(field, sizeof field, "inputs[%zu]", index);
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s must be an object with name, shape, datatype and data.", field);
+    }
+    int rc;
+    if ((rc = describe_name(input, t, err)) != 0 || (rc = describe_datatype(input, t, err)) != 0 ||
+        (rc = describe_shape(input, max_elements, elements, t, err)) != 0)
+        return rc;
+    return describe_data(input, body, t, err);
 }
 
 /* One JSON element into out[pos]: a number (FP) or a boolean (BOOL). */

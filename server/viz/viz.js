@@ -9,7 +9,13 @@
  *            4096 draws as fast as 64 x 64; masked cells hatched grey, never a colour;
  *   lines    BertViz's head view: a line per weight above the threshold, opacity by weight;
  *   grid     a thumbnail per (batch, head) and the mean over heads;
- *   values   the exact numbers, paged.
+ *   values   the exact numbers, paged;
+ *   compare  two results side by side and their difference (drawn by viz_compare.js);
+ *   model    a layer x head grid of thumbnails and the attention rollout across layers, for
+ *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N).
+ * Several query tokens can be selected (`select=`): the heatmap and lines views then show
+ * their attention combined, summed or averaged.  A request typed into the editor travels in
+ * the link as `req=` (viz_share.js), so a link reproduces any view.
  * Weights come from POST /v1/attention as JSON, or, for large requests when the server
  * offers the binary tensor extension of the v2 inference protocol (GET /v2), as raw
  * little-endian floats read straight into a typed array.
@@ -18,7 +24,8 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ['heatmap', 'lines', 'grid', 'values'];
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model'];
+  const SELECTION_TABLE_KEYS = 64;    /* keys listed with numbers under the heatmap */
   /* Requests whose attention has at least this many weights use the binary v2 form when
    * the server offers it: below it JSON is as fast and keeps the response readable. */
   const BINARY_MIN_WEIGHTS = 65536;
@@ -32,13 +39,16 @@
 
   const state = {
     example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
-    threshold: 0, topk: 0,
+    threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '',
   };
   let data = null;            /* see setData */
   /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
   let zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
   let renderCount = 0;
   let v2Binary = null;        /* null: not asked yet; true/false: GET /v2 said so */
+  let currentRequest = null;  /* the request the data answers, when it came from one */
+  let compareData = null;     /* {key, data} or {key, error}: the B side of the compare view */
+  let weightSetNames = [];
 
   /* ---------- colour ---------- */
 
@@ -85,10 +95,33 @@
       scale: p.get('scale') === 'log' ? 'log' : 'linear',
       threshold: Math.min(1, num('threshold', 0)),
       topk: Math.floor(num('topk', 0)),
+      select: parseSelection(p.get('select') || ''),
+      agg: p.get('agg') === 'mean' ? 'mean' : 'sum',
+      compare: p.get('compare') || '',
+      req: p.get('req') || '',
+      model: p.get('model') || '',
     };
   }
 
+  /* "0,3,5" -> [0, 3, 5]: distinct non-negative integers in the order given. */
+  function parseSelection(text) {
+    const out = [];
+    for (const part of String(text).split(/[\s,]+/)) {
+      const n = Number(part);
+      if (part !== '' && Number.isInteger(n) && n >= 0 && !out.includes(n)) out.push(n);
+    }
+    return out;
+  }
+
   function writeHash() {
+    const p = hashParams();
+    if (state.req && !state.example) p.set('req', state.req);
+    const hash = '#' + p.toString();
+    if (hash !== location.hash) history.replaceState(null, '', hash);
+  }
+
+  /* The view's state as link parameters, without the request (`req`). */
+  function hashParams() {
     const p = new URLSearchParams();
     if (state.example) p.set('example', state.example);
     p.set('view', state.view);
@@ -98,8 +131,11 @@
     if (state.scale !== 'linear') p.set('scale', state.scale);
     if (state.threshold) p.set('threshold', state.threshold);
     if (state.topk) p.set('topk', state.topk);
-    const hash = '#' + p.toString();
-    if (hash !== location.hash) history.replaceState(null, '', hash);
+    if (state.select.length) p.set('select', state.select.join(','));
+    if (state.select.length && state.agg !== 'sum') p.set('agg', state.agg);
+    if (state.compare) p.set('compare', state.compare);
+    if (state.model) p.set('model', state.model);
+    return p;
   }
 
   /* ---------- status and errors ---------- */
@@ -234,6 +270,11 @@
     $('scale').value = state.scale;
     $('threshold').value = String(state.threshold);
     $('topk').value = String(state.topk);
+    $('select').value = state.select.join(',');
+    $('agg').value = state.agg;
+    if (state.compare && ![...$('compare').options].some((o) => o.value === state.compare))
+      $('compare').add(new Option(compareLabel(state.compare), state.compare));
+    $('compare').value = state.compare;
     for (const b of document.querySelectorAll('#views button'))
       b.classList.toggle('active', b.dataset.view === state.view);
     for (const v of VIEWS) $(v + '-view').hidden = v !== state.view;
@@ -316,15 +357,37 @@
 
   /* The weights of (batch, head) as an array [Lq][Lk] (a view, or the mean over heads). */
   function headMatrix(b, h) {
-    const n = data.Lq * data.Lk;
-    if (h !== 'mean') return data.attn.subarray((b * data.H + h) * n, (b * data.H + h + 1) * n);
+    return headMatrixOf(data, data.attn, b, h);
+  }
+
+  /* The same for the weights attn ([B][H][Lq][Lk]) of data d: one layer's, or another
+   * result's in the compare view. */
+  function headMatrixOf(d, attn, b, h) {
+    const n = d.Lq * d.Lk;
+    if (h !== 'mean') return attn.subarray((b * d.H + h) * n, (b * d.H + h + 1) * n);
     const m = new Float64Array(n);
-    for (let k = 0; k < data.H; k++) {
-      const s = data.attn.subarray((b * data.H + k) * n, (b * data.H + k + 1) * n);
+    for (let k = 0; k < d.H; k++) {
+      const s = attn.subarray((b * d.H + k) * n, (b * d.H + k + 1) * n);
       for (let i = 0; i < n; i++) m[i] += s[i];
     }
-    for (let i = 0; i < n; i++) m[i] /= data.H;
+    for (let i = 0; i < n; i++) m[i] /= d.H;
     return m;
+  }
+
+  /* The weights of (b, h) of d with its masked cells -2, as drawPooled wants them. */
+  function maskedMatrixOf(d, attn, b, h) {
+    const w = headMatrixOf(d, attn, b, h);
+    if (!d.mask) return w;
+    const n = d.Lq * d.Lk, m = d.mask.subarray(b * n, (b + 1) * n), s = new Float32Array(n);
+    for (let k = 0; k < n; k++) s[k] = m[k] ? -2 : w[k];
+    return s;
+  }
+
+  /* Draws (b, h) of d whole into canvas cv. */
+  function drawThumb(cv, d, attn, b, h) {
+    const ctx = cv.getContext('2d'), img = ctx.createImageData(cv.width, cv.height);
+    drawPooled(img, maskedMatrixOf(d, attn, b, h), d.Lq, d.Lk, 0, 0, cv.width, cv.height, 0, d.Lq, 0, d.Lk);
+    ctx.putImageData(img, 0, 0);
   }
 
   /* The matrix drawn for (batch, head): the weights, -2 where masked, -1 where the
@@ -429,7 +492,14 @@
     ctx.fillText('rows: queries ↓   columns: keys →', 4, 30);
     ctx.fillText(`batch ${state.batch}, head ${state.head}` +
       (data.layers ? `, layer ${state.layer}` : ''), 4, 14);
+    /* a yellow mark left of each selected query row that is in view */
+    ctx.fillStyle = '#f9a825';
+    for (const i of selectedQueries()) {
+      if (i < q0 || i >= q0 + qs) continue;
+      ctx.fillRect(PLOT.x - 3, PLOT.y + (i - q0) * ch, 3, Math.max(1, ch));
+    }
     drawLegend();
+    drawSelection();
   }
 
   function drawLegend() {
@@ -513,7 +583,14 @@
       if (data) hoverHeatmap(ev);
     });
     cv.addEventListener('mouseleave', () => { $('tooltip').hidden = true; drag = null; });
-    cv.addEventListener('mousedown', (ev) => { drag = { x: ev.clientX, y: ev.clientY, k0: zoom.k0, q0: zoom.q0 }; });
+    cv.addEventListener('mousedown', (ev) => {
+      if (ev.shiftKey && data) {
+        const r = cv.getBoundingClientRect(), c = cellAt(ev.clientX - r.left, ev.clientY - r.top);
+        if (c) toggleSelected(c.i);
+        return;
+      }
+      drag = { x: ev.clientX, y: ev.clientY, k0: zoom.k0, q0: zoom.q0 };
+    });
     window.addEventListener('mouseup', () => { drag = null; });
     cv.addEventListener('dblclick', () => { zoom = { k0: 0, q0: 0, sk: 1, sq: 1 }; drawHeatmap(); });
     cv.addEventListener('wheel', (ev) => {
@@ -536,6 +613,84 @@
     return Math.min(1 - span, Math.max(0, v));
   }
 
+  /* ---------- selection: several queries at once ---------- */
+
+  /* The selected queries this data has (a link may name more than a request has). */
+  function selectedQueries() {
+    return data ? state.select.filter((i) => i < data.Lq) : [];
+  }
+
+  /* The combined attention of the selected queries over the keys for (batch, head): the sum
+   * or the mean of their rows (a masked weight is 0 in every row, so it adds nothing). */
+  function selectionRow(b, h) {
+    const rows = selectedQueries(), Lk = data.Lk, w = headMatrix(b, h);
+    const out = new Float64Array(Lk);
+    for (const i of rows)
+      for (let j = 0; j < Lk; j++) out[j] += w[i * Lk + j];
+    if (state.agg === 'mean' && rows.length)
+      for (let j = 0; j < Lk; j++) out[j] /= rows.length;
+    return out;
+  }
+
+  /* Under the heatmap: the combined row as a colour strip over the keys in view and its
+   * numbers for the first keys. */
+  function drawSelection() {
+    const rows = selectedQueries(), box = $('selection');
+    box.hidden = rows.length === 0;
+    if (!rows.length) return;
+    const row = selectionRow(state.batch, state.head);
+    /* a sum of n rows spans [0, n]: its colour is that of the mean, so both read alike */
+    const per = state.agg === 'sum' ? rows.length : 1;
+    $('selection-title').textContent = `${state.agg === 'sum' ? 'Sum' : 'Mean'} of the attention of ` +
+      `${rows.length} selected quer${rows.length === 1 ? 'y' : 'ies'} (` +
+      rows.map((i) => `${i} "${tokenLabel(data.qTokens, i)}"`).join(', ') + ') over the keys' +
+      (state.agg === 'sum' ? '; coloured by the mean' : '');
+    const cv = $('selection-strip'), ctx = cv.getContext('2d');
+    const img = ctx.createImageData(cv.width, cv.height);
+    const k0 = data.Lk * zoom.k0, ks = data.Lk * zoom.sk;
+    for (let c = 0; c < cv.width; c++) {
+      const j = Math.min(data.Lk - 1, Math.floor(k0 + ks * c / cv.width));
+      const li = colorIndex(row[j] / per) * 3;
+      for (let r = 0; r < cv.height; r++) {
+        const o = (r * cv.width + c) * 4;
+        img.data[o] = LUT[li]; img.data[o + 1] = LUT[li + 1]; img.data[o + 2] = LUT[li + 2]; img.data[o + 3] = 255;
+      }
+    }
+    ctx.putImageData(img, 0, 0);
+    const t = document.createElement('table');
+    t.id = 'selection-table';
+    const n = Math.min(data.Lk, SELECTION_TABLE_KEYS);
+    const head = t.insertRow(), vals = t.insertRow();
+    head.append(document.createElement('th'));
+    const th = document.createElement('th');
+    th.textContent = state.agg;
+    vals.append(th);
+    for (let j = 0; j < n; j++) {
+      const k = document.createElement('th');
+      k.textContent = tokenLabel(data.kTokens, j);
+      head.append(k);
+      const td = vals.insertCell();
+      td.textContent = String(row[j]);
+      td.dataset.j = j;
+    }
+    $('selection-values').textContent = '';
+    $('selection-values').append(t);
+    if (n < data.Lk) {
+      const note = document.createElement('p');
+      note.className = 'note';
+      note.textContent = `The first ${n} of ${data.Lk} keys; the strip shows those in view.`;
+      $('selection-values').append(note);
+    }
+  }
+
+  function toggleSelected(i) {
+    const k = state.select.indexOf(i);
+    if (k >= 0) state.select.splice(k, 1);
+    else state.select.push(i);
+    syncControls();
+    render();
+  }
+
   /* ---------- lines ---------- */
 
   let linesHover = null;      /* {side: 'q' | 'k', index} */
@@ -553,7 +708,9 @@
     const xl = 150, xr = cv.width - 150, top = 10;
     const m = shownMatrix(state.batch, state.head);
     const buckets = Array.from({ length: 20 }, () => []);
+    const sel = selectedQueries();
     for (let i = 0; i < nq; i++) {
+      if (sel.length && !sel.includes(i)) continue;
       if (linesHover && linesHover.side === 'q' && linesHover.index !== i) continue;
       for (let j = 0; j < nk; j++) {
         if (linesHover && linesHover.side === 'k' && linesHover.index !== j) continue;
@@ -581,6 +738,18 @@
       for (let i = 0; i < nq; i++) ctx.fillText(tokenLabel(data.qTokens, i).slice(0, 18), xl - 6, top + (i + 0.5) * rowH);
       ctx.textAlign = 'left';
       for (let j = 0; j < nk; j++) ctx.fillText(tokenLabel(data.kTokens, j).slice(0, 18), xr + 6, top + (j + 0.5) * rowH);
+    }
+    if (sel.length) {
+      /* the combined weight of the selected queries for each key: a bar right of its label,
+       * 40 px for a weight of 1 (per query, for a sum) */
+      const row = selectionRow(state.batch, state.head), per = state.agg === 'sum' ? sel.length : 1;
+      ctx.fillStyle = '#f9a825';
+      for (let j = 0; j < nk; j++)
+        ctx.fillRect(cv.width - 44, top + j * rowH + rowH * 0.15, 40 * Math.min(1, row[j] / per), Math.max(1, rowH * 0.7));
+      ctx.fillStyle = '#222';
+      for (const i of sel) if (i < nq) ctx.fillRect(xl - 3, top + i * rowH, 3, Math.max(1, rowH));
+      $('lines-note').textContent = `Lines of the ${sel.length} selected quer${sel.length === 1 ? 'y' : 'ies'}; ` +
+        `bars: their ${state.agg} for each key.`;
     }
     cv.dataset.rowHeight = rowH;
   }
@@ -709,6 +878,256 @@
     box.append(h3, o);
   }
 
+  /* ---------- compare ---------- */
+
+  function compareLabel(spec) {
+    if (spec === 'causal') return 'the same request, causal turned over';
+    if (spec.startsWith('example:')) return 'example ' + spec.slice(8);
+    if (spec.startsWith('set:')) return 'the same x with stored set ' + spec.slice(4);
+    if (spec.startsWith('req:')) return 'the request in the link';
+    return spec;
+  }
+
+  /* The request B of the compare view for spec, given request A; throws when spec cannot be
+   * applied to A. */
+  async function compareRequest(spec, a) {
+    if (spec === 'causal') return Object.assign({}, a, { causal: !a.causal });
+    if (spec.startsWith('example:')) {
+      const name = spec.slice(8);
+      const r = await fetch('/viz/examples/' + encodeURIComponent(name) + '.json');
+      if (!r.ok) throw new Error(`there is no example "${name}"`);
+      return (await r.json()).request;
+    }
+    if (spec.startsWith('set:')) {
+      if (a.x == null) throw new Error('a stored set applies to x: request A has q, k and v, not x');
+      return Object.assign({}, a, { weights: spec.slice(4) });
+    }
+    if (spec.startsWith('req:')) return JSON.parse(await window.vizShare.decodeRequest(spec.slice(4)));
+    throw new Error(`"${spec}" is not something to compare with (causal, example:NAME, set:NAME)`);
+  }
+
+  /* Fetches the B side when the view or what it compares has changed, then draws. */
+  async function ensureCompare() {
+    const note = $('compare-title');
+    if (!state.compare || !currentRequest) {
+      note.textContent = !state.compare ? 'Choose what to compare with under "Compare with".'
+        : 'The compare view needs a request: this view came from a file.';
+      document.body.dataset.compare = 'none';
+      return;
+    }
+    const key = state.compare + '\n' + JSON.stringify(currentRequest);
+    if (!compareData || compareData.key !== key) {
+      compareData = { key, pending: true };
+      document.body.dataset.compare = 'pending';
+      note.textContent = 'computing B…';
+      try {
+        const req = await compareRequest(state.compare, currentRequest);
+        const got = await postAttention(req, 'B: ' + compareLabel(state.compare));
+        if (got.error) throw new Error(`${got.error.code}: ${got.error.message}`);
+        const b = got.data;
+        if (b.B !== data.B || b.H !== data.H || b.Lq !== data.Lq || b.Lk !== data.Lk)
+          throw new Error(`the two results differ in shape: A is ${data.B}x${data.H}x${data.Lq}x${data.Lk}, ` +
+            `B is ${b.B}x${b.H}x${b.Lq}x${b.Lk} (batch x heads x queries x keys)`);
+        if (compareData.key === key) compareData = { key, data: b };
+      } catch (e) {
+        if (compareData.key === key) compareData = { key, error: e.message };
+      }
+      if (state.view === 'compare') render();
+      return;
+    }
+    if (compareData.pending) return;
+    drawCompare();
+  }
+
+  function drawCompare() {
+    const note = $('compare-title');
+    document.body.dataset.compare = compareData.error ? 'error' : 'ready';
+    if (compareData.error) {
+      note.textContent = 'No comparison: ' + compareData.error;
+      for (const id of ['compare-a', 'compare-b', 'compare-diff']) {
+        const cv = $(id);
+        cv.getContext('2d').clearRect(0, 0, cv.width, cv.height);
+      }
+      $('compare-values').textContent = '';
+      return;
+    }
+    const b = compareData.data, bi = state.batch, h = state.head;
+    note.textContent = `A: ${data.source}; B: ${compareLabel(state.compare)}; batch ${bi}, head ${h}`;
+    $('compare-a-label').textContent = 'A';
+    $('compare-b-label').textContent = 'B: ' + compareLabel(state.compare);
+    const shown = window.vizCompare.draw(headMatrix(bi, h), headMatrixOf(b, b.attn, bi, h), data.Lq, data.Lk,
+      (cv) => drawThumb(cv, data, data.attn, bi, h), (cv) => drawThumb(cv, b, b.attn, bi, h),
+      { q: (i) => tokenLabel(data.qTokens, i), k: (j) => tokenLabel(data.kTokens, j) });
+    compareData.diff = shown.diff;
+  }
+
+  function hoverCompare(ev) {
+    if (!data || !compareData || !compareData.diff) return;
+    const r = ev.target.getBoundingClientRect();
+    const c = window.vizCompare.cellAt(ev.clientX - r.left, ev.clientY - r.top, data.Lq, data.Lk);
+    if (!c) return;
+    const k = c.i * data.Lk + c.j, b = compareData.data;
+    const a = headMatrix(state.batch, state.head)[k], bv = headMatrixOf(b, b.attn, state.batch, state.head)[k];
+    $('compare-tip').textContent = `query ${c.i} "${tokenLabel(data.qTokens, c.i)}", key ${c.j} "${tokenLabel(data.kTokens, c.j)}"\n` +
+      `A ${a}\nB ${bv}\nA − B ${compareData.diff[k]}`;
+  }
+
+  /* ---------- model: layers x heads, and rollout ---------- */
+
+  /* Attention rollout (Abnar & Zuidema, 2020) for batch b: each layer's mean over heads, half
+   * of it plus half the identity (the residual connection), rows renormalised, multiplied
+   * from the first layer up: R = A'_L ... A'_1.  Only for self-attention (Lq = Lk). */
+  function rollout(b) {
+    const L = data.Lq, n = L * L;
+    let r = null;
+    for (const attn of data.layers) {
+      const a = headMatrixOf(data, attn, b, 'mean'), m = new Float64Array(n);
+      for (let i = 0; i < L; i++) {
+        let sum = 0;
+        for (let j = 0; j < L; j++) { m[i * L + j] = 0.5 * a[i * L + j] + (i === j ? 0.5 : 0); sum += m[i * L + j]; }
+        if (sum > 0) for (let j = 0; j < L; j++) m[i * L + j] /= sum;
+      }
+      if (!r) { r = m; continue; }
+      const next = new Float64Array(n);
+      for (let i = 0; i < L; i++)
+        for (let k = 0; k < L; k++) {
+          const f = m[i * L + k];
+          if (f !== 0) for (let j = 0; j < L; j++) next[i * L + j] += f * r[k * L + j];
+        }
+      r = next;
+    }
+    return r;
+  }
+
+  function drawModel() {
+    const box = $('model');
+    box.textContent = '';
+    if (!data.layers) {
+      $('model-note').textContent = 'The model view needs layers: open a BertViz export, or choose stored sets ' +
+        'named PREFIX.0 … PREFIX.N under "Layers from stored sets" for a request with x.';
+      return;
+    }
+    const heads = [];
+    for (let h = 0; h < data.H; h++) heads.push(h);
+    if (data.H > 1) heads.push('mean');
+    $('model-note').textContent = `${data.layers.length} layers x ${data.H} head(s), batch ${state.batch}: ` +
+      'click a thumbnail to open it.';
+    box.style.gridTemplateColumns = `auto repeat(${heads.length}, auto)`;
+    box.append(document.createElement('span'));
+    for (const h of heads) {
+      const s = document.createElement('span');
+      s.className = 'row-label';
+      s.textContent = h === 'mean' ? 'mean' : 'head ' + h;
+      box.append(s);
+    }
+    data.layers.forEach((attn, l) => {
+      const s = document.createElement('span');
+      s.className = 'row-label';
+      s.textContent = 'layer ' + l;
+      box.append(s);
+      for (const h of heads) {
+        const fig = document.createElement('figure');
+        fig.dataset.layer = l; fig.dataset.head = h;
+        const cv = document.createElement('canvas');
+        cv.width = 72; cv.height = 72;
+        drawThumb(cv, data, attn, state.batch, h);
+        fig.append(cv);
+        fig.addEventListener('click', () => {
+          state.layer = l; state.head = h; state.view = 'heatmap';
+          data.attn = data.layers[l];
+          syncControls(); render();
+        });
+        box.append(fig);
+      }
+    });
+    drawRollout();
+  }
+
+  function drawRollout() {
+    if (data.Lq !== data.Lk) {
+      const p = document.createElement('p');
+      p.className = 'note';
+      p.textContent = 'Rollout needs self-attention (as many queries as keys).';
+      $('model').after(p);
+      return;
+    }
+    const r = rollout(state.batch), L = data.Lq;
+    const wrap = document.createElement('div');
+    wrap.id = 'rollout';
+    const h = document.createElement('h3');
+    h.textContent = `Attention rollout across the ${data.layers.length} layers (Abnar & Zuidema, 2020), batch ${state.batch}`;
+    const cv = document.createElement('canvas');
+    cv.width = 240; cv.height = 240;
+    const ctx = cv.getContext('2d'), img = ctx.createImageData(240, 240);
+    drawPooled(img, r, L, L, 0, 0, 240, 240, 0, L, 0, L);
+    ctx.putImageData(img, 0, 0);
+    const t = document.createElement('table');
+    t.id = 'rollout-table';
+    const n = Math.min(L, PAGE_COLS);
+    for (let i = 0; i < n; i++) {
+      const tr = t.insertRow();
+      for (let j = 0; j < n; j++) {
+        const td = tr.insertCell();
+        td.textContent = r[i * L + j].toPrecision(4);
+        td.title = String(r[i * L + j]);    /* the exact number */
+        td.dataset.v = String(r[i * L + j]);
+        td.dataset.i = i; td.dataset.j = j;
+      }
+    }
+    wrap.append(h, cv, t);
+    const old = $('rollout');
+    if (old) old.remove();
+    $('model').after(wrap);
+  }
+
+  /* Stored sets named PREFIX.0 ... PREFIX.N (N >= 1, none missing): the prefixes. */
+  function layerPrefixes(names) {
+    const found = new Map();
+    for (const name of names) {
+      const m = /^(.+)\.(\d+)$/.exec(name);
+      if (!m) continue;
+      if (!found.has(m[1])) found.set(m[1], new Set());
+      found.get(m[1]).add(Number(m[2]));
+    }
+    const out = [];
+    for (const [prefix, set] of found) {
+      let n = 0;
+      while (set.has(n)) n++;
+      if (n >= 2) out.push({ prefix, layers: n });
+    }
+    return out;
+  }
+
+  /* Applies stored sets PREFIX.0 ... to the x of the request in the editor, one request per
+   * layer, and shows them as one source with layers. */
+  async function runLayers(prefix) {
+    clearError();
+    const found = layerPrefixes(weightSetNames).find((p) => p.prefix === prefix);
+    if (!found) { showError('unknown_layers', `There are no stored sets ${prefix}.0, ${prefix}.1, …`, null); return; }
+    const req = readRequest();
+    if (!req) return;
+    if (req.x == null) { showError('missing_x', 'Layers from stored sets apply to x: the request has no x.', 'x'); return; }
+    setStatus(`computing ${found.layers} layers…`, 'loading');
+    const layers = [];
+    let first = null;
+    for (let l = 0; l < found.layers; l++) {
+      const r = Object.assign({}, req, { weights: `${prefix}.${l}` });
+      const got = await postAttention(r, `stored sets ${prefix}.0 … ${prefix}.${found.layers - 1} on the same x`);
+      if (got.error) { showError(got.error.code, `layer ${l}: ${got.error.message}`, got.error.field); return; }
+      if (first && (got.data.H !== first.H || got.data.Lq !== first.Lq || got.data.Lk !== first.Lk)) {
+        showError('layers_differ', `layer ${l} has another shape than layer 0`, null);
+        return;
+      }
+      if (!first) first = got.data;
+      layers.push(got.data.attn);
+    }
+    currentRequest = null;
+    first.layers = layers;
+    state.layer = Math.min(state.layer, layers.length - 1);
+    first.attn = layers[state.layer];
+    setData(first);
+  }
+
   /* ---------- render ---------- */
 
   function render() {
@@ -717,7 +1136,9 @@
       if (state.view === 'heatmap') drawHeatmap();
       else if (state.view === 'lines') drawLines();
       else if (state.view === 'grid') drawGrid();
-      else drawValues();
+      else if (state.view === 'values') drawValues();
+      else if (state.view === 'compare') ensureCompare();
+      else drawModel();
     }
     renderCount++;
     document.body.dataset.render = renderCount;
@@ -824,6 +1245,27 @@
     return d;
   }
 
+  /* POST /v1/attention with req: {data} (see setData; source names it), or {error: the
+   * API's error object}. */
+  async function postAttention(req, source) {
+    const t0 = performance.now();
+    const r = await fetch('/v1/attention', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(req),
+    });
+    const text = await r.text();
+    const t1 = performance.now();
+    let resp;
+    try { resp = JSON.parse(text); } catch (e) { resp = null; }
+    if (!r.ok) return { error: resp && resp.error ? resp.error : { code: String(r.status), message: text } };
+    const d = fromResponse(resp, req, text, source);
+    if (!d) {
+      return { error: { code: 'no_attention', field: 'return_attention',
+        message: 'The answer has no attention matrix (is "return_attention" false?).' } };
+    }
+    d.timing = { transferMs: t1 - t0, decodeMs: performance.now() - t1 };
+    return { data: d };
+  }
+
   /* Sends the request in the editor and shows its answer. */
   async function compute() {
     clearError();
@@ -839,26 +1281,12 @@
         d = await computeBinary(req);
         if (!d) return;
       } else {
-        const r = await fetch('/v1/attention', {
-          method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(req),
-        });
-        const text = await r.text();
-        const t1 = performance.now();
-        let resp;
-        try { resp = JSON.parse(text); } catch (e) { resp = null; }
-        if (!r.ok) {
-          const e = resp && resp.error ? resp.error : { code: String(r.status), message: text };
-          showError(e.code, e.message, e.field);
-          return;
-        }
-        d = fromResponse(resp, req, text, 'POST /v1/attention (JSON)');
-        if (!d) {
-          showError('no_attention', 'The answer has no attention matrix (is "return_attention" false?).', 'return_attention');
-          return;
-        }
-        d.timing = { transferMs: t1 - t0, decodeMs: performance.now() - t1 };
+        const got = await postAttention(req, 'POST /v1/attention (JSON)');
+        if (got.error) { showError(got.error.code, got.error.message, got.error.field); return; }
+        d = got.data;
       }
       const t2 = performance.now();
+      currentRequest = req;
       setData(d);
       d.timing.drawMs = performance.now() - t2;
     } catch (e) {
@@ -881,7 +1309,10 @@
     try {
       const r = await fetch('/viz/examples/');
       const j = await r.json();
-      for (const e of j.examples) $('example').add(new Option(e.name, e.name));
+      for (const e of j.examples) {
+        $('example').add(new Option(e.name, e.name));
+        $('compare').add(new Option('example ' + e.name, 'example:' + e.name));
+      }
       if (state.example) $('example').value = state.example;
     } catch (e) { /* offline: the file and request inputs still work */ }
   }
@@ -890,7 +1321,13 @@
     try {
       const r = await fetch('/v1/weight-sets');
       const j = await r.json();
-      for (const s of j.weight_sets || []) $('weight-set').add(new Option(s.name, s.name));
+      weightSetNames = (j.weight_sets || []).map((s) => s.name);
+      for (const name of weightSetNames) {
+        $('weight-set').add(new Option(name, name));
+        $('compare').add(new Option('stored set ' + name + ' (same x)', 'set:' + name));
+      }
+      for (const p of layerPrefixes(weightSetNames))
+        $('model-prefix').add(new Option(`${p.prefix}.0 … ${p.prefix}.${p.layers - 1}`, p.prefix));
     } catch (e) { /* offline */ }
   }
 
@@ -924,6 +1361,8 @@
       return;
     }
     if (obj.tokens && !d.qTokens) { d.qTokens = obj.tokens.map(String); d.kTokens = d.qTokens; }
+    currentRequest = null;
+    state.req = '';
     setData(d);
   }
 
@@ -1032,6 +1471,47 @@
     }
   }
 
+  /* ---------- share ---------- */
+
+  /* Puts a link to this view, with the request when it is not an example's, into the
+   * page (and the clipboard when the browser lets us). */
+  async function share() {
+    const note = $('share-note'), box = $('share-link');
+    note.hidden = true;
+    box.hidden = true;
+    let text = null;
+    if (!state.example && currentRequest) text = JSON.stringify(currentRequest);
+    const link = await window.vizShare.buildLink(hashParams(), text);
+    if (link.tooLong) {
+      note.textContent = `This request takes ${link.tooLong} characters in a link even compressed; a link ` +
+        `carries up to ${window.vizShare.SHARE_MAX_CHARS}.  Store its weights as a set ` +
+        '(PUT /v1/weight-sets/NAME) and send x with "weights": "NAME": the link then stays short.';
+      note.hidden = false;
+      return;
+    }
+    if (!state.example && !currentRequest && data) {
+      note.textContent = 'This view came from a file, which a link cannot carry: the link holds the view\'s settings only.';
+      note.hidden = false;
+    }
+    const hash = new URL(link.url).hash;
+    state.req = new URLSearchParams(hash.slice(1)).get('req') || '';
+    writeHash();
+    box.value = link.url;
+    box.hidden = false;
+    box.select();
+    try { await navigator.clipboard.writeText(link.url); setStatus('link copied', document.body.dataset.status); }
+    catch (e) { setStatus('link selected below: copy it with Ctrl+C', document.body.dataset.status); }
+  }
+
+  /* Opens the request a link carries (`req=`) in the editor and computes it. */
+  async function openLinkedRequest() {
+    let text;
+    try { text = await window.vizShare.decodeRequest(state.req); }
+    catch (e) { showError('bad_link', e.message, null); return; }
+    $('request').value = text;
+    await compute();
+  }
+
   /* ---------- wiring ---------- */
 
   function onControl() {
@@ -1040,6 +1520,9 @@
     state.scale = $('scale').value;
     state.threshold = Math.min(1, Math.max(0, Number($('threshold').value) || 0));
     state.topk = Math.max(0, Math.floor(Number($('topk').value) || 0));
+    state.select = parseSelection($('select').value);
+    state.agg = $('agg').value === 'mean' ? 'mean' : 'sum';
+    state.compare = $('compare').value;
     const layer = Number($('layer').value) || 0;
     if (data && data.layers && layer !== state.layer) { state.layer = layer; data.attn = data.layers[layer]; }
     render();
@@ -1048,18 +1531,29 @@
   async function applyHash() {
     const h = readHash();
     const exampleChanged = h.example && h.example !== state.example;
+    const requestChanged = !h.example && h.req && h.req !== state.req;
     Object.assign(state, h);
     syncControls();
     if (exampleChanged) await loadExample(state.example);
+    else if (requestChanged) await openLinkedRequest();
     else if (data) { if (data.layers) data.attn = data.layers[Math.min(state.layer, data.layers.length - 1)]; render(); }
   }
 
   function init() {
     for (const b of document.querySelectorAll('#views button'))
       b.addEventListener('click', () => { state.view = b.dataset.view; syncControls(); render(); });
-    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk'])
+    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare'])
       $(id).addEventListener('change', onControl);
-    $('run').addEventListener('click', () => { state.example = ''; $('example').value = ''; compute(); });
+    $('run').addEventListener('click', () => {
+      state.example = ''; state.req = ''; $('example').value = ''; compute();
+    });
+    $('share').addEventListener('click', share);
+    $('model-prefix').addEventListener('change', () => {
+      state.model = $('model-prefix').value;
+      if (state.model) { state.view = 'model'; syncControls(); runLayers(state.model); }
+      else writeHash();
+    });
+    for (const id of ['compare-a', 'compare-b', 'compare-diff']) $(id).addEventListener('mousemove', hoverCompare);
     $('example').addEventListener('change', () => {
       state.example = $('example').value;
       writeHash();
@@ -1081,18 +1575,21 @@
     setupHeatmapInteraction();
     setupLinesInteraction();
     window.addEventListener('hashchange', applyHash);
+    $('compare').add(new Option('(nothing)', ''));
+    $('compare').add(new Option(compareLabel('causal'), 'causal'));
     Object.assign(state, readHash());
     syncControls();
-    loadWeightSets();
-    loadExampleList().then(() => {
+    Promise.all([loadWeightSets(), loadExampleList()]).then(() => {
+      syncControls();
       if (state.example) loadExample(state.example);
+      else if (state.req) openLinkedRequest().then(() => { if (state.model) { $('model-prefix').value = state.model; runLayers(state.model); } });
       else { setStatus('pick an example, edit a request or open a file', 'idle'); writeHash(); }
     });
   }
 
   /* For tests and for anyone scripting the page from the console. */
   window.viz = {
-    state, colorFor, cellCenter, curlCommand,
+    state, colorFor, cellCenter, curlCommand, selectionRow, rollout,
     get data() { return data; },
     stops: STOPS, logFloor: LOG_FLOOR, maskColors: [MASK_DARK, MASK_LIGHT],
   };

@@ -3,7 +3,8 @@
 //   node tests/browser/screenshots.mjs --server build/attention-server --out docs/img
 //
 // Starts the server on a free loopback port, shows each view in headless chromium and saves
-// viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png and viz-error.png; stops the
+// viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png, viz-error.png, and the views
+// past BertViz: viz-selection.png, viz-compare.png, viz-model.png and viz-share.png; stops the
 // server by its PID.  `make viz-screenshots` runs it.
 
 import { spawn } from 'node:child_process';
@@ -73,7 +74,47 @@ try {
     await page.screenshot({ path: path.join(OUT, `viz-${view}.png`) });
     await page.mouse.move(0, 0);
   }
+  // several queries at once: "ran" and "tree", summed
   await page.click('#views button[data-view="heatmap"]');
+  await page.$eval('#select', (e) => { e.value = '6,10'; e.dispatchEvent(new Event('change')); });
+  await page.select('#head', '1');
+  await page.screenshot({ path: path.join(OUT, 'viz-selection.png'), fullPage: true });
+  await page.$eval('#select', (e) => { e.value = ''; e.dispatchEvent(new Event('change')); });
+  // the same request with causal off, and the difference
+  await page.select('#compare', 'causal');
+  await page.click('#views button[data-view="compare"]');
+  await page.waitForSelector('body[data-compare="ready"]');
+  const db = await (await page.$('#compare-diff')).boundingBox();
+  await page.mouse.move(db.x + 140, db.y + 60);
+  await page.screenshot({ path: path.join(OUT, 'viz-compare.png') });
+  await page.mouse.move(0, 0);
+  await page.select('#compare', '');
+  // the link of this view
+  await page.click('#views button[data-view="heatmap"]');
+  await page.click('#share');
+  await page.waitForSelector('#share-link:not([hidden])');
+  await page.screenshot({ path: path.join(OUT, 'viz-share.png') });
+  // layers from stored sets: three sets toy.0, toy.1, toy.2 applied to the same x
+  const X = matrix(12, 8, 5);
+  for (let l = 0; l < 3; l++) {
+    const w = { wq: matrix(8, 8, 10 + l), wk: matrix(8, 8, 20 + l), wv: matrix(8, 8, 30 + l), heads: 2 };
+    const r = await fetch(base + '/v1/weight-sets/toy.' + l, { method: 'PUT', body: JSON.stringify(w) });
+    if (!r.ok) throw new Error('PUT toy.' + l + ' answered ' + r.status);
+  }
+  await page.goto(base + '/viz#view=model');
+  await page.reload();
+  await page.waitForSelector('body[data-status="idle"]');
+  await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify({ x: X, causal: true }));
+  await page.type('#q-tokens', TOKENS);
+  await page.select('#model-prefix', 'toy');
+  await page.waitForSelector('#rollout');
+  await page.screenshot({ path: path.join(OUT, 'viz-model.png'), fullPage: true });
+  await page.goto(base + '/viz#view=heatmap');
+  await page.reload();
+  await page.waitForSelector('body[data-status="idle"]');
+  await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(REQUEST));
+  await page.click('#run');
+  await page.waitForSelector('body[data-status="ready"]');
   await page.$eval('#request', (ta) => { ta.value = ta.value.replace('"heads":4', '"heads":3'); });
   await page.click('#run');
   await page.waitForSelector('body[data-status="error"]');

@@ -459,6 +459,167 @@ test('a BertViz export opens offline, without the server', async (page) => {
   await page.setOfflineMode(false);
 });
 
+// A float64 reference of softmax(q kᵀ / sqrt(dk)) for the tests below, written out here
+// independently of the server and the page.
+function refAttention(q, k, causal) {
+  const scale = 1 / Math.sqrt(q[0].length);
+  return q.map((qi, i) => {
+    const s = k.map((kj, j) => (causal && j > i) ? -Infinity : qi.reduce((a, x, t) => a + x * kj[t], 0) * scale);
+    const m = Math.max(...s), e = s.map((x) => Math.exp(x - m)), z = e.reduce((a, b) => a + b, 0);
+    return e.map((x) => x / z);
+  });
+}
+
+// The numbers of a table's cells: the exact number where the cell also shows a rounded one.
+async function tableNumbers(page, selector) {
+  return page.$$eval(selector + ' td', (tds) => tds.map((td) => ({ i: Number(td.dataset.i), j: Number(td.dataset.j),
+    v: Number(td.dataset.v != null ? td.dataset.v : td.textContent) })));
+}
+
+test('selection: several queries summed or averaged under the heatmap and in the lines view', async (page) => {
+  const fx = fixture('seed000_encoder'), A = fx.expect.attention;
+  await openView(page, 'example=seed000_encoder&view=heatmap&select=0,2');
+  let cells = await tableNumbers(page, '#selection-table');
+  assert(cells.length === A[0].length, `${cells.length} combined weights shown for ${A[0].length} keys`);
+  for (const c of cells) close(c.v, A[0][c.j] + A[2][c.j], fx.expect.tolerance, `sum for key ${c.j}`);
+  await page.select('#agg', 'mean');
+  cells = await tableNumbers(page, '#selection-table');
+  for (const c of cells) close(c.v, (A[0][c.j] + A[2][c.j]) / 2, fx.expect.tolerance, `mean for key ${c.j}`);
+  assert((await page.$eval('#selection-title', (e) => e.textContent)).startsWith('Mean of the attention of 2 selected queries'),
+    'the choice is not shown: ' + await page.$eval('#selection-title', (e) => e.textContent));
+  // the strip is coloured by the combined weight of each key
+  const strip = await page.$eval('#selection-strip', (cv) => ({ w: cv.width }));
+  const j = 1, x = (j + 0.5) / A[0].length * strip.w;
+  sameColour(await pixel(page, 'selection-strip', x, 10), viridis((A[0][j] + A[2][j]) / 2), 'strip at key 1');
+  // shift-click adds a row; the link keeps the selection and the choice
+  const box = await (await page.$('#heatmap')).boundingBox();
+  const c = await page.evaluate(() => window.viz.cellCenter(3, 0));
+  await page.keyboard.down('Shift');
+  await page.mouse.click(box.x + c.x, box.y + c.y);
+  await page.keyboard.up('Shift');
+  const hash = await page.evaluate(() => location.hash);
+  assert(/select=0%2C2%2C3|select=0,2,3/.test(hash) && hash.includes('agg=mean'), 'hash: ' + hash);
+  cells = await tableNumbers(page, '#selection-table');
+  close(cells[0].v, (A[0][0] + A[2][0] + A[3][0]) / 3, fx.expect.tolerance, 'mean of 3 for key 0');
+  await page.click('#views button[data-view="lines"]');
+  const note = await page.$eval('#lines-note', (e) => e.textContent);
+  assert(note.startsWith('Lines of the 3 selected queries'), 'lines note: ' + note);
+});
+
+test('share: a typed request travels in the link and reopens the same view', async (page) => {
+  const req = { q: randomMatrix(5, 4, 31), k: randomMatrix(6, 4, 32), v: randomMatrix(6, 3, 33), causal: true };
+  const ref = refAttention(req.q, req.k, true);
+  await openView(page, 'view=values&select=1');
+  await setRequest(page, req);
+  await page.click('#share');
+  await page.waitForSelector('#share-link:not([hidden])');
+  const url = await page.$eval('#share-link', (e) => e.value);
+  assert(url.startsWith(base + '/viz#') && url.includes('req=') && url.includes('view=values') && url.includes('select=1'), 'link: ' + url);
+  const other = await newPage();
+  try {
+    await other.goto(url);
+    await other.waitForSelector('body[data-status="ready"], body[data-status="error"]');
+    assert(await other.$eval('body', (b) => b.dataset.status) === 'ready', 'the link did not open: ' + await other.$eval('#error', (e) => e.textContent));
+    assert(JSON.stringify(JSON.parse(await other.$eval('#request', (t) => t.value))) === JSON.stringify(req), 'the request came back changed');
+    const cells = await tableNumbers(other, '#attention-table');
+    assert(cells.length === 30, `${cells.length} weights in the values view`);
+    for (const c of cells) close(c.v, ref[c.i][c.j], 1e-12, `weight [${c.i}][${c.j}]`);
+    assert(await other.evaluate(() => window.viz.state.view + ' ' + window.viz.state.select.join()) === 'values 1', 'the view came back otherwise');
+    await checkClean(other);
+  } finally {
+    await other.context_.close().catch(() => {});
+  }
+  // a request too large for a link says why and what to do instead
+  await setRequest(page, { q: randomMatrix(300, 64, 41), k: randomMatrix(300, 64, 42), v: randomMatrix(300, 64, 43) });
+  await page.click('#share');
+  await page.waitForSelector('#share-note:not([hidden])');
+  const why = await page.$eval('#share-note', (e) => e.textContent);
+  assert(/carries up to 32768/.test(why) && why.includes('PUT /v1/weight-sets/NAME'), 'note: ' + why);
+  assert(await page.$eval('#share-link', (e) => e.hidden), 'a link was offered for a request too large');
+  // a damaged link is an error, not a blank page
+  await page.goto(base + '/viz#view=heatmap&req=AAA$');
+  await page.waitForSelector('body[data-status="error"]');
+  assert((await page.$eval('#error', (e) => e.textContent)).startsWith('bad_link'), 'error: ' + await page.$eval('#error', (e) => e.textContent));
+});
+
+test('compare: causal against full attention side by side, A − B equals the fixtures\' difference', async (page) => {
+  const a = fixture('seed001_causal'), b = fixture('seed001_full');
+  await openView(page, 'example=seed001_causal&view=compare&compare=example:seed001_full');
+  await page.waitForSelector('body[data-compare="ready"], body[data-compare="error"]');
+  assert(await page.$eval('body', (e) => e.dataset.compare) === 'ready', await page.$eval('#compare-title', (e) => e.textContent));
+  const A = a.expect.attention, B = b.expect.attention, tol = a.expect.tolerance + b.expect.tolerance;
+  const cells = await tableNumbers(page, '#compare-table');
+  assert(cells.length === A.length * A[0].length, `${cells.length} differences shown`);
+  let range = 0;
+  for (const c of cells) {
+    close(c.v, A[c.i][c.j] - B[c.i][c.j], tol, `A − B [${c.i}][${c.j}]`);
+    range = Math.max(range, Math.abs(A[c.i][c.j] - B[c.i][c.j]));
+  }
+  // the difference panel: white at zero, red above, blue below, on [-range, range]
+  const diverging = (d) => {
+    const t = Math.max(-1, Math.min(1, d / range)), end = t < 0 ? [33, 102, 172] : [178, 24, 43];
+    return [247, 247, 247].map((m, k) => Math.round(m + (end[k] - m) * Math.abs(t)));
+  };
+  const L = A.length, at = (i, j) => [(j + 0.5) / L * 300, (i + 0.5) / L * 300];
+  for (const [i, j] of [[0, 0], [1, 3], [3, 1]])
+    sameColour(await pixel(page, 'compare-diff', ...at(i, j)), diverging(A[i][j] - B[i][j]), `difference [${i}][${j}]`);
+  sameColour(await pixel(page, 'compare-b', ...at(1, 3)), viridis(B[1][3]), 'B [1][3]');
+  // hovering shows A, B and the difference of the cell
+  const box = await (await page.$('#compare-diff')).boundingBox();
+  const [x, y] = at(2, 1);
+  await page.mouse.move(box.x + x, box.y + y);
+  const tip = await page.$eval('#compare-tip', (e) => e.textContent);
+  assert(tip.includes('query 2') && tip.includes('key 1') && tip.includes('A − B'), 'tip: ' + tip);
+  // "causal" compares the same request with causal turned over: full − causal here
+  await openView(page, 'example=seed001_full&view=compare&compare=causal');
+  await page.waitForSelector('body[data-compare="ready"], body[data-compare="error"]');
+  const back = await tableNumbers(page, '#compare-table');
+  for (const c of back) close(c.v, B[c.i][c.j] - A[c.i][c.j], tol, `full − causal [${c.i}][${c.j}]`);
+  // results of different shapes are refused with the reason
+  await openView(page, 'example=seed001_full&view=compare&compare=example:seed004_toy');
+  await page.waitForSelector('body[data-compare="ready"], body[data-compare="error"]');
+  assert((await page.$eval('#compare-title', (e) => e.textContent)).includes('differ in shape'), 'shape mismatch not said');
+});
+
+test('model view: layers x heads from stored sets PREFIX.N, and the rollout across layers', async (page) => {
+  const w0 = fixture('seed004_toy').request.weights;
+  const w1 = JSON.parse(JSON.stringify(w0));
+  w1.wq = w1.wq.map((r) => r.map((v) => -2 * v));
+  for (const [name, w] of [['enc.0', w0], ['enc.1', w1]]) {
+    const put = await fetch(base + '/v1/weight-sets/' + name, { method: 'PUT', body: JSON.stringify(w) });
+    assert(put.status === 201 || put.status === 200, `PUT ${name} answered ${put.status}`);
+  }
+  const req = { x: [[0.3, 0.8, -0.3], [-0.9, -0.1, 0.0], [0.5, -0.5, 0.25]] };
+  const api = [];
+  for (const name of ['enc.0', 'enc.1']) api.push((await postJson('/v1/attention', { ...req, weights: name })).json.attention);
+  await openView(page, 'view=heatmap');
+  await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(req));
+  await page.select('#model-prefix', 'enc');
+  await page.waitForSelector('#model figure');
+  const figs = await page.$$eval('#model figure', (fs) => fs.map((f) => f.dataset.layer + ':' + f.dataset.head));
+  const H = api[0].length === req.x.length ? 1 : api[0].length;
+  assert(figs.length === 2 * (H > 1 ? H + 1 : H), 'thumbnails: ' + figs.join(' '));
+  // the rollout against its definition, from the server's own per-layer weights
+  const heads = (a) => (H === 1 ? [a] : a);
+  const mean = (a) => { const hs = heads(a); return hs[0].map((r, i) => r.map((_, j) => hs.reduce((s, h) => s + h[i][j], 0) / hs.length)); };
+  const L = req.x.length;
+  let R = null;
+  for (const a of api) {
+    const m = mean(a).map((r, i) => r.map((v, j) => 0.5 * v + (i === j ? 0.5 : 0)));
+    const n = m.map((r) => { const s = r.reduce((x, y) => x + y, 0); return r.map((v) => v / s); });
+    R = R ? n.map((r) => R[0].map((_, j) => r.reduce((s, f, k) => s + f * R[k][j], 0))) : n;
+  }
+  const cells = await tableNumbers(page, '#rollout-table');
+  assert(cells.length === L * L, `${cells.length} rollout numbers`);
+  for (const c of cells) close(c.v, R[c.i][c.j], 1e-12, `rollout [${c.i}][${c.j}]`);
+  assert((await page.evaluate(() => location.hash)).includes('model=enc'), 'the link does not keep the layers');
+  // a click opens that layer and head in the heatmap
+  await page.click('#model figure[data-layer="1"]');
+  assert(await page.evaluate(() => window.viz.state.view + ' ' + window.viz.state.layer) === 'heatmap 1', 'the click did not open layer 1');
+  const a1 = heads(api[1])[0];
+  sameColour(await cellPixel(page, 2, 1), viridis(a1[2][1]), 'layer 1 cell [2][1]');
+});
+
 // ---------------------------------------------------------------- the runner
 
 function withTimeout(promise, ms, what) {

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "json_fast.h"
 #include "mem.h"
+#include "test_hooks.h"
 
 static server_config fuzz_cfg;
 
@@ -67,7 +68,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
      * answered as on an I/O thread first, and by a "worker" when deferred. */
     json_fast_set_min_numbers(data[0] & 8 ? 1 : 0);
     api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL,
-                       (data[0] & 16) != 0};
+                       (data[0] & 16) != 0, NULL};
     char header_length[16];
     if ((which == 5 || which == 7) && size >= 3) {
         snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));

@@ -59,8 +59,10 @@
 /* Seconds to wait for the "listening on" line, and for the exit after SIGTERM. */
 #define STARTUP_TIMEOUT_S 20.0
 #define SHUTDOWN_TIMEOUT_S 20.0
-/* The PUT phase stops here whatever happened, so that a run stays under ~2 minutes. */
-#define PUT_PHASE_LIMIT_S 90.0
+/* The PUT phase stops here whatever happened, so that a hung server cannot hold the run.
+ * It is a bound, not a speed test: at a load of 18 on 2 cores only 305 of the 500 sets
+ * were sent in 90 s (the bound before), and puts/all-sent failed for it. */
+#define PUT_PHASE_LIMIT_S 300.0
 /* Bounds on the loops: restarts in all, and failed starts in a row. */
 #define MAX_RESTARTS 5000
 #define MAX_FAILED_STARTS_IN_A_ROW 25

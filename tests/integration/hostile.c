@@ -9,7 +9,8 @@
  *   slow       1,000 connections that never finish their headers and 300 whose
  *              bodies crawl, from 127.0.0.2 and up: /healthz and a small POST
  *              from 127.0.0.1 keep answering, and every slow connection is
- *              closed within --header-timeout + 2 s; a per-address cap holds.
+ *              closed within --header-timeout + 2 s and counted once in
+ *              /metrics; a per-address cap holds.
  *   memory     announced bodies reserve nothing before they come; uploads and
  *              PUTs past one address's share of --max-memory get 503 with
  *              Retry-After (413 at the headers when they could never fit),
@@ -196,6 +197,10 @@ static char *big_body(size_t l, size_t d, size_t *len)
 /* Groups                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
+static double metric_value(int port, const char *series);
+
+#define SLOW_CLOSED "attn_http_slow_connections_closed_total"
+
 static void test_slow_clients(void)
 {
     char header_timeout[16];
@@ -257,7 +262,7 @@ static void test_slow_clients(void)
     /* Every slow connection is closed within --header-timeout + 2 s of the last
      * opening (bodies: their rate is checked from the same moment). */
     double deadline = t_opened + HEADER_TIMEOUT_S + 2.0;
-    int still_open = 0;
+    int still_open = 0, closed = 0;
     for (;;) {
         still_open = 0;
         for (int i = 0; i < total; i++)
@@ -265,6 +270,7 @@ static void test_slow_clients(void)
                 if (closed_by_server(fds[i])) {
                     close(fds[i]);
                     fds[i] = -1;
+                    closed++;
                 } else {
                     still_open++;
                 }
@@ -280,6 +286,11 @@ static void test_slow_clients(void)
     for (int i = 0; i < total; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    /* The reaper closed every one of them, and /metrics counts each once. */
+    double counted = metric_value(s.port, SLOW_CLOSED);
+    check(closed > 0 && counted == (double)closed, "slow/closed-counted",
+          "attn_http_slow_connections_closed_total is %.0f, but the server closed %d slow "
+          "connections", counted, closed);
 
     /* The per-address cap: 100 idle connections from one address are held,
      * the next is closed at once. */

@@ -70,7 +70,8 @@ void run_protocol_tests(const struct itest_paths *paths)
     if (test_start(&t, SERVER_DEFAULT, &s, "protocol/metrics")) {
         static const char *const names[] = {"attn_http_requests_total", "attn_http_request_duration_seconds",
                                             "attn_http_request_bytes_total", "attn_http_response_bytes_total",
-                                            "attn_http_inflight_requests"};
+                                            "attn_http_inflight_requests",
+                                            "attn_http_slow_connections_closed_total"};
         http_simple(s, "GET", "/metrics", &r);
         if (expect_status(&t, &r, 200)) {
             expect_header_contains(&t, &r, "Content-Type", "text/plain");

@@ -8,6 +8,7 @@
 
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 int test_failed;
 

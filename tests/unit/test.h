@@ -164,12 +164,16 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_json_response_shapes)       \
     X(attention_json_big_integers)          \
     X(attention_json_finite_near_max)       \
+    X(request_faults_same_words)            \
     X(config_defaults)                      \
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \
     X(config_sizes)                         \
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
+    X(route_table_rows)                     \
+    X(route_find_paths)                     \
+    X(route_methods_and_cost)               \
     X(api_weight_set_heads)                 \
     X(api_fast_numbers_answer_as_jansson)   \
     X(config_empty_values)                  \
@@ -217,7 +221,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
     X(viz_routes)                       \
-    X(viz_examples_out_of_memory)
+    X(viz_examples_out_of_memory)       \
+    X(attention_pool_matches_reference) \
+    X(attention_pool_grid_sizes)        \
+    X(attention_pool_overflow_is_reported) \
+    X(attention_pool_through_attention_run)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

@@ -14,7 +14,7 @@
 /* Parses text[0..len) as the server does and decodes it; a body that does
  * not parse returns the parser's error (err filled). */
 static int decode_bytes(const char *text, size_t len, size_t max_elements,
-                        attention_json_request *req, attn_error *err)
+                        attention_request *req, attn_error *err)
 {
     error_clear(err);
     memset(req, 0, sizeof *req);
@@ -27,7 +27,7 @@ static int decode_bytes(const char *text, size_t len, size_t max_elements,
     return rc;
 }
 
-static int decode_text(const char *text, size_t max_elements, attention_json_request *req,
+static int decode_text(const char *text, size_t max_elements, attention_request *req,
                        attn_error *err)
 {
     return decode_bytes(text, strlen(text), max_elements, req, err);
@@ -35,7 +35,7 @@ static int decode_text(const char *text, size_t max_elements, attention_json_req
 
 void test_attention_json_qkv_shapes_and_scale(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3,4],[5,6,7,8]],"
                           "\"v\":[[1,2],[3,4]],\"heads\":2,\"causal\":true}", 1000, &req, &err), 0);
@@ -49,19 +49,19 @@ void test_attention_json_qkv_shapes_and_scale(void)
     ASSERT_EQ(req.input_elements, 4 + 8 + 4);
     ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
     ASSERT_NEAR(req.job.k[5], 6, 0);
-    attention_json_free(&req);
+    attention_request_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
                           "\"scale\":2.5,\"dtype\":\"float32\"}", 1000, &req, &err), 0);
     ASSERT_EQ(req.batched, 1);
     ASSERT_EQ(req.job.batch, 2);
     ASSERT_NEAR(req.job.scale, 2.5, 0);
     ASSERT_EQ(req.job.dtype, ATTN_FLOAT32);
-    attention_json_free(&req);
+    attention_request_free(&req);
 }
 
 void test_attention_json_columns_layout_transposes(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     /* q given as 2 features x 3 tokens. */
     ASSERT_EQ(decode_text("{\"q\":[[1,2,3],[4,5,6]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]],"
@@ -71,17 +71,18 @@ void test_attention_json_columns_layout_transposes(void)
     ASSERT_NEAR(req.job.q[0], 1, 0);
     ASSERT_NEAR(req.job.q[1], 4, 0);
     ASSERT_NEAR(req.job.q[2], 2, 0);
-    attention_json_free(&req);
-    /* In columns layout, q has 2 rows (features) but k has 3: the message says rows. */
+    attention_request_free(&req);
+    /* In columns layout, q has 2 rows (features) but k has 3: the message says rows
+     * hold the features. */
     ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2],[3]],\"v\":[[1]],"
                           "\"layout\":\"columns\"}", 1000, &req, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "k");
-    ASSERT(strstr(err.message, "k has 3 rows but q has 2") != NULL);
+    ASSERT(strstr(err.message, "k has 3 features per token (its rows) but q has 2") != NULL);
 }
 
 void test_attention_json_out_in_weights_transpose(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     /* x: 1 token of width 3; wq out_in is (2 x 3). */
     ASSERT_EQ(decode_text("{\"x\":[[1,2,3]],\"weights_layout\":\"out_in\",\"weights\":{"
@@ -97,12 +98,12 @@ void test_attention_json_out_in_weights_transpose(void)
     ASSERT_NEAR(req.weights.wq[2], 2, 0);
     ASSERT(req.job.weights == &req.weights);
     ASSERT_NEAR(req.job.scale, 1 / sqrt(2.0), 1e-16);
-    attention_json_free(&req);
+    attention_request_free(&req);
 }
 
 void test_attention_json_mask_forms(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[1],[2]],\"k\":[[1],[2]],\"v\":[[1],[2]],"
                           "\"mask\":[[true,false],[1,0.0]]}", 1000, &req, &err), 0);
@@ -112,34 +113,34 @@ void test_attention_json_mask_forms(void)
     ASSERT_EQ(req.job.mask[2], 1);
     ASSERT_EQ(req.job.mask[3], 0);
     ASSERT_EQ(req.job.mask_batched, 0);
-    attention_json_free(&req);
+    attention_request_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[[1]],[[2]]],\"k\":[[[1]],[[2]]],\"v\":[[[1]],[[2]]],"
                           "\"mask\":[[[true]],[[false]]]}", 1000, &req, &err), 0);
     ASSERT_EQ(req.job.mask_batched, 1);
     ASSERT_EQ(req.job.mask[1], 0);
-    attention_json_free(&req);
+    attention_request_free(&req);
 }
 
 void test_attention_json_named_weights(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"x\":[[1,2]],\"weights\":\"encoder.v1\"}", 1000, &req, &err), 0);
     ASSERT_STR_EQ(req.weights_name, "encoder.v1");
     ASSERT(req.job.weights == NULL);
     attn_weights w = {.d_in = 2, .d_ctx = 2, .dk = 4, .dv = 3, .d_out = 3};
     req.job.heads = 2;
-    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_EQ(attention_request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "heads");
     req.job.heads = 1;
     w.d_in = 5;
-    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
+    ASSERT_EQ(attention_request_bind_weights(&req, &w, 1, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "x");
     w.d_in = 2;
-    ASSERT_EQ(attention_json_bind_weights(&req, &w, 1, &err), 0);
+    ASSERT_EQ(attention_request_bind_weights(&req, &w, 1, &err), 0);
     ASSERT(req.job.weights == &w);
     ASSERT_NEAR(req.job.scale, 0.5, 0);
-    attention_json_free(&req);
+    attention_request_free(&req);
 }
 
 /* ---- the integration cases, through the decoder ------------------------- */
@@ -192,7 +193,7 @@ static int check_case(const json_t *c, size_t max_elements, char *why, size_t wh
     const json_t *raw = json_object_get(c, "raw_body");
     const char *want_code = json_string_value(json_object_get(expect, "code"));
     const json_t *want_field = json_object_get(expect, "field");
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     int rc;
     if (raw != NULL) {
@@ -206,7 +207,7 @@ static int check_case(const json_t *c, size_t max_elements, char *why, size_t wh
         mem_free(text);
     }
     if (rc == 0 && req.weights_name[0] != '\0') {
-        attention_json_free(&req);
+        attention_request_free(&req);
         return 0;
     }
     if (rc == 0) {
@@ -214,7 +215,7 @@ static int check_case(const json_t *c, size_t max_elements, char *why, size_t wh
         rc = attention_run(&req.job, &r, &err);
         if (rc == 0)
             attention_result_free(&r);
-        attention_json_free(&req);
+        attention_request_free(&req);
     }
     *why = '\0';
     if (rc != ERR_BAD_REQUEST)
@@ -327,11 +328,11 @@ void test_attention_json_invalid_cases(void)
 {
     for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
         const bad_case *c = &bad_cases[i];
-        attention_json_request req;
+        attention_request req;
         attn_error err;
         int rc = decode_text(c->json, 1000, &req, &err);
         if (rc == 0)
-            attention_json_free(&req);
+            attention_request_free(&req);
         if (rc != ERR_BAD_REQUEST || strcmp(err.code, c->code) != 0 ||
             strcmp(err.field, c->field) != 0)
             FAIL_AT("case %zu %s: got %d %s field \"%s\" (%s), want 400 %s field \"%s\"", i,
@@ -341,22 +342,23 @@ void test_attention_json_invalid_cases(void)
     }
     /* The message names the problem in the user's terms (the case files
      * check codes and fields, not words). */
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     decode_text("{\"q\":[[1,2,3,4]],\"k\":[[1,2,3]],\"v\":[[1]]}", 1000, &req, &err);
-    ASSERT_STR_EQ(err.message, "k has 3 columns but q has 4 (both must be dk).");
+    ASSERT_STR_EQ(err.message, "k has 3 features per token (its columns) but q has 4 (both must "
+                               "be dk).");
     decode_text("{" QKV ",\"casual\":true}", 1000, &req, &err);
     ASSERT(strstr(err.message, "Did you mean \"causal\"?") != NULL);
 }
 
 void test_attention_json_element_limit(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     /* 4 + 4 + 4 numbers: 12 fit, 11 do not. */
     const char *body = "{\"q\":[[1,2],[3,4]],\"k\":[[1,2],[3,4]],\"v\":[[1,2],[3,4]]}";
     ASSERT_EQ(decode_text(body, 12, &req, &err), 0);
-    attention_json_free(&req);
+    attention_request_free(&req);
     ASSERT_EQ(decode_text(body, 11, &req, &err), ERR_TOO_LARGE);
     ASSERT_STR_EQ(err.code, "request_too_large");
     ASSERT_STR_EQ(err.field, "v");
@@ -364,7 +366,7 @@ void test_attention_json_element_limit(void)
 
 void test_attention_json_response_shapes(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     /* batch 2, heads 2, lq 3, lk 1, columns layout: output comes back dv x lq. */
     ASSERT_EQ(decode_text("{\"q\":[[[1,2,3],[4,5,6]],[[1,2,3],[4,5,6]]],"
@@ -376,7 +378,7 @@ void test_attention_json_response_shapes(void)
     jw_init(&w, 0);
     attention_json_encode(&req, &r, 1.5, &w);
     attention_result_free(&r);
-    attention_json_free(&req);
+    attention_request_free(&req);
     char *text = jw_finish(&w, NULL);
     ASSERT(text != NULL);
     json_error_t jerr;
@@ -405,7 +407,7 @@ void test_attention_json_response_shapes(void)
  * past 2^63 are numbers. */
 void test_attention_json_big_integers(void)
 {
-    attention_json_request req;
+    attention_request req;
     attn_error err;
     ASSERT_EQ(decode_text("{\"q\":[[9223372036854775808,0]],\"k\":[[1,0]],"
                           "\"v\":[[123456789012345678901234567890,0]],\"heads\":2}", 1000, &req,
@@ -413,11 +415,11 @@ void test_attention_json_big_integers(void)
     ASSERT_NEAR(req.job.q[0], 9223372036854775808.0, 0);
     ASSERT_NEAR(req.job.v[0], 123456789012345678901234567890.0, 0);
     ASSERT_EQ(req.job.heads, 2);
-    attention_json_free(&req);
+    attention_request_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[1,0]],\"k\":[[1,0]],\"v\":[[1,1]],\"heads\":2.0}", 1000,
                           &req, &err), 0);
     ASSERT_EQ(req.job.heads, 2);
-    attention_json_free(&req);
+    attention_request_free(&req);
     ASSERT_EQ(decode_text("{\"q\":[[1,0]],\"k\":[[1,0]],\"v\":[[1,1]],\"heads\":2.5}", 1000,
                           &req, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.code, "invalid_value");
@@ -432,7 +434,7 @@ void test_attention_json_big_integers(void)
  * (caller drops it) or NULL with err filled. */
 static json_t *answer_of(const char *body, attn_error *err)
 {
-    attention_json_request req;
+    attention_request req;
     if (decode_text(body, 1000, &req, err) != 0)
         return NULL;
     attn_result r;
@@ -447,7 +449,7 @@ static json_t *answer_of(const char *body, attn_error *err)
         answer = text ? json_in_parse(text, strlen(text), NULL, err) : NULL;
         mem_free(text);
     }
-    attention_json_free(&req);
+    attention_request_free(&req);
     return answer;
 }
 

@@ -14,6 +14,7 @@
 #include "compute.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* The compute pool runs every task once, hands out slots below max_slots,
  * and never lets more threads compute at once than it has slots, however

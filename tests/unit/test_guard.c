@@ -6,7 +6,9 @@
 
 #include "guard.h"
 #include "mem.h"
+#include "route.h"
 #include "test.h"
+#include "test_hooks.h"
 
 #define TOKEN_A "tok-aaaaaaaaaaaaaaaaaaaa"
 #define TOKEN_B "tok-bbbbbbbbbbbbbbbbbbbb"
@@ -30,7 +32,7 @@ static int check(const guard *g, const char *method, const char *path, const cha
     size_t n = 0;
     for (; pairs[2 * n] != NULL; n++)
         headers[n] = (guard_header){pairs[2 * n], pairs[2 * n + 1]};
-    guard_request rq = {method, path, "HTTP/1.1", headers, n};
+    guard_request rq = {method, path, "HTTP/1.1", headers, n, route_find(path)->probe};
     return guard_check(g, &rq, v, err);
 }
 
@@ -347,7 +349,7 @@ void test_guard_framing(void)
     guard_header h = {"Transfer-Encoding", "chunked"};
     guard_header host = {"Host", "localhost"};
     guard_header hs[2] = {host, h};
-    guard_request old = {"POST", "/v1/attention", "HTTP/1.0", hs, 2};
+    guard_request old = {"POST", "/v1/attention", "HTTP/1.0", hs, 2, 0};
     ASSERT_EQ(guard_check(g, &old, &v, &err), ERR_BAD_REQUEST);
 
     /* Sizes: 414 and 431 as JSON errors. */
@@ -371,7 +373,7 @@ void test_guard_framing(void)
     guard_header many[GUARD_MAX_HEADERS];
     for (size_t i = 0; i < GUARD_MAX_HEADERS; i++)
         many[i] = host;
-    guard_request flood = {"GET", "/healthz", "HTTP/1.1", many, GUARD_MAX_HEADERS + 1};
+    guard_request flood = {"GET", "/healthz", "HTTP/1.1", many, GUARD_MAX_HEADERS + 1, 0};
     ASSERT_EQ(guard_check(g, &flood, &v, &err), ERR_HEADERS_TOO_LARGE);
     guard_free(g);
 }

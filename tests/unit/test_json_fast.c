@@ -15,6 +15,7 @@
 #include "json_in.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* ---- generating bodies -------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include "json_in.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Parses text as the server does; NULL (reported) when it does not parse. */
 static json_t *parse(const char *text)

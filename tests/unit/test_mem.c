@@ -12,6 +12,7 @@
 
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* "[0.5,1.5,...]" of n numbers; the caller frees it with free. */
 static char *number_array(size_t n)

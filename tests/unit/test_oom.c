@@ -14,6 +14,7 @@
 #include "mem.h"
 #include "attention_json.h"
 #include "test.h"
+#include "test_hooks.h"
 
 static const char *const oom_body =
     "{\"x\":[[[1,2],[3,4],[5,6]],[[1,0],[0,1],[1,1]]],\"context\":[[[1,2],[3,4]],[[1,1],[2,2]]],"
@@ -29,7 +30,7 @@ static int full_pipeline(const char *body, attn_error *err)
     json_t *root = json_loads(body, 0, &jerr);
     if (root == NULL)
         return error_nomem(err);
-    attention_json_request req;
+    attention_request req;
     attention_json_limits limits = {100000};
     int rc = attention_json_decode(root, &limits, &req, err);
     json_decref(root);
@@ -47,7 +48,7 @@ static int full_pipeline(const char *body, attn_error *err)
         mem_free(text);
         attention_result_free(&result);
     }
-    attention_json_free(&req);
+    attention_request_free(&req);
     return rc;
 }
 
@@ -104,7 +105,7 @@ void test_oom_api_handle(void)
         {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}, {"GET", "/v1/weight-sets", 200},
         {"GET", "/v1/weight-sets/s", 200}};
     for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
-        api_request req = {calls[c].method, calls[c].path, body, strlen(body), NULL, NULL, 0};
+        api_request req = {calls[c].method, calls[c].path, body, strlen(body), NULL, NULL, 0, NULL};
         long n;
         for (n = 0; n < 10000; n++) {
             api_response resp;

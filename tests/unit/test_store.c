@@ -29,6 +29,7 @@
 #include "mem.h"
 #include "store.h"
 #include "test.h"
+#include "test_hooks.h"
 
 /* Limits far above anything these tests store. */
 static const store_limits roomy = {(size_t)1 << 30, (size_t)1 << 31, 0, 0};
@@ -125,7 +126,7 @@ static weight_set *set_make(const char *name, const set_shape *s, uint64_t seed,
     return weightset_new(name, &w, heads, out_in);
 }
 
-/* Bytes of the file of a set named name with shape s (the format in store.c). */
+/* Bytes of the file of a set named name with shape s (the format in store_format.c). */
 static size_t file_size_of(const char *name, const set_shape *s)
 {
     size_t size = 88 + ((strlen(name) + 7) & ~(size_t)7) + 8;
@@ -937,7 +938,7 @@ static void walk_put_faults(const char *dir, const char *name, uint64_t prev_see
         weightset_release(now);
         int old_on_disk = on_disk(dir, name, &prev, prev_seed, 1, 0, why, sizeof why);
         int new_on_disk = on_disk(dir, name, &next, 2, 2, 1, why, sizeof why);
-        /* The one documented exception (store.c, store_put): when only the
+        /* The one documented exception (store.h, store_put): when only the
          * final fsync of the directory fails, the file has been renamed into
          * place and the table follows it; the client is told to retry.  It is
          * the last step, so the next n succeeds. */

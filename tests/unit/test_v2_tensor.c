@@ -14,6 +14,7 @@
 
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 #include "v2_tensor.h"
 
 /* Little-endian bytes of floats and doubles, written byte by byte so the test
@@ -378,7 +379,7 @@ void test_v2_tensor_writers_round_trip(void)
     }
 }
 
-/* The whole v2 path of one request body, as v2.c runs it: split, parse the
+/* The whole v2 path of one request body, as v2_infer.c runs it: split, parse the
  * header, describe and read every input into buffers from mem_malloc, and
  * answer them as JSON.  Returns 0 or the failing step's code. */
 static int decode_and_answer(const char *body, size_t len, const char *header_length,

@@ -11,6 +11,7 @@
 #include "api.h"
 #include "mem.h"
 #include "test.h"
+#include "test_hooks.h"
 #include "viz.h"
 
 /* Starts the API on an empty temporary data directory (dir receives its path). */

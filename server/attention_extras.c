@@ -1,0 +1,145 @@
+/*
+ * attention_extras.c - what a request may ask for beside the output, for looking inside the
+ * computation: q and k after the projections (return_qk, for the visualizer's neuron view)
+ * and the attention weights pooled into blocks (attention_pool, for long sequences).
+ *
+ * Both need q and k as the kernels saw them.  The kernels keep them only in packed, per-task
+ * pieces, so they are formed again here: for a request with q, k and v they are its own
+ * (rounded to float32 for a float32 job); with x and weights, x Wq + bq and context Wk + bk,
+ * computed in the job's precision as the kernels compute them.  That is one more pair of
+ * projections, small beside the attention itself, and it leaves the kernels untouched.
+ */
+#include "attention_extras.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#include "attention_pool.h"
+#include "mem.h"
+
+/* Numbers of q (batch x lq x dk) and k (batch x lk x dk). */
+static void qk_numbers(const attn_job *job, size_t *nq, size_t *nk)
+{
+    *nq = job->batch * job->lq * job->dk;
+    *nk = job->batch * job->lk * job->dk;
+}
+
+int attention_extras_bytes(const attn_job *job, size_t *bytes)
+{
+    *bytes = 0;
+    if (job->pool == NULL && !job->want_qk)
+        return 0;
+    size_t nq, nk, n;
+    if (mem_mul(job->batch, job->lq + job->lk, job->dk, &n) != 0)
+        return -1;
+    qk_numbers(job, &nq, &nk);
+    /* q and k in double; a float32 projection also holds float copies of its inputs */
+    size_t total = n * sizeof(double) * (job->dtype == ATTN_FLOAT32 ? 2 : 1);
+    if (job->weights != NULL)
+        total += (job->batch * (job->lq + job->lk) * (job->weights->d_in + job->weights->d_ctx) +
+                  (job->weights->d_in + job->weights->d_ctx) * job->dk) * sizeof(float);
+    if (job->pool != NULL)
+        total += attention_pool_cells(job->pool, job) * sizeof(double) +
+                 attention_pool_scratch_bytes(job);
+    *bytes = total;
+    return 0;
+}
+
+/* y (rows x dk) = a (rows x width) W (width x dk) + b, in double. */
+static void project_d(const double *a, size_t rows, size_t width, const double *wm,
+                      const double *b, size_t dk, double *y)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < dk; c++)
+            y[r * dk + c] = b != NULL ? b[c] : 0.0;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dk, (int)width, 1.0,
+                a, (int)width, wm, (int)dk, 1.0, y, (int)dk);
+}
+
+/* The same in float32 arithmetic, as a float32 job's kernels compute it; y is widened. */
+static int project_f(const double *a, size_t rows, size_t width, const double *wm,
+                     const double *b, size_t dk, double *y)
+{
+    float *af = mem_malloc(rows * width * sizeof(float));
+    float *wf = mem_malloc(width * dk * sizeof(float));
+    float *yf = mem_malloc(rows * dk * sizeof(float));
+    int rc = -1;
+    if (af != NULL && wf != NULL && yf != NULL) {
+        for (size_t i = 0; i < rows * width; i++)
+            af[i] = (float)a[i];
+        for (size_t i = 0; i < width * dk; i++)
+            wf[i] = (float)wm[i];
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < dk; c++)
+                yf[r * dk + c] = b != NULL ? (float)b[c] : 0.0f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dk, (int)width,
+                    1.0f, af, (int)width, wf, (int)dk, 1.0f, yf, (int)dk);
+        for (size_t i = 0; i < rows * dk; i++)
+            y[i] = yf[i];
+        rc = 0;
+    }
+    mem_free(af);
+    mem_free(wf);
+    mem_free(yf);
+    return rc;
+}
+
+/* Fills q and k (allocated by the caller) as the kernels see them.  Returns 0 or -1 when
+ * memory ran out. */
+static int form_qk(const attn_job *job, double *q, double *k)
+{
+    size_t nq, nk;
+    qk_numbers(job, &nq, &nk);
+    int f32 = job->dtype == ATTN_FLOAT32;
+    const attn_weights *w = job->weights;
+    if (w == NULL) {
+        for (size_t i = 0; i < nq; i++)
+            q[i] = f32 ? (double)(float)job->q[i] : job->q[i];
+        for (size_t i = 0; i < nk; i++)
+            k[i] = f32 ? (double)(float)job->k[i] : job->k[i];
+        return 0;
+    }
+    const double *ctx = job->context != NULL ? job->context : job->x;
+    size_t rq = job->batch * job->lq, rk = job->batch * job->lk;
+    if (!f32) {
+        project_d(job->x, rq, w->d_in, w->wq, w->bq, job->dk, q);
+        project_d(ctx, rk, w->d_ctx, w->wk, w->bk, job->dk, k);
+        return 0;
+    }
+    if (project_f(job->x, rq, w->d_in, w->wq, w->bq, job->dk, q) != 0 ||
+        project_f(ctx, rk, w->d_ctx, w->wk, w->bk, job->dk, k) != 0)
+        return -1;
+    return 0;
+}
+
+int attention_extras_run(const attn_job *job, attn_result *result)
+{
+    if (job->pool == NULL && !job->want_qk)
+        return 0;
+    size_t nq, nk;
+    qk_numbers(job, &nq, &nk);
+    double *q = mem_malloc(nq * sizeof(double)), *k = mem_malloc(nk * sizeof(double));
+    int rc = ERR_UNAVAILABLE;
+    if (q == NULL || k == NULL || form_qk(job, q, k) != 0)
+        goto fail;
+    if (job->pool != NULL) {
+        result->pooled = mem_malloc(attention_pool_cells(job->pool, job) * sizeof(double));
+        if (result->pooled == NULL)
+            goto fail;
+        rc = attention_pool_run(job, job->pool, q, k, result->pooled);
+        if (rc != 0)
+            goto fail;
+    }
+    if (job->want_qk) {
+        result->q = q;
+        result->k = k;
+        return 0;
+    }
+    mem_free(q);
+    mem_free(k);
+    return 0;
+fail:
+    mem_free(q);
+    mem_free(k);
+    return rc;
+}

@@ -1,0 +1,135 @@
+/*
+ * http_answer.c - turning an api_response into libmicrohttpd's response:
+ * the body and every header the server adds (Content-Type, Location, ETag,
+ * the visualizer's Content-Security-Policy, CORS, Cache-Control, Allow,
+ * WWW-Authenticate, Retry-After).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "answer.h"
+#include "http_private.h"
+#include "mem.h"
+
+/* The headers that describe the body and the resource: Content-Type,
+ * Location, ETag, the page's policy, the v2 binary split. */
+static void add_content_headers(struct MHD_Response *r, const api_response *resp)
+{
+    if (resp->body_len > 0)
+        MHD_add_response_header(r, "Content-Type", resp->content_type ? resp->content_type
+                                                                      : "application/json");
+    if (resp->location[0])
+        MHD_add_response_header(r, "Location", resp->location);
+    if (resp->etag[0])
+        MHD_add_response_header(r, "ETag", resp->etag);
+    /* The visualizer's page (server/viz/) runs under the strictest policy it
+     * works with: everything from this server, no inline script or style, no
+     * plugins, no framing. */
+    if (resp->content_type != NULL && !strncmp(resp->content_type, "text/html", 9)) {
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; script-src 'self'; style-src 'self'; "
+                                "connect-src 'self'; object-src 'none'; "
+                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    }
+    if (resp->inference_header_length > 0) {
+        char text[24];
+        snprintf(text, sizeof text, "%zu", resp->inference_header_length);
+        MHD_add_response_header(r, "Inference-Header-Content-Length", text);
+    }
+}
+
+/* The CORS headers for the request's Origin, the preflight's among them. */
+static void add_cors_headers(struct MHD_Response *r, const http_server *srv,
+                             struct MHD_Connection *conn, const api_response *resp, int preflight)
+{
+    int vary = 0;
+    const char *origin = guard_cors_origin(
+        srv->guard, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), &vary);
+    if (origin != NULL) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag");
+    }
+    if (vary)
+        MHD_add_response_header(r, "Vary", "Origin");
+    /* A preflight allows the route's methods (its writes only to the origins
+     * that may write, cors.h) and the headers the API reads, never whatever
+     * the browser asked for. */
+    if (preflight && resp->allow != NULL && origin != NULL) {
+        char methods[64];
+        MHD_add_response_header(
+            r, "Access-Control-Allow-Methods",
+            guard_cors_methods(srv->guard, resp->allow,
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
+                               methods, sizeof methods));
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", GUARD_CORS_ALLOW_HEADERS);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+}
+
+/* The headers of the exchange: caching, Allow, the guard's verdict,
+ * Retry-After. */
+static void add_exchange_headers(struct MHD_Response *r, const api_response *resp, int preflight,
+                                 const guard_verdict *v)
+{
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (resp->allow != NULL && (resp->status == 405 || preflight))
+        MHD_add_response_header(r, "Allow", resp->allow);
+    if (v != NULL && v->www_authenticate[0])
+        MHD_add_response_header(r, "WWW-Authenticate", v->www_authenticate);
+    if (v != NULL && v->close)
+        MHD_add_response_header(r, "Connection", "close");
+    if (resp->retry_after > 0) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", resp->retry_after);
+        MHD_add_response_header(r, "Retry-After", text);
+    }
+}
+
+/* Builds the MHD response for resp (consuming its body) with the common
+ * headers, and queues it.  OPTIONS answers get the preflight headers; a
+ * request the guard refused gets what its verdict v asks for (NULL: none). */
+enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
+                                  http_request *hr, api_response *resp, int preflight,
+                                  const guard_verdict *v)
+{
+    http_conn_set_phase(srv, hr->hc, CONN_BUSY);
+    struct MHD_Response *r;
+    if (resp->body_static)
+        r = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_PERSISTENT);
+    else
+        r = MHD_create_response_from_buffer_with_free_callback(resp->body_len, resp->body,
+                                                               mem_free);
+    if (r == NULL) {
+        api_response_free(resp);
+        return MHD_NO;
+    }
+    resp->body = NULL; /* now owned by r */
+    add_content_headers(r, resp);
+    add_cors_headers(r, srv, conn, resp, preflight);
+    add_exchange_headers(r, resp, preflight, v);
+    hr->status = resp->status;
+    hr->bytes_out = resp->body_len;
+    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* Fills resp with the JSON error for err on the route of hr. */
+void http_error_response(api_response *resp, const http_request *hr, const attn_error *err)
+{
+    memset(resp, 0, sizeof *resp);
+    resp->route = hr->route->id;
+    resp->allow = hr->route->allow;
+    answer_error(resp, err);
+}
+
+enum MHD_Result http_queue_error(http_server *srv, struct MHD_Connection *conn,
+                                 http_request *hr, const attn_error *err, const guard_verdict *v)
+{
+    api_response resp;
+    http_error_response(&resp, hr, err);
+    return http_queue_answer(srv, conn, hr, &resp, 0, v);
+}

@@ -1,0 +1,40 @@
+/*
+ * test_hooks.h - hooks that exist only in test builds.
+ *
+ * The unit tests and the fuzzers compile the library with -DATTN_TESTING
+ * (the Makefile's TEST_OBJS); the server is built without it, so none of
+ * these is in build/attention-server and the code paths they reach cost
+ * nothing there.  Each hook is defined beside the code it steers, and a
+ * module that defines one is listed in the Makefile's HOOKED (else the
+ * unit tests fail to link).
+ */
+#ifndef ATTN_TEST_HOOKS_H
+#define ATTN_TEST_HOOKS_H
+
+#ifndef ATTN_TESTING
+#error "test_hooks.h is for test builds only (compile with -DATTN_TESTING)"
+#endif
+
+#include <stddef.h>
+
+/* mem.c: after n more successful allocations every allocation fails, until
+ * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */
+void mem_fail_after(long n);
+void mem_fail_reset(void);
+/* Number of allocations refused since the last mem_fail_after/reset. */
+long mem_failures(void);
+/* Blocks allocated minus blocks freed since the last mem_fail_after, counted
+ * only while failures are being injected: 0 after a failed call that freed
+ * everything it allocated (if the test freed nothing allocated before). */
+long mem_fail_live(void);
+
+/* store_io.c: make the nth file-system step of the next writes and deletes
+ * fail with EIO (0 = the first step; -1 turns failure injection off).  The
+ * steps are open, each write, fsync, rename, unlink and directory fsync. */
+void store_fail_io_after(int n);
+
+/* json_fast.c: arrays of at least n numbers (1: every one) are read fast
+ * from now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
+void json_fast_set_min_numbers(size_t n);
+
+#endif

@@ -1,0 +1,234 @@
+/*
+ * test_attention_pool.c - pooled attention weights (server/attention_pool.c) against the
+ * full matrix computed here in long double and pooled by its definition.
+ *
+ * Shapes land on the edges of the pool's own blocks (64 queries, 512 keys, bands of 256
+ * queries) and of the grid (a side shorter than R or C, blocks that do not divide the
+ * side); masks cover causal, a random mask, a fully masked row and a batched mask; max
+ * and mean; serially and on a pool of three threads.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "attention_pool.h"
+#include "compute.h"
+#include "mem.h"
+#include "test.h"
+
+static uint64_t pool_rng = 0x13198A2E03707344ull;
+
+typedef struct pool_case {
+    size_t batch, heads, lq, lk, dk, rows, cols;
+    int causal, masked, mask_batched;
+    attn_pool_reduce reduce;
+} pool_case;
+
+/* The weights of row i of (b, h), in long double, into w[0..lk). */
+static void reference_row(const pool_case *pc, const attn_job *job, const double *q,
+                          const double *k, size_t b, size_t h, size_t i, long double *w)
+{
+    size_t dh = pc->dk / pc->heads;
+    long double mx = -INFINITY;
+    const unsigned char *mask = job->mask ? job->mask + (job->mask_batched ? b : 0) * pc->lq * pc->lk : NULL;
+    for (size_t j = 0; j < pc->lk; j++) {
+        int hidden = (pc->causal && j > i) || (mask && !mask[i * pc->lk + j]);
+        long double s = 0;
+        for (size_t t = 0; t < dh; t++)
+            s += (long double)q[(b * pc->lq + i) * pc->dk + h * dh + t] *
+                 k[(b * pc->lk + j) * pc->dk + h * dh + t];
+        w[j] = hidden ? -INFINITY : s * job->scale;
+        if (w[j] > mx)
+            mx = w[j];
+    }
+    long double sum = 0;
+    for (size_t j = 0; j < pc->lk; j++) {
+        w[j] = mx == -INFINITY ? 0 : expl(w[j] - mx);
+        sum += w[j];
+    }
+    for (size_t j = 0; j < pc->lk; j++)
+        w[j] = sum > 0 ? w[j] / sum : 0;
+}
+
+/* Runs one case and compares every cell; returns the largest difference, or -1 when the
+ * pool reported an error. */
+static double run_case(const pool_case *pc)
+{
+    attn_job job = {.batch = pc->batch, .lq = pc->lq, .lk = pc->lk, .heads = pc->heads,
+                    .dk = pc->dk, .dv = pc->dk, .causal = pc->causal,
+                    .scale = 1.0 / sqrt((double)(pc->dk / pc->heads)),
+                    .mask_batched = pc->mask_batched};
+    attn_pool pool = {.rows = pc->rows, .cols = pc->cols, .reduce = pc->reduce};
+    size_t nq = pc->batch * pc->lq * pc->dk, nk = pc->batch * pc->lk * pc->dk;
+    double *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = 3 * test_uniform(&pool_rng);
+    for (size_t i = 0; i < nk; i++)
+        k[i] = 3 * test_uniform(&pool_rng);
+    unsigned char *mask = NULL;
+    if (pc->masked) {
+        size_t n = (pc->mask_batched ? pc->batch : 1) * pc->lq * pc->lk;
+        mask = malloc(n);
+        for (size_t i = 0; i < n; i++)
+            mask[i] = (test_next_bits(&pool_rng) & 3) != 0;
+        memset(mask + 2 * pc->lk, 0, pc->lk);      /* row 2 sees nothing */
+        job.mask = mask;
+    }
+    size_t cells = attention_pool_cells(&pool, &job);
+    double *out = malloc(cells * sizeof *out);
+    int rc = attention_pool_run(&job, &pool, q, k, out);
+    double worst = rc == 0 ? 0 : -1;
+    size_t br, bc, gr, gc;
+    attention_pool_grid(&pool, pc->lq, pc->lk, &br, &bc, &gr, &gc);
+    long double *w = malloc(pc->lq * pc->lk * sizeof *w);
+    for (size_t b = 0; rc == 0 && b < pc->batch; b++)
+        for (size_t h = 0; h < pc->heads; h++) {
+            for (size_t i = 0; i < pc->lq; i++)
+                reference_row(pc, &job, q, k, b, h, i, w + i * pc->lk);
+            for (size_t g = 0; g < gr; g++)
+                for (size_t t = 0; t < gc; t++) {
+                    long double acc = 0;
+                    size_t n = 0;
+                    for (size_t i = g * br; i < (g + 1) * br && i < pc->lq; i++)
+                        for (size_t j = t * bc; j < (t + 1) * bc && j < pc->lk; j++, n++)
+                            acc = pc->reduce == ATTN_POOL_MEAN ? acc + w[i * pc->lk + j]
+                                  : (w[i * pc->lk + j] > acc ? w[i * pc->lk + j] : acc);
+                    if (pc->reduce == ATTN_POOL_MEAN)
+                        acc /= n;
+                    double got = out[((b * pc->heads + h) * gr + g) * gc + t];
+                    double d = fabs(got - (double)acc);
+                    if (!(d <= worst))
+                        worst = isnan(d) ? INFINITY : d;
+                }
+        }
+    free(w);
+    free(out);
+    free(mask);
+    free(q);
+    free(k);
+    return worst;
+}
+
+static const pool_case POOL_CASES[] = {
+    /* batch heads lq lk dk R C causal masked batched reduce */
+    {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, ATTN_POOL_MAX},
+    {1, 1, 17, 3, 8, 4, 4, 0, 0, 0, ATTN_POOL_MEAN},            /* C > Lk: one key a cell */
+    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MAX},
+    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MEAN},
+    {1, 3, 130, 600, 12, 9, 11, 0, 1, 0, ATTN_POOL_MEAN},       /* past 64 rows, 512 keys */
+    {2, 1, 70, 515, 4, 70, 515, 0, 1, 1, ATTN_POOL_MAX},        /* R = Lq, C = Lk: the matrix */
+    {1, 2, 600, 600, 16, 7, 3, 1, 1, 0, ATTN_POOL_MAX},         /* past a band of 256 */
+    {1, 1, 1000, 1000, 8, 4096, 4096, 1, 0, 0, ATTN_POOL_MEAN},
+};
+
+void test_attention_pool_matches_reference(void)
+{
+    for (int threads = 1; threads <= 3; threads += 2) {
+        if (threads > 1)
+            ASSERT_EQ(compute_init((unsigned)threads), 0);
+        for (size_t c = 0; c < sizeof POOL_CASES / sizeof POOL_CASES[0]; c++) {
+            double worst = run_case(&POOL_CASES[c]);
+            if (!(worst >= 0 && worst <= 1e-13)) {
+                if (threads > 1)
+                    compute_shutdown();
+                FAIL_AT("case %zu on %d thread(s): largest difference %g", c, threads, worst);
+            }
+        }
+        if (threads > 1)
+            compute_shutdown();
+    }
+}
+
+void test_attention_pool_grid_sizes(void)
+{
+    attn_pool p = {.rows = 4096, .cols = 4096};
+    size_t br, bc, gr, gc;
+    attention_pool_grid(&p, 32768, 1000, &br, &bc, &gr, &gc);
+    ASSERT_EQ(br, 8);
+    ASSERT_EQ(gr, 4096);
+    ASSERT_EQ(bc, 1);
+    ASSERT_EQ(gc, 1000);
+    p.rows = 3;
+    p.cols = 3;
+    attention_pool_grid(&p, 10, 4, &br, &bc, &gr, &gc);
+    ASSERT_EQ(br, 4);                   /* ceil(10 / 3) */
+    ASSERT_EQ(gr, 3);                   /* blocks of 4, 4, 2 */
+    ASSERT_EQ(bc, 2);
+    ASSERT_EQ(gc, 2);                   /* C = 3 asked, 2 blocks of 2 cover 4 keys */
+}
+
+void test_attention_pool_overflow_is_reported(void)
+{
+    attn_job job = {.batch = 1, .lq = 2, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .scale = 1};
+    attn_pool pool = {.rows = 1, .cols = 1, .reduce = ATTN_POOL_MAX};
+    double q[2] = {1e200, 1}, k[2] = {1e200, 1}, out[1];
+    ASSERT_EQ(attention_pool_run(&job, &pool, q, k, out), 1);
+}
+
+/* attention_run with a pool and return_qk, for x with weights (projections, biases, heads,
+ * causal), in both precisions: the pooled cells against the full matrix the same job
+ * returns without a pool, pooled here; q against x Wq + bq computed here. */
+void test_attention_pool_through_attention_run(void)
+{
+    enum { B = 2, L = 70, DIN = 6, DK = 8, H = 2 };
+    double x[B * L * DIN], wq[DIN * DK], wk[DIN * DK], wv[DIN * DK], bq[DK];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+        x[i] = test_uniform(&pool_rng);
+    for (size_t i = 0; i < DIN * DK; i++) {
+        wq[i] = test_uniform(&pool_rng);
+        wk[i] = test_uniform(&pool_rng);
+        wv[i] = test_uniform(&pool_rng);
+    }
+    for (size_t i = 0; i < DK; i++)
+        bq[i] = test_uniform(&pool_rng);
+    attn_weights w = {.d_in = DIN, .d_ctx = DIN, .dk = DK, .dv = DK, .d_out = DK,
+                      .wq = wq, .wk = wk, .wv = wv, .bq = bq};
+    for (int f32 = 0; f32 <= 1; f32++) {
+        attn_job job = {.batch = B, .lq = L, .lk = L, .heads = H, .dk = DK, .dv = DK, .x = x,
+                        .weights = &w, .causal = 1, .scale = 0.5,
+                        .dtype = f32 ? ATTN_FLOAT32 : ATTN_FLOAT64, .want_attention = 1};
+        attn_result full, pooled;
+        attn_error err;
+        ASSERT_EQ(attention_run(&job, &full, &err), 0);
+        attn_pool pool = {.rows = 9, .cols = 4, .reduce = ATTN_POOL_MEAN};
+        job.want_attention = 0;
+        job.pool = &pool;
+        job.want_qk = 1;
+        ASSERT_EQ(attention_run(&job, &pooled, &err), 0);
+        ASSERT(pooled.attention == NULL && pooled.attention_f32 == NULL && pooled.pooled != NULL);
+        size_t br, bc, gr, gc;
+        attention_pool_grid(&pool, L, L, &br, &bc, &gr, &gc);
+        double worst = 0, tol = f32 ? 1e-6 : 1e-13;
+        for (size_t bh = 0; bh < B * H; bh++)
+            for (size_t g = 0; g < gr; g++)
+                for (size_t t = 0; t < gc; t++) {
+                    double acc = 0;
+                    size_t n = 0;
+                    for (size_t i = g * br; i < (g + 1) * br && i < L; i++)
+                        for (size_t j = t * bc; j < (t + 1) * bc && j < L; j++, n++)
+                            acc += f32 ? full.attention_f32[(bh * L + i) * L + j]
+                                       : full.attention[(bh * L + i) * L + j];
+                    double d = fabs(pooled.pooled[(bh * gr + g) * gc + t] - acc / (double)n);
+                    worst = d > worst ? d : worst;
+                }
+        double qworst = 0;
+        for (size_t r = 0; r < B * L; r++)
+            for (size_t c = 0; c < DK; c++) {
+                double want = bq[c];
+                for (size_t t = 0; t < DIN; t++)
+                    want += x[r * DIN + t] * wq[t * DK + c];
+                double d = fabs(pooled.q[r * DK + c] - want);
+                qworst = d > qworst ? d : qworst;
+            }
+        /* the outputs agree too: the pool changes what is returned, not the computation */
+        double oworst = 0;
+        for (size_t i = 0; i < B * L * DK; i++) {
+            double d = fabs(pooled.output[i] - full.output[i]);
+            oworst = d > oworst ? d : oworst;
+        }
+        attention_result_free(&full);
+        attention_result_free(&pooled);
+        if (!(worst <= tol) || !(qworst <= (f32 ? 1e-5 : 1e-13)) || !(oworst == 0))
+            FAIL_AT("%s: pooled cells off by %g, q by %g, output by %g", f32 ? "float32" : "float64",
+                    worst, qworst, oworst);
+    }
+}
