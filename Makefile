@@ -5,6 +5,7 @@
 #   make test       install what is missing, build (plain and sanitized), run every test
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
+#                   (ONNX Runtime among them: `make ort-deps` installs it, bench does too)
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
@@ -53,7 +54,7 @@ ITEST   := build/itest
 
 .PHONY: all run test test-build deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s \
-        browser-deps test-browser viz-screenshots \
+        browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers
 all: $(SERVER)
 
@@ -64,6 +65,14 @@ $(BUILD)/obj/%.o: server/%.c
 # Only the softmax exponentials are built with -ffast-math (vector exp from libmvec);
 # see server/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
+
+# The fused attention kernel, one object per instruction set (server/attention_fused.h); the
+# sanitized build and the unit tests take the same flags through this one rule.  Contracting
+# a * b + c into an FMA is what the kernel is written for.
+FUSED_FLAGS := -O3 -ffp-contract=fast
+EXTRA_attention_fused_avx512 := $(FUSED_FLAGS) -mavx512f -mfma
+EXTRA_attention_fused_avx2 := $(FUSED_FLAGS) -mavx2 -mfma
+EXTRA_attention_fused_portable := $(FUSED_FLAGS)
 
 # The visualizer's page and the golden examples, built into the binary: a small generator
 # (server/viz_embed.c, built for the build machine) writes them as C arrays into
@@ -222,7 +231,7 @@ test: test-build
 # build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
 # gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
-              build/bench/slow-clients
+              build/bench/slow-clients build/bench/bench-gemm
 
 build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -241,7 +250,19 @@ build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
 
-bench: deps browser-deps
+# ONNX Runtime for the kernel's peer rows (tests/bench/ort_bench.mjs), pinned by
+# tests/bench/ort/package-lock.json.  --ignore-scripts: the package's install script only fetches
+# GPU libraries from a host these machines cannot reach; the CPU library is in the package.
+ORT_BENCH_STAMP := tests/bench/ort/node_modules/.package-lock.json
+
+$(ORT_BENCH_STAMP): tests/bench/ort/package.json tests/bench/ort/package-lock.json
+	$(need_npm)
+	cd tests/bench/ort && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+ort-deps: $(ORT_BENCH_STAMP)
+
+bench: deps browser-deps ort-deps
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 

@@ -7,6 +7,7 @@
 #include "answer.h"
 #include "api_private.h"
 #include "attention.h"
+#include "blas_setup.h"
 #include "compute.h"
 #include "metrics.h"
 #include "store.h"
@@ -50,13 +51,21 @@ void api_info_handle(const api_request *req, api_response *resp)
     char config[256], core[64];
     int threads;
     attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
+    const char *paths[8];
+    size_t path_count = attention_kernel_available(paths, 8);
+    json_t *available = json_array();
+    for (size_t i = 0; i < path_count; i++)
+        json_array_append_new(available, json_string(paths[i]));
     json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:i}, s:{s:i, s:i}, s:[s, s], "
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:i}, s:{s:i, s:i}, "
+        "s:{s:s, s:o}, s:[s, s], "
         "s:{s:I, s:I, s:I, s:I, s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
-        "blas", "library", "OpenBLAS", "config", config, "core", core, "threads", threads,
+        "blas", "library", "OpenBLAS", "config", config, "core", core,
+        "core_chosen_by", blas_setup_chosen_by(), "threads", threads,
         "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
+        "kernel", "path", attention_kernel_path(), "available", available,
         "dtypes", "float64", "float32",
         "limits", "max_body_bytes", (json_int_t)cfg->max_body,
         "max_elements", (json_int_t)cfg->max_elements,

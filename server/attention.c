@@ -23,6 +23,7 @@
 
 #include "attention_exp.h"
 #include "attention_extras.h"
+#include "attention_fused.h"
 #include "compute.h"
 #include "mem.h"
 
@@ -44,9 +45,16 @@
 typedef struct sdpa_plan {
     size_t bq, bk;              /* query rows per task; keys per block */
     size_t qblocks, tasks;      /* query blocks per (batch, head); all tasks */
-    int scratch_block;          /* scores go to scratch, not to the attention result */
     size_t stride;              /* scratch numbers per slot */
     unsigned slots;             /* compute slots asked for */
+    /* The fused kernel (attention_fused.h) runs when the attention matrix is
+     * not wanted and the heads are at most ATTN_FUSED_MAX_DIM wide; K and V
+     * of every (batch, head) are packed for it first. */
+    int fused;
+    int scratch_block;          /* BLAS path: scores go to scratch, not to the attention result */
+    size_t hdv_pad;             /* packed V row */
+    size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
+    size_t packed;              /* numbers of the packed K and V of the job */
 } sdpa_plan;
 
 /* Compute slots worth asking for a piece of work of `flops` operations. */
@@ -72,6 +80,18 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
+    if (!job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
+        job->dv / job->heads <= ATTN_FUSED_MAX_DIM) {
+        size_t size = job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
+        size_t tiles = (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK;
+        p->fused = 1;
+        p->hdv_pad = attn_fused_vpad(job->dv / job->heads, size);
+        p->kt_size = tiles * ATTN_FUSED_BK * (job->dk / job->heads);
+        p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
+        p->packed = heads * p->pack_stride;
+        p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->hdv_pad);
+        return;
+    }
     /* The weights are formed in the attention result itself when it is wanted. */
     p->scratch_block = !job->want_attention;
     size_t kblocks = (job->lk + p->bk - 1) / p->bk;
@@ -87,6 +107,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define MAXMV attention_max_masked_d
 #define EXPV attention_exp_shift_d
 #define EXPMV attention_exp_shift_masked_d
+#define FUSED_BLOCK block_d
+#define FUSED_PACK pack_d
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -96,6 +118,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
+#undef FUSED_BLOCK
+#undef FUSED_PACK
 
 #define REAL float
 #define SFX f
@@ -105,6 +129,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #define MAXMV attention_max_masked_f
 #define EXPV attention_exp_shift_f
 #define EXPMV attention_exp_shift_masked_f
+#define FUSED_BLOCK block_f
+#define FUSED_PACK pack_f
 #include "attention_kernels.inc"
 #undef REAL
 #undef SFX
@@ -114,6 +140,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 #undef MAXMV
 #undef EXPV
 #undef EXPMV
+#undef FUSED_BLOCK
+#undef FUSED_PACK
 
 size_t attention_output_width(const attn_job *job)
 {
@@ -187,12 +215,13 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
 }
 
 /* Numbers of sdpa scratch the job needs (in its precision), for every slot
- * the plan asks for. */
+ * the plan asks for, and the packed K and V of the fused kernel. */
 static int scratch_numbers(const attn_job *job, size_t *n)
 {
     sdpa_plan plan;
     sdpa_plan_make(job, &plan);
-    return mem_mul(plan.slots, plan.stride, 1, n);
+    return mem_mul(plan.slots, plan.stride, 1, n) ||
+           __builtin_add_overflow(*n, plan.packed, n) ? -1 : 0;
 }
 
 int attention_job_bytes(const attn_job *job, size_t *bytes)
@@ -289,6 +318,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
     assert(job->heads >= 1 && job->dk % job->heads == 0 && job->dv % job->heads == 0);
     assert(job->batch >= 1 && job->lq >= 1 && job->lk >= 1);
     memset(result, 0, sizeof *result);
+    double started = compute_now(), waited = compute_slot_wait();
     job_sizes s;
     if (job_sizes_compute(job, &s) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
@@ -355,6 +385,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
                          job->dtype == ATTN_FLOAT32 ? "scale them down or use float64"
                                                     : "scale them down or lower scale");
     }
+    result->compute_ms = (compute_now() - started - (compute_slot_wait() - waited)) * 1000.0;
     return 0;
 }
 

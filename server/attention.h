@@ -57,6 +57,7 @@ typedef struct attn_result {
     double *q, *k;              /* job->want_qk: batch x lq x dk and batch x lk x dk, after the
                                  * projections, before the scale, in the job's precision */
     size_t d_out;
+    double compute_ms;          /* attention_run's own time, less any wait for a compute slot */
 } attn_result;
 
 /* Work below this many floating-point operations is small: it runs on its
@@ -98,6 +99,19 @@ void attention_result_free(attn_result *result);
  * Strings are truncated to fit. */
 void attention_blas_describe(char *config, size_t config_len, char *core, size_t core_len,
                              int *threads);
+
+/* Chooses the instruction-set path of the attention kernel: "auto" (the
+ * widest this CPU runs), "avx512", "avx2" or "portable".  Call once at
+ * start-up, before any computation.  Returns 0, or -1 with a message in err
+ * (an unknown name, or a path this CPU cannot run), the choice unchanged. */
+int attention_kernel_select(const char *name, char *err, size_t errlen);
+
+/* The name of the kernel path in use. */
+const char *attention_kernel_path(void);
+
+/* The names of the paths this CPU can run, widest first, in names[0..max);
+ * returns how many. */
+size_t attention_kernel_available(const char **names, size_t max);
 
 /* Sets the threads OpenBLAS uses for one product. */
 void attention_blas_set_threads(int threads);

@@ -66,17 +66,8 @@ static int decode_pool_side(const json_t *obj, const char *name, size_t *out, at
                          "attention_pool needs %s: how many cells the pooled attention has "
                          "along the %s (1 to %d).", name, strcmp(name, "rows") == 0 ? "queries"
                          : "keys", ATTN_POOL_MAX_SIDE);
-    if (!json_is_number(v))
-        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
-                         "%s is %s; it must be a whole number from 1 to %d.", field,
-                         json_in_kind(v), ATTN_POOL_MAX_SIDE);
-    double d = json_number_value(v);
-    if (d < 1 || d > ATTN_POOL_MAX_SIDE || d != floor(d))
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
-                         "%s is %g; it must be a whole number from 1 to %d.", field, d,
-                         ATTN_POOL_MAX_SIDE);
-    *out = (size_t)d;
-    return 0;
+    return attention_request_pool_side(json_is_number(v) ? NULL : json_in_kind(v),
+                                       json_number_value(v), field, out, err);
 }
 
 /* Reads return_qk and attention_pool ({"rows", "cols", "reduce"}): what the answer carries
@@ -109,13 +100,12 @@ static int decode_extras(const json_t *root, attention_request *req, attn_error 
                          "attention_pool.reduce must be \"max\" or \"mean\".");
     if (jr != NULL)
         reduce = strcmp(json_string_value(jr), "mean") == 0;
+    size_t rows, cols;
     if ((rc = json_in_check_fields(jp, "attention_pool", known, 3, err)) != 0 ||
-        (rc = decode_pool_side(jp, "rows", &req->pool.rows, err)) != 0 ||
-        (rc = decode_pool_side(jp, "cols", &req->pool.cols, err)) != 0)
+        (rc = decode_pool_side(jp, "rows", &rows, err)) != 0 ||
+        (rc = decode_pool_side(jp, "cols", &cols, err)) != 0)
         return rc;
-    req->pool.reduce = reduce ? ATTN_POOL_MEAN : ATTN_POOL_MAX;
-    req->job.pool = &req->pool;
-    req->job.want_attention = 0;        /* the pool takes the matrix's place */
+    attention_request_set_pool(req, rows, cols, reduce ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
     return 0;
 }
 

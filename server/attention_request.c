@@ -208,6 +208,29 @@ int attention_request_bind_set(attention_request *req, const char *name, const a
     return 0;
 }
 
+int attention_request_pool_side(const char *not_number, double value, const char *field,
+                                size_t *out, attn_error *err)
+{
+    if (not_number != NULL)
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s is %s; it must be a whole number from 1 to %d.", field, not_number,
+                         ATTN_POOL_MAX_SIDE);
+    if (!(value >= 1 && value <= ATTN_POOL_MAX_SIDE) || value != floor(value))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                         "%s is %g; it must be a whole number from 1 to %d.", field, value,
+                         ATTN_POOL_MAX_SIDE);
+    *out = (size_t)value;
+    return 0;
+}
+
+void attention_request_set_pool(attention_request *req, size_t rows, size_t cols,
+                                attn_pool_reduce reduce)
+{
+    req->pool = (attn_pool){.rows = rows, .cols = cols, .reduce = reduce};
+    req->job.pool = &req->pool;
+    req->job.want_attention = 0;        /* the pool takes the matrix's place */
+}
+
 size_t attention_request_result_elements(const attention_request *req)
 {
     const attn_job *j = &req->job;

@@ -82,6 +82,17 @@ void attention_request_free(attention_request *req);
 int attention_request_set_scale(attention_request *req, const char *not_number, double value,
                                 const char *field, attn_error *err);
 
+/* Reads one side of the pooled attention (rows or cols), given at `field`, into *out:
+ * not_number as for attention_request_set_scale (400 "wrong_type"); a value that is not a
+ * whole number from 1 to ATTN_POOL_MAX_SIDE is 400 "invalid_value". */
+int attention_request_pool_side(const char *not_number, double value, const char *field,
+                                size_t *out, attn_error *err);
+
+/* Asks for the attention pooled (rows x cols cells, reduce): job.pool points at req->pool,
+ * and the full matrix is not formed (job.want_attention = 0). */
+void attention_request_set_pool(attention_request *req, size_t rows, size_t cols,
+                                attn_pool_reduce reduce);
+
 /* Checks that input t has the rank and batch of ref (the first input): 400
  * "shape_mismatch" at t->field otherwise. */
 int attention_request_check_batch(const attention_input *t, const attention_input *ref,

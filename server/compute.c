@@ -26,6 +26,7 @@
 
 static _Thread_local compute_token *bound_token;
 static _Thread_local int held_slot;     /* compute_slot_try_hold succeeded */
+static _Thread_local double slot_wait;  /* seconds this thread waited for a first slot */
 static atomic_int stop_all;
 
 double compute_now(void)
@@ -272,6 +273,11 @@ unsigned compute_available_cpus(void)
     return cpus;
 }
 
+double compute_slot_wait(void)
+{
+    return slot_wait;
+}
+
 void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx)
 {
     if (tasks == 0)
@@ -284,11 +290,15 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     }
     pthread_mutex_lock(&pool.lock);
     if (!held_slot) {
+        /* The clock is read only when the caller has to wait. */
+        double waited_from = pool.free_slots == 0 ? compute_now() : 0;
         pool.waiting++;
         while (pool.free_slots == 0)
             pthread_cond_wait(&pool.slot_free, &pool.lock);
         pool.waiting--;
         pool.free_slots--;
+        if (waited_from > 0)
+            slot_wait += compute_now() - waited_from;
     }
     unsigned extra = max_slots > 1 ? max_slots - 1 : 0;
     if (extra > pool.free_slots)

@@ -108,6 +108,11 @@ unsigned compute_available_cpus(void);
  * discarded). */
 void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void *ctx);
 
+/* Seconds the calling thread has spent, over its life, waiting in
+ * compute_parallel for its first slot while others held them all: the part
+ * of a computation's time that is queueing, not arithmetic. */
+double compute_slot_wait(void);
+
 /* For a thread that must never wait (an I/O thread answering a small
  * request itself): takes one slot if one is free right now and no other
  * caller is waiting for one, and keeps it for the calling thread, whose

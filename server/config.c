@@ -88,6 +88,9 @@ static const config_option config_table[] = {
      "seconds an idle connection is kept"},
     {"compute-threads", "ATTN_COMPUTE_THREADS", OPT_LONG, OFF(compute_threads), 0, "0", 0, 1024,
      "threads that compute at once, over all requests; 0: one per available CPU"},
+    {"kernel", "ATTN_KERNEL", OPT_STRING, OFF(kernel), LEN(kernel), "auto", 0, 0,
+     "instruction set of the attention kernel: auto (the widest this CPU runs), avx512, avx2 "
+     "or portable; a path the CPU cannot run stops the server at start-up"},
     {"shutdown-grace", "ATTN_SHUTDOWN_GRACE", OPT_LONG, OFF(shutdown_grace), 0, "10", 0, 3600,
      "seconds in-flight requests may finish after SIGTERM"},
     {"data-dir", "ATTN_DATA_DIR", OPT_STRING, OFF(data_dir), LEN(data_dir), "data", 0, 0,

@@ -24,6 +24,7 @@ typedef struct server_config {
     long max_connections;
     long timeout;               /* seconds */
     long compute_threads;       /* 0: one per available CPU */
+    char kernel[16];            /* attention kernel path: auto, avx512, avx2, portable */
     long shutdown_grace;        /* seconds */
     char data_dir[1024];
     size_t max_set_bytes;       /* one stored weight set */

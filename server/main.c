@@ -24,6 +24,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "blas_setup.h"
 #include "budget.h"
 #include "budget_client.h"
 #include "compute.h"
@@ -125,6 +126,13 @@ static int compute_start(const server_config *cfg)
     }
     fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
             threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    char blas_config[256], blas_core[64];
+    int blas_threads;
+    attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
+                            &blas_threads);
+    fprintf(stderr, "attention-server: OpenBLAS core %s (%s)\n", blas_core,
+            blas_setup_chosen_by());
+    fprintf(stderr, "attention-server: attention kernel %s\n", attention_kernel_path());
     return 0;
 }
 
@@ -203,11 +211,16 @@ int main(int argc, char **argv)
 {
     server_config cfg;
     char errbuf[512];
+    blas_setup_select(argv); /* may run the server again: before anything else happens */
     int rc = config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf);
     if (rc == CONFIG_EXIT_HELP)
         return 0;
     if (rc != CONFIG_OK) {
         fprintf(stderr, "attention-server: %s\n", errbuf);
+        return 2;
+    }
+    if (attention_kernel_select(cfg.kernel, errbuf, sizeof errbuf) != 0) {
+        fprintf(stderr, "attention-server: --kernel: %s\n", errbuf);
         return 2;
     }
     mem_install_jansson();

@@ -15,7 +15,7 @@
 #include "answer.h"
 #include "mem.h"
 
-static const char *const output_names[V2_OUT_COUNT] = {"output", "attention"};
+static const char *const output_names[V2_OUT_COUNT] = {"output", "attention", "q", "k"};
 
 /* Shape of an output as written in the answer; returns its rank. */
 static size_t output_shape(const attention_request *ar, const attn_result *res, int which,
@@ -28,13 +28,36 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
     if (which == V2_OUT_OUTPUT) {
         dims[r++] = j->lq;
         dims[r++] = res->d_out;
+    } else if (which == V2_OUT_Q || which == V2_OUT_K) {
+        dims[r++] = which == V2_OUT_Q ? j->lq : j->lk;
+        dims[r++] = j->dk;
     } else {
         if (ar->heads_given)
             dims[r++] = j->heads;
+        if (j->pool != NULL) {
+            size_t br, bc;
+            attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &dims[r], &dims[r + 1]);
+            return r + 2;
+        }
         dims[r++] = j->lq;
         dims[r++] = j->lk;
     }
     return r;
+}
+
+/* The numbers of an output held in double (all but a float32 job's full attention). */
+static const double *output_data(const attn_result *res, int which)
+{
+    switch (which) {
+    case V2_OUT_OUTPUT:
+        return res->output;
+    case V2_OUT_Q:
+        return res->q;
+    case V2_OUT_K:
+        return res->k;
+    default:
+        return res->pooled != NULL ? res->pooled : res->attention;
+    }
 }
 
 /* The model, the id and the parameters the computation used. */
@@ -52,6 +75,14 @@ static void write_head(jw_buf *w, const v2_answer_head *head, const attention_re
     jw_double(w, ar->job.scale);
     jw_raw(w, ",\"heads\":");
     jw_size(w, ar->job.heads);
+    if (ar->job.pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(ar->job.pool, ar->job.lq, ar->job.lk, &br, &bc, &gr, &gc);
+        jw_raw(w, ",\"attention_pool_block_rows\":");
+        jw_size(w, br);
+        jw_raw(w, ",\"attention_pool_block_cols\":");
+        jw_size(w, bc);
+    }
     jw_raw(w, ",\"compute_ms\":");
     jw_double(w, round(ms * 1000) / 1000);
     jw_raw(w, "}");
@@ -86,8 +117,7 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
         v2_tensor_write_json_f32(w, res->attention_f32, n);
     } else {
         jw_raw(w, ",\"data\":");
-        v2_tensor_write_json(w, which == V2_OUT_OUTPUT ? res->output : res->attention, n,
-                             head->dtype);
+        v2_tensor_write_json(w, output_data(res, which), n, head->dtype);
     }
     jw_char(w, '}');
     return n;
@@ -101,12 +131,11 @@ static void write_binary(unsigned char *p, const v2_answer_head *head, const att
     for (size_t i = 0; i < head->outs->n; i++) {
         if (!head->outs->binary[i])
             continue;
-        if (head->outs->which[i] == V2_OUT_OUTPUT)
-            v2_tensor_write_binary(p, res->output, counts[i], head->dtype);
-        else if (res->attention_f32 != NULL)
+        int which = head->outs->which[i];
+        if (which == V2_OUT_ATTENTION && res->attention_f32 != NULL)
             v2_tensor_write_binary_f32(p, res->attention_f32, counts[i]);
         else
-            v2_tensor_write_binary(p, res->attention, counts[i], head->dtype);
+            v2_tensor_write_binary(p, output_data(res, which), counts[i], head->dtype);
         p += counts[i] * esize;
     }
 }

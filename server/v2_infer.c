@@ -76,8 +76,8 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
     }
     if (!json_is_array(outs) || json_array_size(outs) == 0 || json_array_size(outs) > V2_OUT_COUNT)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "outputs",
-                         "outputs must be an array of 1 or 2 objects naming \"output\" and/or "
-                         "\"attention\".");
+                         "outputs must be an array of 1 to 4 objects naming \"output\", "
+                         "\"attention\", \"q\" or \"k\".");
     for (size_t i = 0; i < json_array_size(outs); i++) {
         const json_t *e = json_array_get(outs, i);
         char field[64];
@@ -86,10 +86,13 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
         const char *s = json_is_string(name) ? json_string_value(name) : "";
         int which = !strcmp(s, "output")      ? V2_OUT_OUTPUT
                     : !strcmp(s, "attention") ? V2_OUT_ATTENTION
+                    : !strcmp(s, "q")         ? V2_OUT_Q
+                    : !strcmp(s, "k")         ? V2_OUT_K
                                               : -1;
         if (which < 0)
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
-                             "%s must be \"output\" or \"attention\" (got %s%.40s%s).", field,
+                             "%s must be \"output\", \"attention\", \"q\" or \"k\" "
+                             "(got %s%.40s%s).", field,
                              json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
                              name ? json_in_kind(name) : "nothing",
                              json_is_string(name) ? "\"" : "");
@@ -116,8 +119,44 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
     return 0;
 }
 
-/* The request-level parameters: causal, scale, heads, binary_data_output.
- * heads and scale follow the rules of v1's members of the same name. */
+/* attention_pool_rows, attention_pool_cols and attention_pool_reduce: v1's attention_pool
+ * as three parameters, both sides or neither, by attention_request's rules. */
+static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_error *err)
+{
+    const json_t *jr = json_object_get(p, "attention_pool_rows");
+    const json_t *jc = json_object_get(p, "attention_pool_cols");
+    const json_t *jd = json_object_get(p, "attention_pool_reduce");
+    if (jr == NULL && jc == NULL && jd == NULL)
+        return 0;
+    if (jr == NULL || jc == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field",
+                         jr == NULL ? "parameters.attention_pool_rows"
+                                    : "parameters.attention_pool_cols",
+                         "The pooled attention needs both attention_pool_rows and "
+                         "attention_pool_cols (1 to %d each).", ATTN_POOL_MAX_SIDE);
+    int rc, mean = 0;
+    size_t rows, cols;
+    if ((rc = attention_request_pool_side(json_is_number(jr) ? NULL : json_in_kind(jr),
+                                          json_number_value(jr), "parameters.attention_pool_rows",
+                                          &rows, err)) != 0 ||
+        (rc = attention_request_pool_side(json_is_number(jc) ? NULL : json_in_kind(jc),
+                                          json_number_value(jc), "parameters.attention_pool_cols",
+                                          &cols, err)) != 0)
+        return rc;
+    if (jd != NULL) {
+        const char *s = json_is_string(jd) ? json_string_value(jd) : "";
+        if (strcmp(s, "max") != 0 && strcmp(s, "mean") != 0)
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                             "parameters.attention_pool_reduce",
+                             "attention_pool_reduce must be \"max\" or \"mean\".");
+        mean = strcmp(s, "mean") == 0;
+    }
+    attention_request_set_pool(ar, rows, cols, mean ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
+    return 0;
+}
+
+/* The request-level parameters: causal, scale, heads, binary_data_output, the pool.
+ * heads, scale and the pool follow the rules of v1's members of the same name. */
 static int decode_parameters(const json_t *root, attention_request *ar, int *binary_output,
                              attn_error *err)
 {
@@ -143,10 +182,11 @@ static int decode_parameters(const json_t *root, attention_request *ar, int *bin
     ar->heads_given = heads != 0;
     ar->job.heads = heads != 0 ? heads : 1;
     const json_t *s = json_object_get(p, "scale");
-    if (s != NULL)
-        return attention_request_set_scale(ar, json_is_number(s) ? NULL : json_in_kind(s),
-                                           json_number_value(s), "parameters.scale", err);
-    return 0;
+    if (s != NULL &&
+        (rc = attention_request_set_scale(ar, json_is_number(s) ? NULL : json_in_kind(s),
+                                          json_number_value(s), "parameters.scale", err)) != 0)
+        return rc;
+    return decode_pool_parameters(p, ar, err);
 }
 
 /* The id, the parameters and the outputs asked for. */
@@ -169,9 +209,18 @@ static int describe_head(v2_infer *st, attn_error *err)
     if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
         (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0)
         return rc;
-    st->ar.job.want_attention = 0;
-    for (size_t i = 0; i < st->outs.n; i++)
-        st->ar.job.want_attention |= st->outs.which[i] == V2_OUT_ATTENTION;
+    int attention = 0;
+    for (size_t i = 0; i < st->outs.n; i++) {
+        attention |= st->outs.which[i] == V2_OUT_ATTENTION;
+        st->ar.job.want_qk |= st->outs.which[i] == V2_OUT_Q || st->outs.which[i] == V2_OUT_K;
+    }
+    if (st->ar.job.pool != NULL && !attention)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
+                         "parameters.attention_pool_rows",
+                         "attention_pool_rows and attention_pool_cols pool the \"attention\" "
+                         "output, which outputs does not ask for.");
+    /* a pooled attention takes the matrix's place */
+    st->ar.job.want_attention = attention && st->ar.job.pool == NULL;
     return 0;
 }
 
@@ -468,12 +517,11 @@ void v2_handle_infer(const api_request *req, const v2_env *env, api_response *re
     attn_result result;
     int rc = infer_prepare(req, env, &st, &response_bytes, &reserved_bytes, &err);
     if (rc == 0) {
-        double start = compute_now();
         rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
-        double ms = (compute_now() - start) * 1000.0;
         if (rc == 0) {
+            /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs};
-            v2_answer_infer(&head, &st.ar, &result, ms, response_bytes / 2, resp);
+            v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2, resp);
             attention_result_free(&result);
         }
     }

@@ -46,8 +46,8 @@ int v2_model_open(const v2_env *env, const v2_path *vp, v2_model *m, attn_error 
 /* Drops the reference m holds (harmless when it holds none). */
 void v2_model_close(v2_model *m);
 
-/* The outputs a model answers. */
-enum { V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_COUNT };
+/* The outputs a model answers: q and k (after the projections) only when asked for. */
+enum { V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_Q, V2_OUT_K, V2_OUT_COUNT };
 
 /* The outputs asked for, in the order asked, each as JSON or binary. */
 typedef struct v2_outputs {

@@ -54,6 +54,20 @@ suite integration build/itest --server build/attention-server --fixtures "$FIXTU
 suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
     --cases tests/integration/cases
 suite v2 build/v2test --server build/asan/attention-server
+# The answers checked against the reference and the golden files again with each narrower
+# kernel path forced (the suites above run the widest this CPU has; see
+# server/attention_fused.h).  The unit tests run every path the CPU has already.
+kernel_paths=portable
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    kernel_paths="avx2 $kernel_paths"
+fi
+for path in $kernel_paths; do
+    for group in random/ fixture/; do
+        suite "integration-$path-${group%/}" env ATTN_KERNEL="$path" build/itest \
+            --server build/attention-server --fixtures "$FIXTURES" \
+            --cases tests/integration/cases --filter "$group"
+    done
+done
 suite crash build/crashtest --server build/attention-server
 suite hostile build/hostile --server build/attention-server
 suite crash-asan build/crashtest --server build/asan/attention-server

@@ -24,6 +24,9 @@
  * Output, in the directory given by --out (build/bench/results by default):
  * kernel.tsv and the check files.  A readable table goes to stdout.  Exit
  * status 0, or 1 when a run failed.
+ *
+ * --case runs one shape of the caller's instead of the list above, with the
+ * same timing and check file: the ONNX Runtime rows (bench_ort.sh) use it.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +39,7 @@
 
 #include "bench_util.h"
 #include "attention.h"
+#include "blas_setup.h"
 #include "compute.h"
 #include "config.h"
 
@@ -178,20 +182,58 @@ static int server_compute_threads(void)
     return cfg.compute_threads > 0 ? (int)cfg.compute_threads : (int)compute_available_cpus();
 }
 
+/* Parses --case's "ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,ATTENTION" into
+ * *c (DTYPE float32 or float64; ID is borrowed from text).  0, or -1 when the
+ * text does not say all of that or a size is 0. */
+static int parse_case(char *text, bench_case *c)
+{
+    char dtype[16];
+    int id_len = 0;
+    memset(c, 0, sizeof *c);
+    if (sscanf(text, "%*[^,]%n,%15[^,],%zu,%zu,%zu,%zu,%d,%d", &id_len, dtype, &c->batch,
+               &c->heads, &c->len, &c->head_dim, &c->causal, &c->want_attention) != 7 ||
+        c->batch * c->heads * c->len * c->head_dim == 0)
+        return -1;
+    if (strcmp(dtype, "float32") == 0)
+        c->dtype = ATTN_FLOAT32;
+    else if (strcmp(dtype, "float64") == 0)
+        c->dtype = ATTN_FLOAT64;
+    else
+        return -1;
+    text[id_len] = '\0';
+    c->id = text;
+    return 0;
+}
+
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: bench-kernel [--out DIR] [--quick]\n"
+    fprintf(out, "usage: bench-kernel [--out DIR] [--quick] [--case SPEC]\n"
                  "  --out DIR   where kernel.tsv and the check files go (build/bench/results)\n"
-                 "  --quick     one timed run per case (a smoke test, not a measurement)\n");
+                 "  --quick     one timed run per case (a smoke test, not a measurement)\n"
+                 "  --case SPEC only this case: ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,"
+                 "ATTENTION\n"
+                 "              (e.g. n4096-f32,float32,1,1,4096,64,0,0)\n");
 }
 
 int main(int argc, char **argv)
 {
+    blas_setup_select(argv); /* OpenBLAS's widest kernels, as the server runs them */
     const char *out_dir = "build/bench/results";
     rep_policy policy = {5, 1.5};
+    const bench_case *cases = bench_cases;
+    size_t case_count = CASE_COUNT;
+    bench_case one_case;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out_dir = argv[++i];
+        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            if (parse_case(argv[++i], &one_case) != 0) {
+                fprintf(stderr, "bench-kernel: --case %s is not ID,DTYPE,BATCH,HEADS,LEN,"
+                        "HEAD_DIM,CAUSAL,ATTENTION\n", argv[i]);
+                return 2;
+            }
+            cases = &one_case;
+            case_count = 1;
         } else if (strcmp(argv[i], "--quick") == 0) {
             policy = (rep_policy){1, 0};
         } else {
@@ -205,6 +247,12 @@ int main(int argc, char **argv)
     if (compute_init((unsigned)threads) != 0) {
         fprintf(stderr, "bench-kernel: cannot start %d compute threads\n", threads);
         return 1;
+    }
+    /* The kernel path as the server chooses it: ATTN_KERNEL, else the widest the CPU runs. */
+    char kernel_error[200];
+    if (attention_kernel_select(getenv("ATTN_KERNEL"), kernel_error, sizeof kernel_error) != 0) {
+        fprintf(stderr, "bench-kernel: ATTN_KERNEL: %s\n", kernel_error);
+        return 2;
     }
     char blas_config[200], blas_core[40];
     int blas_threads;
@@ -220,14 +268,15 @@ int main(int argc, char **argv)
     }
     fprintf(tsv, "id\tdtype\tbatch\theads\tlen\thead_dim\tcausal\tattention\ttarget\treps\tc_ms\t"
                  "gflop\tcheck_rows\tthreads\n");
-    printf("attention_run; BLAS: %s, core %s, %d thread%s per product; %d compute thread%s "
-           "as the server starts them\n", blas_config, blas_core, blas_threads,
-           blas_threads == 1 ? "" : "s", threads, threads == 1 ? "" : "s");
+    printf("attention_run; kernel path %s; BLAS: %s, core %s, %d thread%s per product; "
+           "%d compute thread%s as the server starts them\n", attention_kernel_path(),
+           blas_config, blas_core, blas_threads, blas_threads == 1 ? "" : "s", threads,
+           threads == 1 ? "" : "s");
     printf("%-18s %5s %10s %9s\n", "case", "runs", "median ms", "GFLOP/s");
 
     int failures = 0;
-    for (size_t ci = 0; ci < CASE_COUNT; ci++) {
-        const bench_case *c = &bench_cases[ci];
+    for (size_t ci = 0; ci < case_count; ci++) {
+        const bench_case *c = &cases[ci];
         size_t d = c->heads * c->head_dim;
         size_t n_in = c->batch * c->len * d;
         rng_state = 0x9E3779B97F4A7C15ull + c->batch * 131 + c->len;

@@ -40,15 +40,16 @@ def projected(rng, n, d_in, d, heads=None, wo=False, **extra):
     return body
 
 
-def write_v2_binary(path, body):
-    """Writes body's q, k, v as a binary v2 request asking for both outputs in binary."""
-    arrays = [np.asarray(body[n], dtype="<f8") for n in ("q", "k", "v")]
+def write_v2_binary(path, body, datatype="FP64", outputs=("output", "attention")):
+    """Writes body's q, k, v as a binary v2 request (FP64 or FP32 bytes) asking for the named
+    outputs in binary."""
+    arrays = [np.asarray(body[n], dtype="<f8" if datatype == "FP64" else "<f4")
+              for n in ("q", "k", "v")]
     header = json.dumps({
-        "inputs": [{"name": n, "shape": list(a.shape), "datatype": "FP64",
+        "inputs": [{"name": n, "shape": list(a.shape), "datatype": datatype,
                     "parameters": {"binary_data_size": a.nbytes}}
                    for n, a in zip(("q", "k", "v"), arrays)],
-        "outputs": [{"name": "output", "parameters": {"binary_data": True}},
-                    {"name": "attention", "parameters": {"binary_data": True}}],
+        "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in outputs],
     }, separators=(",", ":")).encode()
     with open(path, "wb") as f:
         f.write(header)

@@ -4,6 +4,9 @@
 #
 #   kernel      build/bench/bench-kernel (attention_run) and bench_numpy.py (NumPy), on the same
 #               inputs, after checking that they agree
+#   ort         bench_ort.sh: the kernel against ONNX Runtime (npm onnxruntime-node, `make
+#               ort-deps`) row by row, with the sgemm/dgemm ceiling of the same run (bench-gemm)
+#               and the end-to-end v2 request; its own table (ort.md) in the summary
 #   json        build/bench/bench-json: server/jsonw against jansson's json_dumps, 512 x 512
 #   http        bench_http.sh: the C server against the Flask + NumPy peer (gunicorn, wrk),
 #               including the memory scenario (peak RSS) and the concurrency one
@@ -35,11 +38,11 @@ if [ "${1:-}" = --quick ]; then
 fi
 RESULTS=build/bench/results
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/*.tsv "$RESULTS"/*.bin "$RESULTS"/summary.txt
+rm -f "$RESULTS"/*.tsv "$RESULTS"/*.bin "$RESULTS"/summary.txt "$RESULTS"/ort.md
 [ -n "${BENCH_NUMPY_THREADS:-}" ] && export OPENBLAS_NUM_THREADS=$BENCH_NUMPY_THREADS
 
 for bin in build/attention-server build/bench/bench-kernel build/bench/bench-json \
-    build/bench/bench-store-load; do
+    build/bench/bench-store-load build/bench/bench-gemm; do
     [ -x "$bin" ] || { echo "run.sh: $bin is missing; run \`make bench\`" >&2; exit 1; }
 done
 bench_need_debs python3-numpy python3-flask gunicorn wrk curl ||
@@ -58,6 +61,7 @@ machine="$(nproc) cores, $(sed -nE 's/^model name[[:space:]]*: //p' /proc/cpuinf
 echo "machine: $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 step kernel build/bench/bench-kernel --out "$RESULTS" "${QUICK[@]}"
 step numpy "$BENCH_PYTHON" tests/bench/bench_numpy.py --results "$RESULTS" "${QUICK[@]}"
+step ort bash tests/bench/bench_ort.sh "$RESULTS" "${QUICK[@]}"
 step json build/bench/bench-json --out "$RESULTS" "${QUICK[@]}"
 step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
@@ -116,6 +120,11 @@ fi
         for (i = 1; i <= n; i++)
             if ((i in notes) && !(notes[i] in said)) { said[notes[i]] = 1; printf "  #%d: %s\n", i, notes[i] }
     }'
+    if [ -s "$RESULTS/ort.md" ]; then
+        echo
+        echo "Against ONNX Runtime (tests/bench/bench_ort.sh):"
+        cat "$RESULTS/ort.md"
+    fi
     echo
     echo "Agreement checks (a benchmark of a wrong answer fails the run):"
     cat "$RESULTS"/checks.tsv "$RESULTS"/checks-json.tsv "$RESULTS"/checks-http.tsv 2>/dev/null |

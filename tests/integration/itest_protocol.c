@@ -5,7 +5,32 @@
  * traffic of the earlier groups. Health, readiness, CORS and the Allow header of 405
  * answers are cases/protocol.json.
  */
+#include <strings.h>
+
 #include "itest.h"
+
+/* blas.core is the widest OpenBLAS has for this CPU, unless the operator chose one with
+ * OPENBLAS_CORETYPE (server/blas_setup.c); blas.core_chosen_by says which happened. */
+static void check_blas_core(struct test *t, const json_t *blas)
+{
+    const char *core = json_string_value(json_object_get(blas, "core"));
+    const char *by = json_string_value(json_object_get(blas, "core_chosen_by"));
+    if (!expect_true(t, core != NULL && by != NULL, "blas.core or blas.core_chosen_by is missing"))
+        return;
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    if (getenv("OPENBLAS_CORETYPE") != NULL)
+        expect_true(t, strcmp(by, "OPENBLAS_CORETYPE set by the operator") == 0,
+                    "OPENBLAS_CORETYPE is set, yet blas.core_chosen_by is \"%s\"", by);
+    else if (avx512)
+        expect_true(t, strncasecmp(core, "SkylakeX", 8) == 0 || strncasecmp(core, "Cooperlake", 10) == 0 ||
+                           strncasecmp(core, "SapphireRapids", 14) == 0,
+                    "the CPU has AVX-512, yet OpenBLAS runs core %s (%s)", core, by);
+    else
+        expect_true(t, strcmp(by, "as OpenBLAS detected it") == 0,
+                    "no AVX-512 and no OPENBLAS_CORETYPE, yet blas.core_chosen_by is \"%s\"", by);
+}
 
 /* GET /v1/info on server id and check the values it was started with. */
 static void check_info(enum server_id id)
@@ -41,6 +66,7 @@ static void check_info(enum server_id id)
         goto done;
     /* OpenBLAS runs each product on one thread; the compute pool supplies the parallelism. */
     expect_json_integer(&t, blas, "blas", "threads", 1);
+    check_blas_core(&t, blas);
     json_int_t cpus = json_integer_value(json_object_get(compute, "available_cpus"));
     expect_true(&t, cpus >= 1, "compute.available_cpus is not a positive integer");
     expect_json_integer(&t, compute, "compute", "threads",

@@ -1207,6 +1207,42 @@ static void run_drain_test(void)
     server_stop(&s);
 }
 
+/* The pool parameters and the q and k outputs (issue 21): each fault names its parameter;
+ * the numbers themselves are checked by cases/pool.json and the unit tests. */
+static void run_pool_tests(const struct server *s)
+{
+    static const struct {
+        const char *name, *params, *outputs, *field;
+    } faults[] = {
+        {"rows-zero", "\"attention_pool_rows\":0,\"attention_pool_cols\":1", NULL,
+         "parameters.attention_pool_rows"},
+        {"cols-missing", "\"attention_pool_rows\":2", NULL, "parameters.attention_pool_cols"},
+        {"cols-string", "\"attention_pool_rows\":2,\"attention_pool_cols\":\"2\"", NULL,
+         "parameters.attention_pool_cols"},
+        {"reduce-sum", "\"attention_pool_rows\":2,\"attention_pool_cols\":2,"
+         "\"attention_pool_reduce\":\"sum\"", NULL, "parameters.attention_pool_reduce"},
+        {"pool-without-attention-output", "\"attention_pool_rows\":1,\"attention_pool_cols\":1",
+         "[{\"name\":\"output\"}]", "parameters.attention_pool_rows"},
+        {"unknown-output", "\"causal\":false", "[{\"name\":\"v\"}]", "outputs[0].name"},
+    };
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+        struct test t;
+        struct client_response r;
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]},"
+                 "{\"name\":\"k\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]},"
+                 "{\"name\":\"v\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]}],"
+                 "\"parameters\":{%s}%s%s}", faults[i].params, faults[i].outputs ? ",\"outputs\":" : "",
+                 faults[i].outputs ? faults[i].outputs : "");
+        test_begin(&t, "pool/%s", faults[i].name);
+        call(s, "POST", "/v2/models/attention/infer", body, strlen(body), NULL, &r);
+        expect_error(&t, &r, 400, faults[i].field);
+        client_response_free(&r);
+        test_end(&t);
+    }
+}
+
 int main(int argc, char **argv)
 {
     client_set_program_name("v2test");
@@ -1230,6 +1266,7 @@ int main(int argc, char **argv)
         run_weight_set_tests(&s);
         run_framing_tests(&s);
         run_metrics_test(&s);
+        run_pool_tests(&s);
         server_stop(&s);
     }
     run_limit_tests();

@@ -120,6 +120,15 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_finite_result_near_max)        \
     X(kernel_infinite_result_still_reported) \
     X(kernel_large_attention_result)        \
+    X(kernel_paths_select)                  \
+    X(kernel_paths_exp_accuracy)            \
+    X(kernel_paths_plain)                   \
+    X(kernel_paths_masked)                  \
+    X(kernel_paths_causal)                  \
+    X(kernel_paths_large_logits)            \
+    X(kernel_paths_on_pool)                 \
+    X(kernel_paths_overflow_reported)       \
+    X(kernel_paths_wide_heads)              \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_start_out_of_memory)     \

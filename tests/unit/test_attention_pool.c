@@ -219,7 +219,8 @@ void test_attention_pool_through_attention_run(void)
                 double d = fabs(pooled.q[r * DK + c] - want);
                 qworst = d > qworst ? d : qworst;
             }
-        /* the outputs agree too: the pool changes what is returned, not the computation */
+        /* the outputs agree too, to the precision (with the matrix asked for, the output
+         * comes from another kernel, whose sums round differently) */
         double oworst = 0;
         for (size_t i = 0; i < B * L * DK; i++) {
             double d = fabs(pooled.output[i] - full.output[i]);
@@ -227,7 +228,7 @@ void test_attention_pool_through_attention_run(void)
         }
         attention_result_free(&full);
         attention_result_free(&pooled);
-        if (!(worst <= tol) || !(qworst <= (f32 ? 1e-5 : 1e-13)) || !(oworst == 0))
+        if (!(worst <= tol) || !(qworst <= (f32 ? 1e-5 : 1e-13)) || !(oworst <= (f32 ? 1e-5 : 1e-13)))
             FAIL_AT("%s: pooled cells off by %g, q by %g, output by %g", f32 ? "float32" : "float64",
                     worst, qworst, oworst);
     }

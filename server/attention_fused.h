@@ -1,0 +1,117 @@
+/*
+ * attention_fused.h - private to the attention module: the fused attention
+ * kernel for the case where the attention matrix is not returned, in one
+ * copy per instruction set ("path"), and the choice of path.
+ *
+ * The kernel is FlashAttention-2's loop on the CPU.  For a block of query
+ * rows of one (batch, head) it walks the keys a tile of ATTN_FUSED_BK at a
+ * time; for each group of ATTN_FUSED_MR rows it forms the tile of scores in
+ * registers (Q.K^T against K packed transposed), applies mask and causal
+ * limit, updates the running maximum and sum of each row (the online
+ * softmax, exponentials by a polynomial in registers) and adds P.V to the
+ * rows' output, rescaled when the maximum rose.  The scores of one row group
+ * pass through an ATTN_FUSED_MR x ATTN_FUSED_BK tile of scratch that stays
+ * in L1; nothing of size Lq x Lk is ever written.  Key tiles past the causal
+ * limit of every row of a group are not computed.
+ *
+ * K and V are packed once per (batch, head) per request, by the path
+ * itself (attn_kernel_path.pack_*, called from attention_kernels.inc) in
+ * panels the micro-kernels read in order:
+ *   kt: ATTN_FUSED_BK x hdk numbers per tile of ATTN_FUSED_BK keys (K
+ *       transposed, by panels of keys), keys past lk zero;
+ *   vp: ATTN_FUSED_BK x hdv_pad numbers per tile (hdv rounded up to
+ *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding zero.
+ *
+ * Paths: "avx512" (AVX-512F), "avx2" (AVX2 + FMA) and "portable" (baseline
+ * x86-64, SSE2).  One source (attention_fused_impl.inc) is compiled once per
+ * path with that path's -m flags (Makefile); the choice is made once, at
+ * start-up, from cpuid, and may be forced (--kernel, ATTN_KERNEL).
+ */
+#ifndef ATTN_ATTENTION_FUSED_H
+#define ATTN_ATTENTION_FUSED_H
+
+#include <stddef.h>
+
+/* Keys per tile, query rows per register group, query rows per block whose
+ * output is accumulated in scratch, and the alignment of a packed V row. */
+#define ATTN_FUSED_BK 32
+#define ATTN_FUSED_MR 6
+#define ATTN_FUSED_FQ 48
+#define ATTN_FUSED_VPAD_BYTES 64
+
+/* Heads wider than this (in q/k or in v) take the BLAS path instead: a tile
+ * of K that wide no longer stays in a core's cache while every row group
+ * of a block passes over it, where OpenBLAS's products block the head
+ * dimension too.  The unit tests reach it (head dims up to 256). */
+#define ATTN_FUSED_MAX_DIM 256
+
+/* One block of query rows [i0, i0 + nq) of one (batch, head), in precision
+ * REAL.  The kernel leaves in out the rows' output before the division by
+ * their sums (sum over keys of exp(s - run_max) v), in run_max the row
+ * maximum (-Inf when no key counts) and in run_sum the sum; attention_kernels.inc
+ * divides and handles the rows that overflowed. */
+#define ATTN_FUSED_ARGS(REAL, SFX)                                                                 \
+    typedef struct attn_fused_##SFX {                                                              \
+        size_t nq, i0;              /* rows, and the query index of the first */                   \
+        const REAL *q;              /* row i0 of this head's q; rows ldq apart */                  \
+        size_t ldq;                                                                                \
+        const REAL *kt, *vp;        /* this head's packed K and V (above) */                       \
+        size_t lk, hdk, hdv, hdv_pad;                                                              \
+        const unsigned char *mask;  /* row i0 of the mask plane (rows lk apart), or NULL */        \
+        int causal;                                                                                \
+        REAL scale;                                                                                \
+        REAL *out;                  /* row i0 of this head's output; rows ldo apart */             \
+        size_t ldo;                                                                                \
+        REAL *run_max, *run_sum;    /* nq each */                                                  \
+        REAL *obuf;                 /* ATTN_FUSED_FQ x hdv_pad scratch */                          \
+        REAL *sbuf;                 /* ATTN_FUSED_MR x ATTN_FUSED_BK scratch */                    \
+    } attn_fused_##SFX;
+
+ATTN_FUSED_ARGS(double, d)
+ATTN_FUSED_ARGS(float, f)
+
+/* Scratch numbers one call needs in obuf and sbuf together. */
+#define ATTN_FUSED_SCRATCH(hdv_pad) (ATTN_FUSED_FQ * (hdv_pad) + ATTN_FUSED_MR * ATTN_FUSED_BK)
+
+/* hdv rounded up to whole packed rows for numbers of `size` bytes. */
+static inline size_t attn_fused_vpad(size_t hdv, size_t size)
+{
+    size_t per = ATTN_FUSED_VPAD_BYTES / size;
+    return (hdv + per - 1) / per * per;
+}
+
+/* One instruction-set path of the kernel. */
+typedef struct attn_kernel_path {
+    const char *name;
+    int (*supported)(void);                         /* can this CPU run it */
+    /* The block described by a; returns 1 when a row maximum was not finite
+     * (an overflowing score: not_finite), else 0.  Returns early, leaving
+     * the block incomplete, once compute_stopped() is set. */
+    int (*block_d)(const attn_fused_d *a);
+    int (*block_f)(const attn_fused_f *a);
+    /* Packs K and V of one (batch, head) in this path's layout (the sizes
+     * above): k and v are its row 0, rows ldk and ldv apart. */
+    void (*pack_d)(const double *k, size_t ldk, const double *v, size_t ldv, size_t lk,
+                   size_t hdk, size_t hdv, size_t hdv_pad, double *kt, double *vp);
+    void (*pack_f)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
+                   size_t hdk, size_t hdv, size_t hdv_pad, float *kt, float *vp);
+    /* x[i] = exp(x[i]) by the kernel's polynomial, for x[i] <= 0 (or -Inf);
+     * exposed so that tests can hold it to exp and expf. */
+    void (*exp_d)(double *x, size_t n);
+    void (*exp_f)(float *x, size_t n);
+} attn_kernel_path;
+
+extern const attn_kernel_path attn_kernel_avx512, attn_kernel_avx2, attn_kernel_portable;
+
+/* Chooses the path: "auto" or NULL for the widest this CPU runs, or a path
+ * by name.  Returns 0, or -1 with a message in err (unknown name, or a path
+ * this CPU cannot run), the choice unchanged. */
+int attn_kernel_select(const char *name, char *err, size_t errlen);
+
+/* The path in use (the auto choice until attn_kernel_select succeeds). */
+const attn_kernel_path *attn_kernel_current(void);
+
+/* The paths this CPU can run, widest first; returns how many (at most max). */
+size_t attn_kernel_available(const attn_kernel_path **paths, size_t max);
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * test_kernel_paths.c - every path of the fused kernel (server/attention_fused.h)
+ * that this CPU can run, held to the float64 reference.
+ *
+ * Each test runs once per available path (attn_kernel_select), through
+ * attention_run with the attention matrix not wanted, so that packing, the
+ * kernel and the final division are all covered: odd token counts (1, 3, 17,
+ * 1000) and head dims (1, 8, 64, 100, 128, 256), several heads and batch
+ * entries, lq != lk, masks with fully masked rows, causal, logits large
+ * enough that the running maximum climbs tile after tile, float32 (1e-5
+ * relative) and float64 (1e-12 relative).  The polynomial exponential of
+ * each path is held to exp and expf over the whole range it is used on.
+ */
+#include <float.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <valgrind/valgrind.h>
+
+#include "attention.h"
+#include "attention_fused.h"
+#include "compute.h"
+#include "ref/reference.h"
+#include "test.h"
+
+static uint64_t paths_rng = 0x13198A2E03707344ull;
+
+#define MAX_PATHS 3
+
+/* The paths this CPU runs, widest first: the ones to test. */
+static size_t paths_available(const attn_kernel_path **paths)
+{
+    return attn_kernel_available(paths, MAX_PATHS);
+}
+
+/* Relative error of out against ref: the largest difference over the
+ * largest |ref| (1 when that is smaller), +Inf on NaN. */
+static double relative_error(const double *out, const double *ref, size_t n)
+{
+    double big = 1;
+    for (size_t i = 0; i < n; i++)
+        big = fabs(ref[i]) > big ? fabs(ref[i]) : big;
+    return test_max_abs_diff(out, ref, n) / big;
+}
+
+typedef struct paths_case {
+    size_t batch, heads, lq, lk, hd;
+    int causal;
+    int masked;                 /* random mask, every 5th row fully masked */
+    double logit;               /* scores reach about +-logit */
+} paths_case;
+
+/* Runs job (output only) on every available path and compares with ref;
+ * fully masked rows (every 5th when masked) must be exactly zero.  Returns
+ * 0, or -1 after printing what disagreed. */
+static int run_paths(const paths_case *c, attn_job *job, const double *ref)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths), dv = c->heads * c->hd;
+    size_t count = c->batch * c->lq * dv;
+    char err[200];
+    int rc = 0;
+    for (size_t p = 0; p < n && rc == 0; p++) {
+        if (attn_kernel_select(paths[p]->name, err, sizeof err) != 0) {
+            fprintf(stderr, "  %s\n", err);
+            return -1;
+        }
+        for (int dtype = 0; dtype < 2 && rc == 0; dtype++) {
+            job->dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64;
+            attn_result r;
+            attn_error e;
+            if (attention_run(job, &r, &e) != 0) {
+                fprintf(stderr, "  %s: attention_run failed: %s\n", paths[p]->name, e.message);
+                rc = -1;
+                break;
+            }
+            double tol = dtype ? 1e-5 : 1e-12, error = relative_error(r.output, ref, count);
+            int zero_ok = 1;
+            for (size_t i = 2; c->masked && i < c->batch * c->lq; i += 5)
+                for (size_t t = 0; t < dv; t++)
+                    zero_ok &= r.output[i * dv + t] == 0.0;
+            if (!(error <= tol) || !zero_ok) {
+                fprintf(stderr, "  path %s %s: batch %zu heads %zu lq %zu lk %zu head dim %zu "
+                        "causal %d masked %d logit %g: relative error %g, masked rows zero %d\n",
+                        paths[p]->name, dtype ? "float32" : "float64", c->batch, c->heads, c->lq,
+                        c->lk, c->hd, c->causal, c->masked, c->logit, error, zero_ok);
+                rc = -1;
+            }
+            attention_result_free(&r);
+        }
+    }
+    attn_kernel_select("auto", err, sizeof err);
+    return rc;
+}
+
+/* Builds the inputs of c, computes the reference and runs every path.
+ * The keys grow along the sequence so that the running maximum climbs tile
+ * after tile and the sums are rescaled; scores reach about +-logit. */
+static int run_case(const paths_case *c)
+{
+    size_t dk = c->heads * c->hd, nq = c->batch * c->lq * dk, nk = c->batch * c->lk * dk;
+    double *q = malloc(nq * sizeof(double)), *k = malloc(nk * sizeof(double));
+    double *v = malloc(nk * sizeof(double)), *ref = malloc(nq * sizeof(double));
+    double *ref_attn = malloc(c->batch * c->heads * c->lq * c->lk * sizeof(double));
+    unsigned char *mask = c->masked ? malloc(c->batch * c->lq * c->lk) : NULL;
+    double amp = sqrt(c->logit) / 2;
+    for (size_t i = 0; i < nq; i++)
+        q[i] = test_uniform(&paths_rng) * amp;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t j = 0; j < c->lk; j++)
+            for (size_t t = 0; t < dk; t++)
+                k[(b * c->lk + j) * dk + t] = test_uniform(&paths_rng) * amp *
+                                              (0.5 + (double)j / (double)c->lk);
+    for (size_t i = 0; i < nk; i++)
+        v[i] = test_uniform(&paths_rng);
+    for (size_t i = 0; mask != NULL && i < c->batch * c->lq; i++)
+        for (size_t j = 0; j < c->lk; j++)
+            mask[i * c->lk + j] = i % 5 == 2 ? 0 : test_uniform(&paths_rng) > -1.0;
+    /* Inputs that float32 holds exactly, so that the float32 error is the
+     * kernel's arithmetic, not the rounding of its inputs. */
+    for (size_t i = 0; i < nq; i++)
+        q[i] = (float)q[i];
+    for (size_t i = 0; i < nk; i++) {
+        k[i] = (float)k[i];
+        v[i] = (float)v[i];
+    }
+    double scale = 1 / sqrt((double)c->hd);
+    ref_sdpa(c->batch, c->heads, c->lq, c->lk, c->hd, c->hd, q, k, v, mask, c->causal, scale,
+             ref, ref_attn);
+    attn_job job = {.batch = c->batch, .lq = c->lq, .lk = c->lk, .heads = c->heads, .dk = dk,
+                    .dv = dk, .q = q, .k = k, .v = v, .mask = mask, .mask_batched = 1,
+                    .causal = c->causal, .scale = scale};
+    int rc = run_paths(c, &job, ref);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(ref_attn);
+    free(mask);
+    return rc;
+}
+
+/* Token counts and head dims of the sweep; the (1000, 1000) pair runs at
+ * the head dims of most use alone (the reference is slow). */
+static const size_t sweep_tokens[] = {1, 3, 17, 1000};
+static const size_t sweep_dims[] = {1, 8, 64, 100, 128, 256};
+
+static void sweep(int causal, int masked, double logit)
+{
+    int valgrind = RUNNING_ON_VALGRIND != 0;
+    for (size_t d = 0; d < sizeof sweep_dims / sizeof sweep_dims[0]; d++)
+        for (size_t a = 0; a < 4; a++)
+            for (size_t b = 0; b < 4; b++) {
+                size_t lq = sweep_tokens[a], lk = sweep_tokens[b], hd = sweep_dims[d];
+                if (lq == 1000 && lk == 1000 && (valgrind || (hd != 64 && hd != 100)))
+                    continue;
+                /* Under valgrind (about 50 times slower) one long side at a time, and
+                 * the widest heads only against short sequences. */
+                if (valgrind && (lq + lk > 1100 || (hd > 100 && lq + lk > 40)))
+                    continue;
+                size_t heads = hd <= 8 ? 3 : 2, batch = lq * lk > 20000 ? 1 : 2;
+                paths_case c = {batch, heads, lq, lk, hd, causal, masked, logit};
+                if (run_case(&c) != 0)
+                    FAIL_AT("a kernel path disagrees with the reference (see above)");
+            }
+}
+
+void test_kernel_paths_plain(void)
+{
+    sweep(0, 0, 5);
+}
+
+void test_kernel_paths_masked(void)
+{
+    sweep(0, 1, 5);
+}
+
+void test_kernel_paths_causal(void)
+{
+    sweep(1, 0, 5);
+    sweep(1, 1, 5);
+}
+
+/* Scores near +-12 on top of the climbing keys: weights that span ten
+ * orders of magnitude.  (Larger scores measure float32 itself rather than
+ * the kernel: at +-25 over 1000 keys OpenBLAS's float32 products are
+ * already within 1.5 of the 1e-5 bound, as the fused paths are; the
+ * overflow tests take the scores to the end of the range.) */
+void test_kernel_paths_large_logits(void)
+{
+    sweep(0, 1, 12);
+}
+
+/* The same on the compute pool, with several tasks per head. */
+void test_kernel_paths_on_pool(void)
+{
+    ASSERT_EQ(compute_init(3), 0);
+    paths_case cases[] = {
+        {2, 2, 1000, 300, 64, 0, 1, 5},
+        {1, 2, 600, 600, 32, 1, 0, 5},
+        {3, 1, 130, 1000, 128, 1, 1, 20},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (run_case(&cases[i]) != 0) {
+            compute_shutdown();
+            FAIL_AT("a kernel path disagrees with the reference on the pool (see above)");
+        }
+    compute_shutdown();
+}
+
+/* Heads wider than ATTN_FUSED_MAX_DIM take the BLAS path even without the
+ * attention matrix: the same answers, masks, causal and empty rows. */
+void test_kernel_paths_wide_heads(void)
+{
+    paths_case cases[] = {
+        {1, 2, 17, 300, ATTN_FUSED_MAX_DIM + 44, 0, 1, 5},
+        {2, 1, 70, 33, ATTN_FUSED_MAX_DIM + 1, 1, 1, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (run_case(&cases[i]) != 0)
+            FAIL_AT("wide heads disagree with the reference (see above)");
+}
+
+/* An overflowing score (float32 past 3.4e38, float64 past 1.8e308) in a late
+ * tile is not_finite on every path, as is a NaN score. */
+void test_kernel_paths_overflow_reported(void)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths), lk = 300;
+    double q[2] = {1e200, 1e200}, *k = calloc(lk * 2, sizeof(double));
+    double *v = calloc(lk * 2, sizeof(double));
+    char why[200];
+    k[2 * 250] = 1e200;                 /* Inf score in tile 3 */
+    k[2 * 100] = 1e200;                 /* Inf - Inf: a NaN score in tile 1 */
+    k[2 * 100 + 1] = -1e200;
+    for (size_t p = 0; p < n; p++) {
+        ASSERT_EQ(attn_kernel_select(paths[p]->name, why, sizeof why), 0);
+        for (int dtype = 0; dtype < 2; dtype++)
+            for (size_t dk = 1; dk <= 2; dk++) {
+                attn_job job = {.batch = 1, .lq = 1, .lk = lk, .heads = 1, .dk = dk, .dv = 1,
+                                .q = q, .k = k, .v = v, .scale = 1,
+                                .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+                /* dk = 2 reads k as 300 rows of 2: rows 50 and 125 hold the big keys. */
+                attn_result r;
+                attn_error err;
+                int rc = attention_run(&job, &r, &err);
+                if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0) {
+                    free(k);
+                    free(v);
+                    attn_kernel_select("auto", why, sizeof why);
+                    FAIL_AT("path %s dtype %d dk %zu: rc %d", paths[p]->name, dtype, dk, rc);
+                }
+            }
+    }
+    free(k);
+    free(v);
+    attn_kernel_select("auto", why, sizeof why);
+}
+
+/* The polynomial exponential of every path against exp and expf over the
+ * range the kernel uses it on (x <= 0): within a few units in the last
+ * place down to where the result leaves the normal range, 0 below that and
+ * for -Inf, NaN for NaN. */
+void test_kernel_paths_exp_accuracy(void)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths), count = RUNNING_ON_VALGRIND ? 20000 : 400000;
+    double *xd = malloc((count + 3) * sizeof(double));
+    float *xf = malloc((count + 3) * sizeof(float));
+    for (size_t p = 0; p < n; p++) {
+        double worst_d = 0, worst_f = 0;
+        for (size_t i = 0; i < count; i++) {
+            /* Evenly over [-708, 0] and [-87, 0], plus a random offset. */
+            double u = ((double)i + (test_uniform(&paths_rng) + 2) / 4) / (double)count;
+            xd[i] = -708.0 * u;
+            xf[i] = (float)(-87.0 * u);
+        }
+        xd[count] = xf[count] = 0;
+        xd[count + 1] = xf[count + 1] = -INFINITY;
+        xd[count + 2] = -800;
+        xf[count + 2] = -100;
+        double *yd = malloc((count + 3) * sizeof(double));
+        float *yf = malloc((count + 3) * sizeof(float));
+        memcpy(yd, xd, (count + 3) * sizeof(double));
+        memcpy(yf, xf, (count + 3) * sizeof(float));
+        paths[p]->exp_d(yd, count + 3);
+        paths[p]->exp_f(yf, count + 3);
+        for (size_t i = 0; i < count; i++) {
+            double ed = exp(xd[i]), ef = (double)expf(xf[i]);
+            double rd = fabs(yd[i] - ed) / ed, rf = fabs((double)yf[i] - ef) / ef;
+            worst_d = rd > worst_d ? rd : worst_d;
+            worst_f = rf > worst_f ? rf : worst_f;
+        }
+        int edges = yd[count] == 1 && yf[count] == 1 && yd[count + 1] == 0 &&
+                    yf[count + 1] == 0 && yd[count + 2] == 0 && yf[count + 2] == 0;
+        double nan_d = NAN;
+        float nan_f = NAN;
+        paths[p]->exp_d(&nan_d, 1);
+        paths[p]->exp_f(&nan_f, 1);
+        free(yd);
+        free(yf);
+        if (!(worst_d <= 4 * DBL_EPSILON) || !(worst_f <= 4 * FLT_EPSILON) || !edges ||
+            nan_d == nan_d || nan_f == nan_f) {
+            free(xd);
+            free(xf);
+            FAIL_AT("path %s: relative error %g (double), %g (float), edges %d, NaN kept %d %d",
+                    paths[p]->name, worst_d, worst_f, edges, nan_d != nan_d, nan_f != nan_f);
+        }
+    }
+    free(xd);
+    free(xf);
+}
+
+/* The choice of path: auto, a path by name, a path this CPU cannot run and
+ * an unknown name (errors that say why, the choice unchanged). */
+void test_kernel_paths_select(void)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths);
+    char err[200] = "";
+    ASSERT(n >= 1);
+    ASSERT_STR_EQ(paths[n - 1]->name, "portable");
+    ASSERT_EQ(attn_kernel_select("auto", err, sizeof err), 0);
+    ASSERT(attn_kernel_current() == paths[0]);
+    ASSERT_EQ(attn_kernel_select("portable", err, sizeof err), 0);
+    ASSERT_STR_EQ(attn_kernel_current()->name, "portable");
+    ASSERT_EQ(attn_kernel_select("sse9", err, sizeof err), -1);
+    ASSERT(strstr(err, "unknown kernel path") != NULL);
+    ASSERT_STR_EQ(attn_kernel_current()->name, "portable");
+    if (!attn_kernel_avx512.supported()) {
+        ASSERT_EQ(attn_kernel_select("avx512", err, sizeof err), -1);
+        ASSERT(strstr(err, "this CPU does not have") != NULL);
+    }
+    ASSERT_EQ(attn_kernel_select(NULL, err, sizeof err), 0);
+    ASSERT(attn_kernel_current() == paths[0]);
+}
