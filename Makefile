@@ -2,7 +2,9 @@
 #
 #   make            build build/attention-server
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
-#   make test       install what is missing, build (plain and sanitized), run every test
+#   make test       install what is missing, build (plain and sanitized), run every test;
+#                   SUITES="unit v2" runs only those suites, T=SUBSTR only the tests whose
+#                   name contains SUBSTR (tests/run.sh says which suites take it)
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #                   (ONNX Runtime among them: `make ort-deps` installs it, bench does too)
@@ -46,7 +48,12 @@ TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
-ITEST_SRCS := $(wildcard tests/integration/itest*.c) tests/ref/reference.c
+# The integration harness (tests/integration/itest.h) that every integration program links.
+HARNESS_SRCS := tests/integration/harness.c tests/integration/itest_server.c \
+                tests/integration/itest_expect.c tests/integration/itest_sets.c \
+                tests/integration/client.c tests/ref/reference.c
+HARNESS_DEPS := $(HARNESS_SRCS) tests/integration/itest.h tests/integration/client.h tests/ref/reference.h
+ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c))
 
 SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
@@ -111,30 +118,26 @@ $(UNIT): $(TEST_LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS) tests/integration/itest.h tests/integration/client.c tests/integration/client.h
-	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) tests/integration/client.c -o $@ -ljansson -lm
+$(ITEST): $(ITEST_SRCS) $(HARNESS_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) $(HARNESS_SRCS) -o $@ -ljansson -lm
 
 # The v2 protocol suite (tests/integration/v2test.c): also an ordinary client, built once.
-build/v2test: tests/integration/v2test.c tests/integration/client.c tests/integration/client.h \
-		tests/ref/reference.c tests/ref/reference.h
-	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/v2test.c tests/integration/client.c \
-		tests/ref/reference.c -o $@ -ljansson -lm
+build/v2test: tests/integration/v2test.c $(HARNESS_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/v2test.c $(HARNESS_SRCS) -o $@ -ljansson -lm
 
-build/crashtest: tests/integration/crashtest.c tests/integration/client.c tests/integration/client.h \
-		tests/ref/reference.c tests/ref/reference.h
+build/crashtest: tests/integration/crashtest.c $(HARNESS_DEPS)
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c tests/integration/client.c \
-		tests/ref/reference.c -o $@ -ljansson -lpthread -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/crashtest.c $(HARNESS_SRCS) -o $@ \
+		-ljansson -lpthread -lm
 
 # Slow, heavy and impatient clients against the real server (raw sockets, loopback only).
 build/hostile: tests/integration/hostile.c tests/integration/rawhttp.c tests/integration/rawhttp.h \
-		tests/integration/client.c tests/integration/client.h
+		$(HARNESS_DEPS)
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/hostile.c tests/integration/rawhttp.c \
-		tests/integration/client.c \
-		-o $@ -ljansson -lm
+		$(HARNESS_SRCS) -o $@ -ljansson -lm
 
 # The soak test (`make soak`, not part of `make test`): three runs of SOAK_SECONDS at
 # SOAK_CONNECTIONS connections; see tests/soak/soak.c.
@@ -152,10 +155,10 @@ soak: deps
 	    --connections $(SOAK_CONNECTIONS)
 
 # Three servers on one shared weight-set directory (tests/integration/sharetest.c).
-build/sharetest: tests/integration/sharetest.c tests/integration/client.c tests/integration/client.h
+build/sharetest: tests/integration/sharetest.c $(HARNESS_DEPS)
 	@mkdir -p build
-	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c tests/integration/client.c \
-		-o $@ -ljansson -lpthread -lm
+	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/integration/sharetest.c $(HARNESS_SRCS) -o $@ \
+		-ljansson -lpthread -lm
 
 build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference.h
 	@mkdir -p build
@@ -225,7 +228,7 @@ test-build: deps
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
 
 test: test-build
-	@bash tests/run.sh
+	@bash tests/run.sh $(if $(T),--filter '$(T)') $(SUITES)
 
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
 # build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
@@ -378,7 +381,7 @@ browser-deps: $(BROWSER_TEST_STAMP)
 	$(call install_missing,chromium)
 
 test-browser: browser-deps $(SERVER)
-	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures
+	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures $(if $(T),--only '$(T)')
 
 # The pictures of docs/visualizer.md, taken from the page as built here.
 viz-screenshots: browser-deps build/attention-server

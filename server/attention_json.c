@@ -70,11 +70,32 @@ static int decode_pool_side(const json_t *obj, const char *name, size_t *out, at
                                        json_number_value(v), field, out, err);
 }
 
+/* Reads attention_pool.NAME, an optional [start, end) range of whole numbers, the window
+ * pooled (checked against the shapes later, by attention_request_check_pool). */
+static int decode_range(const json_t *obj, const char *name, size_t *start, size_t *end,
+                        attn_error *err)
+{
+    const json_t *r = json_object_get(obj, name);
+    if (r == NULL)
+        return 0;
+    double a = json_number_value(json_array_get(r, 0)), b = json_number_value(json_array_get(r, 1));
+    if (!json_is_array(r) || json_array_size(r) != 2 || !json_is_number(json_array_get(r, 0)) ||
+        !json_is_number(json_array_get(r, 1)) || a < 0 || b < 1 || a != floor(a) ||
+        b != floor(b) || a > 1e15 || b > 1e15)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", name[0] == 'q'
+                         ? "attention_pool.queries" : "attention_pool.keys",
+                         "attention_pool.%s must be [start, end]: whole numbers, the %s from "
+                         "start up to but not including end.", name, name);
+    *start = (size_t)a;
+    *end = (size_t)b;
+    return 0;
+}
+
 /* Reads return_qk and attention_pool ({"rows", "cols", "reduce"}): what the answer carries
  * beside the output. */
 static int decode_extras(const json_t *root, attention_request *req, attn_error *err)
 {
-    static const char *const known[] = {"rows", "cols", "reduce"};
+    static const char *const known[] = {"rows", "cols", "reduce", "queries", "keys"};
     static const char *const reduces[] = {"max", "mean"};
     int rc, want_qk;
     if ((rc = json_in_bool(root, "return_qk", 0, &want_qk, err)) != 0)
@@ -101,12 +122,16 @@ static int decode_extras(const json_t *root, attention_request *req, attn_error 
     if (jr != NULL)
         reduce = strcmp(json_string_value(jr), "mean") == 0;
     size_t rows, cols;
-    if ((rc = json_in_check_fields(jp, "attention_pool", known, 3, err)) != 0 ||
+    if ((rc = json_in_check_fields(jp, "attention_pool", known, 5, err)) != 0 ||
         (rc = decode_pool_side(jp, "rows", &rows, err)) != 0 ||
         (rc = decode_pool_side(jp, "cols", &cols, err)) != 0)
         return rc;
     attention_request_set_pool(req, rows, cols, reduce ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
-    return 0;
+    req->pool_queries_field = "attention_pool.queries";
+    req->pool_keys_field = "attention_pool.keys";
+    if ((rc = decode_range(jp, "queries", &req->pool.q_start, &req->pool.q_end, err)) != 0)
+        return rc;
+    return decode_range(jp, "keys", &req->pool.k_start, &req->pool.k_end, err);
 }
 
 /* Checks which form the request takes, q/k/v or x with weights, and that it
@@ -276,7 +301,9 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
     if (rc != 0)
         return rc;
     const json_t *jm = json_object_get(root, "mask");
-    return jm != NULL ? decode_mask(jm, &budget, req, err) : 0;
+    if (jm != NULL && (rc = decode_mask(jm, &budget, req, err)) != 0)
+        return rc;
+    return attention_request_check_pool(req, err);
 }
 
 int attention_json_tensor_field(const char *name, size_t len)

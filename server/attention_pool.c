@@ -29,13 +29,25 @@
 /* Grid rows per task are chosen so that a task has at least this many queries. */
 #define POOL_TASK_ROWS 256
 
+void attention_pool_window(const attn_pool *pool, size_t lq, size_t lk, size_t *q0, size_t *q1,
+                           size_t *k0, size_t *k1)
+{
+    *q0 = pool->q_start;
+    *q1 = pool->q_end != 0 ? pool->q_end : lq;
+    *k0 = pool->k_start;
+    *k1 = pool->k_end != 0 ? pool->k_end : lk;
+}
+
 void attention_pool_grid(const attn_pool *pool, size_t lq, size_t lk, size_t *br, size_t *bc,
                          size_t *gr, size_t *gc)
 {
-    *br = (lq + pool->rows - 1) / pool->rows;
-    *bc = (lk + pool->cols - 1) / pool->cols;
-    *gr = (lq + *br - 1) / *br;
-    *gc = (lk + *bc - 1) / *bc;
+    size_t q0, q1, k0, k1;
+    attention_pool_window(pool, lq, lk, &q0, &q1, &k0, &k1);
+    size_t nq = q1 - q0, nk = k1 - k0;
+    *br = (nq + pool->rows - 1) / pool->rows;
+    *bc = (nk + pool->cols - 1) / pool->cols;
+    *gr = (nq + *br - 1) / *br;
+    *gc = (nk + *bc - 1) / *bc;
 }
 
 size_t attention_pool_cells(const attn_pool *pool, const attn_job *job)
@@ -65,6 +77,7 @@ typedef struct pool_ctx {
     const double *q, *k;
     double *out;
     size_t br, bc, gr, gc;
+    size_t q0, q1, k0, k1;      /* the window */
     size_t bands;               /* row bands per (batch, head) */
     size_t band_rows;           /* grid rows per band */
     double *scratch;            /* slot_numbers() per slot */
@@ -153,7 +166,9 @@ static void fold_weights(pool_ctx *c, size_t b, size_t h, size_t i0, size_t nq,
 {
     int mean = c->pool->reduce == ATTN_POOL_MEAN;
     size_t seen = keys_seen(c->job, i0, nq);
-    for (size_t j0 = 0; j0 < seen; j0 += POOL_KEYS) {
+    if (seen > c->k1)
+        seen = c->k1;
+    for (size_t j0 = c->k0; j0 < seen; j0 += POOL_KEYS) {
         if (compute_stopped())
             return;
         size_t nk = seen - j0 < POOL_KEYS ? seen - j0 : POOL_KEYS;
@@ -162,11 +177,11 @@ static void fold_weights(pool_ctx *c, size_t b, size_t h, size_t i0, size_t nq,
             if (l[r] == 0)
                 continue;                   /* a fully masked row: every weight is 0 */
             double inv = 1.0 / l[r];
-            double *cells = out + ((i0 + r) / c->br) * c->gc;
+            double *cells = out + ((i0 + r - c->q0) / c->br) * c->gc;
             const double *row = s + r * nk;
             for (size_t t = 0; t < nk; t++) {
                 double w = exp(row[t] - m[r]) * inv;
-                double *cell = cells + (j0 + t) / c->bc;
+                double *cell = cells + (j0 + t - c->k0) / c->bc;
                 if (mean)
                     *cell += w;
                 else if (w > *cell)
@@ -184,7 +199,8 @@ static void pool_task(void *ctx, size_t task, unsigned slot)
     size_t b = bh / job->heads, h = bh % job->heads, dh = job->dk / job->heads;
     size_t g0 = band * c->band_rows;
     size_t g1 = g0 + c->band_rows < c->gr ? g0 + c->band_rows : c->gr;
-    size_t q0 = g0 * c->br, q1 = g1 * c->br < job->lq ? g1 * c->br : job->lq;
+    size_t q0 = c->q0 + g0 * c->br;
+    size_t q1 = c->q0 + g1 * c->br < c->q1 ? c->q0 + g1 * c->br : c->q1;
     double *s = c->scratch + slot * c->stride;
     double *qp = s + (size_t)POOL_ROWS * POOL_KEYS, *kp = qp + (size_t)POOL_ROWS * dh;
     double *m = kp + (size_t)POOL_KEYS * dh, *l = m + POOL_ROWS;
@@ -202,9 +218,9 @@ static void pool_task(void *ctx, size_t task, unsigned slot)
         return;
     /* a mean divides by the cells of the block, masked ones included (they count as 0) */
     for (size_t g = g0; g < g1; g++) {
-        size_t rows = (g + 1) * c->br < job->lq ? c->br : job->lq - g * c->br;
+        size_t rows = c->q0 + (g + 1) * c->br < c->q1 ? c->br : c->q1 - c->q0 - g * c->br;
         for (size_t t = 0; t < c->gc; t++) {
-            size_t cols = (t + 1) * c->bc < job->lk ? c->bc : job->lk - t * c->bc;
+            size_t cols = c->k0 + (t + 1) * c->bc < c->k1 ? c->bc : c->k1 - c->k0 - t * c->bc;
             out[g * c->gc + t] /= (double)(rows * cols);
         }
     }
@@ -215,6 +231,7 @@ int attention_pool_run(const attn_job *job, const attn_pool *pool, const double 
 {
     pool_ctx c = {.job = job, .pool = pool, .q = q, .k = k, .out = out};
     attention_pool_grid(pool, job->lq, job->lk, &c.br, &c.bc, &c.gr, &c.gc);
+    attention_pool_window(pool, job->lq, job->lk, &c.q0, &c.q1, &c.k0, &c.k1);
     c.band_rows = (POOL_TASK_ROWS + c.br - 1) / c.br;
     c.bands = (c.gr + c.band_rows - 1) / c.band_rows;
     memset(out, 0, attention_pool_cells(pool, job) * sizeof(double));

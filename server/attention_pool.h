@@ -25,9 +25,17 @@ typedef enum { ATTN_POOL_MAX = 0, ATTN_POOL_MEAN = 1 } attn_pool_reduce;
 typedef struct attn_pool {
     size_t rows, cols;          /* R and C asked for */
     attn_pool_reduce reduce;
+    /* The window pooled: queries [q_start, q_end) and keys [k_start, k_end); an end of 0
+     * means the last one.  Each row's softmax is over all its keys whatever the window. */
+    size_t q_start, q_end, k_start, k_end;
 } attn_pool;
 
-/* The grid of pool for lq queries and lk keys: block sizes br x bc, grid gr x gc. */
+/* The window of pool for lq queries and lk keys, its ends resolved. */
+void attention_pool_window(const attn_pool *pool, size_t lq, size_t lk, size_t *q0, size_t *q1,
+                           size_t *k0, size_t *k1);
+
+/* The grid of pool for lq queries and lk keys (over its window): block sizes br x bc, grid
+ * gr x gc. */
 void attention_pool_grid(const attn_pool *pool, size_t lq, size_t lk, size_t *br, size_t *bc,
                          size_t *gr, size_t *gc);
 

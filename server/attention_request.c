@@ -223,6 +223,24 @@ int attention_request_pool_side(const char *not_number, double value, const char
     return 0;
 }
 
+int attention_request_check_pool(const attention_request *req, attn_error *err)
+{
+    const attn_pool *p = req->job.pool;
+    if (p == NULL)
+        return 0;
+    size_t q0, q1, k0, k1;
+    attention_pool_window(p, req->job.lq, req->job.lk, &q0, &q1, &k0, &k1);
+    if (q1 > req->job.lq || q0 >= q1)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", req->pool_queries_field,
+                         "The pooled queries [%zu, %zu) must be a non-empty range within the "
+                         "%zu queries.", q0, q1, req->job.lq);
+    if (k1 > req->job.lk || k0 >= k1)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", req->pool_keys_field,
+                         "The pooled keys [%zu, %zu) must be a non-empty range within the %zu "
+                         "keys.", k0, k1, req->job.lk);
+    return 0;
+}
+
 void attention_request_set_pool(attention_request *req, size_t rows, size_t cols,
                                 attn_pool_reduce reduce)
 {

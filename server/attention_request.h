@@ -60,6 +60,7 @@ typedef struct attention_request {
     unsigned char *mask;
     attn_weights weights;   /* inline weights, owned; all NULL otherwise */
     attn_pool pool;         /* the pooling asked for; job.pool points here when it was */
+    const char *pool_queries_field, *pool_keys_field; /* where its window was given */
     int has_inline_weights;
     char weights_name[WEIGHTS_NAME_MAX + 1]; /* "" unless the request names a stored set */
     uint64_t weights_generation; /* the generation of that set the request needs; 0: any */
@@ -92,6 +93,11 @@ int attention_request_pool_side(const char *not_number, double value, const char
  * and the full matrix is not formed (job.want_attention = 0). */
 void attention_request_set_pool(attention_request *req, size_t rows, size_t cols,
                                 attn_pool_reduce reduce);
+
+/* Checks the pool's window against the job's shapes (after shape_qkv or shape_x): each
+ * range [start, end) within the queries or keys and not empty, else 400 "invalid_value" at
+ * pool_queries_field or pool_keys_field.  Nothing to check without a pool. */
+int attention_request_check_pool(const attention_request *req, attn_error *err);
 
 /* Checks that input t has the rank and batch of ref (the first input): 400
  * "shape_mismatch" at t->field otherwise. */

@@ -14,6 +14,7 @@
 #include "v2_internal.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -152,6 +153,25 @@ static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_e
         mean = strcmp(s, "mean") == 0;
     }
     attention_request_set_pool(ar, rows, cols, mean ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
+    ar->pool_queries_field = "parameters.attention_pool_query_start";
+    ar->pool_keys_field = "parameters.attention_pool_key_start";
+    /* the window: four whole numbers, ends exclusive, checked against the shapes later */
+    static const char *const names[4] = {"attention_pool_query_start", "attention_pool_query_end",
+                                         "attention_pool_key_start", "attention_pool_key_end"};
+    size_t *ends[4] = {&ar->pool.q_start, &ar->pool.q_end, &ar->pool.k_start, &ar->pool.k_end};
+    for (int i = 0; i < 4; i++) {
+        const json_t *v = json_object_get(p, names[i]);
+        if (v == NULL)
+            continue;
+        double d = json_number_value(v);
+        char field[64];
+        snprintf(field, sizeof field, "parameters.%s", names[i]);
+        if (!json_is_number(v) || d < 0 || d != floor(d) || d > 1e15 || (i % 2 == 1 && d < 1))
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                             "%s must be a whole number%s.", field,
+                             i % 2 == 1 ? " >= 1 (an end, not included)" : " >= 0");
+        *ends[i] = (size_t)d;
+    }
     return 0;
 }
 
@@ -378,9 +398,10 @@ static int infer_describe(v2_infer *st, const v2_env *env, v2_body *body, attn_e
     attention_request_init(&st->ar);
     st->ar.heads_field = "parameters.heads";
     if ((rc = describe_head(st, err)) != 0 || (rc = describe_inputs(st, env, body, err)) != 0 ||
-        (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0)
+        (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
+        (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0))
         return rc;
-    return st->have[IN_MASK] ? shape_mask(st, err) : 0;
+    return attention_request_check_pool(&st->ar, err);
 }
 
 /* Allocates and reads a numeric input. */

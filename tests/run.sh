@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Runs every test suite of the project and prints their combined count as the
-# last line, "N passed, N failed".  Each suite is a program that prints its own
-# "N passed, N failed" line; a suite that dies without one counts as one
-# failure.  A suite that cannot run here (the container suites without a container
-# engine) prints "SKIPPED: NAME: why" and "0 passed, 0 failed"; the skips are listed
-# again before the total.  Called by `make test` after the builds; run from the repository root.
+# Runs the test suites of the project and prints their combined count as the last line,
+# "N passed, N failed".  Each suite is a program that prints its own "N passed, N failed"
+# line; a suite that dies without one counts as one failure.  A suite that cannot run here
+# (the container suites without a container engine) prints "SKIPPED: NAME: why" and
+# "0 passed, 0 failed"; the skips are listed again before the total.  Called by `make test`
+# after the builds; run from the repository root.
+#
+#   tests/run.sh                       every suite
+#   tests/run.sh unit v2               the suites named (`make test SUITES="unit v2"`)
+#   tests/run.sh --filter drain [SUITE...]
+#                                      only the tests whose name contains "drain"
+#                                      (`make test T=drain`), in the suites that take a
+#                                      filter (the integration programs and the browser
+#                                      suite); those suites are the default then
+#   tests/run.sh --list                the names of the suites, one a line
 set -u
 cd "$(dirname "$0")/.."
 
@@ -15,8 +24,8 @@ skipped=
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 
-# suite NAME COMMAND...: runs one suite, shows its output, adds up its summary.
-suite() {
+# run_suite NAME COMMAND...: runs one suite, shows its output, adds up its summary.
+run_suite() {
     local name=$1; shift
     local log="$log_dir/$name.log"
     echo "=== $name: $*"
@@ -44,40 +53,88 @@ suite() {
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-suite unit build/unit-tests
-suite unit-asan build/asan/unit-tests
-suite unit-valgrind bash -c 'valgrind -q --error-exitcode=9 --leak-check=full \
-    --errors-for-leak-kinds=definite,indirect build/unit-tests'
-suite reference build/ref_check "$FIXTURES"
-suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
-    --cases tests/integration/cases
-suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
-    --cases tests/integration/cases
-suite v2 build/v2test --server build/asan/attention-server
-# The answers checked against the reference and the golden files again with each narrower
-# kernel path forced (the suites above run the widest this CPU has; see
-# server/attention_fused.h).  The unit tests run every path the CPU has already.
-kernel_paths=portable
-if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-    kernel_paths="avx2 $kernel_paths"
-fi
-for path in $kernel_paths; do
-    for group in random/ fixture/; do
-        suite "integration-$path-${group%/}" env ATTN_KERNEL="$path" build/itest \
-            --server build/attention-server --fixtures "$FIXTURES" \
-            --cases tests/integration/cases --filter "$group"
+# every_suite: the suites in the order they run, each through `suite` (plain) or
+# `filtered` (a suite that takes --filter SUBSTR; FILTER_FLAG names another flag, and one
+# ending in "=" takes the pattern in the same word, as make's T=SUBSTR).
+every_suite() {
+    suite unit build/unit-tests
+    suite unit-asan build/asan/unit-tests
+    suite unit-valgrind bash -c 'valgrind -q --error-exitcode=9 --leak-check=full \
+        --errors-for-leak-kinds=definite,indirect build/unit-tests'
+    suite reference build/ref_check "$FIXTURES"
+    filtered integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
+        --cases tests/integration/cases
+    filtered integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
+        --cases tests/integration/cases
+    filtered v2 build/v2test --server build/asan/attention-server
+    # The answers checked against the reference and the golden files again with each
+    # narrower kernel path forced (the suites above run the widest this CPU has; see
+    # server/attention_fused.h).  The unit tests run every path the CPU has already.
+    local kernel_paths=portable path group
+    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+        kernel_paths="avx2 $kernel_paths"
+    fi
+    for path in $kernel_paths; do
+        for group in random/ fixture/; do
+            suite "integration-$path-${group%/}" env ATTN_KERNEL="$path" build/itest \
+                --server build/attention-server --fixtures "$FIXTURES" \
+                --cases tests/integration/cases --filter "$group"
+        done
     done
+    filtered crash build/crashtest --server build/attention-server
+    filtered hostile build/hostile --server build/attention-server
+    filtered crash-asan build/crashtest --server build/asan/attention-server
+    filtered shared-store build/sharetest --server build/attention-server
+    suite openapi-lint bash tests/lint-api.sh
+    suite openapi-answers make --no-print-directory check-api-answers
+    suite container bash tests/container/image.sh
+    suite k8s-manifests make --no-print-directory lint-k8s
+    FILTER_FLAG=T= filtered browser make --no-print-directory test-browser
+    suite compose bash tests/container/compose.sh
+}
+
+filter=
+chosen=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --filter) [ $# -ge 2 ] || { echo "run.sh: --filter needs a pattern" >&2; exit 2; }
+                  filter=$2; shift 2 ;;
+        --list) mode=list; shift ;;
+        -*) echo "run.sh: unknown option $1 (see the top of tests/run.sh)" >&2; exit 2 ;;
+        *) chosen+=("$1"); shift ;;
+    esac
 done
-suite crash build/crashtest --server build/attention-server
-suite hostile build/hostile --server build/attention-server
-suite crash-asan build/crashtest --server build/asan/attention-server
-suite shared-store build/sharetest --server build/attention-server
-suite openapi-lint bash tests/lint-api.sh
-suite openapi-answers make --no-print-directory check-api-answers
-suite container bash tests/container/image.sh
-suite k8s-manifests make --no-print-directory lint-k8s
-suite browser make --no-print-directory test-browser
-suite compose bash tests/container/compose.sh
+
+# A first pass over every_suite only collects the names, so that a mistyped one is refused
+# before anything runs.
+known=()
+takes_filter=()
+suite() { known+=("$1"); }
+filtered() { known+=("$1"); takes_filter+=("$1"); }
+every_suite
+if [ "${mode:-}" = list ]; then printf '%s\n' "${known[@]}"; exit 0; fi
+for name in "${chosen[@]}"; do
+    if ! printf '%s\n' "${known[@]}" | grep -qx -- "$name"; then
+        echo "run.sh: no suite is named '$name'; the suites: ${known[*]}" >&2
+        exit 2
+    fi
+done
+if [ ${#chosen[@]} -eq 0 ]; then
+    if [ -n "$filter" ]; then chosen=("${takes_filter[@]}"); else chosen=("${known[@]}"); fi
+fi
+
+# selected NAME: true when the suite NAME is to run.
+selected() { printf '%s\n' "${chosen[@]}" | grep -qx -- "$1"; }
+suite() { selected "$1" && run_suite "$@"; return 0; }
+filtered() {
+    local name=$1; shift
+    selected "$name" || return 0
+    local flag=${FILTER_FLAG:---filter}
+    if [ -z "$filter" ]; then run_suite "$name" "$@"
+    elif [ "${flag%=}" != "$flag" ]; then run_suite "$name" "$@" "$flag$filter"
+    else run_suite "$name" "$@" "$flag" "$filter"; fi
+}
+every_suite
 
 echo
 # Suites that could not run here say so with a "SKIPPED: NAME: why" line; they are named

@@ -140,19 +140,33 @@ async function setRequest(page, req) {
   await page.waitForSelector('body[data-status="ready"], body[data-status="error"]');
 }
 
-// Files the browser downloads go to dir; returns the path of the first new file named *ext.
+// Clicks `click`, lets the browser download the file it offers into dir and returns the file's
+// path once the browser reports the download complete.  A file's appearing in dir is no such
+// signal: chromium creates the file under its final name before it has written it, so a test
+// that read it as soon as it appeared met an empty file when the machine was busy.  The browser
+// names the file by the download's id ('allowAndName'); the name the page suggested must end in ext.
 async function downloadTo(page, dir, click, ext) {
   fs.mkdirSync(dir, { recursive: true });
-  const cdp = await page.createCDPSession();
-  await cdp.send('Browser.setDownloadBehavior',
-    { behavior: 'allow', downloadPath: dir, browserContextId: page.browserContext().id });
-  await page.click(click);
-  for (let k = 0; k < 100; k++) {
-    const f = fs.readdirSync(dir).find((n) => n.endsWith(ext));
-    if (f) return path.join(dir, f);
-    await new Promise((r) => setTimeout(r, 100));
+  const cdp = await page.browser().target().createCDPSession();
+  await cdp.send('Browser.setDownloadBehavior', { behavior: 'allowAndName', downloadPath: dir,
+    browserContextId: page.browserContext().id, eventsEnabled: true });
+  let suggested = '';
+  const finished = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no download finished in 10 s')), 10000);
+    cdp.on('Browser.downloadWillBegin', (e) => { suggested = e.suggestedFilename; });
+    cdp.on('Browser.downloadProgress', (e) => {
+      if (e.state === 'completed') { clearTimeout(timer); resolve(path.join(dir, e.guid)); }
+      if (e.state === 'canceled') { clearTimeout(timer); reject(new Error('the download was canceled')); }
+    });
+  });
+  try {
+    await page.click(click);
+    const file = await finished;
+    assert(suggested.endsWith(ext), `the page offered ${suggested}, not a ${ext} file`);
+    return file;
+  } finally {
+    await cdp.detach();
   }
-  throw new Error('no ' + ext + ' file was downloaded in 10 s');
 }
 
 function randomMatrix(rows, cols, seed) {

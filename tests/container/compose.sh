@@ -39,6 +39,14 @@ project_containers() {
     $ENGINE ps -a -q --filter "label=com.docker.compose.project=$project"
 }
 
+# service_containers SERVICE [PS FLAGS...]: the ids of the project's running containers of
+# SERVICE (with -a, also those that stopped).
+service_containers() {
+    local service=$1; shift
+    $ENGINE ps "$@" -q --filter "label=com.docker.compose.project=$project" \
+        --filter "label=com.docker.compose.service=$service"
+}
+
 # cleanup: removes the containers with their anonymous volumes (which `down` of
 # podman-compose 1.0.3 leaves behind), then the rest through `down`, and the network.
 cleanup() {
@@ -52,9 +60,46 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# balancer_id: the id of this project's balancer container, running or not.
+balancer_id() {
+    service_containers balancer -a | head -n 1
+}
+
+# balancer_state: one phrase saying whether the balancer container runs, or how it ended.
+balancer_state() {
+    local id
+    id=$(balancer_id)
+    [ -n "$id" ] || { echo "no balancer container was created"; return; }
+    $ENGINE inspect --format 'balancer {{.State.Status}}, exit code {{.State.ExitCode}}' "$id" 2>&1
+}
+
+# balancer_report: shows the balancer's own last log lines (nginx says there why it
+# stopped, e.g. an upstream whose name does not resolve) and those of one replica.
+balancer_report() {
+    local id replica
+    id=$(balancer_id)
+    if [ -n "$id" ]; then
+        echo "    the balancer's log (the last 20 lines):"
+        $ENGINE logs --tail 20 "$id" 2>&1 | sed 's/^/      /'
+    fi
+    replica=$(service_containers attention -a | head -n 1)
+    if [ -n "$replica" ]; then
+        echo "    one replica's log (the last 5 lines):"
+        $ENGINE logs --tail 5 "$replica" 2>&1 | sed 's/^/      /'
+    fi
+}
+
 engine_ready
 if [ "$ENGINE" = podman ] && ! command -v podman-compose >/dev/null 2>&1; then
     skip "podman-compose is not installed"
+fi
+# The balancer finds the replicas by name, which podman resolves on netavark networks only
+# (docker/containers.conf asks for it; a CNI host would otherwise keep CNI).
+if [ "$ENGINE" = podman ]; then
+    backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>&1)
+    check "compose/netavark" "podman uses the '$backend' network backend, where nginx cannot resolve attention:8080 (CONTAINERS_CONF=$CONTAINERS_CONF; is netavark installed?)" \
+        test "$backend" = netavark
+    [ "$failed" -eq 0 ] || { summary; exit 1; }
 fi
 
 t0=$(now)
@@ -77,18 +122,19 @@ done
 url=http://127.0.0.1:$port
 
 t0=$(now)
-if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 && wait_healthz "$url" 60; then
+if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 &&
+    wait_healthz "$url" 60 "$(balancer_id)"; then
     ok "compose/up"
     echo "    up and answering through the balancer in $(seconds_since "$t0") s"
 else
     tail -n 20 "$tmp/up.log"
-    fail "compose/up" "the balancer did not answer $url/healthz within 60 s"
+    balancer_report
+    fail "compose/up" "the balancer did not answer $url/healthz ($(balancer_state), $(seconds_since "$t0") s after up)"
     summary
     exit 1
 fi
 
-replicas=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
-    --filter "label=com.docker.compose.service=attention" | wc -l)
+replicas=$(service_containers attention | wc -l)
 check "compose/three-replicas" "$replicas replicas are running" test "$replicas" = 3
 
 fixture=$FIXTURES/seed004_toy.json
@@ -145,8 +191,7 @@ worker() {
     done
 }
 
-victim=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
-    --filter "label=com.docker.compose.service=attention" | head -n 1)
+victim=$(service_containers attention | head -n 1)
 victim_ip=$($ENGINE inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$victim")
 
 for ((n = 0; n < WORKERS; n++)); do
@@ -192,8 +237,7 @@ cat "$tmp/after-upstreams" | sed 's/^/    answered after the kill by: /'
 check "compose/routes-around-dead-replica" "the killed replica still answered after the kill, or a survivor got nothing" \
     eval '! grep -qw "$victim_ip:8080" "$tmp/after-upstreams" && [ "$(wc -l <"$tmp/after-upstreams")" = 2 ]'
 
-balancer=$($ENGINE ps -q --filter "label=com.docker.compose.project=$project" \
-    --filter "label=com.docker.compose.service=balancer")
+balancer=$(service_containers balancer)
 if [ "$ENGINE" = podman ]; then
     check "compose/balancer-healthcheck" "podman healthcheck run did not report the balancer healthy" \
         podman healthcheck run "$balancer"

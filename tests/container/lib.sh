@@ -68,11 +68,16 @@ http() {
     curl -s -o "$tmp/body" -w '%{http_code}' -X "$method" --max-time 30 "$@" "$url"
 }
 
-# wait_healthz URL SECONDS: true once URL/healthz answers 200, false after SECONDS.
+# wait_healthz URL SECONDS [CONTAINER]: true once URL/healthz answers 200, false after
+# SECONDS, or as soon as CONTAINER (when given) has stopped: nothing will answer then.
 wait_healthz() {
     local i
     for ((i = 0; i < $2 * 5; i++)); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$1/healthz")" = 200 ] && return 0
+        if [ -n "${3:-}" ] && [ $((i % 5)) = 4 ] &&
+            [ "$($ENGINE inspect --format '{{.State.Running}}' "$3" 2>/dev/null)" = false ]; then
+            return 1
+        fi
         sleep 0.2
     done
     return 1

@@ -22,23 +22,23 @@
  * for a few sets; the server exits 0 on SIGTERM and its stderr has no sanitizer report.
  *
  * HTTP goes through the curl command-line tool (fork/exec, no shell), and only to
- * 127.0.0.1; starting the server, reading its banner and the curl client are client.c's,
- * shared with itest.c.
+ * 127.0.0.1; spawning the server, reading its banner and the curl client are client.c's.
+ * The counting, the report of each check, --filter and the temporary directory are the
+ * integration harness's (itest.h).  The server's start and stop stay here, not in
+ * itest_server.c, because they are this test's subject: a killer thread SIGKILLs the
+ * server at any moment, also during its start, under a lock shared with the start.
  *
  * Output: "ok NAME" or "FAIL NAME: why" per check, "# ..." lines of statistics, then
  * "N passed, N failed".  Exit status 0 when nothing failed, 1 otherwise, 2 on usage.
  *
- * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -g -Wall -Wextra -Werror \
- *          tests/integration/crashtest.c tests/integration/client.c tests/ref/reference.c \
- *          -o build/crashtest -ljansson -lpthread -lm
- * Run:   build/crashtest --server build/attention-server [--puts 500] [--seed N]
+ * Build: make build/crashtest
+ * Run:   build/crashtest --server build/attention-server [--puts 500] [--seed N] [--filter SUBSTR]
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
 
-#include "../ref/reference.h"
-#include "client.h"
+#include "itest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,8 +57,8 @@
 #include <unistd.h>
 
 /* Seconds to wait for the "listening on" line, and for the exit after SIGTERM. */
-#define STARTUP_TIMEOUT_S 20.0
-#define SHUTDOWN_TIMEOUT_S 20.0
+#define CRASH_STARTUP_TIMEOUT_S 20.0
+#define CRASH_SHUTDOWN_TIMEOUT_S 20.0
 /* The PUT phase stops here whatever happened, so that a hung server cannot hold the run.
  * It is a bound, not a speed test: at a load of 18 on 2 cores only 305 of the 500 sets
  * were sent in 90 s (the bound before), and puts/all-sent failed for it. */
@@ -76,29 +76,6 @@
 /* ------------------------------------------------------------------------------------ */
 /* Small helpers                                                                        */
 /* ------------------------------------------------------------------------------------ */
-
-static int g_passed, g_failed;
-
-static void report(int ok, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Prints "ok NAME" or "FAIL NAME: why" and counts it. */
-static void report(int ok, const char *name, const char *fmt, ...)
-{
-    if (ok) {
-        printf("ok %s\n", name);
-        g_passed++;
-    } else {
-        char why[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, sizeof why, fmt, ap);
-        va_end(ap);
-        printf("FAIL %s: %s\n", name, why);
-        g_failed++;
-    }
-    fflush(stdout);
-}
 
 /* Uniform in [lo, hi]. */
 static size_t rng_range(uint64_t *state, size_t lo, size_t hi)
@@ -328,8 +305,6 @@ static void make_set(uint64_t seed, text *t, set_meta *m)
 /* The server, its restarts, and the killer                                             */
 /* ------------------------------------------------------------------------------------ */
 
-static const char *g_server_path;
-static char g_tmpdir[256];
 static char g_data_dir[300];
 static char g_stderr_path[300];
 
@@ -474,7 +449,7 @@ static int server_start_once(void)
     /* The port, or 0 when the server closed stdout first (it died), the time ran out, or the
      * line is not "listening on http://127.0.0.1:PORT". */
     static const char local[] = "http://127.0.0.1:";
-    int port = client_read_banner(g_stdout_fd, STARTUP_TIMEOUT_S, g_base_url, sizeof g_base_url,
+    int port = client_read_banner(g_stdout_fd, CRASH_STARTUP_TIMEOUT_S, g_base_url, sizeof g_base_url,
                                   NULL, why, sizeof why);
     if (port < 0 || strncmp(g_base_url, local, sizeof local - 1) != 0)
         port = 0;
@@ -504,15 +479,14 @@ static int server_start_once(void)
 
 /* Starts a server, retrying while the killer kills it during its start.  Exits the
  * program when starting fails too often. */
-static void server_start(void)
+static void crash_server_start(void)
 {
     for (int tries = 0;; tries++) {
         if (g_starts >= MAX_RESTARTS || tries >= MAX_FAILED_STARTS_IN_A_ROW) {
-            report(0, "server/start", "%ld starts, %d failed in a row; giving up (%s; stderr: %s)",
+            test_check(0, "server/start", "%ld starts, %d failed in a row; giving up (%s; stderr: %s)",
                    g_starts, tries, g_first_death[0] ? g_first_death : "killed each time",
                    g_stderr_path);
-            printf("%d passed, %d failed\n", g_passed, g_failed);
-            exit(1);
+            exit(harness_finish(1));
         }
         if (server_start_once() == 0)
             return;
@@ -520,7 +494,7 @@ static void server_start(void)
 }
 
 /* Stops the server with SIGTERM; returns its exit status text in why and 1 when it
- * exited 0 within SHUTDOWN_TIMEOUT_S. */
+ * exited 0 within CRASH_SHUTDOWN_TIMEOUT_S. */
 static int server_stop_gracefully(char *why, size_t why_len)
 {
     pthread_mutex_lock(&g_lock);
@@ -532,9 +506,9 @@ static int server_stop_gracefully(char *why, size_t why_len)
     }
     kill(pid, SIGTERM);
     int status = 0;
-    int r = client_wait_exit(pid, SHUTDOWN_TIMEOUT_S, &status);
+    int r = client_wait_exit(pid, CRASH_SHUTDOWN_TIMEOUT_S, &status);
     if (r == 0)
-        snprintf(why, why_len, "still running %.0f s after SIGTERM", SHUTDOWN_TIMEOUT_S);
+        snprintf(why, why_len, "still running %.0f s after SIGTERM", CRASH_SHUTDOWN_TIMEOUT_S);
     pthread_mutex_lock(&g_lock);
     g_pid = 0;
     pthread_mutex_unlock(&g_lock);
@@ -583,7 +557,7 @@ static int http_or_restart(const char *method, const char *path, const char *bod
         return status;
     /* No answer: the server died (our kill), or something is wrong with it. */
     if (server_wait_dead(2000)) {
-        server_start();
+        crash_server_start();
         return 0;
     }
     if (g_live_errors++ == 0)
@@ -803,7 +777,7 @@ static void check_list(void)
     client_response_free(&resp);
     const json_t *sets = json_object_get(root, "weight_sets");
     if (status != 200 || !json_is_array(sets)) {
-        report(0, "final/list", "GET /v1/weight-sets: status %d, no weight_sets array", status);
+        test_check(0, "final/list", "GET /v1/weight-sets: status %d, no weight_sets array", status);
         json_decref(root);
         return;
     }
@@ -836,7 +810,7 @@ static void check_list(void)
         !first[0])
         snprintf(first, sizeof first, "count %lld but %zu listed",
                  (long long)json_integer_value(count), json_array_size(sets));
-    report(!first[0], "final/list", "%s (%ld missing, %ld never sent, %ld duplicates)", first,
+    test_check(!first[0], "final/list", "%s (%ld missing, %ld never sent, %ld duplicates)", first,
            missing, unknown, duplicates);
     printf("# listed %zu sets: every acknowledged one, plus %ld whose PUT was never answered\n",
            json_array_size(sets), extra_unacked);
@@ -882,7 +856,7 @@ static void check_every_set(void)
             snprintf(first, sizeof first, "%s: %s", r->name, why);
     }
     free(scratch.p);
-    report(bad == 0, "final/get-bit-exact", "%ld of %zu sets wrong; first: %s", bad, g_name_count,
+    test_check(bad == 0, "final/get-bit-exact", "%ld of %zu sets wrong; first: %s", bad, g_name_count,
            first);
     printf("# compared %ld stored sets number by number\n", checked);
 }
@@ -1060,7 +1034,7 @@ static void check_attention(uint64_t *state)
         if (!check_attention_one(picks[i], state, why, sizeof why) && bad++ == 0)
             snprintf(first, sizeof first, "%s", why);
     }
-    report(n > 0 && bad == 0, "final/attention-by-name", "%ld of %zu wrong%s%s", bad, n,
+    test_check(n > 0 && bad == 0, "final/attention-by-name", "%ld of %zu wrong%s%s", bad, n,
            first[0] ? "; first: " : "", first);
 }
 
@@ -1070,14 +1044,18 @@ static void check_attention(uint64_t *state)
 
 static void usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s --server PATH [--puts N] [--seed N] [--keep]\n", argv0);
+    fprintf(stderr,
+            "usage: %s --server PATH [--puts N] [--seed N] [--keep] [--filter SUBSTR]\n"
+            "  one scenario: every run does all of it; --filter reports only the checks whose\n"
+            "  name contains SUBSTR\n",
+            argv0);
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    client_set_program_name("crashtest");
     size_t puts = 500;
+    const char *filter = NULL;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     int keep = 0;
     for (int i = 1; i < argc; i++) {
@@ -1087,6 +1065,8 @@ int main(int argc, char **argv)
             puts = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+            filter = argv[++i];
         else if (!strcmp(argv[i], "--keep"))
             keep = 1;
         else
@@ -1098,11 +1078,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "crashtest: %s is not executable\n", g_server_path);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, "/tmp", "attn-crash-") != 0) {
-        fprintf(stderr, "crashtest: mkdtemp: %s\n", strerror(errno));
+    if (harness_start("crashtest", filter) != 0)
         return 2;
-    }
     snprintf(g_data_dir, sizeof g_data_dir, "%s/data", g_tmpdir);
     snprintf(g_stderr_path, sizeof g_stderr_path, "%s/server.stderr", g_tmpdir);
     g_names = calloc(puts, sizeof *g_names);
@@ -1113,7 +1090,7 @@ int main(int argc, char **argv)
     double started = client_now_seconds();
 
     uint64_t state = seed, killer_seed = client_rng_next(&state);
-    server_start();
+    crash_server_start();
     pthread_t killer;
     if (pthread_create(&killer, NULL, killer_main, &killer_seed) != 0) {
         fprintf(stderr, "crashtest: cannot start the killer thread\n");
@@ -1137,16 +1114,16 @@ int main(int argc, char **argv)
            g_kills, g_kills_in_put, g_kills_in_start, g_starts, g_tmp_leftovers_seen);
     printf("# %zu names sent, %ld acknowledged\n", g_name_count, acked_names);
 
-    report(g_name_count == puts, "puts/all-sent", "only %zu of %zu sets sent in %.0f s",
+    test_check(g_name_count == puts, "puts/all-sent", "only %zu of %zu sets sent in %.0f s",
            g_name_count, puts, PUT_PHASE_LIMIT_S);
-    report(g_kills >= 5 && g_kills_in_put >= 1, "kills/landed",
+    test_check(g_kills >= 5 && g_kills_in_put >= 1, "kills/landed",
            "only %ld kills (%ld during a PUT): the test did not exercise crashes", g_kills,
            g_kills_in_put);
-    report(g_bad_status == 0, "puts/status", "%ld PUTs answered neither 200/201 nor at all; "
+    test_check(g_bad_status == 0, "puts/status", "%ld PUTs answered neither 200/201 nor at all; "
            "first: %s", g_bad_status, g_first_bad_status);
-    report(g_created_mismatch == 0, "puts/created-flag", "%ld; first: %s", g_created_mismatch,
+    test_check(g_created_mismatch == 0, "puts/created-flag", "%ld; first: %s", g_created_mismatch,
            g_first_created_mismatch);
-    report(g_restart_tmp_failures == 0 && g_restart_quarantine_failures == 0,
+    test_check(g_restart_tmp_failures == 0 && g_restart_quarantine_failures == 0,
            "restarts/clean-directory", "%ld with .tmp files, %ld with quarantined files; first: %s",
            g_restart_tmp_failures, g_restart_quarantine_failures, g_first_restart_problem);
 
@@ -1159,41 +1136,36 @@ int main(int argc, char **argv)
         server_reap(1);
     } else if (server_reap(0) == 0) {
         int ok = server_stop_gracefully(why, sizeof why);
-        report(ok, "server/sigterm-after-crashes", "%s", why);
+        test_check(ok, "server/sigterm-after-crashes", "%s", why);
     }
     long tmp_before = count_entries(g_data_dir, ".tmp.");
     if (server_start_once() != 0) {
-        report(0, "final/start", "the server did not start for the final check (%s)",
+        test_check(0, "final/start", "the server did not start for the final check (%s)",
                g_first_death);
     } else {
         char qdir[400];
         snprintf(qdir, sizeof qdir, "%s/quarantine", g_data_dir);
         long tmp_after = count_entries(g_data_dir, ".tmp.");
         long quarantined = count_entries(qdir, "");
-        report(tmp_after == 0, "final/no-tmp-files", "%ld .tmp.* files after the restart (%ld before)",
+        test_check(tmp_after == 0, "final/no-tmp-files", "%ld .tmp.* files after the restart (%ld before)",
                tmp_after, tmp_before);
-        report(quarantined <= 0, "final/quarantine-empty", "%ld file(s) in quarantine/",
+        test_check(quarantined <= 0, "final/quarantine-empty", "%ld file(s) in quarantine/",
                quarantined);
         check_list();
         check_every_set();
         check_attention(&state);
         int ok = server_stop_gracefully(why, sizeof why);
-        report(ok, "final/sigterm-exit-0", "%s", why);
+        test_check(ok, "final/sigterm-exit-0", "%s", why);
     }
-    report(g_live_errors == 0, "server/answers-while-alive", "%ld request(s) failed on a live "
+    test_check(g_live_errors == 0, "server/answers-while-alive", "%ld request(s) failed on a live "
            "server; first: %s", g_live_errors, g_first_live_error);
-    report(g_unexpected_deaths == 0, "server/no-unexpected-deaths", "%ld; first: %s",
+    test_check(g_unexpected_deaths == 0, "server/no-unexpected-deaths", "%ld; first: %s",
            g_unexpected_deaths, g_first_death);
     char first[400];
     long reports = client_count_sanitizer_lines(g_stderr_path, first, sizeof first);
-    report(reports == 0, "server/no-sanitizer-reports", "%ld line(s); first: %s", reports, first);
+    test_check(reports == 0, "server/no-sanitizer-reports", "%ld line(s); first: %s", reports, first);
     printf("# total %.1f s\n", client_now_seconds() - started);
 
-    if (g_failed == 0 && !keep)
-        client_remove_tree(g_tmpdir);
-    else
-        printf("# kept %s for inspection\n", g_tmpdir);
     free(g_names);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return harness_finish(keep);
 }

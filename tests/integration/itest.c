@@ -1,5 +1,6 @@
 /*
- * itest.c - the integration runner's main program and test bookkeeping. It starts the
+ * itest.c - the integration runner's main program: its groups of tests and their order (the
+ * test bookkeeping is harness.c's, shared with the other integration programs). It starts the
  * real attention-server binary on free loopback ports and holds it, over HTTP, to the
  * behaviour that api/openapi.yaml and README.md describe.
  *
@@ -43,160 +44,6 @@
  */
 #include "itest.h"
 
-static int g_passed;
-static int g_failed;
-static const char *g_filter; /* --filter SUBSTR, or NULL for every test */
-
-int test_begin(struct test *t, const char *fmt, ...)
-{
-    memset(t, 0, sizeof *t);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->name, sizeof t->name, fmt, ap);
-    va_end(ap);
-    return g_filter == NULL || strstr(t->name, g_filter) != NULL;
-}
-
-int expect_true(struct test *t, int cond, const char *fmt, ...)
-{
-    if (cond)
-        return 1;
-    if (!t->failed) {
-        t->failed = 1;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(t->reason, sizeof t->reason, fmt, ap);
-        va_end(ap);
-    }
-    return 0;
-}
-
-void test_detail(struct test *t, const char *fmt, ...)
-{
-    size_t used = strlen(t->detail);
-    if (used + 2 >= sizeof t->detail)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->detail + used, sizeof t->detail - used - 1, fmt, ap);
-    va_end(ap);
-    used = strlen(t->detail);
-    t->detail[used] = '\n';
-    t->detail[used + 1] = '\0';
-}
-
-void test_end(struct test *t)
-{
-    if (t->failed) {
-        printf("FAIL %s: %s\n", t->name, t->reason);
-        if (t->detail[0] != '\0')
-            printf("%s", t->detail);
-        g_failed++;
-    } else {
-        printf("ok   %s\n", t->name);
-        g_passed++;
-    }
-    fflush(stdout);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Small utilities                                                                       */
-/* ------------------------------------------------------------------------------------ */
-
-/* Private directory for bodies, headers and server logs; kept short so paths built
- * from it always fit in PATH_MAX. */
-char g_tmpdir[256];
-
-const char *find_case_insensitive(const char *haystack, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (; *haystack != '\0'; haystack++)
-        if (strncasecmp(haystack, needle, n) == 0)
-            return haystack;
-    return n == 0 ? haystack : NULL;
-}
-
-void body_snippet(const char *body, size_t len, char *out, size_t cap)
-{
-    size_t n = 0;
-    while (len > 0 && (body[len - 1] == '\n' || body[len - 1] == '\r' || body[len - 1] == ' '))
-        len--;
-    for (size_t i = 0; i < len && n + 4 < cap && i < 300; i++) {
-        unsigned char c = (unsigned char)body[i];
-        out[n++] = (c >= 32 && c < 127) ? (char)c : '.';
-    }
-    if (len > 300 && n + 4 < cap) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = '\0';
-}
-
-char **dir_entries(const char *dir, size_t *count)
-{
-    *count = 0;
-    struct dirent **entries = NULL;
-    int n = scandir(dir, &entries, NULL, alphasort);
-    if (n < 0)
-        return NULL;
-    char **names = client_xcalloc((size_t)n + 1, sizeof *names);
-    for (int i = 0; i < n; i++) {
-        if (strcmp(entries[i]->d_name, ".") != 0 && strcmp(entries[i]->d_name, "..") != 0) {
-            names[*count] = client_xcalloc(strlen(entries[i]->d_name) + 1, 1);
-            strcpy(names[*count], entries[i]->d_name);
-            (*count)++;
-        }
-        free(entries[i]);
-    }
-    free(entries);
-    return names;
-}
-
-char **list_json_files(const char *dir, size_t *count)
-{
-    char **names = dir_entries(dir, count);
-    size_t kept = 0;
-    for (size_t i = 0; names != NULL && names[i] != NULL; i++) {
-        size_t len = strlen(names[i]);
-        if (len > 5 && strcmp(names[i] + len - 5, ".json") == 0)
-            names[kept++] = names[i];
-        else
-            free(names[i]);
-    }
-    if (names != NULL)
-        names[kept] = NULL;
-    *count = kept;
-    return names;
-}
-
-void free_name_list(char **names)
-{
-    if (names == NULL)
-        return;
-    for (size_t i = 0; names[i] != NULL; i++)
-        free(names[i]);
-    free(names);
-}
-
-char **list_test_files(const char *dir, const char *test_name, const char *what, size_t *count)
-{
-    struct test t;
-    char **files = list_json_files(dir, count);
-    if (test_begin(&t, "%s", test_name)) {
-        expect_true(&t, files != NULL && *count > 0, "no *.json %s in %s", what, dir);
-        test_end(&t);
-    }
-    return files;
-}
-
-int any_selected(const char *const *names)
-{
-    for (size_t i = 0; names[i] != NULL; i++)
-        if (g_filter == NULL || strstr(names[i], g_filter) != NULL)
-            return 1;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Main                                                                                 */
 /* ------------------------------------------------------------------------------------ */
@@ -236,8 +83,7 @@ static void usage(FILE *to, const char *argv0)
 
 int main(int argc, char **argv)
 {
-    client_set_program_name("itest");
-    const char *fixtures = NULL, *cases = NULL, *examples = "api/examples";
+    const char *filter = NULL, *fixtures = NULL, *cases = NULL, *examples = "api/examples";
     for (int i = 1; i < argc; i += 2) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0) {
@@ -252,7 +98,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--examples") == 0 && value != NULL) {
             examples = value;
         } else if (strcmp(argv[i], "--filter") == 0 && value != NULL) {
-            g_filter = value;
+            filter = value;
         } else {
             usage(stderr, argv[0]);
             return 2;
@@ -263,13 +109,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    signal(SIGPIPE, SIG_IGN);
-    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, NULL, "itest.") != 0) {
-        fprintf(stderr, "itest: cannot create a temporary directory: %s\n", strerror(errno));
+    if (harness_start("itest", filter) != 0)
         return 2;
-    }
-    if (access(g_server_path, X_OK) != 0)
-        fprintf(stderr, "itest: warning: %s is not an executable file\n", g_server_path);
 
     struct itest_paths paths = {fixtures, cases, examples};
     for (size_t i = 0; i < GROUP_COUNT; i++)
@@ -282,10 +123,5 @@ int main(int argc, char **argv)
         if (g_groups[i].own_servers)
             g_groups[i].run(&paths);
 
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    if (g_failed > 0)
-        fprintf(stderr, "itest: kept server logs in %s\n", g_tmpdir);
-    else
-        client_remove_tree(g_tmpdir); /* it holds only files this program created */
-    return g_failed > 0 ? 1 : 0;
+    return harness_finish(0);
 }

@@ -1,9 +1,11 @@
 /*
- * itest.h - what the files of the integration runner share: the test bookkeeping (one
- * struct test per named test, counted by test_end), the servers under test, HTTP and
- * expectation helpers, weight-set helpers, and the entry point of every group of tests.
- * The runner is an ordinary client program: it starts the real attention-server binary
- * and speaks HTTP to it through client.c; nothing here links with the server's code.
+ * itest.h - the integration harness that every integration program (itest, v2test,
+ * crashtest, hostile, sharetest) is built on: the test bookkeeping (one struct test per
+ * named test, counted by test_end; harness.c), the servers under test (itest_server.c), HTTP
+ * and expectation helpers (itest_expect.c), weight-set helpers (itest_sets.c), and the entry
+ * point of every group of itest's tests.
+ * The programs are ordinary clients: they start the real attention-server binary and speak
+ * HTTP to it through client.c; nothing here links with the server's code.
  * Every function below reports a failed expectation into the caller's struct test and
  * returns 0 (or NULL); JSON values it returns are new references the caller releases.
  */
@@ -87,6 +89,11 @@ struct server {
     char stderr_path[PATH_MAX];
     char data_dir[512];      /* --data-dir; "" means data-LABEL in the temporary directory */
     char base_url[512];      /* "http://HOST:PORT" from the banner */
+    int port;                /* PORT of base_url */
+    int append_stderr;       /* a restart adds to the stderr file instead of emptying it */
+    int any_exit_status;     /* set by a test whose SIGTERM may end the server with another
+                                status than 0 (the shutdown watchdog's 1): then only the
+                                exit within the time is checked */
     char start_error[1024];
 };
 
@@ -104,8 +111,42 @@ struct store_snapshot {
 };
 
 /* ------------------------------------------------------------------------------------ */
-/* Test bookkeeping and small utilities (itest.c)                                       */
+/* Test bookkeeping and small utilities (harness.c)                                     */
 /* ------------------------------------------------------------------------------------ */
+
+/*
+ * Starts a program's run: its name for messages, the --filter SUBSTR it was given (NULL:
+ * every test), SIGPIPE ignored, the private temporary directory g_tmpdir.  Set
+ * g_server_path before, so that a path that is not executable is warned about.  Returns -1
+ * (after saying why) when the directory cannot be made.
+ */
+int harness_start(const char *program, const char *filter);
+
+/* Returns 1 when --filter selects the test of that name. */
+int harness_selected(const char *name);
+
+/*
+ * Returns 1 when the steps of a program's group GROUP (whose tests are named "GROUP/...")
+ * are to run: always, unless --filter has a slash and does not start with "GROUP/".  So
+ * "--filter crash/" runs only that group, "--filter torn" every group, reporting only the
+ * tests whose name contains "torn".
+ */
+int harness_group_wanted(const char *group);
+
+/* A test that is one check: reports the test NAME, failed with the formatted reason
+ * unless ok. */
+__attribute__((format(printf, 3, 4)))
+void test_check(int ok, const char *name, const char *fmt, ...);
+
+/* The failures counted so far. */
+int harness_failures(void);
+
+/*
+ * Prints "N passed, N failed", removes g_tmpdir unless something failed or keep is set
+ * (then it says where the server logs are) and returns the exit status: 0, or 1 when a
+ * test failed.
+ */
+int harness_finish(int keep);
 
 /* Starts test t named by the format; returns 0 when --filter leaves it out. */
 __attribute__((format(printf, 2, 3)))
@@ -119,7 +160,8 @@ int expect_true(struct test *t, int cond, const char *fmt, ...);
 __attribute__((format(printf, 2, 3)))
 void test_detail(struct test *t, const char *fmt, ...);
 
-/* Prints the verdict of t and counts it. */
+/* Prints the verdict of t and counts it; a test --filter leaves out is neither, unless its
+ * name starts with "server/" (the checks of every started server's start and exit). */
 void test_end(struct test *t);
 
 /* Private directory for bodies, headers and server logs; kept short so paths built
@@ -195,12 +237,14 @@ int test_start(struct test *t, enum server_id id, struct server **s, const char 
 /*
  * Waits for a server that was sent SIGTERM and reports three tests: it exits with status
  * 0 within SHUTDOWN_TIMEOUT_S, its stderr has no sanitizer report, and its stdout held
- * exactly the one banner line.
+ * exactly the one banner line.  Returns 1 when it exited by itself within the time (with
+ * any status), 0 when it had to be killed.
  */
-void server_wait_exit(struct server *s);
+int server_wait_exit(struct server *s);
 
-/* Stops a server with SIGTERM and reports the three tests of server_wait_exit. */
-void server_stop(struct server *s);
+/* Stops a server with SIGTERM and reports the three tests of server_wait_exit, whose
+ * answer it returns. */
+int server_stop(struct server *s);
 
 /* Runs argv (no shell; argv[0] looked up in PATH) with stdout and stderr to /dev/null, in
  * the environment envp (NULL: this process's), and returns its exit status, or -1 when it

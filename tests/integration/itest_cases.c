@@ -128,7 +128,7 @@ static int case_well_formed(struct test *t, const json_t *c)
                                             "body_file", "headers", "server", "pad_to_bytes", "expect", NULL};
     static const char *const expect_keys[] = {"status", "code", "field", "header_contains", "header_equals",
                                               "header_lacks", "headers_present", "json", "body_empty", "set_file",
-                                              "store_unchanged", NULL};
+                                              "store_unchanged", "error_contains", NULL};
     const json_t *expect = json_object_get(c, "expect");
     const json_t *status = json_object_get(expect, "status");
     const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
@@ -138,6 +138,11 @@ static int case_well_formed(struct test *t, const json_t *c)
     const json_t *raw = json_object_get(c, "raw_body"), *file = json_object_get(c, "body_file");
     const json_t *headers = json_object_get(c, "headers"), *present = json_object_get(expect, "headers_present");
     const json_t *members = json_object_get(expect, "json"), *set_file = json_object_get(expect, "set_file");
+    /* v2 errors are the protocol's {"error": "text"}: no code or field to compare, and
+     * error_contains only there. */
+    const char *path = json_string_value(json_object_get(c, "path"));
+    int v2 = path != NULL && strncmp(path, "/v2", 3) == 0;
+    const json_t *contains = json_object_get(expect, "error_contains");
     return expect_true(t, json_is_object(c) && json_is_string(json_object_get(c, "name")),
                        "malformed case: not an object with a \"name\"") &&
            expect_true(t, bad_case_key == NULL, "malformed case: unknown key \"%s\"", bad_case_key) &&
@@ -157,7 +162,11 @@ static int case_well_formed(struct test *t, const json_t *c)
            expect_true(t, present == NULL || strings_or_string(present),
                        "malformed case: expect.headers_present is not an array of names") &&
            expect_true(t, members == NULL || json_is_object(members), "malformed case: expect.json is not an object") &&
-           expect_true(t, set_file == NULL || json_is_string(set_file), "malformed case: expect.set_file is not a string");
+           expect_true(t, set_file == NULL || json_is_string(set_file), "malformed case: expect.set_file is not a string") &&
+           expect_true(t, contains == NULL || (v2 && json_is_string(contains)),
+                       "malformed case: expect.error_contains is for a /v2 path, and a string") &&
+           expect_true(t, !v2 || (json_object_get(expect, "code") == NULL && json_object_get(expect, "field") == NULL),
+                       "malformed case: a /v2 error has no code or field (use expect.error_contains)");
 }
 
 /* The server a case names: "default" when it names none; returns -1 for an unknown name. */
@@ -253,6 +262,21 @@ static void expect_case_error(struct test *t, const struct client_response *r, c
                     "error.field is %s%s%s, expected \"%s\"", got_field ? "\"" : "",
                     got_field ? json_string_value(got_field) : "absent", got_field ? "\"" : "",
                     json_string_value(want_field));
+}
+
+/* Checks the error body of an answer to a /v2 path: the protocol's {"error": "text"}, a
+ * non-empty text that contains expect.error_contains when given. */
+static void expect_case_v2_error(struct test *t, const struct client_response *r, const json_t *expect,
+                                 json_t **response)
+{
+    expect_header_contains(t, r, "Content-Type", "application/json");
+    *response = response_json(r);
+    const char *text = json_string_value(json_object_get(*response, "error"));
+    if (!expect_true(t, text != NULL && text[0] != '\0', "the body is not {\"error\": non-empty string}"))
+        return;
+    const char *want = json_string_value(json_object_get(expect, "error_contains"));
+    if (want != NULL)
+        expect_true(t, strstr(text, want) != NULL, "the error \"%s\" does not contain \"%s\"", text, want);
 }
 
 /* Checks every member of expect.json against the body of r, compared by value. */
@@ -381,8 +405,12 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
         expect_true(&t, r.body_len == 0, "the %d answer has a body of %zu bytes", r.status, r.body_len);
 
     /* A HEAD answer has no body to check. */
-    if (r.status >= 400 && strcmp(rq.method, "HEAD") != 0)
-        expect_case_error(&t, &r, expect, &response);
+    if (r.status >= 400 && strcmp(rq.method, "HEAD") != 0) {
+        if (strncmp(rq.path, "/v2", 3) == 0)
+            expect_case_v2_error(&t, &r, expect, &response);
+        else
+            expect_case_error(&t, &r, expect, &response);
+    }
     if (json_object_get(expect, "json") != NULL)
         expect_case_members(&t, &r, json_object_get(expect, "json"), &response);
     if (json_object_get(expect, "set_file") != NULL)

@@ -37,23 +37,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "integration/client.h"
+#include "integration/itest.h"
 
 #define REPLICAS 3
 #define INTERVAL_MS 200
 #define MARGIN_MS 1500
 #define NAMES 3
 
-static const char *g_server_path;
-static char g_tmpdir[256], g_data_dir[300];
-static int g_passed, g_failed;
+static char g_data_dir[300];
 
+/* One of the servers on the shared directory; the harness's server with a letter. */
 struct replica {
     char label;
-    pid_t pid;
-    int stdout_fd;
-    char base_url[128];
-    char stderr_path[320];
+    struct server srv;
+    struct server_kind kind;
+    char name[2];
 };
 static struct replica g_rep[REPLICAS];
 
@@ -81,55 +79,50 @@ static void detail(const char *fmt, ...)
     pthread_mutex_unlock(&g_detail_lock);
 }
 
+/* Reports the test name with the detail() lines gathered since the last report. */
 static void report(const char *name, int ok)
 {
-    printf("%s %s\n", ok ? "ok" : "FAIL", name);
-    if (!ok) {
-        char *line = strtok(g_detail, "\n");
-        for (int n = 0; line != NULL && n < 30; n++, line = strtok(NULL, "\n"))
-            printf("    %s\n", line);
-    }
-    fflush(stdout);
+    struct test t;
+    test_begin(&t, "%s", name);
+    expect_true(&t, ok, "see the lines below");
+    char *line = strtok(g_detail, "\n");
+    for (int n = 0; line != NULL && n < 30; n++, line = strtok(NULL, "\n"))
+        test_detail(&t, "    %s", line);
+    test_end(&t);
     g_detail_len = 0;
     g_detail[0] = '\0';
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
 }
 
 /* ---- servers ------------------------------------------------------------- */
 
+/* Starts replica r on the shared directory (itest_server.c reports
+ * "server/LETTER/start"); after a kill, the same stderr file goes on. */
 static int replica_start(struct replica *r)
 {
-    char interval[16];
+    static char interval[16];
     snprintf(interval, sizeof interval, "%d", INTERVAL_MS);
-    const char *argv[] = {g_server_path, "--port", "0", "--host", "127.0.0.1", "--quiet",
-                          "--data-dir", g_data_dir, "--store-sync-interval", interval, NULL};
-    char why[512];
-    r->pid = client_spawn_server(argv, NULL, r->stderr_path, 1, &r->stdout_fd, why, sizeof why);
-    if (r->pid < 0) {
-        detail("replica %c: %s", r->label, why);
+    static const char *args[] = {"--quiet", "--store-sync-interval", interval, NULL};
+    r->name[0] = r->label;
+    r->kind = (struct server_kind){r->name, args, g_no_strings};
+    r->srv.kind = &r->kind;
+    snprintf(r->srv.data_dir, sizeof r->srv.data_dir, "%s", g_data_dir);
+    if (server_start(&r->srv) != 0) {
+        detail("replica %c did not start: %s (see %s)", r->label, r->srv.start_error, r->srv.stderr_path);
         return -1;
     }
-    if (client_read_banner(r->stdout_fd, 20, r->base_url, sizeof r->base_url, NULL, why,
-                           sizeof why) < 0) {
-        detail("replica %c did not start: %s (see %s)", r->label, why, r->stderr_path);
-        client_kill_and_reap(r->pid, NULL);
-        close(r->stdout_fd);
-        r->pid = -1;
-        return -1;
-    }
+    r->srv.append_stderr = 1;
     return 0;
 }
 
+/* Kills replica r with SIGKILL, as a crash would. */
 static void replica_kill(struct replica *r)
 {
-    if (r->pid > 0) {
-        client_kill_and_reap(r->pid, NULL);
-        close(r->stdout_fd);
+    if (r->srv.running) {
+        client_kill_and_reap(r->srv.pid, NULL);
+        close(r->srv.stdout_fd);
+        r->srv.stdout_fd = -1;
+        r->srv.running = 0;
     }
-    r->pid = -1;
 }
 
 /* ---- HTTP ---------------------------------------------------------------- */
@@ -146,7 +139,7 @@ static void call(const struct replica *r, const char *work, const char *method, 
     rq.body_len = body ? strlen(body) : 0;
     rq.headers[0] = header;
     memset(out, 0, sizeof *out);
-    client_http_call(r->base_url, work, &rq, out);
+    client_http_call(r->srv.base_url, work, &rq, out);
 }
 
 /* The body of a set whose wq, wk and wv (2 x 2) all hold value. */
@@ -160,7 +153,7 @@ static void set_body(char *out, size_t len, long value)
 
 /* PUTs name = value on r.  Returns the generation the answer gives, 0 when the
  * PUT failed (status in *status). */
-static long long put_set(const struct replica *r, const char *work, const char *name, long value,
+static long long put_shared_set(const struct replica *r, const char *work, const char *name, long value,
                          int *status)
 {
     char body[512], path[128];
@@ -315,7 +308,7 @@ static int wait_identical(const char *work, const char *path, long ms)
 static void test_visible(const char *work)
 {
     int status, ok = 1;
-    long long gen = put_set(&g_rep[0], work, "shared", 3, &status);
+    long long gen = put_shared_set(&g_rep[0], work, "shared", 3, &status);
     if (gen <= 0) {
         detail("PUT on A answered %d", status);
         report("visible", 0);
@@ -369,7 +362,7 @@ static void test_read_your_writes(const char *work)
 {
     int ok = 1, status, retried = 0;
     for (long round = 1; round <= 15 && ok; round++) {
-        long long gen = put_set(&g_rep[0], work, "ryw", 100 + round, &status);
+        long long gen = put_shared_set(&g_rep[0], work, "ryw", 100 + round, &status);
         if (gen <= 0) {
             detail("round %ld: PUT on A answered %d", round, status);
             ok = 0;
@@ -445,7 +438,7 @@ static void *writer_main(void *arg)
             char name[16];
             snprintf(name, sizeof name, "%s%d", w->prefix, n);
             int status;
-            long long gen = put_set(&g_rep[w->replica], w->work, name, value, &status);
+            long long gen = put_shared_set(&g_rep[w->replica], w->work, name, value, &status);
             w->puts++;
             if (gen > 0) {
                 w->last[n] = value;
@@ -556,7 +549,7 @@ static void test_concurrent(const char *work, double seconds)
 static int removals_only_of_dead(const struct replica *r, const pid_t *killed, size_t n_killed)
 {
     size_t len;
-    char *log = client_read_file(r->stderr_path, &len);
+    char *log = client_read_file(r->srv.stderr_path, &len);
     if (log == NULL)
         return 1;
     int ok = 1;
@@ -616,8 +609,8 @@ static void test_crash(const char *work, uint64_t seed)
         int which = (int)(client_rng_next(&seed) % 3); /* 0: A, 1: B, 2: both */
         for (int i = 0; i < 2; i++)
             if ((which == 2 || which == i) && n_killed < 64) {
-                killed[n_killed++] = g_rep[i].pid;
-                kill(g_rep[i].pid, SIGKILL);
+                killed[n_killed++] = g_rep[i].srv.pid;
+                kill(g_rep[i].srv.pid, SIGKILL);
             }
         g_stop_writers = 1;
         for (int i = 0; i < 2; i++)
@@ -764,16 +757,20 @@ static void test_volume_lost(const char *work)
 
 static void usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s --server PATH [--writer-seconds N] [--seed N] [--keep]\n", argv0);
+    fprintf(stderr,
+            "usage: %s --server PATH [--writer-seconds N] [--seed N] [--keep] [--filter SUBSTR]\n"
+            "  the tests: visible, delete, read-your-writes, concurrent-writers, crash, volume-lost;\n"
+            "  --filter runs only those whose name contains SUBSTR\n",
+            argv0);
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    client_set_program_name("sharetest");
     double writer_seconds = 30;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     int keep = 0;
+    const char *filter = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--server") && i + 1 < argc)
             g_server_path = argv[++i];
@@ -781,6 +778,8 @@ int main(int argc, char **argv)
             writer_seconds = strtod(argv[++i], NULL);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+            filter = argv[++i];
         else if (!strcmp(argv[i], "--keep"))
             keep = 1;
         else
@@ -792,11 +791,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "sharetest: %s is not executable\n", g_server_path);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, "/tmp", "attn-share-") != 0) {
-        fprintf(stderr, "sharetest: mkdtemp: %s\n", strerror(errno));
+    if (harness_start("sharetest", filter) != 0)
         return 2;
-    }
     snprintf(g_data_dir, sizeof g_data_dir, "%s/data", g_tmpdir);
     mkdir(g_data_dir, 0755);
     printf("# seed %llu, server %s, directory %s, sync every %d ms\n", (unsigned long long)seed,
@@ -804,27 +800,28 @@ int main(int argc, char **argv)
     int started = 1;
     for (int i = 0; i < REPLICAS; i++) {
         g_rep[i].label = (char)('A' + i);
-        snprintf(g_rep[i].stderr_path, sizeof g_rep[i].stderr_path, "%s/server-%c.stderr",
-                 g_tmpdir, g_rep[i].label);
         started = started && replica_start(&g_rep[i]) == 0;
     }
     report("three-servers-start", started);
     if (started) {
         char work[300];
         make_work(work, sizeof work, "main");
-        test_visible(work);
-        test_delete(work);
-        test_read_your_writes(work);
-        test_concurrent(work, writer_seconds);
-        test_crash(work, seed);
-        test_volume_lost(work);
+        /* Each test is one group of steps: one that --filter leaves out is not run. */
+        if (harness_selected("visible"))
+            test_visible(work);
+        if (harness_selected("delete"))
+            test_delete(work);
+        if (harness_selected("read-your-writes"))
+            test_read_your_writes(work);
+        if (harness_selected("concurrent-writers"))
+            test_concurrent(work, writer_seconds);
+        if (harness_selected("crash"))
+            test_crash(work, seed);
+        if (harness_selected("volume-lost"))
+            test_volume_lost(work);
     }
     for (int i = 0; i < REPLICAS; i++)
-        replica_kill(&g_rep[i]);
-    if (keep || g_failed)
-        printf("# kept %s\n", g_tmpdir);
-    else
-        client_remove_tree(g_tmpdir);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+        if (g_rep[i].srv.running)
+            server_stop(&g_rep[i].srv);
+    return harness_finish(keep);
 }

@@ -1,10 +1,13 @@
 /*
  * v2test.c - the Open Inference Protocol v2 over the wire: it starts the real server on
- * free loopback ports (client.c) and checks every v2 endpoint, both kinds of model (the
+ * free loopback ports and checks every v2 endpoint, both kinds of model (the
  * built-in "attention" and a stored weight set) with JSON data (flat and nested) and with
  * binary tensors both ways, against the v1 answer for the same numbers and against the
- * float64 reference (tests/ref), then every framing error, the limits, /metrics and
- * draining.
+ * float64 reference (tests/ref), then the framing errors of binary bodies, the limits,
+ * /metrics and draining.  What one request and its answer can say (health, readiness, the
+ * 404s and 405, the CORS preflight, the errors of JSON bodies) is case data instead:
+ * tests/integration/cases/v2.json, run by itest.  Servers, counting and --filter are the
+ * integration harness's (itest.h).
  *
  * The binary requests are built as the protocol text describes them, which is also what
  * the Triton Python HTTP client (tritonclient.http) sends: the JSON header, then each
@@ -14,130 +17,30 @@
  * needs nothing beyond curl and jansson.
  *
  * Output: "ok   NAME" or "FAIL NAME: reason" per test, then "N passed, N failed".
- * Run:   build/v2test --server build/attention-server
+ * Run:   build/v2test --server build/attention-server [--filter SUBSTR]
  */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
-
-#include "../ref/reference.h"
-#include "client.h"
-
-#include <errno.h>
-#include <jansson.h>
-#include <math.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static int g_passed, g_failed;
-static char g_tmpdir[256];
-static const char *g_server_path;
-
-/* ---- tests ----------------------------------------------------------------------------- */
-
-struct test {
-    char name[160];
-    int failed;
-    char reason[1024];
-};
-
-static void test_begin(struct test *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void test_begin(struct test *t, const char *fmt, ...)
-{
-    memset(t, 0, sizeof *t);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->name, sizeof t->name, fmt, ap);
-    va_end(ap);
-}
-
-static int expect(struct test *t, int cond, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int expect(struct test *t, int cond, const char *fmt, ...)
-{
-    if (cond || t->failed)
-        return cond;
-    t->failed = 1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->reason, sizeof t->reason, fmt, ap);
-    va_end(ap);
-    return 0;
-}
-
-static void test_end(struct test *t)
-{
-    if (t->failed) {
-        printf("FAIL %s: %s\n", t->name, t->reason);
-        g_failed++;
-    } else {
-        printf("ok   %s\n", t->name);
-        g_passed++;
-    }
-    fflush(stdout);
-}
+#include "itest.h"
 
 /* ---- servers --------------------------------------------------------------------------- */
 
-struct server {
-    const char *label;
-    pid_t pid;
-    int running;
-    char base_url[256];
-    char stderr_path[512];
-};
+/* The kinds of server this suite starts (itest_server.c starts and stops them). */
+static const char *const g_default_args[] = {"--quiet", NULL};
+static const char *const g_small_limits_args[] = {"--quiet", "--max-body", "8K", "--max-elements", "1000", NULL};
+static const char *const g_small_memory_args[] = {"--quiet", "--max-request-memory", "1M", NULL};
+/* The drain test's grace is far longer than its upload and computation take on a busy
+ * machine: it checks what is answered while draining, not how fast. */
+static const char *const g_drain_args[] = {"--quiet", "--shutdown-grace", "60", NULL};
+static const struct server_kind g_default_kind = {"default", g_default_args, g_no_strings};
+static const struct server_kind g_small_limits_kind = {"small-limits", g_small_limits_args, g_no_strings};
+static const struct server_kind g_small_memory_kind = {"small-memory", g_small_memory_args, g_no_strings};
+static const struct server_kind g_drain_kind = {"drain", g_drain_args, g_no_strings};
 
-/* Starts the server with extra flags (NULL-terminated); reports "server/LABEL/start". */
-static int server_start(struct server *s, const char *label, const char *const *extra)
+/* Starts a server of that kind; reports "server/LABEL/start". Returns 0 when it is up. */
+static int v2_server_start(struct server *s, const struct server_kind *kind)
 {
-    struct test t;
-    test_begin(&t, "server/%s/start", label);
     memset(s, 0, sizeof *s);
-    s->label = label;
-    char data_dir[512];
-    snprintf(data_dir, sizeof data_dir, "%s/data-%s", g_tmpdir, label);
-    snprintf(s->stderr_path, sizeof s->stderr_path, "%s/server-%s.stderr", g_tmpdir, label);
-    const char *argv[32] = {g_server_path, "--port", "0", "--host", "127.0.0.1", "--data-dir", data_dir,
-                            "--quiet"};
-    size_t argc = 8;
-    for (size_t i = 0; extra[i] != NULL && argc < 31; i++)
-        argv[argc++] = extra[i];
-    argv[argc] = NULL;
-    char why[512] = "";
-    int fd = -1;
-    s->pid = client_spawn_server(argv, NULL, s->stderr_path, 0, &fd, why, sizeof why);
-    if (s->pid > 0 && client_read_banner(fd, 10.0, s->base_url, sizeof s->base_url, NULL, why, sizeof why) > 0)
-        s->running = 1;
-    else if (s->pid > 0)
-        client_kill_and_reap(s->pid, NULL);
-    if (fd >= 0)
-        close(fd);
-    expect(&t, s->running, "%s", why);
-    test_end(&t);
-    return s->running ? 0 : -1;
-}
-
-/* SIGTERM; the server must exit 0 within 15 s without a sanitizer report. */
-static void server_stop(struct server *s)
-{
-    if (!s->running)
-        return;
-    struct test t;
-    test_begin(&t, "server/%s/clean-exit", s->label);
-    kill(s->pid, SIGTERM);
-    int status = 0;
-    int done = client_wait_exit(s->pid, 15.0, &status);
-    s->running = 0;
-    expect(&t, done == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d (done %d)", status,
-           done);
-    char first[320];
-    expect(&t, client_count_sanitizer_lines(s->stderr_path, first, sizeof first) == 0, "sanitizer: %s", first);
-    test_end(&t);
+    s->kind = kind;
+    return server_start(s);
 }
 
 /* ---- requests -------------------------------------------------------------------------- */
@@ -309,19 +212,19 @@ struct answer {
 static int answer_parse(struct test *t, const struct client_response *r, struct answer *a)
 {
     memset(a, 0, sizeof *a);
-    if (!expect(t, r->status == 200, "status %d: %.300s", r->status, r->body))
+    if (!expect_true(t, r->status == 200, "status %d: %.300s", r->status, r->body))
         return -1;
     const char *hl = client_header(r, "Inference-Header-Content-Length");
     size_t json_len = hl ? strtoull(hl, NULL, 10) : r->body_len;
-    if (!expect(t, json_len <= r->body_len, "Inference-Header-Content-Length %zu past the body", json_len))
+    if (!expect_true(t, json_len <= r->body_len, "Inference-Header-Content-Length %zu past the body", json_len))
         return -1;
     a->header = json_loadb(r->body, json_len, 0, NULL);
     a->bin = (const unsigned char *)r->body + json_len;
     a->bin_len = r->body_len - json_len;
     if (hl != NULL)
-        expect(t, strstr(client_header(r, "Content-Type") ? client_header(r, "Content-Type") : "",
+        expect_true(t, strstr(client_header(r, "Content-Type") ? client_header(r, "Content-Type") : "",
                          "application/octet-stream") != NULL, "binary answer without octet-stream type");
-    return expect(t, a->header != NULL, "answer header is not JSON: %.200s", r->body) ? 0 : -1;
+    return expect_true(t, a->header != NULL, "answer header is not JSON: %.200s", r->body) ? 0 : -1;
 }
 
 /* Reads output `name` of a (JSON data or binary) into a new array of its element count,
@@ -340,17 +243,17 @@ static double *answer_output(struct test *t, const struct answer *a, const char 
             continue;
         }
         const char *dt = json_string_value(json_object_get(o, "datatype"));
-        if (!expect(t, dt && !strcmp(dt, fp32 ? "FP32" : "FP64"), "output %s datatype %s", name, dt ? dt : "?"))
+        if (!expect_true(t, dt && !strcmp(dt, fp32 ? "FP32" : "FP64"), "output %s datatype %s", name, dt ? dt : "?"))
             return NULL;
         json_t *shape = json_object_get(o, "shape");
         int shape_ok = json_array_size(shape) == rank;
         for (size_t d = 0; shape_ok && d < rank; d++)
             shape_ok = (size_t)json_integer_value(json_array_get(shape, d)) == dims[d];
-        if (!expect(t, shape_ok, "output %s has the wrong shape", name))
+        if (!expect_true(t, shape_ok, "output %s has the wrong shape", name))
             return NULL;
         double *x = client_xcalloc(n, sizeof *x);
         if (bs != NULL) {
-            if (!expect(t, size == n * (fp32 ? 4 : 8) && offset + size <= a->bin_len,
+            if (!expect_true(t, size == n * (fp32 ? 4 : 8) && offset + size <= a->bin_len,
                         "output %s: binary_data_size %zu for %zu elements", name, size, n)) {
                 free(x);
                 return NULL;
@@ -374,7 +277,7 @@ static double *answer_output(struct test *t, const struct answer *a, const char 
             return x;
         }
         json_t *data = json_object_get(o, "data");
-        if (!expect(t, json_array_size(data) == n, "output %s: data has %zu elements, want %zu", name,
+        if (!expect_true(t, json_array_size(data) == n, "output %s: data has %zu elements, want %zu", name,
                     json_array_size(data), n)) {
             free(x);
             return NULL;
@@ -383,7 +286,7 @@ static double *answer_output(struct test *t, const struct answer *a, const char 
             x[j] = json_number_value(json_array_get(data, j));
         return x;
     }
-    expect(t, 0, "no output %s in the answer", name);
+    expect_true(t, 0, "no output %s in the answer", name);
     return NULL;
 }
 
@@ -414,13 +317,13 @@ static double max_diff(const double *a, const double *b, size_t n)
 }
 
 /* Checks an error answer: the status, {"error": string} naming `field`. */
-static void expect_error(struct test *t, const struct client_response *r, int status, const char *field)
+static void expect_v2_error(struct test *t, const struct client_response *r, int status, const char *field)
 {
-    expect(t, r->status == status, "status %d, want %d: %.300s", r->status, status, r->body);
+    expect_true(t, r->status == status, "status %d, want %d: %.300s", r->status, status, r->body);
     json_t *b = json_loadb(r->body, r->body_len, 0, NULL);
     json_t *e = json_object_get(b, "error");
-    if (expect(t, json_is_string(e), "no {\"error\": string} body: %.300s", r->body) && field != NULL)
-        expect(t, strstr(json_string_value(e), field) != NULL, "error does not name %s: %s", field,
+    if (expect_true(t, json_is_string(e), "no {\"error\": string} body: %.300s", r->body) && field != NULL)
+        expect_true(t, strstr(json_string_value(e), field) != NULL, "error does not name %s: %s", field,
                json_string_value(e));
     json_decref(b);
 }
@@ -430,7 +333,7 @@ static void expect_error(struct test *t, const struct client_response *r, int st
 static uint64_t g_rng = 20240607u;
 
 /* Values that are exact in float32, so FP32 and FP64 requests carry the same numbers. */
-static double *random_values(size_t n, double scale)
+static double *v2_random_values(size_t n, double scale)
 {
     double *x = client_xcalloc(n, sizeof *x);
     for (size_t i = 0; i < n; i++)
@@ -451,9 +354,9 @@ static json_t *get_json(struct test *t, const struct server *s, const char *path
 {
     struct client_response r;
     get(s, path, &r);
-    expect(t, r.status == status, "GET %s: status %d, want %d: %.200s", path, r.status, status, r.body);
+    expect_true(t, r.status == status, "GET %s: status %d, want %d: %.200s", path, r.status, status, r.body);
     json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-    expect(t, j != NULL, "GET %s: body is not JSON", path);
+    expect_true(t, j != NULL, "GET %s: body is not JSON", path);
     client_response_free(&r);
     return j;
 }
@@ -479,84 +382,38 @@ static void run_endpoint_tests(const struct server *s)
         int found = 0;
         for (size_t k = 0; k < json_array_size(ext); k++)
             found |= !strcmp(json_string_value(json_array_get(ext, k)) ?: "", "binary_tensor_data");
-        expect(&t, json_is_string(json_object_get(j, "name")) && json_is_string(json_object_get(j, "version")),
+        expect_true(&t, json_is_string(json_object_get(j, "name")) && json_is_string(json_object_get(j, "version")),
                "name or version missing");
-        expect(&t, found, "extensions lack binary_tensor_data");
+        expect_true(&t, found, "extensions lack binary_tensor_data");
         json_decref(j);
         test_end(&t);
     }
-    test_begin(&t, "endpoint/health-live");
-    j = get_json(&t, s, "/v2/health/live", 200);
-    expect(&t, json_is_true(json_object_get(j, "live")), "live is not true");
-    json_decref(j);
-    test_end(&t);
-    test_begin(&t, "endpoint/health-ready");
-    j = get_json(&t, s, "/v2/health/ready", 200);
-    expect(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
-    json_decref(j);
-    test_end(&t);
-
     const char *meta_paths[] = {"/v2/models/attention", "/v2/models/attention/versions/1"};
     for (int i = 0; i < 2; i++) {
         test_begin(&t, "endpoint/model-metadata %s", meta_paths[i]);
         j = get_json(&t, s, meta_paths[i], 200);
-        expect(&t, !strcmp(json_string_value(json_object_get(j, "name")) ?: "", "attention"), "name");
-        expect(&t, json_is_string(json_object_get(j, "platform")), "no platform");
+        expect_true(&t, !strcmp(json_string_value(json_object_get(j, "name")) ?: "", "attention"), "name");
+        expect_true(&t, json_is_string(json_object_get(j, "platform")), "no platform");
         const char *ins[] = {"q", "k", "v", "mask"};
         for (int k = 0; k < 4; k++) {
             json_t *m = meta_find(json_object_get(j, "inputs"), ins[k]);
-            expect(&t, m != NULL, "input %s missing", ins[k]);
+            expect_true(&t, m != NULL, "input %s missing", ins[k]);
             json_t *shape = json_object_get(m, "shape");
-            expect(&t, json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == -1,
+            expect_true(&t, json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == -1,
                    "input %s: shape not variable", ins[k]);
         }
-        expect(&t, meta_find(json_object_get(j, "outputs"), "output") &&
+        expect_true(&t, meta_find(json_object_get(j, "outputs"), "output") &&
                        meta_find(json_object_get(j, "outputs"), "attention"), "outputs missing");
         json_decref(j);
         test_end(&t);
     }
-    test_begin(&t, "endpoint/model-ready");
-    j = get_json(&t, s, "/v2/models/attention/ready", 200);
-    expect(&t, json_is_true(json_object_get(j, "ready")), "ready is not true");
-    json_decref(j);
-    test_end(&t);
     test_begin(&t, "endpoint/model-config");
     j = get_json(&t, s, "/v2/models/attention/versions/1/config", 200);
-    expect(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
+    expect_true(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
                    json_is_integer(json_object_get(j, "max_batch_size")), "max_batch_size");
-    expect(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 2,
+    expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 2,
            "input/output lists");
     json_decref(j);
-    test_end(&t);
-
-    const char *missing[] = {"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/nosuch/config",
-                             "/v2/models/attention/versions/2", "/v2/models/attention/versions/7/ready"};
-    for (int i = 0; i < 5; i++) {
-        struct client_response r;
-        test_begin(&t, "endpoint/404 %s", missing[i]);
-        get(s, missing[i], &r);
-        expect_error(&t, &r, 404, NULL);
-        client_response_free(&r);
-        test_end(&t);
-    }
-    struct client_response r;
-    test_begin(&t, "endpoint/405-get-infer");
-    get(s, "/v2/models/attention/infer", &r);
-    expect_error(&t, &r, 405, NULL);
-    expect(&t, client_header(&r, "Allow") && strstr(client_header(&r, "Allow"), "POST"), "no Allow: POST");
-    client_response_free(&r);
-    test_end(&t);
-    test_begin(&t, "endpoint/cors-preflight");
-    struct client_request rq = {.method = "OPTIONS", .path = "/v2/models/attention/infer",
-                                .headers = {"Origin: https://page.example", "Access-Control-Request-Method: POST",
-                                            "Access-Control-Request-Headers: inference-header-content-length"}};
-    client_http_call(s->base_url, g_tmpdir, &rq, &r);
-    expect(&t, r.status == 204, "status %d", r.status);
-    const char *ah = client_header(&r, "Access-Control-Allow-Headers");
-    expect(&t, ah && strstr(ah, "Inference-Header-Content-Length"), "Allow-Headers: %s", ah ? ah : "(none)");
-    const char *eh = client_header(&r, "Access-Control-Expose-Headers");
-    expect(&t, eh && strstr(eh, "Inference-Header-Content-Length"), "Expose-Headers: %s", eh ? eh : "(none)");
-    client_response_free(&r);
     test_end(&t);
 }
 
@@ -583,12 +440,12 @@ static void compare_all(struct test *t, const char *what, const double *got, con
 {
     double *v1 = client_xcalloc(n, sizeof *v1);
     size_t pos = 0;
-    if (expect(t, flatten(v1_member, v1, n, &pos) == 0 && pos == n, "v1 %s has not %zu numbers", what, n)) {
+    if (expect_true(t, flatten(v1_member, v1, n, &pos) == 0 && pos == n, "v1 %s has not %zu numbers", what, n)) {
         double d = max_diff(got, v1, n);
-        expect(t, d <= (fp32 ? 1e-6 : 1e-12), "%s differs from v1's by %g", what, d);
+        expect_true(t, d <= (fp32 ? 1e-6 : 1e-12), "%s differs from v1's by %g", what, d);
     }
     double dr = max_diff(got, ref, n);
-    expect(t, dr <= (fp32 ? 1e-4 : 1e-9), "%s differs from the reference by %g", what, dr);
+    expect_true(t, dr <= (fp32 ? 1e-4 : 1e-9), "%s differs from the reference by %g", what, dr);
     free(v1);
 }
 
@@ -597,8 +454,8 @@ static void run_attention_tests(const struct server *s)
     for (size_t c = 0; c < sizeof g_cases / sizeof g_cases[0]; c++) {
         const struct attn_case *ac = &g_cases[c];
         size_t B = ac->batch ? ac->batch : 1, H = ac->heads ? ac->heads : 1;
-        double *q = random_values(B * ac->lq * ac->dk, 1.5), *k = random_values(B * ac->lk * ac->dk, 1.5);
-        double *v = random_values(B * ac->lk * ac->dv, 2.0);
+        double *q = v2_random_values(B * ac->lq * ac->dk, 1.5), *k = v2_random_values(B * ac->lk * ac->dk, 1.5);
+        double *v = v2_random_values(B * ac->lk * ac->dv, 2.0);
         double *mask = client_xcalloc(ac->lq * ac->lk, sizeof *mask);
         unsigned char *mask_b = client_xcalloc(B * ac->lq * ac->lk, 1);
         for (size_t i = 0; i < ac->lq * ac->lk; i++)
@@ -664,7 +521,7 @@ static void run_attention_tests(const struct server *s)
                     struct test t;
                     test_begin(&t, "infer/attention/%s/%s/%s/%s", ac->label, fp32 ? "FP32" : "FP64",
                                enc_names[enc], bin_out ? "binary-out" : "json-out");
-                    expect(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
+                    expect_true(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
                     json_t *params = json_object();
                     if (ac->heads)
                         json_object_set_new(params, "heads", json_integer((json_int_t)ac->heads));
@@ -686,11 +543,11 @@ static void run_attention_tests(const struct server *s)
                     free(b.data);
                     struct answer a;
                     if (answer_parse(&t, &r2, &a) == 0) {
-                        expect(&t, !strcmp(json_string_value(json_object_get(a.header, "model_name")) ?: "",
+                        expect_true(&t, !strcmp(json_string_value(json_object_get(a.header, "model_name")) ?: "",
                                            "attention"), "model_name");
-                        expect(&t, !strcmp(json_string_value(json_object_get(a.header, "id")) ?: "", "v2test"),
+                        expect_true(&t, !strcmp(json_string_value(json_object_get(a.header, "id")) ?: "", "v2test"),
                                "id not echoed");
-                        expect(&t, (client_header(&r2, "Inference-Header-Content-Length") != NULL) == bin_out,
+                        expect_true(&t, (client_header(&r2, "Inference-Header-Content-Length") != NULL) == bin_out,
                                "Inference-Header-Content-Length %s", bin_out ? "missing" : "present");
                         double *o = answer_output(&t, &a, "output", fp32, out_d, out_rank);
                         double *at = answer_output(&t, &a, "attention", fp32, attn_d, attn_rank);
@@ -715,7 +572,7 @@ static void run_attention_tests(const struct server *s)
     /* Only the output named: no attention in the answer. */
     struct test t;
     test_begin(&t, "infer/attention/outputs-only-output");
-    double *q = random_values(6, 1);
+    double *q = v2_random_values(6, 1);
     struct input in[3] = {{"q", q, {3, 2}, 2, 0}, {"k", q, {3, 2}, 2, 0}, {"v", q, {3, 2}, 2, 0}};
     struct body b;
     build_infer(&b, in, 3, ENC_BINARY, 1, NULL, json_pack("[{s:s}]", "name", "output"));
@@ -725,7 +582,7 @@ static void run_attention_tests(const struct server *s)
     struct answer a;
     if (answer_parse(&t, &r, &a) == 0) {
         json_t *outs = json_object_get(a.header, "outputs");
-        expect(&t, json_array_size(outs) == 1 &&
+        expect_true(&t, json_array_size(outs) == 1 &&
                        !strcmp(json_string_value(json_object_get(json_array_get(outs, 0), "name")) ?: "", "output"),
                "outputs: %.200s", r.body);
         json_decref(a.header);
@@ -753,7 +610,7 @@ static void run_attention_tests(const struct server *s)
     }
     double want = (9223372036854775808.0 + 123456789012345678901234567890.0) / 2;
     double got = out != NULL ? json_number_value(json_array_get(out, 0)) : NAN;
-    expect(&t, r.status == 200 && fabs(got - want) <= 1e-12 * want, "status %d, output %.17g, want %.17g: %.200s",
+    expect_true(&t, r.status == 200 && fabs(got - want) <= 1e-12 * want, "status %d, output %.17g, want %.17g: %.200s",
            r.status, got, want, r.body ? r.body : "");
     json_decref(j);
     client_response_free(&r);
@@ -769,12 +626,12 @@ static void run_attention_tests(const struct server *s)
 #define SET_DOUT 2
 #define SET_HEADS 2
 
-static void run_weight_set_tests(const struct server *s)
+static void run_v2_weight_set_tests(const struct server *s)
 {
     struct test t;
-    double *wq = random_values(SET_DIN * SET_DK, 0.7), *wk = random_values(SET_DCTX * SET_DK, 0.7);
-    double *wv = random_values(SET_DCTX * SET_DV, 0.7), *wo = random_values(SET_DV * SET_DOUT, 0.7);
-    double *bo = random_values(SET_DOUT, 0.5);
+    double *wq = v2_random_values(SET_DIN * SET_DK, 0.7), *wk = v2_random_values(SET_DCTX * SET_DK, 0.7);
+    double *wv = v2_random_values(SET_DCTX * SET_DV, 0.7), *wo = v2_random_values(SET_DV * SET_DOUT, 0.7);
+    double *bo = v2_random_values(SET_DOUT, 0.5);
     size_t dq[2] = {SET_DIN, SET_DK}, dkk[2] = {SET_DCTX, SET_DK}, dvv[2] = {SET_DCTX, SET_DV},
            doo[2] = {SET_DV, SET_DOUT}, db[1] = {SET_DOUT};
     json_t *set = json_object();
@@ -789,7 +646,7 @@ static void run_weight_set_tests(const struct server *s)
     struct client_response r;
     test_begin(&t, "weight-set/put");
     call(s, "PUT", "/v1/weight-sets/crossA", text, strlen(text), NULL, &r);
-    expect(&t, r.status == 201 || r.status == 200, "PUT answered %d: %.200s", r.status, r.body);
+    expect_true(&t, r.status == 201 || r.status == 200, "PUT answered %d: %.200s", r.status, r.body);
     client_response_free(&r);
     free(text);
     test_end(&t);
@@ -800,23 +657,23 @@ static void run_weight_set_tests(const struct server *s)
     json_t *ctx = meta_find(json_object_get(j, "inputs"), "context");
     json_t *out = meta_find(json_object_get(j, "outputs"), "output");
     json_t *att = meta_find(json_object_get(j, "outputs"), "attention");
-    expect(&t, json_integer_value(json_array_get(json_object_get(x, "shape"), 1)) == SET_DIN, "x width");
-    expect(&t, json_integer_value(json_array_get(json_object_get(ctx, "shape"), 1)) == SET_DCTX, "context width");
-    expect(&t, json_integer_value(json_array_get(json_object_get(out, "shape"), 1)) == SET_DOUT, "output width");
-    expect(&t, json_integer_value(json_array_get(json_object_get(att, "shape"), 0)) == SET_HEADS, "attention heads");
+    expect_true(&t, json_integer_value(json_array_get(json_object_get(x, "shape"), 1)) == SET_DIN, "x width");
+    expect_true(&t, json_integer_value(json_array_get(json_object_get(ctx, "shape"), 1)) == SET_DCTX, "context width");
+    expect_true(&t, json_integer_value(json_array_get(json_object_get(out, "shape"), 1)) == SET_DOUT, "output width");
+    expect_true(&t, json_integer_value(json_array_get(json_object_get(att, "shape"), 0)) == SET_HEADS, "attention heads");
     json_decref(j);
     test_end(&t);
     test_begin(&t, "weight-set/ready-and-config");
     j = get_json(&t, s, "/v2/models/crossA/ready", 200);
     json_decref(j);
     j = get_json(&t, s, "/v2/models/crossA/config", 200);
-    expect(&t, json_array_size(json_object_get(j, "input")) == 3, "config inputs");
+    expect_true(&t, json_array_size(json_object_get(j, "input")) == 3, "config inputs");
     json_decref(j);
     test_end(&t);
 
     /* x (batched 2 x 4 x SET_DIN) attends to context (2 x 5 x SET_DCTX). */
     size_t B = 2, LQ = 4, LK = 5;
-    double *xv = random_values(B * LQ * SET_DIN, 1), *cv = random_values(B * LK * SET_DCTX, 1);
+    double *xv = v2_random_values(B * LQ * SET_DIN, 1), *cv = v2_random_values(B * LK * SET_DCTX, 1);
     double *Q = client_xcalloc(B * LQ * SET_DK, sizeof(double)), *K = client_xcalloc(B * LK * SET_DK, sizeof(double));
     double *V = client_xcalloc(B * LK * SET_DV, sizeof(double)), *O = client_xcalloc(B * LQ * SET_DV, sizeof(double));
     double *A = client_xcalloc(B * SET_HEADS * LQ * LK, sizeof(double));
@@ -839,7 +696,7 @@ static void run_weight_set_tests(const struct server *s)
         json_t *v1 = json_loadb(r1.body, r1.body_len, 0, NULL);
         for (int enc = ENC_FLAT; enc <= ENC_BINARY; enc++) {
             test_begin(&t, "infer/weight-set/%s/%s", fp32 ? "FP32" : "FP64", enc_names[enc]);
-            expect(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
+            expect_true(&t, r1.status == 200, "v1 answered %d: %.200s", r1.status, r1.body);
             struct input in[2] = {{"x", xv, {B, LQ, SET_DIN}, 3, 0}, {"context", cv, {B, LK, SET_DCTX}, 3, 0}};
             struct body b;
             build_infer(&b, in, 2, (enum encoding)enc, fp32, json_pack("{s:b}", "binary_data_output", enc == ENC_BINARY),
@@ -872,7 +729,7 @@ static void run_weight_set_tests(const struct server *s)
     build_infer(&b, bad, 1, ENC_BINARY, 1, NULL, NULL);
     post_body(s, "/v2/models/crossA/infer", &b, 0, &r);
     free(b.data);
-    expect_error(&t, &r, 400, "x");
+    expect_v2_error(&t, &r, 400, "x");
     client_response_free(&r);
     test_end(&t);
     test_begin(&t, "infer/weight-set/heads-conflict-400");
@@ -880,7 +737,7 @@ static void run_weight_set_tests(const struct server *s)
     build_infer(&b, ok1, 1, ENC_BINARY, 1, json_pack("{s:i}", "heads", 1), NULL);
     post_body(s, "/v2/models/crossA/infer", &b, 0, &r);
     free(b.data);
-    expect_error(&t, &r, 400, "parameters.heads");
+    expect_v2_error(&t, &r, 400, "parameters.heads");
     client_response_free(&r);
     test_end(&t);
     free(wq), free(wk), free(wv), free(wo), free(bo), free(xv), free(cv);
@@ -914,12 +771,12 @@ static void framing_case(const struct server *s, const char *name, struct body *
     struct client_response r;
     test_begin(&t, "framing/%s", name);
     call(s, "POST", "/v2/models/attention/infer", b->data, b->len, header_length, &r);
-    expect_error(&t, &r, status, field);
+    expect_v2_error(&t, &r, status, field);
     client_response_free(&r);
     free(b->data);
     /* The server goes on serving. */
     get(s, "/v2/health/live", &r);
-    expect(&t, r.status == 200, "server no longer serves after the error (status %d)", r.status);
+    expect_true(&t, r.status == 200, "server no longer serves after the error (status %d)", r.status);
     client_response_free(&r);
     test_end(&t);
 }
@@ -983,56 +840,6 @@ static void run_framing_tests(const struct server *s)
     framing_body(&b, qkv_header("FP32", 16, "[2,2]"), 3);
     framing_case(s, "binary-without-header", &b, NULL, 400, "Inference-Header-Content-Length");
 
-    struct {
-        const char *name, *json, *field;
-        int status;
-    } json_cases[] = {
-        {"json-flat-count-wrong", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3]},"
-                                  "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                                  "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data", 400},
-        {"json-nested-ragged", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[[1,2],[3]]},"
-                               "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                               "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data[1]", 400},
-        {"json-string-element", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,\"x\",4]},"
-                                "{\"name\":\"k\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]},"
-                                "{\"name\":\"v\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}",
-         "inputs[0].data[2]", 400},
-        {"unknown-input", "{\"inputs\":[{\"name\":\"z\",\"shape\":[1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "inputs[0].name", 400},
-        {"missing-v", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                      "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "\"v\"", 400},
-        {"mixed-datatypes", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                            "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]},"
-                            "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "inputs[1].datatype", 400},
-        {"mask-wrong-shape", "{\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                             "{\"name\":\"mask\",\"shape\":[1,2],\"datatype\":\"BOOL\",\"data\":[true,false]}]}",
-         "inputs[3].shape", 400},
-        {"heads-not-dividing", "{\"parameters\":{\"heads\":3},\"inputs\":[{\"name\":\"q\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                               "{\"name\":\"k\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                               "{\"name\":\"v\",\"shape\":[1,2],\"datatype\":\"FP64\",\"data\":[1,2]}]}",
-         "parameters.heads", 400},
-        {"unknown-output", "{\"outputs\":[{\"name\":\"logits\"}],\"inputs\":[{\"name\":\"q\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                           "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
-                           "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}",
-         "outputs[0].name", 400},
-        {"not-json", "{\"inputs\":", NULL, 400},
-        /* The words of v1's shapes.json "dk-mismatch-q-k", after the input's place. */
-        {"same-words-as-v1", "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,4],\"datatype\":\"FP64\",\"data\":[1,2,3,4,1,2,3,4]},"
-                             "{\"name\":\"k\",\"shape\":[2,3],\"datatype\":\"FP64\",\"data\":[1,2,3,1,2,3]},"
-                             "{\"name\":\"v\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]}]}",
-         "inputs[1].shape: k has 3 features per token (its columns) but q has 4 (both must be dk).", 400},
-    };
-    for (size_t i = 0; i < sizeof json_cases / sizeof json_cases[0]; i++) {
-        b.data = strdup(json_cases[i].json);
-        b.len = b.json_len = strlen(b.data);
-        framing_case(s, json_cases[i].name, &b, NULL, json_cases[i].status, json_cases[i].field);
-    }
     /* BOOL bytes other than 0 and 1. */
     json_t *hm = json_pack("{s:[{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},{s:s,s:[i,i],s:s,s:[i]},"
                            "{s:s,s:[i,i],s:s,s:{s:i}}]}",
@@ -1043,16 +850,10 @@ static void run_framing_tests(const struct server *s)
     body_append(&b, "\x02", 1);
     snprintf(hl, sizeof hl, "%zu", b.json_len);
     framing_case(s, "bool-byte-not-0-or-1", &b, hl, 400, "inputs[3]");
-    /* An unknown model answers 404 whatever the body. */
-    struct test t;
-    struct client_response r;
-    test_begin(&t, "framing/unknown-model-404");
-    call(s, "POST", "/v2/models/nosuch/infer", "{}", 2, NULL, &r);
-    expect_error(&t, &r, 404, "nosuch");
-    client_response_free(&r);
-    test_end(&t);
     /* JSON nested past the parser's depth: the error names the nesting, not the
      * binary framing (the body is all JSON; the header would change nothing). */
+    struct test t;
+    struct client_response r;
     test_begin(&t, "framing/deep-nesting-names-nesting");
     enum { DEPTH = 3000 };
     char *deep = client_xcalloc(2 * DEPTH + 16, 1);
@@ -1061,9 +862,9 @@ static void run_framing_tests(const struct server *s)
     memset(deep + n + DEPTH, ']', DEPTH);
     deep[n + 2 * DEPTH] = '}';
     call(s, "POST", "/v2/models/attention/infer", deep, n + 2 * DEPTH + 1, NULL, &r);
-    expect_error(&t, &r, 400, "nests");
-    expect(&t, r.body != NULL && strstr(r.body, "Inference-Header-Content-Length") == NULL,
-           "the error talks about the binary framing: %.300s", r.body);
+    expect_v2_error(&t, &r, 400, "nests");
+    expect_true(&t, r.body != NULL && strstr(r.body, "Inference-Header-Content-Length") == NULL,
+                "the error talks about the binary framing: %.300s", r.body);
     client_response_free(&r);
     free(deep);
     test_end(&t);
@@ -1074,18 +875,17 @@ static void run_framing_tests(const struct server *s)
 static void run_limit_tests(void)
 {
     struct server s;
-    static const char *const args[] = {"--max-body", "8K", "--max-elements", "1000", NULL};
-    if (server_start(&s, "small-limits", args) != 0)
+    if (v2_server_start(&s, &g_small_limits_kind) != 0)
         return;
     struct test t;
     struct client_response r;
-    double *x = random_values(1200, 1);
+    double *x = v2_random_values(1200, 1);
     struct input in[3] = {{"q", x, {600, 1}, 2, 0}, {"k", x, {600, 1}, 2, 0}, {"v", x, {1, 1}, 2, 0}};
     struct body b;
     test_begin(&t, "limits/max-elements-413");
     build_infer(&b, in, 3, ENC_BINARY, 1, NULL, NULL);
     post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
-    expect_error(&t, &r, 413, "max-elements");
+    expect_v2_error(&t, &r, 413, "max-elements");
     client_response_free(&r);
     free(b.data);
     test_end(&t);
@@ -1093,7 +893,7 @@ static void run_limit_tests(void)
     struct input big[3] = {{"q", x, {400, 1}, 2, 0}, {"k", x, {400, 1}, 2, 0}, {"v", x, {400, 1}, 2, 0}};
     build_infer(&b, big, 3, ENC_BINARY, 0, NULL, NULL);
     post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
-    expect_error(&t, &r, 413, "max-body");
+    expect_v2_error(&t, &r, 413, "max-body");
     client_response_free(&r);
     free(b.data);
     test_end(&t);
@@ -1101,14 +901,13 @@ static void run_limit_tests(void)
     struct input sq[3] = {{"q", x, {40, 1}, 2, 0}, {"k", x, {40, 1}, 2, 0}, {"v", x, {40, 1}, 2, 0}};
     build_infer(&b, sq, 3, ENC_BINARY, 1, NULL, NULL);
     post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
-    expect_error(&t, &r, 413, "max-elements");
+    expect_v2_error(&t, &r, 413, "max-elements");
     client_response_free(&r);
     free(b.data);
     test_end(&t);
     server_stop(&s);
 
-    static const char *const mem_args[] = {"--max-request-memory", "1M", NULL};
-    if (server_start(&s, "small-memory", mem_args) != 0) {
+    if (v2_server_start(&s, &g_small_memory_kind) != 0) {
         free(x);
         return;
     }
@@ -1116,14 +915,14 @@ static void run_limit_tests(void)
     struct input wide[3] = {{"q", x, {300, 1}, 2, 0}, {"k", x, {300, 1}, 2, 0}, {"v", x, {300, 1}, 2, 0}};
     build_infer(&b, wide, 3, ENC_BINARY, 1, NULL, NULL);
     post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
-    expect_error(&t, &r, 413, "max-request-memory");
+    expect_v2_error(&t, &r, 413, "max-request-memory");
     client_response_free(&r);
     test_end(&t);
     test_begin(&t, "limits/request-memory-ok-without-attention");
     free(b.data);
     build_infer(&b, wide, 3, ENC_BINARY, 1, NULL, json_pack("[{s:s}]", "name", "output"));
     post_body(&s, "/v2/models/attention/infer", &b, 0, &r);
-    expect(&t, r.status == 200, "status %d: %.200s", r.status, r.body);
+    expect_true(&t, r.status == 200, "status %d: %.200s", r.status, r.body);
     client_response_free(&r);
     free(b.data);
     test_end(&t);
@@ -1137,12 +936,12 @@ static void run_metrics_test(const struct server *s)
     struct client_response r;
     test_begin(&t, "metrics/v2-routes");
     get(s, "/metrics", &r);
-    expect(&t, r.status == 200, "status %d", r.status);
-    expect(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"200\"") != NULL,
+    expect_true(&t, r.status == 200, "status %d", r.status);
+    expect_true(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"200\"") != NULL,
            "no 200 count for the infer route");
-    expect(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"400\"") != NULL,
+    expect_true(&t, strstr(r.body, "route=\"/v2/models/{model}/infer\",code=\"400\"") != NULL,
            "no 400 count for the infer route");
-    expect(&t, strstr(r.body, "route=\"/v2\",code=\"200\"") != NULL, "no count for the v2 metadata routes");
+    expect_true(&t, strstr(r.body, "route=\"/v2\",code=\"200\"") != NULL, "no count for the v2 metadata routes");
     client_response_free(&r);
     test_end(&t);
 }
@@ -1152,10 +951,7 @@ static void run_metrics_test(const struct server *s)
 static void run_drain_test(void)
 {
     struct server s;
-    /* A grace far longer than the upload and its computation take on a busy machine: the
-     * checks below are about what is answered while draining, not about how fast. */
-    static const char *const args[] = {"--shutdown-grace", "60", NULL};
-    if (server_start(&s, "drain", args) != 0)
+    if (v2_server_start(&s, &g_drain_kind) != 0)
         return;
     size_t len = 300 * 1024;
     char *upload = client_xcalloc(len + 1, 1);
@@ -1180,10 +976,10 @@ static void run_drain_test(void)
         client_response_free(&r);
         client_sleep_ms(20);
     }
-    expect(&t, r.status == 503, "status %d: %.200s", r.status, r.body);
+    expect_true(&t, r.status == 503, "status %d: %.200s", r.status, r.body);
     client_response_free(&r);
     get(&s, "/v2/models/attention/ready", &r);
-    expect_error(&t, &r, 503, NULL);
+    expect_v2_error(&t, &r, 503, NULL);
     client_response_free(&r);
     test_end(&t);
     test_begin(&t, "drain/v2-infer-503");
@@ -1191,90 +987,63 @@ static void run_drain_test(void)
                        "{\"name\":\"k\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]},"
                        "{\"name\":\"v\",\"shape\":[1,1],\"datatype\":\"FP64\",\"data\":[1]}]}";
     call(&s, "POST", "/v2/models/attention/infer", body, strlen(body), NULL, &r);
-    expect_error(&t, &r, 503, NULL);
-    expect(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After");
+    expect_v2_error(&t, &r, 503, NULL);
+    expect_true(&t, client_header(&r, "Retry-After") != NULL, "no Retry-After");
     client_response_free(&r);
     test_end(&t);
     test_begin(&t, "drain/v2-live-200");
     get(&s, "/v2/health/live", &r);
-    expect(&t, r.status == 200, "status %d", r.status);
+    expect_true(&t, r.status == 200, "status %d", r.status);
     client_response_free(&r);
     test_end(&t);
     client_http_finish(&p, &r);
     client_response_free(&r);
     free(upload);
-    s.running = 1;
-    server_stop(&s);
+    server_wait_exit(&s); /* SIGTERM was sent above */
 }
 
-/* The pool parameters and the q and k outputs (issue 21): each fault names its parameter;
- * the numbers themselves are checked by cases/pool.json and the unit tests. */
-static void run_pool_tests(const struct server *s)
+static void usage(FILE *to, const char *argv0)
 {
-    static const struct {
-        const char *name, *params, *outputs, *field;
-    } faults[] = {
-        {"rows-zero", "\"attention_pool_rows\":0,\"attention_pool_cols\":1", NULL,
-         "parameters.attention_pool_rows"},
-        {"cols-missing", "\"attention_pool_rows\":2", NULL, "parameters.attention_pool_cols"},
-        {"cols-string", "\"attention_pool_rows\":2,\"attention_pool_cols\":\"2\"", NULL,
-         "parameters.attention_pool_cols"},
-        {"reduce-sum", "\"attention_pool_rows\":2,\"attention_pool_cols\":2,"
-         "\"attention_pool_reduce\":\"sum\"", NULL, "parameters.attention_pool_reduce"},
-        {"pool-without-attention-output", "\"attention_pool_rows\":1,\"attention_pool_cols\":1",
-         "[{\"name\":\"output\"}]", "parameters.attention_pool_rows"},
-        {"unknown-output", "\"causal\":false", "[{\"name\":\"v\"}]", "outputs[0].name"},
-    };
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
-        struct test t;
-        struct client_response r;
-        char body[1024];
-        snprintf(body, sizeof body,
-                 "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                 "{\"name\":\"k\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]},"
-                 "{\"name\":\"v\",\"shape\":[2,1],\"datatype\":\"FP64\",\"data\":[1,2]}],"
-                 "\"parameters\":{%s}%s%s}", faults[i].params, faults[i].outputs ? ",\"outputs\":" : "",
-                 faults[i].outputs ? faults[i].outputs : "");
-        test_begin(&t, "pool/%s", faults[i].name);
-        call(s, "POST", "/v2/models/attention/infer", body, strlen(body), NULL, &r);
-        expect_error(&t, &r, 400, faults[i].field);
-        client_response_free(&r);
-        test_end(&t);
-    }
+    fprintf(to,
+            "usage: %s --server PATH [--filter SUBSTR]\n"
+            "  Starts the attention server at PATH on free loopback ports and checks its v2\n"
+            "  protocol; --filter reports only the tests whose name contains SUBSTR.\n",
+            argv0);
 }
 
 int main(int argc, char **argv)
 {
-    client_set_program_name("v2test");
-    for (int i = 1; i + 1 < argc; i += 2)
-        if (!strcmp(argv[i], "--server"))
-            g_server_path = argv[i + 1];
+    const char *filter = NULL;
+    for (int i = 1; i < argc; i += 2) {
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout, argv[0]);
+            return 0;
+        } else if (strcmp(argv[i], "--server") == 0 && value != NULL) {
+            g_server_path = value;
+        } else if (strcmp(argv[i], "--filter") == 0 && value != NULL) {
+            filter = value;
+        } else {
+            usage(stderr, argv[0]);
+            return 2;
+        }
+    }
     if (g_server_path == NULL) {
-        fprintf(stderr, "usage: %s --server PATH\n", argv[0]);
+        usage(stderr, argv[0]);
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    if (client_make_temp_dir(g_tmpdir, sizeof g_tmpdir, NULL, "v2test.") != 0) {
-        fprintf(stderr, "v2test: cannot create a temporary directory: %s\n", strerror(errno));
+    if (harness_start("v2test", filter) != 0)
         return 2;
-    }
     struct server s;
-    static const char *const none[] = {NULL};
-    if (server_start(&s, "default", none) == 0) {
+    if (v2_server_start(&s, &g_default_kind) == 0) {
         run_endpoint_tests(&s);
         run_attention_tests(&s);
-        run_weight_set_tests(&s);
+        run_v2_weight_set_tests(&s);
         run_framing_tests(&s);
         run_metrics_test(&s);
-        run_pool_tests(&s);
         server_stop(&s);
     }
     run_limit_tests();
     run_drain_test();
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    if (g_failed > 0)
-        fprintf(stderr, "v2test: kept server logs in %s\n", g_tmpdir);
-    else
-        client_remove_tree(g_tmpdir);
-    return g_failed > 0;
+    return harness_finish(0);
 }

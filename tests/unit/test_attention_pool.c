@@ -21,6 +21,7 @@ typedef struct pool_case {
     size_t batch, heads, lq, lk, dk, rows, cols;
     int causal, masked, mask_batched;
     attn_pool_reduce reduce;
+    size_t q_start, q_end, k_start, k_end;  /* the window; 0 ends: the last */
 } pool_case;
 
 /* The weights of row i of (b, h), in long double, into w[0..lk). */
@@ -57,7 +58,11 @@ static double run_case(const pool_case *pc)
                     .dk = pc->dk, .dv = pc->dk, .causal = pc->causal,
                     .scale = 1.0 / sqrt((double)(pc->dk / pc->heads)),
                     .mask_batched = pc->mask_batched};
-    attn_pool pool = {.rows = pc->rows, .cols = pc->cols, .reduce = pc->reduce};
+    attn_pool pool = {.rows = pc->rows, .cols = pc->cols, .reduce = pc->reduce,
+                      .q_start = pc->q_start, .q_end = pc->q_end, .k_start = pc->k_start,
+                      .k_end = pc->k_end};
+    size_t wq0, wq1, wk0, wk1;
+    attention_pool_window(&pool, pc->lq, pc->lk, &wq0, &wq1, &wk0, &wk1);
     size_t nq = pc->batch * pc->lq * pc->dk, nk = pc->batch * pc->lk * pc->dk;
     double *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k);
     for (size_t i = 0; i < nq; i++)
@@ -88,8 +93,8 @@ static double run_case(const pool_case *pc)
                 for (size_t t = 0; t < gc; t++) {
                     long double acc = 0;
                     size_t n = 0;
-                    for (size_t i = g * br; i < (g + 1) * br && i < pc->lq; i++)
-                        for (size_t j = t * bc; j < (t + 1) * bc && j < pc->lk; j++, n++)
+                    for (size_t i = wq0 + g * br; i < wq0 + (g + 1) * br && i < wq1; i++)
+                        for (size_t j = wk0 + t * bc; j < wk0 + (t + 1) * bc && j < wk1; j++, n++)
                             acc = pc->reduce == ATTN_POOL_MEAN ? acc + w[i * pc->lk + j]
                                   : (w[i * pc->lk + j] > acc ? w[i * pc->lk + j] : acc);
                     if (pc->reduce == ATTN_POOL_MEAN)
@@ -110,14 +115,18 @@ static double run_case(const pool_case *pc)
 
 static const pool_case POOL_CASES[] = {
     /* batch heads lq lk dk R C causal masked batched reduce */
-    {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, ATTN_POOL_MAX},
-    {1, 1, 17, 3, 8, 4, 4, 0, 0, 0, ATTN_POOL_MEAN},            /* C > Lk: one key a cell */
-    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MAX},
-    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MEAN},
-    {1, 3, 130, 600, 12, 9, 11, 0, 1, 0, ATTN_POOL_MEAN},       /* past 64 rows, 512 keys */
-    {2, 1, 70, 515, 4, 70, 515, 0, 1, 1, ATTN_POOL_MAX},        /* R = Lq, C = Lk: the matrix */
-    {1, 2, 600, 600, 16, 7, 3, 1, 1, 0, ATTN_POOL_MAX},         /* past a band of 256 */
-    {1, 1, 1000, 1000, 8, 4096, 4096, 1, 0, 0, ATTN_POOL_MEAN},
+    {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, ATTN_POOL_MAX, 0, 0, 0, 0},
+    {1, 1, 17, 3, 8, 4, 4, 0, 0, 0, ATTN_POOL_MEAN, 0, 0, 0, 0},            /* C > Lk: one key a cell */
+    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MAX, 0, 0, 0, 0},
+    {2, 2, 37, 53, 8, 5, 7, 1, 0, 0, ATTN_POOL_MEAN, 0, 0, 0, 0},
+    {1, 3, 130, 600, 12, 9, 11, 0, 1, 0, ATTN_POOL_MEAN, 0, 0, 0, 0},       /* past 64 rows, 512 keys */
+    {2, 1, 70, 515, 4, 70, 515, 0, 1, 1, ATTN_POOL_MAX, 0, 0, 0, 0},        /* R = Lq, C = Lk: the matrix */
+    {1, 2, 600, 600, 16, 7, 3, 1, 1, 0, ATTN_POOL_MAX, 0, 0, 0, 0},         /* past a band of 256 */
+    {1, 1, 1000, 1000, 8, 4096, 4096, 1, 0, 0, ATTN_POOL_MEAN, 0, 0, 0, 0},
+    /* windows: a zoomed view, past a key block, causal and masked */
+    {2, 2, 300, 700, 8, 16, 16, 1, 1, 0, ATTN_POOL_MAX, 100, 260, 450, 690},
+    {1, 1, 300, 700, 8, 7, 5, 0, 0, 0, ATTN_POOL_MEAN, 299, 0, 0, 3},
+    {1, 2, 130, 130, 4, 130, 130, 1, 0, 0, ATTN_POOL_MEAN, 64, 128, 0, 129},
 };
 
 void test_attention_pool_matches_reference(void)
