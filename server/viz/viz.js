@@ -12,7 +12,9 @@
  *   values   the exact numbers, paged;
  *   compare  two results side by side and their difference (drawn by viz_compare.js);
  *   model    a layer x head grid of thumbnails and the attention rollout across layers, for
- *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N).
+ *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N);
+ *   neuron   q_i and each k_j of one query and head, their product, dot, score and weight
+ *            (drawn by viz_neuron.js from the q and k the server returns with return_qk).
  * Several query tokens can be selected (`select=`): the heatmap and lines views then show
  * their attention combined, summed or averaged.  A request typed into the editor travels in
  * the link as `req=` (viz_share.js), so a link reproduces any view.
@@ -24,7 +26,7 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model'];
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron'];
   const SELECTION_TABLE_KEYS = 64;    /* keys listed with numbers under the heatmap */
   /* Requests whose attention has at least this many weights use the binary v2 form when
    * the server offers it: below it JSON is as fast and keeps the response readable. */
@@ -39,7 +41,7 @@
 
   const state = {
     example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
-    threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '',
+    threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '', query: 0,
   };
   let data = null;            /* see setData */
   /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
@@ -100,6 +102,7 @@
       compare: p.get('compare') || '',
       req: p.get('req') || '',
       model: p.get('model') || '',
+      query: Math.floor(num('query', 0)),
     };
   }
 
@@ -135,6 +138,7 @@
     if (state.select.length && state.agg !== 'sum') p.set('agg', state.agg);
     if (state.compare) p.set('compare', state.compare);
     if (state.model) p.set('model', state.model);
+    if (state.view === 'neuron') p.set('query', state.query);
     return p;
   }
 
@@ -271,6 +275,7 @@
     $('threshold').value = String(state.threshold);
     $('topk').value = String(state.topk);
     $('select').value = state.select.join(',');
+    $('neuron-index').value = String(state.query);
     $('agg').value = state.agg;
     if (state.compare && ![...$('compare').options].some((o) => o.value === state.compare))
       $('compare').add(new Option(compareLabel(state.compare), state.compare));
@@ -972,6 +977,71 @@
       `A ${a}\nB ${bv}\nA − B ${compareData.diff[k]}`;
   }
 
+  /* ---------- neuron ---------- */
+
+  /* q or k of a return_qk answer as [B][L][DK] numbers, whatever the layout. */
+  function tokensOf(member, B, L, columns) {
+    const a = flatten(member, Float64Array), DK = a.length / (B * L);
+    if (!columns) return { values: a, DK };
+    const t = new Float64Array(a.length);
+    for (let b = 0; b < B; b++)
+      for (let f = 0; f < DK; f++)
+        for (let n = 0; n < L; n++) t[(b * L + n) * DK + f] = a[(b * DK + f) * L + n];
+    return { values: t, DK };
+  }
+
+  /* Asks the server for q and k of the request shown (once per request), then draws. */
+  async function ensureNeuron() {
+    const note = $('neuron-note');
+    if (!currentRequest) {
+      note.textContent = 'The neuron view needs a request: this view came from a file.';
+      document.body.dataset.neuron = 'none';
+      return;
+    }
+    const key = JSON.stringify(currentRequest);
+    if (!data.qk || data.qk.key !== key) {
+      if (data.qk && data.qk.pending === key) return;
+      data.qk = { pending: key };
+      document.body.dataset.neuron = 'pending';
+      note.textContent = 'asking the server for q and k…';
+      const d = data;
+      try {
+        const r = await fetch('/v1/attention', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify(Object.assign({}, currentRequest, { return_qk: true, return_attention: false })) });
+        const resp = await r.json();
+        if (!r.ok) throw new Error(resp.error ? resp.error.code + ': ' + resp.error.message : String(r.status));
+        const columns = resp.meta.layout === 'columns';
+        d.qk = { key, q: tokensOf(resp.q, d.B, d.Lq, columns), k: tokensOf(resp.k, d.B, d.Lk, columns),
+          scale: resp.meta.scale };
+      } catch (e) {
+        d.qk = { key, error: e.message };
+      }
+      if (d === data && state.view === 'neuron') render();
+      return;
+    }
+    if (data.qk.error) {
+      note.textContent = 'No q and k: ' + data.qk.error;
+      document.body.dataset.neuron = 'error';
+      return;
+    }
+    const b = state.batch, h = state.head === 'mean' ? 0 : state.head;
+    const i = Math.min(state.query, data.Lq - 1), { q, k } = data.qk, dh = q.DK / data.H;
+    note.textContent = state.head === 'mean' ? 'q and k belong to one head: head 0 is shown.' : '';
+    const keys = [], masked = [], weights = [];
+    const w = headMatrix(b, h), m = data.mask;
+    for (let j = 0; j < Math.min(data.Lk, window.vizNeuron.MAX_KEYS); j++) {
+      keys.push(k.values.subarray((b * data.Lk + j) * k.DK + h * dh, (b * data.Lk + j) * k.DK + (h + 1) * dh));
+      weights.push(w[i * data.Lk + j]);
+      masked.push(m ? m[(b * data.Lq + i) * data.Lk + j] !== 0 : false);
+    }
+    window.vizNeuron.draw($('neuron'), {
+      i, h, scale: data.qk.scale, keys, weights, masked,
+      q: q.values.subarray((b * data.Lq + i) * q.DK + h * dh, (b * data.Lq + i) * q.DK + (h + 1) * dh),
+      labels: { q: (x) => tokenLabel(data.qTokens, x), k: (x) => tokenLabel(data.kTokens, x) },
+    });
+    document.body.dataset.neuron = 'ready';
+  }
+
   /* ---------- model: layers x heads, and rollout ---------- */
 
   /* Attention rollout (Abnar & Zuidema, 2020) for batch b: each layer's mean over heads, half
@@ -1138,6 +1208,7 @@
       else if (state.view === 'grid') drawGrid();
       else if (state.view === 'values') drawValues();
       else if (state.view === 'compare') ensureCompare();
+      else if (state.view === 'neuron') ensureNeuron();
       else drawModel();
     }
     renderCount++;
@@ -1554,6 +1625,10 @@
       else writeHash();
     });
     for (const id of ['compare-a', 'compare-b', 'compare-diff']) $(id).addEventListener('mousemove', hoverCompare);
+    $('neuron-index').addEventListener('change', () => {
+      state.query = Math.max(0, Math.floor(Number($('neuron-index').value) || 0));
+      render();
+    });
     $('example').addEventListener('change', () => {
       state.example = $('example').value;
       writeHash();

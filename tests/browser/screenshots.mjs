@@ -4,7 +4,8 @@
 //
 // Starts the server on a free loopback port, shows each view in headless chromium and saves
 // viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png, viz-error.png, and the views
-// past BertViz: viz-selection.png, viz-compare.png, viz-model.png and viz-share.png; stops the
+// past BertViz: viz-selection.png, viz-compare.png, viz-neuron.png, viz-model.png and
+// viz-share.png; stops the
 // server by its PID.  `make viz-screenshots` runs it.
 
 import { spawn } from 'node:child_process';
@@ -89,6 +90,11 @@ try {
   await page.screenshot({ path: path.join(OUT, 'viz-compare.png') });
   await page.mouse.move(0, 0);
   await page.select('#compare', '');
+  // the neuron view of "ran" in head 1
+  await page.click('#views button[data-view="neuron"]');
+  await page.$eval('#neuron-index', (e) => { e.value = '6'; e.dispatchEvent(new Event('change')); });
+  await page.waitForSelector('body[data-neuron="ready"]');
+  await page.screenshot({ path: path.join(OUT, 'viz-neuron.png') });
   // the link of this view
   await page.click('#views button[data-view="heatmap"]');
   await page.click('#share');

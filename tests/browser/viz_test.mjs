@@ -634,6 +634,39 @@ test('model view: layers x heads from stored sets PREFIX.N, and the rollout acro
   sameColour(await cellPixel(page, 2, 1), viridis(a1[2][1]), 'layer 1 cell [2][1]');
 });
 
+test('neuron view: q, k, their product, dot, scaled score and weight of one query, from the server', async (page) => {
+  const req = { q: randomMatrix(5, 8, 51), k: randomMatrix(6, 8, 52), v: randomMatrix(6, 4, 53), heads: 2, causal: true };
+  await openView(page, 'view=heatmap');
+  await setRequest(page, req);
+  await page.select('#head', '1');
+  await page.click('#views button[data-view="neuron"]');
+  await page.$eval('#neuron-index', (e) => { e.value = '3'; e.dispatchEvent(new Event('change')); });
+  await page.waitForSelector('body[data-neuron="ready"], body[data-neuron="error"]');
+  assert(await page.$eval('body', (b) => b.dataset.neuron) === 'ready', await page.$eval('#neuron-note', (e) => e.textContent));
+  // head 1 is dimensions 4..7; the reference is computed here from the request itself
+  const qi = req.q[3].slice(4), scale = 1 / Math.sqrt(4);
+  const dots = req.k.map((kj) => kj.slice(4).reduce((a, x, t) => a + x * qi[t], 0));
+  const scores = dots.map((d, j) => (j > 3 ? -Infinity : d * scale));
+  const mx = Math.max(...scores), e = scores.map((s) => Math.exp(s - mx)), z = e.reduce((a, b) => a + b, 0);
+  const rows = await page.$$eval('#neuron-table tr[data-j]', (trs) => trs.map((tr) => ({
+    j: Number(tr.dataset.j), dot: Number(tr.querySelector('.dot').textContent),
+    scaled: tr.querySelector('.scaled').textContent, weight: Number(tr.querySelector('.weight').textContent),
+    k: tr.querySelectorAll('canvas')[0].dataset.values.split(',').map(Number),
+    p: tr.querySelectorAll('canvas')[1].dataset.values.split(',').map(Number) })));
+  assert(rows.length === 6, `${rows.length} keys shown`);
+  for (const r of rows) {
+    close(r.dot, dots[r.j], 1e-12, `q·k for key ${r.j}`);
+    close(r.weight, e[r.j] / z, 1e-12, `weight of key ${r.j}`);
+    if (r.j > 3) assert(r.scaled === 'masked', `key ${r.j} is causally masked, shown ${r.scaled}`);
+    else close(Number(r.scaled), dots[r.j] * scale, 1e-12, `scaled score of key ${r.j}`);
+    r.k.forEach((x, t) => close(x, req.k[r.j][4 + t], 0, `k[${r.j}][${t}]`));
+    r.p.forEach((x, t) => close(x, qi[t] * req.k[r.j][4 + t], 1e-15, `q×k[${r.j}][${t}]`));
+  }
+  const q = (await page.$eval('#neuron-query canvas', (c) => c.dataset.values)).split(',').map(Number);
+  q.forEach((x, t) => close(x, qi[t], 0, `q[${t}]`));
+  assert((await page.evaluate(() => location.hash)).includes('query=3'), 'the link does not keep the query');
+});
+
 // ---------------------------------------------------------------- the runner
 
 function withTimeout(promise, ms, what) {
