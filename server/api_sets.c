@@ -202,7 +202,8 @@ static int check_request(const api_request *req, const char *name, weight_set **
     long long want = 0;
     if (!weights_valid_name(name))
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
-                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ -.",
+                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ - "
+                  "(but not \".\" or \"..\").",
                   name);
     else if (req->if_match != NULL && (want = if_match_generation(req->if_match)) < 0)
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "If-Match",

@@ -42,6 +42,10 @@ static const config_option config_table[] = {
     {"cors-origin", "ATTN_CORS_ORIGIN", OPT_TEXT, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
      "origins browsers may call from: * for any, a comma-separated list (the matching one is "
      "echoed), or \"\" / off for no CORS headers"},
+    {"cors-write-origins", "ATTN_CORS_WRITE_ORIGINS", OPT_TEXT, OFF(cors_write_origins),
+     LEN(cors_write_origins), "", 0, 0,
+     "origins whose pages may also PUT and DELETE (comma-separated); others get 403 unless "
+     "--auth-writes or --auth-all asks for tokens"},
     {"max-body", "ATTN_MAX_BODY", OPT_SIZE, OFF(max_body), 0, "64M", 16, (double)(1ULL << 40),
      "largest request body in bytes (K, M, G suffixes, 1024-based); 413 past it"},
     {"max-elements", "ATTN_MAX_ELEMENTS", OPT_SIZE, OFF(max_elements), 0, "8M", 1, (double)(1ULL << 40),
@@ -59,6 +63,9 @@ static const config_option config_table[] = {
     {"max-memory", "ATTN_MAX_MEMORY", OPT_SIZE, OFF(max_memory), 0, "0", 0, (double)(1ULL << 50),
      "memory budget of the whole process (bodies, parsing, computations); 503 or 413 past "
      "it; 0: 3/4 of the cgroup memory limit, else of physical memory"},
+    {"max-memory-share", "ATTN_MAX_MEMORY_SHARE", OPT_LONG, OFF(max_memory_share), 0, "50", 1,
+     100, "percent of --max-memory that the bodies one client address is sending may hold; "
+     "a body past it is answered 503 (413 at its headers when it could never fit)"},
     {"max-connections", "ATTN_MAX_CONNECTIONS", OPT_LONG, OFF(max_connections), 0, "8192", 1,
      1000000, "open connections at once (the file descriptor limit is raised to fit)"},
     {"max-connections-per-ip", "ATTN_MAX_CONNECTIONS_PER_IP", OPT_LONG,

@@ -16,6 +16,7 @@ typedef struct server_config {
     char host[256];
     long port;
     char cors_origin[1024];     /* "*", a comma-separated list, or ""/off */
+    char cors_write_origins[1024]; /* origins whose pages may PUT and DELETE (cors.c) */
     size_t max_body;            /* bytes */
     size_t max_elements;        /* numbers per request and per response */
     size_t max_request_memory;  /* bytes of working memory per request */
@@ -40,6 +41,7 @@ typedef struct server_config {
     char tls_cert[1024];        /* PEM certificate chain; "" for plain HTTP */
     char tls_key[1024];         /* PEM private key */
     size_t max_memory;          /* process memory budget, bytes; 0: from the memory limit */
+    long max_memory_share;      /* percent of it one client address may hold for bodies */
     long max_connections_per_ip;/* 0: no per-address cap */
     long header_timeout;        /* seconds to deliver a request's headers */
     size_t min_body_rate;       /* bytes per second a body must average; 0: no floor */

@@ -48,6 +48,7 @@ int error_http_status(int kind)
     case ERR_URI_TOO_LONG: return 414;
     case ERR_HEADERS_TOO_LARGE: return 431;
     case ERR_PRECONDITION: return 412;
+    case ERR_FORBIDDEN: return 403;
     case ERR_UNSUPPORTED_MEDIA: return 415;
     default: return 500;
     }

@@ -32,7 +32,8 @@ enum {
     ERR_URI_TOO_LONG = -8,  /* 414: the request target is over the limit */
     ERR_HEADERS_TOO_LARGE = -9, /* 431: the header block is over the limit */
     ERR_PRECONDITION = -10, /* 412: an If-Match or generation no longer holds */
-    ERR_UNSUPPORTED_MEDIA = -11 /* 415: a Content-Encoding the server does not read */
+    ERR_FORBIDDEN = -11,    /* 403: understood, allowed to nobody in this position */
+    ERR_UNSUPPORTED_MEDIA = -12 /* 415: a Content-Encoding the server does not read */
 };
 
 typedef struct attn_error {

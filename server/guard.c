@@ -5,9 +5,9 @@
  * guard_new; guard_check then only reads them, so one guard serves every
  * connection thread without locks.  The checks run cheapest and most
  * fundamental first: framing (whether the bytes on the wire mean one request
- * or could mean two), sizes, Host, the path's bytes, and last the token,
- * so that a client without a token still learns that its request was
- * malformed.
+ * or could mean two), sizes, Host, the path's bytes, a write from a foreign
+ * web page (cors.c), and last the token, so that a client without a token
+ * still learns that its request was malformed.
  */
 #include "guard.h"
 
@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cors.h"
 #include "mem.h"
 
 /* A list of short strings parsed from a setting; owned by the guard. */
@@ -32,6 +33,7 @@ struct guard {
     int auth_writes, auth_all;
     int cors_mode;
     guard_list origins;
+    cors_policy writes;         /* which pages may write (cors.h) */
     int host_check;
     guard_list hosts;           /* lower case, IPv6 without brackets */
 };
@@ -220,6 +222,8 @@ guard *guard_new(const server_config *cfg, attn_error *err)
         goto fail;
     }
 
+    if (cors_policy_init(&g->writes, cfg, err) != 0)
+        goto fail;
     if (cfg->cors_origin[0] == '\0' || strcasecmp(cfg->cors_origin, "off") == 0 ||
         strcasecmp(cfg->cors_origin, "none") == 0) {
         g->cors_mode = CORS_OFF;
@@ -295,6 +299,12 @@ const char *guard_cors_origin(const guard *g, const char *origin, int *vary)
         if (strcasecmp(g->origins.items[i], origin) == 0)
             return origin;
     return NULL;
+}
+
+const char *guard_cors_methods(const guard *g, const char *allow, const char *origin,
+                               const char *host, char *buf, size_t n)
+{
+    return cors_preflight_methods(&g->writes, allow, origin, host, buf, n);
 }
 
 static int hex_value(int c)
@@ -426,8 +436,9 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
                          "The request has %zu header lines; the server reads at most %d.",
                          rq->header_count, GUARD_MAX_HEADERS);
     }
-    size_t lengths = 0, encodings = 0, header_bytes = 0;
+    size_t lengths = 0, encodings = 0, header_bytes = 0, inference_lengths = 0;
     const char *length = NULL, *encoding = NULL, *host = NULL, *authorization = NULL;
+    const char *origin = NULL;
     size_t hosts = 0;
     for (size_t i = 0; i < rq->header_count; i++) {
         const guard_header *h = &rq->headers[i];
@@ -443,6 +454,10 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
             host = h->value;
         } else if (strcasecmp(h->name, "Authorization") == 0 && authorization == NULL) {
             authorization = h->value;
+        } else if (strcasecmp(h->name, "Origin") == 0 && origin == NULL) {
+            origin = h->value;
+        } else if (strcasecmp(h->name, "Inference-Header-Content-Length") == 0) {
+            inference_lengths++;
         }
     }
 
@@ -463,6 +478,10 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
                              "Transfer-Encoding");
     if (length != NULL && !digits_only(length))
         return framing_error(v, err, "%s must be a number of bytes.", "Content-Length");
+    /* The v2 body's own framing: which bytes are its JSON header. */
+    if (inference_lengths > 1)
+        return framing_error(v, err, "The request has several %s headers; send one.",
+                             "Inference-Header-Content-Length");
 
     if (strlen(rq->path) > GUARD_MAX_TARGET) {
         v->close = 1;
@@ -494,6 +513,10 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
                              "no name may contain one.", (size_t)(p - (const unsigned char *)rq->path));
         }
 
+    if (cors_check(&g->writes, rq->method, origin, host, err) != 0) {
+        v->close = has_body;
+        return err->kind;
+    }
     int is_write = strcmp(rq->method, "PUT") == 0 || strcmp(rq->method, "DELETE") == 0;
     int needs_token = strcmp(rq->method, "OPTIONS") != 0 && !rq->probe &&
                       (g->auth_all || (g->auth_writes && is_write));

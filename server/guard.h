@@ -9,7 +9,8 @@
  * against DNS rebinding of a server on a loopback address), a control byte in
  * the decoded path (a %00 that would otherwise cut a weight-set name short),
  * and a missing or wrong bearer token where --auth-writes or --auth-all asks
- * for one.  guard_cors_origin decides the Access-Control-Allow-Origin answer.
+ * for one, and a write from a web page of a foreign origin (cors.h).
+ * guard_cors_origin decides the Access-Control-Allow-Origin answer.
  * Everything here is a pure function of its arguments and of the settings
  * read once by guard_new, so the unit tests need no socket.
  */
@@ -71,11 +72,13 @@ void guard_free(guard *g);
 
 /* Decides whether rq may reach the endpoints.  Returns 0 (v says nothing
  * then), or a negative ERR_* code with err filled and v saying what else to
- * do: ERR_BAD_REQUEST for ambiguous framing (v->close set), a Host outside
+ * do: ERR_BAD_REQUEST for ambiguous framing (two Content-Length or
+ * Inference-Header-Content-Length headers...; v->close set), a Host outside
  * the allow-list, or a control byte in the path; ERR_URI_TOO_LONG and
  * ERR_HEADERS_TOO_LARGE past the limits above (v->close set);
  * ERR_UNAUTHORIZED with v->www_authenticate filled when a token is needed and
- * missing or wrong.  OPTIONS (a browser's preflight carries no credentials)
+ * missing or wrong; ERR_FORBIDDEN for a write from a page of a foreign
+ * origin (cors_check).  OPTIONS (a browser's preflight carries no credentials)
  * and the probes (rq->probe) never need a token.
  * Token comparison takes the same time whatever the bytes sent. */
 int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_error *err);
@@ -87,6 +90,13 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
  * list is configured), so that caches keep answers apart with Vary: Origin.
  * The result is borrowed from g or from origin. */
 const char *guard_cors_origin(const guard *g, const char *origin, int *vary);
+
+/* The methods a preflight from `origin` (NULL when absent) to a server
+ * reached as `host` may be told: the route's `allow`, without PUT and DELETE
+ * when that origin may not write (cors.h), in buf (n bytes) then.  Returns
+ * allow or buf. */
+const char *guard_cors_methods(const guard *g, const char *allow, const char *origin,
+                               const char *host, char *buf, size_t n);
 
 /* Decodes %HH escapes of s in place, as libmicrohttpd does, except that a
  * decoded NUL becomes the control byte 0x7f: the path stays one C string and

@@ -37,7 +37,6 @@
 
 #include "api.h"
 #include "answer.h"
-#include "budget.h"
 #include "http_private.h"
 #include "mem.h"
 
@@ -253,7 +252,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 hr->handed ? via[hr->answered_by] : "io",
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
     http_conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
-    budget_release(hr->reserved);
+    http_body_release(hr);
     api_response_free(&hr->resp);
     compress_inflater_free(hr->inflater);
     mem_free(hr->body);

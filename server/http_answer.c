@@ -79,10 +79,17 @@ static void add_cors_headers(struct MHD_Response *r, const http_server *srv,
         MHD_add_response_header(r, "Vary", vary && varies_encoding ? "Origin, Accept-Encoding"
                                            : vary                  ? "Origin"
                                                                    : "Accept-Encoding");
-    /* A preflight allows the route's methods and the headers the API reads,
-     * never whatever the browser asked for. */
+    /* A preflight allows the route's methods (its writes only to the origins
+     * that may write, cors.h) and the headers the API reads, never whatever
+     * the browser asked for. */
     if (preflight && resp->allow != NULL && origin != NULL) {
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", resp->allow);
+        char methods[64];
+        MHD_add_response_header(
+            r, "Access-Control-Allow-Methods",
+            guard_cors_methods(srv->guard, resp->allow,
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
+                               methods, sizeof methods));
         MHD_add_response_header(r, "Access-Control-Allow-Headers", GUARD_CORS_ALLOW_HEADERS);
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }

@@ -4,19 +4,31 @@
  *
  * A body over --max-body is not stored: when Content-Length announces it,
  * the 413 is queued at once (before any body is read); otherwise the rest of
- * the body is read and dropped and the 413 follows.  A request with a body
- * reserves its estimated peak in the process budget (budget.h) as soon as
- * its headers arrive, before any body byte is stored: a reservation that
- * does not fit is answered 503 with Retry-After (413 when it could never
- * fit), and it is released when the request ends (http.c, on_completed).
+ * the body is read and dropped and the 413 follows.
+ *
+ * Memory.  A request's body reserves its estimated peak (the body and the
+ * tree parsed from it) in the process budget (budget.h) as it arrives, in
+ * doubling steps, never for bytes that have not come: a client that
+ * announces a large body and sends it slowly holds little.  The
+ * reservation goes through the sender's share (budget_client.h), so one
+ * address holds at most --max-memory-share of the budget however many
+ * connections it opens.  A step that does not fit drops the body and the
+ * request is answered 503 with Retry-After once it has been read (the
+ * reaper closes it sooner if it crawls): libmicrohttpd 0.9.75 takes an
+ * answer only before the body or after all of it (MHD_queue_response), and
+ * closing at once would leave an honest client without one.  An announced
+ * body that could never fit is 413 at its headers.  Everything is released
+ * when the request ends (http.c, on_completed, through http_body_release).
+ *
  * A body sent with Content-Encoding gzip or deflate is inflated as it
- * arrives (compress.h); --max-body and the budget apply to the inflated
- * bytes, so a small bomb is dropped like a large body.
+ * arrives (compress.h); --max-body, the budget and the share apply to the
+ * inflated bytes, so a small bomb is dropped like a large body.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "budget.h"
+#include "budget_client.h"
 #include "http_private.h"
 #include "mem.h"
 
@@ -25,20 +37,79 @@
  * up to about 24 bytes per byte of text (a boxed number and its slot). */
 #define HTTP_BODY_MEMORY_FACTOR 25
 
-/* Reserves `bytes` more in the budget for hr.  Returns 0, or -1 (nothing
- * more reserved). */
+/* The smallest step, in body bytes, in which a body's memory is reserved
+ * as it arrives (each step doubles what has arrived, up to the announced
+ * length): few reservations per request, and never much more than twice
+ * what has arrived. */
+#define HTTP_BODY_STEP ((size_t)64 << 10)
+
+/* Reserves `bytes` more in the budget for hr, within its client's share.
+ * Returns 0, or -1 (nothing more reserved). */
 static int request_reserve(http_request *hr, size_t bytes)
 {
-    if (budget_reserve(bytes) != 0)
+    /* Looked up on the first reservation, so that requests without a body
+     * never take the clients' lock. */
+    if (!hr->client_known) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        hr->client = budget_client_get(info != NULL ? info->client_addr : NULL);
+        hr->client_known = 1;
+    }
+    if (budget_client_reserve(hr->client, bytes) != 0)
         return -1;
     hr->reserved += bytes;
     return 0;
 }
 
+/* 1 when `need` bytes could never be held for one client: more than the
+ * whole budget or than one address's share of it (so 413, not 503). */
+static int body_never_fits(size_t need)
+{
+    size_t share = budget_client_cap();
+    return !budget_could_fit(need) || (share != 0 && need > share);
+}
+
+/* Fills err with the 413 for a body of `bytes` that needs `need` bytes. */
+static int body_never_fits_error(attn_error *err, unsigned long long bytes, size_t need)
+{
+    size_t share = budget_client_cap();
+    return error_set(err, ERR_TOO_LARGE, "body_too_large", NULL,
+                     "Handling a body of %llu bytes needs about %zu MiB, more than one client "
+                     "may hold of the server's memory budget: %zu MiB (--max-memory, "
+                     "--max-memory-share).", bytes, need >> 20,
+                     (share != 0 ? share : budget_limit()) >> 20);
+}
+
+/* Reserves the next step of hr's body, which is to grow to `len` bytes:
+ * twice what has arrived, at least HTTP_BODY_STEP, at most the announced
+ * length (or `limit`).  Returns 0, or -1 with nothing more reserved. */
+static int body_reserve_step(http_request *hr, size_t limit, size_t len)
+{
+    size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
+    size_t covered = hr->reserved / factor;
+    if (len <= covered)
+        return 0;
+    size_t target = 2 * len;
+    if (target < HTTP_BODY_STEP)
+        target = HTTP_BODY_STEP;
+    /* An inflated body may grow past its announced (compressed) length. */
+    size_t most = hr->announced != 0 && hr->inflater == NULL ? hr->announced : limit;
+    if (target > most)
+        target = most;
+    /* A step never asks past the client's share for what would fit in it,
+     * so that a refusal means "taken now" (503) or "never" (413). */
+    size_t share = budget_client_cap() / factor;
+    if (share != 0 && target > share && share >= len)
+        target = share;
+    return request_reserve(hr, (target - covered) * factor);
+}
+
 /* Appends data to the request body within the limit; past it, drops the body
- * and marks the request too large.  A body whose length was not announced
- * reserves budget as it grows, and past the budget is dropped too.  Returns
- * -1 when out of memory. */
+ * and marks the request too large.  The body reserves its memory as it
+ * arrives, announced or not; when the budget or the client's share cannot
+ * cover it, the body is dropped (and its reservation given back) and the
+ * request is answered 503 once it has been read.  Returns -1 when out of
+ * memory. */
 static int body_append(http_request *hr, size_t limit, const char *data, size_t n)
 {
     if (hr->too_large || hr->no_memory)
@@ -50,21 +121,15 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
         hr->len = hr->cap = 0;
         return 0;
     }
-    size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
-    size_t covered = hr->reserved / factor;
-    if (hr->len + n > covered) {
-        /* Reserve in steps of at least 1 MiB of body so that the budget is
-         * not asked for every chunk. */
-        size_t want = hr->len + n - covered;
-        if (want < ((size_t)1 << 20))
-            want = (size_t)1 << 20;
-        if (request_reserve(hr, want * factor) != 0) {
-            hr->no_memory = 1;
-            mem_free(hr->body);
-            hr->body = NULL;
-            hr->len = hr->cap = 0;
-            return 0;
-        }
+    if (body_reserve_step(hr, limit, hr->len + n) != 0) {
+        hr->no_memory = 1;
+        hr->no_memory_need = (hr->len + n) * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
+        mem_free(hr->body);
+        hr->body = NULL;
+        hr->len = hr->cap = 0;
+        budget_client_release(hr->client, hr->reserved);
+        hr->reserved = 0;
+        return 0;
     }
     if (hr->len + n > hr->cap) {
         size_t cap = hr->cap ? hr->cap : 4096;
@@ -130,10 +195,11 @@ static int body_encoding(struct MHD_Connection *conn, http_request *hr, attn_err
 }
 
 /* Decides, from its headers, whether the body of hr may come: a
- * Content-Length over --max-body is answered 413 at once, and the body's
- * peak memory is reserved in the budget before any byte is stored (503 when
- * the budget is taken now, 413 when it could never hold it).  Returns
- * MHD_YES to go on, or what queueing the refusal returned. */
+ * Content-Length over --max-body is answered 413 at once, and so is one
+ * whose peak memory could never be held for one client (the budget or the
+ * client's share).  Nothing is reserved yet: body_append reserves as
+ * the body arrives.  Returns MHD_YES to go on, or what queueing the refusal
+ * returned. */
 enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, http_request *hr,
                                 const char *method)
 {
@@ -165,27 +231,20 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
                   "(--max-body).", n, srv->cfg->max_body);
         return http_queue_error(srv, conn, hr, &err, NULL);
     }
+    hr->announced = (size_t)n;
     size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
-    if (n > 0 && request_reserve(hr, need) != 0) {
-        if (!budget_could_fit(need)) {
-            hr->too_large = 1;
-            error_set(&err, ERR_TOO_LARGE, "body_too_large", NULL,
-                      "Handling a body of %llu bytes needs about %zu MiB, more than the "
-                      "server's whole memory budget of %zu MiB (--max-memory).", n, need >> 20,
-                      budget_limit() >> 20);
-        } else {
-            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
-                      "The server's memory budget (--max-memory) is taken by other requests "
-                      "now; retry shortly.");
-        }
+    if (body_never_fits(need)) {
+        hr->too_large = 1;
+        body_never_fits_error(&err, n, need);
         return http_queue_error(srv, conn, hr, &err, NULL);
     }
     return MHD_YES;
 }
 
 /* 1 when the complete body of hr was dropped (over --max-body, or past the
- * budget as it grew) or is not of its Content-Encoding, with err filled;
- * else 0, the inflater (when there was one) freed: the body is complete. */
+ * budget or the client's share as it grew) or is not of its
+ * Content-Encoding, with err filled; else 0, the inflater (when there was
+ * one) freed: the body is complete. */
 int http_body_refused(const http_server *srv, http_request *hr, attn_error *err)
 {
     if (hr->too_large) {
@@ -194,10 +253,14 @@ int http_body_refused(const http_server *srv, http_request *hr, attn_error *err)
                   srv->cfg->max_body);
         return 1;
     }
+    if (hr->no_memory && body_never_fits(hr->no_memory_need)) {
+        body_never_fits_error(err, hr->bytes_in, hr->no_memory_need);
+        return 1;
+    }
     if (hr->no_memory) {
         error_set(err, ERR_UNAVAILABLE, "overloaded", NULL,
-                  "The server's memory budget (--max-memory) could not hold this body now; "
-                  "retry shortly.");
+                  "The server's memory budget (--max-memory), or this client's share of it "
+                  "(--max-memory-share), could not hold this body now; retry shortly.");
         return 1;
     }
     if (hr->inflater != NULL && hr->bytes_in > 0 &&
@@ -210,4 +273,17 @@ int http_body_refused(const http_server *srv, http_request *hr, attn_error *err)
     compress_inflater_free(hr->inflater); /* its window is not needed any more */
     hr->inflater = NULL;
     return 0;
+}
+
+/* Gives back what hr holds in the budget and its reference to its client's
+ * share; at the request's end. */
+void http_body_release(http_request *hr)
+{
+    if (!hr->client_known)
+        return;
+    budget_client_release(hr->client, hr->reserved);
+    budget_client_put(hr->client);
+    hr->reserved = 0;
+    hr->client = NULL;
+    hr->client_known = 0;
 }

@@ -5,7 +5,8 @@
  *
  *   http.c         the daemon: start and stop, the access handler that takes a
  *                  request from its first byte to its hand-over, completion
- *   http_body.c    gathering a body under --max-body and the memory budget
+ *   http_body.c    gathering a body under --max-body and the memory budget,
+ *                  within its sender's share (budget_client.h)
  *   http_queue.c   the worker threads and their queue (suspend and resume)
  *   http_conn.c    the record of every open connection and the reaper of
  *                  slow or vanished clients
@@ -23,6 +24,7 @@
 #include <time.h>
 
 #include "api_message.h"
+#include "budget_client.h"
 #include "compress.h"
 #include "compute.h"
 #include "config.h"
@@ -80,12 +82,16 @@ struct http_request {
     char *body;
     size_t len, cap;
     int too_large;
-    int no_memory;              /* a chunked body outgrew the budget */
     compress_inflater *inflater; /* Content-Encoding gzip or deflate; NULL for none */
     int bad_encoding;           /* the compressed body is not of its coding */
+    int no_memory;              /* the body outgrew the budget or its client's share */
+    size_t no_memory_need;      /* what it needed then, bytes */
     int status;
     size_t bytes_in, bytes_out;
-    size_t reserved;            /* bytes held in the budget */
+    size_t reserved;            /* bytes held in the budget, through client */
+    budget_client *client;      /* the sender's share of the budget, once looked up */
+    int client_known;           /* client has been looked up (it may be NULL) */
+    size_t announced;           /* Content-Length; 0 when none or chunked */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte (http_body.c) */
     const route *route;         /* its row of the route table, found once */
     char method[12];            /* for the access log */
@@ -123,6 +129,7 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
                                 const char *method);
 int http_body_receive(http_request *hr, size_t limit, const char *data, size_t n);
 int http_body_refused(const http_server *srv, http_request *hr, attn_error *err);
+void http_body_release(http_request *hr);
 
 /* http.c: api_request.query_arg, a decoded query argument of the
  * connection conn (NULL when absent). */

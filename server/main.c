@@ -26,6 +26,7 @@
 #include "attention.h"
 #include "blas_setup.h"
 #include "budget.h"
+#include "budget_client.h"
 #include "compute.h"
 #include "config.h"
 #include "http.h"
@@ -81,6 +82,7 @@ static void budget_start(const server_config *cfg)
 {
     size_t budget = cfg->max_memory != 0 ? cfg->max_memory : budget_default_limit();
     budget_init(budget);
+    budget_client_init(cfg->max_memory_share);
     fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
             cfg->max_memory != 0 ? "" : " (3/4 of the memory limit)");
 }

@@ -470,6 +470,12 @@ static int parse_header(const api_request *req, const v2_body *body, v2_infer *s
         return 0;
     if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
         return error_nomem(err);
+    if (json_error_code(&jerr) == json_error_stack_overflow)
+        /* Nesting is the fault whatever the framing, so no hint about it. */
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The JSON header nests arrays or objects too deeply: %s (line %d, "
+                         "column %d); a tensor has at most a few dimensions.", jerr.text,
+                         jerr.line, jerr.column);
     return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                      "The JSON header is not valid JSON: %s (line %d, column %d)%s.", jerr.text,
                      jerr.line, jerr.column,

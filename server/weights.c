@@ -94,6 +94,10 @@ int weights_valid_name(const char *name)
     size_t n = strlen(name);
     if (n < 1 || n > WEIGHTS_NAME_MAX)
         return 0;
+    /* "." and ".." are path segments to every client that normalises a URL:
+     * /v1/weight-sets/.. would reach another route, never the set. */
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
         if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||

@@ -84,7 +84,7 @@ int weights_check_heads(size_t heads, size_t dk, size_t dv, attn_error *err);
 double weights_default_scale(size_t dk, size_t heads);
 
 /* Returns 1 if name is a valid weight-set name: 1 to WEIGHTS_NAME_MAX of
- * A-Z a-z 0-9 . _ -, and 0 otherwise. */
+ * A-Z a-z 0-9 . _ -, other than "." and "..", and 0 otherwise. */
 int weights_valid_name(const char *name);
 
 #endif

@@ -42,6 +42,7 @@
   const state = {
     example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
     threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '', query: 0,
+    pool: 'max',
   };
   let data = null;            /* see setData */
   /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
@@ -103,6 +104,7 @@
       req: p.get('req') || '',
       model: p.get('model') || '',
       query: Math.floor(num('query', 0)),
+      pool: p.get('pool') === 'mean' ? 'mean' : 'max',
     };
   }
 
@@ -139,6 +141,7 @@
     if (state.compare) p.set('compare', state.compare);
     if (state.model) p.set('model', state.model);
     if (state.view === 'neuron') p.set('query', state.query);
+    if (state.pool !== 'max') p.set('pool', state.pool);
     return p;
   }
 
@@ -276,6 +279,7 @@
     $('topk').value = String(state.topk);
     $('select').value = state.select.join(',');
     $('neuron-index').value = String(state.query);
+    $('pool').value = state.pool;
     $('agg').value = state.agg;
     if (state.compare && ![...$('compare').options].some((o) => o.value === state.compare))
       $('compare').add(new Option(compareLabel(state.compare), state.compare));
@@ -596,8 +600,12 @@
       }
       drag = { x: ev.clientX, y: ev.clientY, k0: zoom.k0, q0: zoom.q0 };
     });
-    window.addEventListener('mouseup', () => { drag = null; });
-    cv.addEventListener('dblclick', () => { zoom = { k0: 0, q0: 0, sk: 1, sq: 1 }; drawHeatmap(); });
+    window.addEventListener('mouseup', () => { if (drag) schedulePooledZoom(false); drag = null; });
+    cv.addEventListener('dblclick', () => {
+      zoom = { k0: 0, q0: 0, sk: 1, sq: 1 };
+      drawHeatmap();
+      schedulePooledZoom(true);
+    });
     cv.addEventListener('wheel', (ev) => {
       if (!data) return;
       ev.preventDefault();
@@ -611,6 +619,7 @@
       zoom.k0 = clampOrigin(ak - fx * zoom.sk, zoom.sk);
       zoom.q0 = clampOrigin(aq - fy * zoom.sq, zoom.sq);
       drawHeatmap();
+      schedulePooledZoom(false);
     }, { passive: false });
   }
 
@@ -1337,18 +1346,59 @@
     return { data: d };
   }
 
-  /* Sends the request in the editor and shows its answer. */
-  async function compute() {
+  /* Asks for the pooled grid of req over window w (viz_pooled.js) and returns data for it,
+   * or null when the server answered an error (shown). */
+  async function computePooled(req, w) {
+    const P = window.vizPooled, sh = P.shapeOf(req, depth);
+    const t0 = performance.now();
+    const got = await P.fetchGrid(req, w, PLOT.h, PLOT.w, state.pool, flatten);
+    if (got.error) { showError('failed', got.error, null); return null; }
+    const g = got.grid, t1 = performance.now();
+    const names = parseTokens($('q-tokens').value), knames = parseTokens($('k-tokens').value) || names;
+    document.body.dataset.pooled = [w.q0, w.q1, w.k0, w.k1, g.br, g.bc].join(',');
+    return {
+      B: sh.B, H: sh.H, Lq: g.gr, Lk: g.gc, attn: g.values, output: null, raw: null,
+      mask: req.causal ? P.causalGridMask(g, w, sh.B) : null,
+      qTokens: P.cellLabels(w.q0, w.q1, g.br, names), kTokens: P.cellLabels(w.k0, w.k1, g.bc, knames),
+      source: `POST /v2/models/attention/infer, pooled: ${sh.Lq} x ${sh.Lk} tokens, ` +
+        (g.br === 1 && g.bc === 1 ? 'every weight' : `blocks of ${g.br} x ${g.bc} (${state.pool})`) +
+        (w.q0 || w.k0 || w.q1 < sh.Lq || w.k1 < sh.Lk ? `, queries ${w.q0}–${w.q1 - 1}, keys ${w.k0}–${w.k1 - 1}` : ''),
+      pooled: { req, w, Lq: sh.Lq, Lk: sh.Lk, br: g.br, bc: g.bc },
+      timing: { transferMs: t1 - t0, decodeMs: 0 },
+    };
+  }
+
+  /* After a zoom or pan of a pooled heatmap settles, asks for the window it shows. */
+  let pooledTimer = null;
+  function schedulePooledZoom(reset) {
+    if (!data || !data.pooled) return;
+    clearTimeout(pooledTimer);
+    pooledTimer = setTimeout(async () => {
+      const p = data.pooled;
+      const w = reset ? { q0: 0, q1: p.Lq, k0: 0, k1: p.Lk } : window.vizPooled.windowOf(p.w, zoom);
+      if (w.q0 === p.w.q0 && w.q1 === p.w.q1 && w.k0 === p.w.k0 && w.k1 === p.w.k1 && !reset) return;
+      setStatus('pooling the window…', 'loading');
+      const d = await computePooled(p.req, w);
+      if (d) setData(d);
+    }, 250);
+  }
+
+  /* Sends the request in the editor (or req, given by a script) and shows its answer. */
+  async function compute(given) {
     clearError();
-    const req = readRequest();
+    const req = given || readRequest();
     if (!req) return;
     setStatus('computing…', 'loading');
     const t0 = performance.now();
     try {
       let d = null;
-      const binary = req.q && !req.x && req.mask == null && req.layout !== 'columns' &&
-        attentionSize(req) >= BINARY_MIN_WEIGHTS && await hasBinaryV2();
-      if (binary) {
+      const qkv = req.q && !req.x && req.mask == null && req.layout !== 'columns';
+      const binary = qkv && attentionSize(req) >= BINARY_MIN_WEIGHTS && await hasBinaryV2();
+      if (binary && attentionSize(req) > window.vizPooled.POOLED_MIN_WEIGHTS) {
+        const sh = window.vizPooled.shapeOf(req, depth);
+        d = await computePooled(req, { q0: 0, q1: sh.Lq, k0: 0, k1: sh.Lk });
+        if (!d) return;
+      } else if (binary) {
         d = await computeBinary(req);
         if (!d) return;
       } else {
@@ -1594,6 +1644,14 @@
     state.select = parseSelection($('select').value);
     state.agg = $('agg').value === 'mean' ? 'mean' : 'sum';
     state.compare = $('compare').value;
+    const pool = $('pool').value === 'mean' ? 'mean' : 'max';
+    if (pool !== state.pool) {
+      state.pool = pool;
+      if (data && data.pooled) {
+        const p = data.pooled;
+        computePooled(p.req, p.w).then((d) => { if (d) setData(d); });
+      }
+    }
     const layer = Number($('layer').value) || 0;
     if (data && data.layers && layer !== state.layer) { state.layer = layer; data.attn = data.layers[layer]; }
     render();
@@ -1613,7 +1671,7 @@
   function init() {
     for (const b of document.querySelectorAll('#views button'))
       b.addEventListener('click', () => { state.view = b.dataset.view; syncControls(); render(); });
-    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare'])
+    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare', 'pool'])
       $(id).addEventListener('change', onControl);
     $('run').addEventListener('click', () => {
       state.example = ''; state.req = ''; $('example').value = ''; compute();
@@ -1665,6 +1723,8 @@
   /* For tests and for anyone scripting the page from the console. */
   window.viz = {
     state, colorFor, cellCenter, curlCommand, selectionRow, rollout,
+    /* computes a request given as an object (for requests too large for the editor) */
+    computeRequest: (req) => { state.example = ''; state.req = ''; return compute(req); },
     get data() { return data; },
     stops: STOPS, logFloor: LOG_FLOOR, maskColors: [MASK_DARK, MASK_LIGHT],
   };

@@ -667,6 +667,57 @@ test('neuron view: q, k, their product, dot, scaled score and weight of one quer
   assert((await page.evaluate(() => location.hash)).includes('query=3'), 'the link does not keep the query');
 });
 
+test('long sequence: 5000 tokens pooled by the server, zooming asks for the window until every cell is one weight', async (page) => {
+  const L = 5000, D = 16;
+  const req = { q: randomMatrix(L, D, 61), k: randomMatrix(L, D, 62), v: randomMatrix(L, 4, 63), dtype: 'float32', causal: true };
+  // the weights of query i, from the float32-rounded inputs, in float64, as a reference
+  const f = (m) => m.map((r) => r.map(Math.fround));
+  const Q = f(req.q), K = f(req.k), scale = 1 / Math.sqrt(D);
+  const row = (i) => {
+    const s = K.map((kj, j) => (j > i ? -Infinity : Q[i].reduce((a, x, t) => a + x * kj[t], 0) * scale));
+    const mx = Math.max(...s), e = s.map((x) => Math.exp(x - mx)), z = e.reduce((a, b) => a + b, 0);
+    return e.map((x) => x / z);
+  };
+  let asked = null;
+  page.on('request', (r) => { if (r.url().endsWith('/v2/models/attention/infer')) asked = r.headers(); });
+  await openView(page, 'view=heatmap');
+  await page.evaluate((r) => window.viz.computeRequest(r), req);
+  await page.waitForSelector('body[data-status="ready"], body[data-status="error"]');
+  assert(await page.$eval('body', (b) => b.dataset.status) === 'ready', await page.$eval('#error', (e) => e.textContent));
+  assert(asked && asked['content-type'] === 'application/octet-stream' && asked['inference-header-content-length'],
+    'the inputs were not sent as binary tensors');
+  let [q0, q1, k0, k1, br, bc] = (await page.$eval('body', (b) => b.dataset.pooled)).split(',').map(Number);
+  assert(q0 === 0 && q1 === L && k0 === 0 && k1 === L && br === Math.ceil(L / 620) && bc === Math.ceil(L / 600),
+    `window and blocks: ${[q0, q1, k0, k1, br, bc]}`);
+  const d = await page.evaluate(() => ({ Lq: window.viz.data.Lq, Lk: window.viz.data.Lk, n: window.viz.data.attn.length }));
+  assert(d.Lq === Math.ceil(L / br) && d.Lk === Math.ceil(L / bc), `grid ${d.Lq} x ${d.Lk}`);
+  // a few cells against the maximum of their block
+  for (const [g, t] of [[0, 0], [100, 50], [300, 299], [555, 2], [d.Lq - 1, d.Lk - 1]]) {
+    let mx = 0;
+    for (let i = g * br; i < Math.min(L, (g + 1) * br); i++) {
+      const w = row(i);
+      for (let j = t * bc; j < Math.min(L, (t + 1) * bc); j++) mx = Math.max(mx, w[j]);
+    }
+    const got = await page.evaluate((k) => window.viz.data.attn[k], g * d.Lk + t);
+    close(got, mx, 1e-6, `cell [${g}][${t}] (max of its block)`);
+  }
+  // zoom in around one point until the window is no larger than the heatmap: then exact
+  const box = await (await page.$('#heatmap')).boundingBox();
+  for (let step = 0; step < 40 && br > 1; step++) {
+    await page.mouse.move(box.x + 110 + 300, box.y + 90 + 400);
+    await page.mouse.wheel({ deltaY: -300 });
+    await page.waitForFunction((prev) => document.body.dataset.pooled !== prev && document.body.dataset.status === 'ready',
+      { timeout: 10000 }, [q0, q1, k0, k1, br, bc].join(',')).catch(() => {});
+    [q0, q1, k0, k1, br, bc] = (await page.$eval('body', (b) => b.dataset.pooled)).split(',').map(Number);
+  }
+  assert(br === 1 && bc === 1, `still blocks of ${br} x ${bc} after zooming (window ${q0}-${q1} x ${k0}-${k1})`);
+  const i = q0 + 3, j = k0 + 2;
+  const got = await page.evaluate((k) => window.viz.data.attn[k], 3 * (k1 - k0) + 2);
+  close(got, row(i)[j], 1e-6, `weight [${i}][${j}] at full resolution`);
+  const label = await page.evaluate(() => window.viz.data.qTokens[3]);
+  assert(label === String(i), `row 3 of the window is labelled ${label}, not token ${i}`);
+});
+
 // ---------------------------------------------------------------- the runner
 
 function withTimeout(promise, ms, what) {

@@ -180,6 +180,57 @@ static void writes_and_browsers(void)
         client_response_free(&r);
         test_end(&t);
     }
+    if (test_begin(&t, "guard/path/dot-names-are-400")) {
+        /* Clients that normalise URLs could never reach sets named . or .. (curl
+         * would too: sent raw). */
+        static const char *const names[] = {".", ".."};
+        for (size_t i = 0; i < 2; i++) {
+            char req[1024];
+            int n = snprintf(req, sizeof req, "PUT /v1/weight-sets/%s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Authorization: Bearer " TOKEN_A "\r\nConnection: close\r\n"
+                             "Content-Length: %zu\r\n\r\n%s", names[i], strlen(g_tiny_set), g_tiny_set);
+            struct raw_answer a;
+            raw(s, req, (size_t)n, &a);
+            expect_raw(&t, &a, 400, "invalid_value", 0);
+            free(a.text);
+        }
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/framing/repeated-inference-header-content-length")) {
+        const char req[] = "POST /v2/models/attention/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Inference-Header-Content-Length: 2\r\n"
+                           "Inference-Header-Content-Length: 40\r\nContent-Length: 2\r\n\r\n{}";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        /* A v2 route: its errors are {"error": "sentence"}. */
+        expect_true(&t, a.status == 400 && a.json && a.closed &&
+                            strstr(a.text, "several Inference-Header-Content-Length") != NULL,
+                    "status %d, %s, %s", a.status, a.json ? "JSON" : "not JSON",
+                    a.closed ? "closed" : "left open");
+        free(a.text);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/framing/malformed-content-length-pinned")) {
+        /* libmicrohttpd 0.9.75 answers a Content-Length it cannot read itself, before
+         * the server sees the request, and sends its status line and headers twice
+         * (parse_connection_headers queues its error answer, then the connection's
+         * state moves on and the reply is built again; fixed in libmicrohttpd 1.0).
+         * This pins today's answer so that a library upgrade is noticed: then the
+         * count becomes 1 and docs/security.md can drop its note. */
+        static const char *const values[] = {"-1", "abc", "5, 621"};
+        for (size_t i = 0; i < 3; i++) {
+            char req[256];
+            int n = snprintf(req, sizeof req, "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Content-Length: %s\r\n\r\n{}", values[i]);
+            struct raw_answer a;
+            raw(s, req, (size_t)n, &a);
+            expect_true(&t, a.status == 400 && a.answers == 2 && !a.json,
+                        "Content-Length: %s: status %d, %d status lines, %s", values[i], a.status,
+                        a.answers, a.json ? "JSON" : "not JSON");
+            free(a.text);
+        }
+        test_end(&t);
+    }
     if (test_begin(&t, "guard/auth-writes/delete-with-token")) {
         call(s, "DELETE", "/v1/weight-sets/prod", NULL, good, NULL, NULL, NULL, &r);
         expect_status(&t, &r, 204);
@@ -312,6 +363,90 @@ static void writes_and_browsers(void)
                     "libmicrohttpd warned at start-up");
         if (t.failed)
             detail_stderr_tail(&t, s, 10);
+        test_end(&t);
+    }
+    server_stop(s);
+}
+
+/* The defaults (--cors-origin *, no tokens): any page may read and compute, but
+ * only the server's own page (or none: curl) may write; then --cors-write-origins. */
+static void cross_origin_writes(void)
+{
+    static const char *const no_args[] = {NULL};
+    static const struct server_kind kind = {"guard-defaults", no_args, no_args};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct test t;
+    struct client_response r;
+    const char *evil = "Origin: https://evil.example";
+    char own[96], host[64];
+    snprintf(host, sizeof host, "Host: 127.0.0.1:%d", server_port(s));
+    snprintf(own, sizeof own, "Origin: http://127.0.0.1:%d", server_port(s));
+
+    if (test_begin(&t, "guard/cors-writes/defaults-refuse-foreign-put-and-delete")) {
+        call(s, "PUT", "/v1/weight-sets/mine", g_tiny_set, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 201 || r.status == 200, "PUT without Origin: status %d", r.status);
+        client_response_free(&r);
+        call(s, "PUT", "/v1/weight-sets/theirs", g_tiny_set, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/mine", NULL, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/mine", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 200, "GET mine after the foreign DELETE: status %d", r.status);
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/theirs", NULL, NULL, NULL, NULL, NULL, &r);
+        expect_true(&t, r.status == 404, "GET theirs after the foreign PUT: status %d", r.status);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/defaults-preflight-offers-no-writes")) {
+        call(s, "OPTIONS", "/v1/weight-sets/mine", NULL, evil, "Access-Control-Request-Method: DELETE",
+             NULL, NULL, &r);
+        const char *m = client_header(&r, "Access-Control-Allow-Methods");
+        expect_true(&t, m != NULL && strstr(m, "GET") != NULL && strstr(m, "DELETE") == NULL &&
+                            strstr(m, "PUT") == NULL,
+                    "Access-Control-Allow-Methods is %s", m ? m : "absent");
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/defaults-foreign-page-still-computes")) {
+        call(s, "POST", "/v1/attention", g_tiny_request, evil, NULL, NULL, NULL, &r);
+        if (expect_status(&t, &r, 200))
+            expect_header_equals(&t, &r, "Access-Control-Allow-Origin", "*");
+        client_response_free(&r);
+        call(s, "GET", "/v1/weight-sets/mine", NULL, evil, NULL, NULL, NULL, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/cors-writes/own-page-may-write")) {
+        call(s, "OPTIONS", "/v1/weight-sets/mine", NULL, own, host, NULL, NULL, &r);
+        const char *m = client_header(&r, "Access-Control-Allow-Methods");
+        expect_true(&t, m != NULL && strstr(m, "DELETE") != NULL, "Access-Control-Allow-Methods is %s",
+                    m ? m : "absent");
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/mine", NULL, own, host, NULL, NULL, &r);
+        expect_status(&t, &r, 204);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    server_stop(s);
+
+    static const char *const args[] = {"--cors-write-origins", "https://admin.example", NULL};
+    static const struct server_kind listed = {"guard-write-origins", args, no_args};
+    if (start(s, &listed) != 0)
+        return;
+    if (test_begin(&t, "guard/cors-writes/listed-origin-may-write")) {
+        call(s, "PUT", "/v1/weight-sets/admin", g_tiny_set, "Origin: https://admin.example", NULL,
+             NULL, NULL, &r);
+        expect_true(&t, r.status == 201 || r.status == 200, "status %d", r.status);
+        client_response_free(&r);
+        call(s, "DELETE", "/v1/weight-sets/admin", NULL, evil, NULL, NULL, NULL, &r);
+        expect_error(&t, &r, 403, "cross_origin_write", NULL);
+        client_response_free(&r);
         test_end(&t);
     }
     server_stop(s);
@@ -501,6 +636,7 @@ void run_guard_tests(const struct itest_paths *paths)
 {
     (void)paths;
     writes_and_browsers();
+    cross_origin_writes();
     everything_and_quiet();
     tls();
     signals();

@@ -850,6 +850,24 @@ static void run_framing_tests(const struct server *s)
     body_append(&b, "\x02", 1);
     snprintf(hl, sizeof hl, "%zu", b.json_len);
     framing_case(s, "bool-byte-not-0-or-1", &b, hl, 400, "inputs[3]");
+    /* JSON nested past the parser's depth: the error names the nesting, not the
+     * binary framing (the body is all JSON; the header would change nothing). */
+    struct test t;
+    struct client_response r;
+    test_begin(&t, "framing/deep-nesting-names-nesting");
+    enum { DEPTH = 3000 };
+    char *deep = client_xcalloc(2 * DEPTH + 16, 1);
+    size_t n = (size_t)sprintf(deep, "{\"inputs\":");
+    memset(deep + n, '[', DEPTH);
+    memset(deep + n + DEPTH, ']', DEPTH);
+    deep[n + 2 * DEPTH] = '}';
+    call(s, "POST", "/v2/models/attention/infer", deep, n + 2 * DEPTH + 1, NULL, &r);
+    expect_v2_error(&t, &r, 400, "nests");
+    expect_true(&t, r.body != NULL && strstr(r.body, "Inference-Header-Content-Length") == NULL,
+                "the error talks about the binary framing: %.300s", r.body);
+    client_response_free(&r);
+    free(deep);
+    test_end(&t);
 }
 
 /* ---- limits, metrics, draining ----------------------------------------------------------- */

@@ -190,6 +190,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(guard_auth_all_spares_probes)         \
     X(guard_token_settings)                 \
     X(guard_cors_origins)                   \
+    X(budget_client_share)                  \
+    X(budget_client_keys)                   \
+    X(guard_cross_origin_writes)            \
+    X(guard_cors_write_settings)            \
     X(guard_host_allow_list)                \
     X(guard_framing)                        \
     X(guard_control_bytes_in_path)          \

@@ -172,6 +172,84 @@ void test_guard_cors_origins(void)
     ASSERT(strstr(err.message, "scheme://") != NULL);
 }
 
+/* At the defaults (--cors-origin *, no tokens) a page of a foreign origin may
+ * read and compute but not write; its own page, a listed origin, a request
+ * without Origin and any request when writes need a token may. */
+void test_guard_cross_origin_writes(void)
+{
+    server_config cfg;
+    attn_error err;
+    guard_verdict v;
+    base_config(&cfg);
+    guard *g = guard_new(&cfg, &err);
+    ASSERT(g != NULL);
+    const char *evil[] = {"Host", "localhost:8080", "Origin", "https://evil.example", NULL};
+    const char *own[] = {"Host", "localhost:8080", "Origin", "http://localhost:8080", NULL};
+    const char *other_port[] = {"Host", "localhost:8080", "Origin", "http://localhost:8081", NULL};
+    const char *null_origin[] = {"Host", "localhost:8080", "Origin", "null", NULL};
+    const char *none[] = {"Host", "localhost:8080", NULL};
+    ASSERT_EQ(check(g, "PUT", "/v1/weight-sets/x", evil, &v, &err), ERR_FORBIDDEN);
+    ASSERT_STR_EQ(err.code, "cross_origin_write");
+    ASSERT(strstr(err.message, "--cors-write-origins") != NULL);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", evil, &v, &err), ERR_FORBIDDEN);
+    ASSERT_EQ(check(g, "PATCH", "/v1/weight-sets/x", evil, &v, &err), ERR_FORBIDDEN);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", other_port, &v, &err), ERR_FORBIDDEN);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", null_origin, &v, &err), ERR_FORBIDDEN);
+    ASSERT_EQ(check(g, "GET", "/v1/weight-sets/x", evil, &v, &err), 0);
+    ASSERT_EQ(check(g, "POST", "/v1/attention", evil, &v, &err), 0);
+    ASSERT_EQ(check(g, "OPTIONS", "/v1/weight-sets/x", evil, &v, &err), 0);
+    ASSERT_EQ(check(g, "PUT", "/v1/weight-sets/x", own, &v, &err), 0);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", none, &v, &err), 0);
+    /* The preflight tells a foreign page only the methods it may use. */
+    char buf[64];
+    const char *set = "GET, HEAD, PUT, DELETE, OPTIONS";
+    ASSERT_STR_EQ(guard_cors_methods(g, set, "https://evil.example", "localhost:8080", buf,
+                                     sizeof buf), "GET, HEAD, OPTIONS");
+    ASSERT_STR_EQ(guard_cors_methods(g, set, "http://localhost:8080", "localhost:8080", buf,
+                                     sizeof buf), set);
+    ASSERT_STR_EQ(guard_cors_methods(g, "POST, OPTIONS", "https://evil.example", "localhost",
+                                     buf, sizeof buf), "POST, OPTIONS");
+    guard_free(g);
+
+    snprintf(cfg.cors_write_origins, sizeof cfg.cors_write_origins,
+             " https://admin.example/ , http://tool.example:9000");
+    g = guard_new(&cfg, &err);
+    ASSERT(g != NULL);
+    const char *admin[] = {"Host", "localhost:8080", "Origin", "https://ADMIN.example", NULL};
+    const char *tool[] = {"Host", "localhost:8080", "Origin", "http://tool.example:9000", NULL};
+    ASSERT_EQ(check(g, "PUT", "/v1/weight-sets/x", admin, &v, &err), 0);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", tool, &v, &err), 0);
+    ASSERT_EQ(check(g, "DELETE", "/v1/weight-sets/x", evil, &v, &err), ERR_FORBIDDEN);
+    ASSERT_STR_EQ(guard_cors_methods(g, set, "http://tool.example:9000", "localhost:8080", buf,
+                                     sizeof buf), set);
+    guard_free(g);
+
+    cfg.cors_write_origins[0] = '\0';
+    cfg.auth_writes = 1;
+    snprintf(cfg.auth_tokens, sizeof cfg.auth_tokens, "%s", TOKEN_A);
+    g = guard_new(&cfg, &err);
+    ASSERT(g != NULL);
+    const char *evil_token[] = {"Host", "localhost:8080", "Origin", "https://evil.example",
+                                "Authorization", "Bearer " TOKEN_A, NULL};
+    ASSERT_EQ(check(g, "PUT", "/v1/weight-sets/x", evil_token, &v, &err), 0);
+    ASSERT_EQ(check(g, "PUT", "/v1/weight-sets/x", evil, &v, &err), ERR_UNAUTHORIZED);
+    guard_free(g);
+}
+
+void test_guard_cors_write_settings(void)
+{
+    server_config cfg;
+    attn_error err;
+    base_config(&cfg);
+    ASSERT_STR_EQ(cfg.cors_write_origins, "");
+    snprintf(cfg.cors_write_origins, sizeof cfg.cors_write_origins, "https://a.example, admin");
+    ASSERT(guard_new(&cfg, &err) == NULL);
+    ASSERT_STR_EQ(err.code, "bad_config");
+    ASSERT_STR_EQ(err.field, "cors_write_origins");
+    snprintf(cfg.cors_write_origins, sizeof cfg.cors_write_origins, "https://");
+    ASSERT(guard_new(&cfg, &err) == NULL);
+}
+
 void test_guard_host_allow_list(void)
 {
     server_config cfg;
@@ -245,7 +323,9 @@ void test_guard_framing(void)
     ASSERT(g != NULL);
     const char *one[] = {"Host", "localhost", "Content-Length", "12", NULL};
     const char *chunked[] = {"Host", "localhost", "Transfer-Encoding", "Chunked", NULL};
+    const char *v2[] = {"Host", "localhost", "Inference-Header-Content-Length", "2", NULL};
     ASSERT_EQ(check(g, "POST", "/v1/attention", one, &v, &err), 0);
+    ASSERT_EQ(check(g, "POST", "/v2/models/attention/infer", v2, &v, &err), 0);
     ASSERT_EQ(check(g, "POST", "/v1/attention", chunked, &v, &err), 0);
     const char *const bad[][7] = {
         {"Host", "localhost", "Content-Length", "12", "Content-Length", "12", NULL},
@@ -254,6 +334,8 @@ void test_guard_framing(void)
         {"Host", "localhost", "Transfer-Encoding", "gzip, chunked", NULL},
         {"Host", "localhost", "Transfer-Encoding", "chunked", "Transfer-Encoding", "chunked", NULL},
         {"Host", "localhost", "Content-Length", "+12", NULL},
+        {"Host", "localhost", "Inference-Header-Content-Length", "2",
+         "inference-header-content-length", "3", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ASSERT_EQ(check(g, "POST", "/v1/attention", bad[i], &v, &err), ERR_BAD_REQUEST);

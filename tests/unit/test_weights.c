@@ -60,6 +60,10 @@ void test_weights_rules(void)
     ASSERT(weights_valid_name("0123456789012345678901234567890123456789012345678901234567890123"));
     ASSERT(!weights_valid_name(""));
     ASSERT(!weights_valid_name("a/b"));
+    ASSERT(!weights_valid_name("."));
+    ASSERT(!weights_valid_name(".."));
+    ASSERT(weights_valid_name("..."));
+    ASSERT(weights_valid_name(".a"));
     ASSERT(!weights_valid_name("a b"));
     ASSERT(!weights_valid_name("caf\xc3\xa9"));
     ASSERT(!weights_valid_name("0123456789012345678901234567890123456789012345678901234567890123X"));
