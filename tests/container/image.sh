@@ -79,6 +79,7 @@ if start_container "$name"; then
     ok "run/healthz"
 else
     fail "run/healthz" "the container did not answer $url/healthz within 30 s"
+    route_conflicts
     $ENGINE logs "$name" 2>&1 | tail -n 10
     summary
     exit 1

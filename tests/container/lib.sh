@@ -83,6 +83,22 @@ wait_healthz() {
     return 1
 }
 
+# route_conflicts: prints the host's routes that send one subnet to two interfaces (one of
+# them down), and what to do.  A bridge podman made with CNI (cni-podman0) outlives a switch
+# to netavark; with the same subnet, 10.88.0.0/16, its dead route comes first and a published
+# port never reaches the container although the server inside listens.
+route_conflicts() {
+    local dups
+    dups=$(ip route 2>/dev/null | awk '{print $1}' | sort | uniq -d)
+    [ -z "$dups" ] && return 0
+    local net
+    for net in $dups; do
+        echo "# the host routes $net through two interfaces:"
+        ip route | grep "^$net " | sed 's/^/#   /'
+    done
+    echo "# a bridge left by podman's CNI backend shadows netavark's; remove it (ip link delete cni-podman0)"
+}
+
 # matches_fixture RESPONSE FIXTURE: true when the response's output and attention equal the
 # fixture's expected ones, element by element within the fixture's tolerance, in the same
 # shape.
