@@ -427,6 +427,64 @@ static int framing_error(guard_verdict *v, attn_error *err, const char *fmt, con
     return error_set(err, ERR_BAD_REQUEST, "ambiguous_framing", NULL, fmt, what);
 }
 
+/* What guard_check reads of the headers, in one pass. */
+typedef struct header_scan {
+    size_t lengths, encodings, hosts, inference_lengths, header_bytes;
+    const char *length, *encoding, *host, *authorization, *origin;
+} header_scan;
+
+static void scan_headers(const guard_request *rq, header_scan *s)
+{
+    memset(s, 0, sizeof *s);
+    for (size_t i = 0; i < rq->header_count; i++) {
+        const guard_header *h = &rq->headers[i];
+        s->header_bytes += strlen(h->name) + strlen(h->value) + 4;
+        if (strcasecmp(h->name, "Content-Length") == 0) {
+            s->lengths++;
+            s->length = h->value;
+        } else if (strcasecmp(h->name, "Transfer-Encoding") == 0) {
+            s->encodings++;
+            s->encoding = h->value;
+        } else if (strcasecmp(h->name, "Host") == 0) {
+            s->hosts++;
+            s->host = h->value;
+        } else if (strcasecmp(h->name, "Authorization") == 0 && s->authorization == NULL) {
+            s->authorization = h->value;
+        } else if (strcasecmp(h->name, "Origin") == 0 && s->origin == NULL) {
+            s->origin = h->value;
+        } else if (strcasecmp(h->name, "Inference-Header-Content-Length") == 0) {
+            s->inference_lengths++;
+        }
+    }
+}
+
+/* Framing: a proxy in front and this server must agree on where the body ends, or the rest
+ * of it is read as a second, unchecked request.  Returns 0 or framing_error's code. */
+static int check_framing(const guard_request *rq, const header_scan *s, guard_verdict *v,
+                         attn_error *err)
+{
+    if (s->lengths > 1)
+        return framing_error(v, err, "The request has %s Content-Length headers; send one.",
+                             "several");
+    if (s->encodings > 0 && s->lengths > 0)
+        return framing_error(v, err, "The request has both %s and Content-Length; send one.",
+                             "Transfer-Encoding");
+    if (s->encodings > 1 || (s->encoding != NULL && strcasecmp(s->encoding, "chunked") != 0))
+        return framing_error(v, err,
+                             "Transfer-Encoding must be %s, given once, and nothing else.",
+                             "chunked");
+    if (s->encoding != NULL && rq->version != NULL && strcmp(rq->version, "HTTP/1.0") == 0)
+        return framing_error(v, err, "%s is not HTTP/1.0; use Content-Length.",
+                             "Transfer-Encoding");
+    if (s->length != NULL && !digits_only(s->length))
+        return framing_error(v, err, "%s must be a number of bytes.", "Content-Length");
+    /* The v2 body's own framing: which bytes are its JSON header. */
+    if (s->inference_lengths > 1)
+        return framing_error(v, err, "The request has several %s headers; send one.",
+                             "Inference-Header-Content-Length");
+    return 0;
+}
+
 int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_error *err)
 {
     memset(v, 0, sizeof *v);
@@ -436,52 +494,14 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
                          "The request has %zu header lines; the server reads at most %d.",
                          rq->header_count, GUARD_MAX_HEADERS);
     }
-    size_t lengths = 0, encodings = 0, header_bytes = 0, inference_lengths = 0;
-    const char *length = NULL, *encoding = NULL, *host = NULL, *authorization = NULL;
-    const char *origin = NULL;
-    size_t hosts = 0;
-    for (size_t i = 0; i < rq->header_count; i++) {
-        const guard_header *h = &rq->headers[i];
-        header_bytes += strlen(h->name) + strlen(h->value) + 4;
-        if (strcasecmp(h->name, "Content-Length") == 0) {
-            lengths++;
-            length = h->value;
-        } else if (strcasecmp(h->name, "Transfer-Encoding") == 0) {
-            encodings++;
-            encoding = h->value;
-        } else if (strcasecmp(h->name, "Host") == 0) {
-            hosts++;
-            host = h->value;
-        } else if (strcasecmp(h->name, "Authorization") == 0 && authorization == NULL) {
-            authorization = h->value;
-        } else if (strcasecmp(h->name, "Origin") == 0 && origin == NULL) {
-            origin = h->value;
-        } else if (strcasecmp(h->name, "Inference-Header-Content-Length") == 0) {
-            inference_lengths++;
-        }
-    }
-
-    /* Framing: a proxy in front and this server must agree on where the
-     * body ends, or the rest of it is read as a second, unchecked request. */
-    if (lengths > 1)
-        return framing_error(v, err, "The request has %s Content-Length headers; send one.",
-                             "several");
-    if (encodings > 0 && lengths > 0)
-        return framing_error(v, err, "The request has both %s and Content-Length; send one.",
-                             "Transfer-Encoding");
-    if (encodings > 1 || (encoding != NULL && strcasecmp(encoding, "chunked") != 0))
-        return framing_error(v, err,
-                             "Transfer-Encoding must be %s, given once, and nothing else.",
-                             "chunked");
-    if (encoding != NULL && rq->version != NULL && strcmp(rq->version, "HTTP/1.0") == 0)
-        return framing_error(v, err, "%s is not HTTP/1.0; use Content-Length.",
-                             "Transfer-Encoding");
-    if (length != NULL && !digits_only(length))
-        return framing_error(v, err, "%s must be a number of bytes.", "Content-Length");
-    /* The v2 body's own framing: which bytes are its JSON header. */
-    if (inference_lengths > 1)
-        return framing_error(v, err, "The request has several %s headers; send one.",
-                             "Inference-Header-Content-Length");
+    header_scan hs;
+    scan_headers(rq, &hs);
+    int rc = check_framing(rq, &hs, v, err);
+    if (rc != 0)
+        return rc;
+    const char *length = hs.length, *encoding = hs.encoding, *host = hs.host;
+    const char *authorization = hs.authorization, *origin = hs.origin;
+    size_t header_bytes = hs.header_bytes, hosts = hs.hosts;
 
     if (strlen(rq->path) > GUARD_MAX_TARGET) {
         v->close = 1;
