@@ -8,7 +8,7 @@
 // request sent until the whole answer is in), decoding (answer to typed array) and drawing.
 // The page takes the binary v2 form when the server offers it and JSON otherwise; the row
 // says which.  Each answer is checked (every row of the matrix sums to 1) before it counts.
-// Then the long sequences (issue 21): L = 16384 and 32768, float32, causal, given to the page
+// Then the long sequences: L = 16384 and 32768, float32, causal, given to the page
 // as an object (window.viz.computeRequest: too large for the editor), which asks the server
 // for the attention pooled to the heatmap's pixels; timed to the painted heatmap, each grid
 // checked (no cell above 1, the causally masked corner hatched).
