@@ -329,13 +329,28 @@ int attention_json_decode(const json_t *root, const attention_json_limits *limit
 
 /* ---- the response ------------------------------------------------------ */
 
-/* The pooled attention, nested as the full matrix would be: [batch][head] only where the
- * request had those axes, then gr x gc cells. */
-static void encode_pooled(const attention_request *req, const attn_result *result, jw_buf *w)
+/* The attention of head bh (batch * heads + head): the pooled grid, or the Lq x Lk weights
+ * in the job's precision. */
+static void encode_head(const attention_request *req, const attn_result *result, size_t bh,
+                        jw_buf *w)
 {
     const attn_job *j = &req->job;
-    size_t br, bc, gr, gc;
-    attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+    if (j->pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+        jw_matrix(w, result->pooled + bh * gr * gc, gr, gc, 0, j->dtype == ATTN_FLOAT32);
+    } else if (j->dtype == ATTN_FLOAT32) {
+        jw_matrix_f32(w, result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk);
+    } else {
+        jw_matrix(w, result->attention + bh * j->lq * j->lk, j->lq, j->lk, 0, 0);
+    }
+}
+
+/* "attention", full or pooled: [batch][head] only where the request had those axes. */
+static void encode_attention(const attention_request *req, const attn_result *result,
+                             jw_buf *w)
+{
+    const attn_job *j = &req->job;
     jw_raw(w, ",\"attention\":");
     if (req->batched)
         jw_char(w, '[');
@@ -347,8 +362,7 @@ static void encode_pooled(const attention_request *req, const attn_result *resul
         for (size_t h = 0; h < j->heads; h++) {
             if (h)
                 jw_char(w, ',');
-            jw_matrix(w, result->pooled + (b * j->heads + h) * gr * gc, gr, gc, 0,
-                      j->dtype == ATTN_FLOAT32);
+            encode_head(req, result, b * j->heads + h, w);
         }
         if (req->heads_given)
             jw_char(w, ']');
@@ -393,32 +407,8 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
     }
     if (req->batched)
         jw_char(w, ']');
-    if (j->want_attention) {
-        jw_raw(w, ",\"attention\":");
-        if (req->batched)
-            jw_char(w, '[');
-        for (size_t b = 0; b < j->batch; b++) {
-            if (b)
-                jw_char(w, ',');
-            if (req->heads_given)
-                jw_char(w, '[');
-            for (size_t h = 0; h < j->heads; h++) {
-                if (h)
-                    jw_char(w, ',');
-                size_t at = (b * j->heads + h) * j->lq * j->lk;
-                if (f32)
-                    jw_matrix_f32(w, result->attention_f32 + at, j->lq, j->lk);
-                else
-                    jw_matrix(w, result->attention + at, j->lq, j->lk, 0, 0);
-            }
-            if (req->heads_given)
-                jw_char(w, ']');
-        }
-        if (req->batched)
-            jw_char(w, ']');
-    }
-    if (j->pool != NULL)
-        encode_pooled(req, result, w);
+    if (j->want_attention || j->pool != NULL)
+        encode_attention(req, result, w);
     if (j->want_qk) {
         encode_tokens(req, "q", result->q, j->lq, w);
         encode_tokens(req, "k", result->k, j->lk, w);
