@@ -152,11 +152,11 @@ double attention_job_flops(const attn_job *job)
 {
     double b = (double)job->batch, lq = (double)job->lq, lk = (double)job->lk;
     double dk = (double)job->dk, dv = (double)job->dv;
-    double flops = 2.0 * b * lq * lk * (dk + dv);
+    double flops = job->skip_output ? 0 : 2.0 * b * lq * lk * (dk + dv);
+    if (job->pool != NULL)      /* the scores once more (attention_pool.c) */
+        flops += 2.0 * b * lq * lk * dk;
     if (job->causal)
         flops /= 2;
-    if (job->pool != NULL)      /* the scores twice more (attention_pool.c) */
-        flops += 4.0 * b * lq * lk * dk / (job->causal ? 2 : 1);
     const attn_weights *w = job->weights;
     if (w != NULL) {
         flops += 2.0 * b * lq * (double)w->d_in * dk;               /* x Wq */
@@ -312,6 +312,35 @@ done:
     return rc;
 }
 
+/* The output (and with want_attention the weights) of job into result, its buffers
+ * allocated here (the caller frees them on failure).  Returns 0, ERR_UNAVAILABLE when
+ * memory ran out, or the kernels' code. */
+static int run_output(const attn_job *job, const job_sizes *s, attn_result *result)
+{
+    int f32 = job->dtype == ATTN_FLOAT32;
+    result->output = mem_malloc(s->out * sizeof(double));
+    if (job->want_attention && f32)
+        result->attention_f32 = mem_malloc(s->attn_all * sizeof(float));
+    else if (job->want_attention)
+        result->attention = mem_malloc(s->attn_all * sizeof(double));
+    if (result->output == NULL ||
+        (job->want_attention && result->attention == NULL && result->attention_f32 == NULL))
+        return ERR_UNAVAILABLE;
+    /* The attention result, Lq x Lk per head, is the one large block written here. */
+    if (f32)
+        mem_advise_huge(result->attention_f32, s->attn_all * sizeof(float));
+    else
+        mem_advise_huge(result->attention, s->attn_all * sizeof(double));
+    if (f32)
+        return run_float32(job, s, result->output, result->attention_f32);
+    const attn_weights *w = job->weights;
+    const double *wd[WEIGHTS_COUNT] = {0};
+    for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
+        wd[p] = weights_array(w, (weights_part)p);
+    return kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
+                        result->attention);
+}
+
 int attention_run(const attn_job *job, attn_result *result, attn_error *err)
 {
     assert(job != NULL && result != NULL);
@@ -337,33 +366,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
                          "A dimension of %zu is larger than the matrix library accepts (%d).",
                          widest, INT_MAX);
     result->d_out = attention_output_width(job);
-    int f32 = job->dtype == ATTN_FLOAT32;
-    result->output = mem_malloc(s.out * sizeof(double));
-    if (job->want_attention && f32)
-        result->attention_f32 = mem_malloc(s.attn_all * sizeof(float));
-    else if (job->want_attention)
-        result->attention = mem_malloc(s.attn_all * sizeof(double));
-    if (result->output == NULL ||
-        (job->want_attention && result->attention == NULL && result->attention_f32 == NULL)) {
-        attention_result_free(result);
-        return error_nomem(err);
-    }
-    /* The attention result, Lq x Lk per head, is the one large block written here. */
-    if (f32)
-        mem_advise_huge(result->attention_f32, s.attn_all * sizeof(float));
-    else
-        mem_advise_huge(result->attention, s.attn_all * sizeof(double));
-    int rc;
-    if (f32) {
-        rc = run_float32(job, &s, result->output, result->attention_f32);
-    } else {
-        const attn_weights *w = job->weights;
-        const double *wd[WEIGHTS_COUNT] = {0};
-        for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
-            wd[p] = weights_array(w, (weights_part)p);
-        rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
-                          result->attention);
-    }
+    int rc = job->skip_output ? 0 : run_output(job, &s, result);
     if (rc == 0)
         rc = attention_extras_run(job, result);
     if (compute_stop_error(err) != 0) {
@@ -376,8 +379,10 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
     }
     /* The output alone is checked: a weight can only be non-finite through a NaN
      * score, whose NaN reaches its row's sum and so every output number of the
-     * row; an overflowing row maximum is reported by the kernel itself. */
-    if (rc == KERNEL_NOT_FINITE || values_finite(result->output, s.out) != 0) {
+     * row; an overflowing row maximum is reported by the kernel itself.  Without
+     * the output (skip_output) the extras check their own (attention_extras.c). */
+    if (rc == KERNEL_NOT_FINITE ||
+        (result->output != NULL && values_finite(result->output, s.out) != 0)) {
         attention_result_free(result);
         return error_set(err, ERR_BAD_REQUEST, "not_finite", NULL,
                          "The result overflowed to infinity: the inputs are too large for %s "

@@ -40,6 +40,10 @@ typedef struct attn_job {
     double scale;               /* multiplies q k^T */
     attn_dtype dtype;
     int want_attention;         /* fill result->attention */
+    /* Leave result->output NULL and compute only the extras: for a request that asks for
+     * neither the output nor the full matrix (v2 outputs naming only a pooled attention,
+     * q or k), where the output would be most of the work and thrown away. */
+    int skip_output;
     /* Extras (attention_extras.c), computed after the output: */
     const struct attn_pool *pool; /* NULL, or fill result->pooled (never with want_attention) */
     int want_qk;                /* fill result->q and result->k */

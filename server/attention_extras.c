@@ -12,6 +12,7 @@
 #include "attention_extras.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <string.h>
 
 #include "attention_pool.h"
@@ -122,6 +123,12 @@ int attention_extras_run(const attn_job *job, attn_result *result)
     int rc = ERR_UNAVAILABLE;
     if (q == NULL || k == NULL || form_qk(job, q, k) != 0)
         goto fail;
+    /* a projection past the precision's range; found here too for a job without output */
+    for (size_t i = 0; i < nq + nk; i++)
+        if (!isfinite(i < nq ? q[i] : k[i - nq])) {
+            rc = 1;
+            goto fail;
+        }
     if (job->pool != NULL) {
         result->pooled = mem_malloc(attention_pool_cells(job->pool, job) * sizeof(double));
         if (result->pooled == NULL)

@@ -7,8 +7,9 @@
  * on v2).  The blocks are br = ceil(Lq / R) queries by bc = ceil(Lk / C) keys, so the grid is
  * ceil(Lq / br) x ceil(Lk / bc) (at most R x C; fewer when a side is short), and each cell is
  * the maximum or the mean of the weights in its block, a masked weight counting as 0.  The
- * full matrix is never formed: scores are computed a few rows and keys at a time, twice (once
- * for each row's maximum and sum, once for the weights), so memory is O(n d + R C) per task.
+ * full matrix is never formed: scores are computed a few rows and keys at a time, in one
+ * sweep that keeps each row's softmax statistics and its cells together, so memory is
+ * O(n d + R C) per task.
  */
 #ifndef ATTN_ATTENTION_POOL_H
 #define ATTN_ATTENTION_POOL_H

@@ -230,9 +230,10 @@ static int describe_head(v2_infer *st, attn_error *err)
     if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
         (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0)
         return rc;
-    int attention = 0;
+    int attention = 0, output = 0;
     for (size_t i = 0; i < st->outs.n; i++) {
         attention |= st->outs.which[i] == V2_OUT_ATTENTION;
+        output |= st->outs.which[i] == V2_OUT_OUTPUT;
         st->ar.job.want_qk |= st->outs.which[i] == V2_OUT_Q || st->outs.which[i] == V2_OUT_K;
     }
     if (st->ar.job.pool != NULL && !attention)
@@ -242,6 +243,7 @@ static int describe_head(v2_infer *st, attn_error *err)
                          "output, which outputs does not ask for.");
     /* a pooled attention takes the matrix's place */
     st->ar.job.want_attention = attention && st->ar.job.pool == NULL;
+    st->ar.job.skip_output = !output && !st->ar.job.want_attention;
     return 0;
 }
 

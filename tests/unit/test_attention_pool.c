@@ -5,11 +5,12 @@
  * Shapes land on the edges of the pool's own blocks (64 queries, 512 keys, bands of 256
  * queries) and of the grid (a side shorter than R or C, blocks that do not divide the
  * side); masks cover causal, a random mask, a fully masked row and a batched mask; max
- * and mean; serially and on a pool of three threads.
+ * and mean; serially and on a pool of three threads; with each kernel path.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "attention_fused.h"
 #include "attention_pool.h"
 #include "compute.h"
 #include "mem.h"
@@ -52,12 +53,13 @@ static void reference_row(const pool_case *pc, const attn_job *job, const double
 
 /* Runs one case and compares every cell; returns the largest difference, or -1 when the
  * pool reported an error. */
-static double run_case(const pool_case *pc)
+static double run_case(const pool_case *pc, int f32)
 {
     attn_job job = {.batch = pc->batch, .lq = pc->lq, .lk = pc->lk, .heads = pc->heads,
                     .dk = pc->dk, .dv = pc->dk, .causal = pc->causal,
                     .scale = 1.0 / sqrt((double)(pc->dk / pc->heads)),
-                    .mask_batched = pc->mask_batched};
+                    .mask_batched = pc->mask_batched,
+                    .dtype = f32 ? ATTN_FLOAT32 : ATTN_FLOAT64};
     attn_pool pool = {.rows = pc->rows, .cols = pc->cols, .reduce = pc->reduce,
                       .q_start = pc->q_start, .q_end = pc->q_end, .k_start = pc->k_start,
                       .k_end = pc->k_end};
@@ -65,10 +67,11 @@ static double run_case(const pool_case *pc)
     attention_pool_window(&pool, pc->lq, pc->lk, &wq0, &wq1, &wk0, &wk1);
     size_t nq = pc->batch * pc->lq * pc->dk, nk = pc->batch * pc->lk * pc->dk;
     double *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k);
+    /* a float32 job's q and k are float32 numbers: the reference is exact for them */
     for (size_t i = 0; i < nq; i++)
-        q[i] = 3 * test_uniform(&pool_rng);
+        q[i] = f32 ? (float)(3 * test_uniform(&pool_rng)) : 3 * test_uniform(&pool_rng);
     for (size_t i = 0; i < nk; i++)
-        k[i] = 3 * test_uniform(&pool_rng);
+        k[i] = f32 ? (float)(3 * test_uniform(&pool_rng)) : 3 * test_uniform(&pool_rng);
     unsigned char *mask = NULL;
     if (pc->masked) {
         size_t n = (pc->mask_batched ? pc->batch : 1) * pc->lq * pc->lk;
@@ -129,22 +132,37 @@ static const pool_case POOL_CASES[] = {
     {1, 2, 130, 130, 4, 130, 130, 1, 0, 0, ATTN_POOL_MEAN, 64, 128, 0, 129},
 };
 
+/* Every case in both precisions, on one thread and on three, with each kernel path this
+ * CPU runs (the cells' exponentials are the path's).  float32 is held to 4e-6: a weight is
+ * at most 1 and as good as its score, and scores here reach 25 (q and k up to 3, dh 8),
+ * whose float32 ulp is 1.9e-6. */
 void test_attention_pool_matches_reference(void)
 {
-    for (int threads = 1; threads <= 3; threads += 2) {
-        if (threads > 1)
-            ASSERT_EQ(compute_init((unsigned)threads), 0);
-        for (size_t c = 0; c < sizeof POOL_CASES / sizeof POOL_CASES[0]; c++) {
-            double worst = run_case(&POOL_CASES[c]);
-            if (!(worst >= 0 && worst <= 1e-13)) {
-                if (threads > 1)
-                    compute_shutdown();
-                FAIL_AT("case %zu on %d thread(s): largest difference %g", c, threads, worst);
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    for (size_t p = 0; p < npaths; p++) {
+        char err[128];
+        ASSERT_EQ(attn_kernel_select(paths[p]->name, err, sizeof err), 0);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            if (threads > 1)
+                ASSERT_EQ(compute_init((unsigned)threads), 0);
+            for (size_t c = 0; c < 2 * (sizeof POOL_CASES / sizeof POOL_CASES[0]); c++) {
+                int f32 = c % 2;
+                double worst = run_case(&POOL_CASES[c / 2], f32);
+                if (!(worst >= 0 && worst <= (f32 ? 4e-6 : 1e-13))) {
+                    if (threads > 1)
+                        compute_shutdown();
+                    attn_kernel_select("auto", err, sizeof err);
+                    FAIL_AT("case %zu in %s on %d thread(s), path %s: largest difference %g",
+                            c / 2, f32 ? "float32" : "float64", threads, paths[p]->name, worst);
+                }
             }
+            if (threads > 1)
+                compute_shutdown();
         }
-        if (threads > 1)
-            compute_shutdown();
     }
+    char err[128];
+    ASSERT_EQ(attn_kernel_select("auto", err, sizeof err), 0);
 }
 
 void test_attention_pool_grid_sizes(void)
@@ -235,6 +253,14 @@ void test_attention_pool_through_attention_run(void)
             double d = fabs(pooled.output[i] - full.output[i]);
             oworst = d > oworst ? d : oworst;
         }
+        /* without the output (skip_output): the same cells, and no output */
+        attn_result bare;
+        job.skip_output = 1;
+        job.want_qk = 0;
+        ASSERT_EQ(attention_run(&job, &bare, &err), 0);
+        ASSERT(bare.output == NULL && bare.pooled != NULL && bare.q == NULL);
+        ASSERT(memcmp(bare.pooled, pooled.pooled, B * H * gr * gc * sizeof(double)) == 0);
+        attention_result_free(&bare);
         attention_result_free(&full);
         attention_result_free(&pooled);
         if (!(worst <= tol) || !(qworst <= (f32 ? 1e-5 : 1e-13)) || !(oworst <= (f32 ? 1e-5 : 1e-13)))
