@@ -211,7 +211,8 @@ void api_checkpoint_put(const api_request *req, const char *name, const server_c
 {
     attn_error err;
     error_clear(&err);
-    ckpt_request rq = {.max_elements = cfg->max_elements};
+    /* the body is read once, here: its pages go back to the kernel as the arrays fill */
+    ckpt_request rq = {.max_elements = cfg->max_elements, .release_body = 1};
     size_t heads = 0, reserved = 0, n = 0;
     st_file file = {0};
     ckpt_layer *layers = NULL;

@@ -289,31 +289,92 @@ static int plan_check(const st_file *f, layer_plan *plan, attn_error *err)
     return 0;
 }
 
-/* Copies part p of plan into a new array in (in, out) form. */
-static int plan_fill(const layer_plan *plan, int p, double **out, attn_error *err)
+/* Source rows copied between two gives-back of the body (mem_release): about a MiB. */
+#define FILL_RELEASE_BYTES ((size_t)1 << 20)
+/* Source rows of an (out, in) tensor read together: the reads go down FILL_BLOCK rows at
+ * once and the writes along a row of the (in, out) copy, both in whole cache lines. */
+#define FILL_BLOCK 16
+
+/* Element at of part p's tensor, checked finite, into *v. */
+static int fill_get(const part_source *s, const st_tensor *t, size_t at, double *v,
+                    attn_error *err)
+{
+    *v = safetensors_get(t, at);
+    if (isfinite(*v))
+        return 0;
+    return error_set(err, ERR_BAD_REQUEST, "not_finite", "body",
+                     "Tensor \"%.200s\" holds %s at element %zu; weights must be finite.",
+                     s->name, isnan(*v) ? "NaN" : "an infinity", at);
+}
+
+/* Copies part p of plan into a new array in (in, out) form, reading the tensor front to
+ * back.  With release, the part is the only reader of its bytes of the body, which are
+ * given back to the kernel as they are read: a checkpoint of several hundred MB is then
+ * never held both as the file and as its doubles. */
+static int plan_fill(const layer_plan *plan, int p, int release, double **out, attn_error *err)
 {
     const part_source *s = &plan->src[p];
     const st_tensor *t = plan->t[p];
     size_t rows = weights_rows(&plan->dims, (weights_part)p);
     size_t cols = weights_cols(&plan->dims, (weights_part)p);
-    size_t outs = cols * s->parts, first = s->index * cols;
+    size_t outs = cols * s->parts, first = s->index * cols, esize = safetensors_elem_size(t);
     double *a = mem_malloc(rows * cols * sizeof *a);
     if (a == NULL)
         return error_nomem(err);
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) {
-            size_t at = s->out_in ? (first + j) * rows + i : i * outs + first + j;
-            double v = safetensors_get(t, at);
-            if (!isfinite(v)) {
-                mem_free(a);
-                return error_set(err, ERR_BAD_REQUEST, "not_finite", "body",
-                                 "Tensor \"%.200s\" holds %s at element %zu; weights must be "
-                                 "finite.", s->name, isnan(v) ? "NaN" : "an infinity", at);
+    int rc = 0;
+    size_t since = 0;               /* bytes read since the last release */
+    if (s->out_in) {
+        /* the part is source rows [first, first + cols), each `rows` long */
+        const unsigned char *start = t->data + first * rows * esize;
+        for (size_t j0 = 0; rc == 0 && j0 < cols; j0 += FILL_BLOCK) {
+            size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
+            for (size_t i = 0; rc == 0 && i < rows; i++)
+                for (size_t jj = 0; rc == 0 && jj < jn; jj++)
+                    rc = fill_get(s, t, (first + j0 + jj) * rows + i, &a[i * cols + j0 + jj], err);
+            since += jn * rows * esize;
+            if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
+                mem_release(start, (j0 + jn) * rows * esize);
+                since = 0;
             }
-            a[i * cols + j] = v;
         }
+    } else {
+        /* the part is columns [first, first + cols) of each source row */
+        for (size_t i = 0; rc == 0 && i < rows; i++) {
+            for (size_t j = 0; rc == 0 && j < cols; j++)
+                rc = fill_get(s, t, i * outs + first + j, &a[i * cols + j], err);
+            since += outs * esize;
+            if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
+                mem_release(t->data, (i + 1) * outs * esize);
+                since = 0;
+            }
+        }
+    }
+    if (rc != 0) {
+        mem_free(a);
+        return rc;
+    }
     *out = a;
     return 0;
+}
+
+/* 1 when part p of plans[i] is the only reader of its bytes of its tensor, so that
+ * plan_fill may give them back as it reads them: no other part of any plan reads the same
+ * rows.  Parts split along the columns (gpt2's c_attn) share every row; one tensor named
+ * for two parts (preset=names) is read twice; neither is released.  Biases are small and
+ * are never released. */
+static int sole_reader(const layer_plan *plans, size_t n, size_t i, int p)
+{
+    const part_source *s = &plans[i].src[p];
+    if (!weights_parts[p].is_matrix || (!s->out_in && s->parts > 1))
+        return 0;
+    for (size_t k = 0; k < n; k++)
+        for (int q = 0; q < WEIGHTS_COUNT; q++) {
+            const part_source *o = &plans[k].src[q];
+            if ((k != i || q != p) && plans[k].t[q] == plans[i].t[p] &&
+                !(o->out_in && s->out_in && o->parts == s->parts && o->index != s->index))
+                return 0;
+        }
+    return 1;
 }
 
 /* Builds the plans of the layers rq asks for into a new array. */
@@ -402,7 +463,8 @@ int checkpoint_extract(const st_file *f, const ckpt_request *rq,
         out[i].w = plans[i].dims;
         for (int p = 0; rc == 0 && p < WEIGHTS_COUNT; p++)
             if (plans[i].t[p] != NULL)
-                rc = plan_fill(&plans[i], p, weights_slot(&out[i].w, (weights_part)p), err);
+                rc = plan_fill(&plans[i], p, rq->release_body && sole_reader(plans, n, i, p),
+                               weights_slot(&out[i].w, (weights_part)p), err);
     }
     mem_free(plans);
     if (rc != 0) {

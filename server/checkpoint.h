@@ -40,6 +40,10 @@ typedef struct ckpt_request {
     const char *names[WEIGHTS_COUNT];   /* preset names: each part's tensor or NULL (borrowed) */
     int names_out_in;                   /* preset names: matrices are (out, in) */
     size_t max_elements;                /* numbers of all layers together, at most */
+    /* The file's buffer is the caller's to spoil: the pages of a tensor read by one part
+     * alone are given back to the kernel as they are read (mem_release), and read as
+     * zeros afterwards. */
+    int release_body;
 } ckpt_request;
 
 /* One layer's weights: index is the layer number, or -1 for a file (or a

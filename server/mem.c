@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef ATTN_TESTING
 #include "test_hooks.h"
@@ -250,4 +251,14 @@ void mem_advise_huge(void *ptr, size_t size)
     (void)ptr;
     (void)size;
 #endif
+}
+
+void mem_release(const void *ptr, size_t size)
+{
+    long sys_page = sysconf(_SC_PAGESIZE);
+    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
+    uintptr_t start = ((uintptr_t)ptr + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)ptr + size) & ~(page - 1);
+    if (ptr != NULL && end > start)
+        (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }

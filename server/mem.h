@@ -24,6 +24,14 @@ void mem_free(void *ptr);
  * where it is not supported, and the block stays the caller's. */
 void mem_advise_huge(void *ptr, size_t size);
 
+/* Gives back to the kernel the whole pages inside [ptr, ptr + size), whose contents the
+ * caller will never read again (they read as zeros afterwards; the block stays allocated
+ * and the caller's): for a large buffer consumed front to back, such as an uploaded
+ * checkpoint turned into arrays, so that what has been read stops counting in the
+ * resident set while the rest is still being read.  Only whole pages strictly inside the
+ * range are touched, so the allocator's own bookkeeping around the block is not. */
+void mem_release(const void *ptr, size_t size);
+
 /* Multiplies a*b*c (pass 1 for unused factors) into *out; returns 0, or -1 when
  * the product overflows size_t.  Used for every size computed from input. */
 int mem_mul(size_t a, size_t b, size_t c, size_t *out);

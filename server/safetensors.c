@@ -253,6 +253,14 @@ static double half_to_double(unsigned h)
     return sign * ldexp((double)(m | 0x400u), (int)e - 25);
 }
 
+size_t safetensors_elem_size(const st_tensor *t)
+{
+    for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
+        if (DTYPES[i].dtype == t->dtype)
+            return DTYPES[i].size;
+    return 0;
+}
+
 double safetensors_get(const st_tensor *t, size_t i)
 {
     const unsigned char *p;

@@ -54,6 +54,9 @@ void safetensors_free(st_file *f);
 /* The tensor named name (borrowed), or NULL. */
 const st_tensor *safetensors_find(const st_file *f, const char *name);
 
+/* Bytes of one element of t. */
+size_t safetensors_elem_size(const st_tensor *t);
+
 /* Element i (row-major) of t, widened exactly to double. */
 double safetensors_get(const st_tensor *t, size_t i);
 

@@ -222,6 +222,38 @@ def check_bert_and_gpt2(srv):
     check("preset=names takes back a GET answer", same, answer)
 
 
+def check_large_tensors_read_once(srv):
+    """Tensors of many pages, whose body pages the server gives back as it reads them
+    (checkpoint.c, mem_release): every stored number must still be the file's, where one
+    part reads a tensor alone (torch_mha's in_proj rows, float32), where parts share its
+    rows (gpt2's c_attn split along its columns) and where one tensor is named for two
+    parts (preset=names)."""
+    e = 192
+    rng = np.random.default_rng(5)
+    mha = {"in_proj_weight": torch.from_numpy(rng.uniform(-1, 1, (3 * e, e)).astype(np.float32)),
+           "out_proj.weight": torch.from_numpy(rng.uniform(-1, 1, (e, e)).astype(np.float32))}
+    gpt2 = gpt2_file(1, e)
+    shared = {"w": torch.from_numpy(rng.uniform(-1, 1, (e, e)))}
+    cases = [("big.mha", "preset=torch_mha&heads=4", mha,
+              lambda t: {"wq": t["in_proj_weight"][:e].T, "wk": t["in_proj_weight"][e:2 * e].T,
+                         "wv": t["in_proj_weight"][2 * e:].T, "wo": t["out_proj.weight"].T}),
+             ("big.gpt2", "preset=gpt2&heads=4", gpt2,
+              lambda t: {"wq": t["transformer.h.0.attn.c_attn.weight"][:, :e],
+                         "wv": t["transformer.h.0.attn.c_attn.weight"][:, 2 * e:],
+                         "wo": t["transformer.h.0.attn.c_proj.weight"]}),
+             ("big.shared", "preset=names&wq=w&wk=w&wv=w", shared,
+              lambda t: {"wq": t["w"].T, "wk": t["w"].T, "wv": t["w"].T})]
+    for name, query, tensors, want in cases:
+        status, answer = srv.put_file(name, query, safetensors_bytes(tensors))
+        got = {}
+        if status == 201:
+            status, body, _ = srv.json_request("GET", "/v1/weight-sets/%s?format=safetensors" % name)
+            got = parse_safetensors(body)[0] if status == 200 else {}
+        expected = {k: v.to(torch.float64).numpy() for k, v in want(tensors).items()}
+        same = all(k in got and np.array_equal(got[k], v) for k, v in expected.items())
+        check(name + ": every stored number is the file's", same, answer)
+
+
 def check_half_precision(srv):
     """F16 and BF16 widen exactly: the stored doubles equal torch's .double()."""
     for dtype, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
@@ -319,7 +351,7 @@ def main():
               lambda srv: check_torch_mha(srv, "mha.nobias", 8, 4, bias=False),
               lambda srv: check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5),
               lambda srv: check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32),
-              check_bert_and_gpt2, check_half_precision, check_layer_all_atomic, check_bad_files]
+              check_bert_and_gpt2, check_large_tensors_read_once, check_half_precision, check_layer_all_atomic, check_bad_files]
     harness.run(args.server, checks, server_class=Server)
     # Each set of the roll-back check takes 744 bytes: the third does not fit.
     harness.run(args.server, [check_layer_all_rolls_back], "--max-store-bytes", "1800",
