@@ -10,7 +10,10 @@
  *   lines    BertViz's head view: a line per weight above the threshold, opacity by weight;
  *   grid     a thumbnail per (batch, head) and the mean over heads;
  *   values   the exact numbers, paged;
- *   compare  two results side by side and their difference (drawn by viz_compare.js);
+ *   compare  two results side by side and their difference (drawn by viz_compare.js); B is
+ *            the request with causal turned over, an example, the same x with another stored
+ *            set, a request carried in the link, or an earlier generation of the set the
+ *            request uses (viz_keep.js: "Keep this generation to compare with");
  *   model    a layer x head grid of thumbnails and the attention rollout across layers, for
  *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N);
  *   neuron   q_i and each k_j of one query and head, their product, dot, score and weight
@@ -89,6 +92,7 @@
       const v = Number(p.get(name));
       return p.has(name) && Number.isFinite(v) && v >= 0 ? v : dflt;
     };
+    if (p.get('kept')) window.vizKeep.remember(p.get('compare') || '', p.get('kept'));
     return {
       example: p.get('example') || '',
       view: VIEWS.includes(p.get('view')) ? p.get('view') : 'heatmap',
@@ -139,6 +143,7 @@
     if (state.select.length) p.set('select', state.select.join(','));
     if (state.select.length && state.agg !== 'sum') p.set('agg', state.agg);
     if (state.compare) p.set('compare', state.compare);
+    if (window.vizKeep.param(state.compare)) p.set('kept', window.vizKeep.param(state.compare));
     if (state.model) p.set('model', state.model);
     if (state.view === 'neuron') p.set('query', state.query);
     if (state.pool !== 'max') p.set('pool', state.pool);
@@ -895,6 +900,8 @@
   /* ---------- compare ---------- */
 
   function compareLabel(spec) {
+    const kept = window.vizKeep.info(spec);
+    if (kept) return window.vizKeep.label(kept);
     if (spec === 'causal') return 'the same request, causal turned over';
     if (spec.startsWith('example:')) return 'example ' + spec.slice(8);
     if (spec.startsWith('set:')) return 'the same x with stored set ' + spec.slice(4);
@@ -917,7 +924,8 @@
       return Object.assign({}, a, { weights: spec.slice(4) });
     }
     if (spec.startsWith('req:')) return JSON.parse(await window.vizShare.decodeRequest(spec.slice(4)));
-    throw new Error(`"${spec}" is not something to compare with (causal, example:NAME, set:NAME)`);
+    if (spec.startsWith('kept:')) return window.vizKeep.request(spec);
+    throw new Error(`"${spec}" is not something to compare with (causal, example:NAME, set:NAME, req:..., kept:NAME@G)`);
   }
 
   /* Fetches the B side when the view or what it compares has changed, then draws. */
@@ -928,6 +936,17 @@
         : 'The compare view needs a request: this view came from a file.';
       document.body.dataset.compare = 'none';
       return;
+    }
+    const kept = window.vizKeep.info(state.compare), asked = currentRequest;
+    if (kept && window.vizKeep.setOf(asked) === kept.name) {
+      if (checkingA) return;
+      checkingA = true;
+      document.body.dataset.compare = 'pending';
+      let fresh;
+      try { fresh = await currentA(kept.name); } catch (e) { fresh = e; } finally { checkingA = false; }
+      if (asked !== currentRequest || state.view !== 'compare') return;
+      if (fresh instanceof Error) { compareError('A: ' + fresh.message); return; }
+      if (fresh) { setData(fresh); return; }    /* renders, and so comes back here */
     }
     const key = state.compare + '\n' + JSON.stringify(currentRequest);
     if (!compareData || compareData.key !== key) {
@@ -953,21 +972,37 @@
     drawCompare();
   }
 
+  /* With an earlier generation of set name as B, A is the set's current generation: when a
+   * PUT has replaced the generation data shows, returns A asked for again with the current
+   * one pinned (weights_generation), else null. */
+  let checkingA = false;
+  async function currentA(name) {
+    const g = await window.vizKeep.currentGeneration(name);
+    if (data.generation === g) return null;
+    const got = await postAttention(Object.assign({}, currentRequest, { weights_generation: g }),
+      `POST /v1/attention with set ${name}, generation ${g} (current)`);
+    if (got.error) throw new Error(`${got.error.code}: ${got.error.message}`);
+    got.data.generation = g;
+    return got.data;
+  }
+
+  function compareError(message) {
+    $('compare-title').textContent = 'No comparison: ' + message;
+    document.body.dataset.compare = 'error';
+    for (const id of ['compare-a', 'compare-b', 'compare-diff']) {
+      const cv = $(id);
+      cv.getContext('2d').clearRect(0, 0, cv.width, cv.height);
+    }
+    $('compare-values').textContent = '';
+  }
+
   function drawCompare() {
     const note = $('compare-title');
-    document.body.dataset.compare = compareData.error ? 'error' : 'ready';
-    if (compareData.error) {
-      note.textContent = 'No comparison: ' + compareData.error;
-      for (const id of ['compare-a', 'compare-b', 'compare-diff']) {
-        const cv = $(id);
-        cv.getContext('2d').clearRect(0, 0, cv.width, cv.height);
-      }
-      $('compare-values').textContent = '';
-      return;
-    }
-    const b = compareData.data, bi = state.batch, h = state.head;
+    if (compareData.error) { compareError(compareData.error); return; }
+    document.body.dataset.compare = 'ready';
+    const b = compareData.data, bi = state.batch, h = state.head, kept = window.vizKeep.info(state.compare);
     note.textContent = `A: ${data.source}; B: ${compareLabel(state.compare)}; batch ${bi}, head ${h}`;
-    $('compare-a-label').textContent = 'A';
+    $('compare-a-label').textContent = kept && data.generation ? `A: set ${kept.name}, generation ${data.generation} (current)` : 'A';
     $('compare-b-label').textContent = 'B: ' + compareLabel(state.compare);
     const shown = window.vizCompare.draw(headMatrix(bi, h), headMatrixOf(b, b.attn, bi, h), data.Lq, data.Lk,
       (cv) => drawThumb(cv, data, data.attn, bi, h), (cv) => drawThumb(cv, b, b.attn, bi, h),
@@ -1211,6 +1246,7 @@
 
   function render() {
     writeHash();
+    $('keep').hidden = !window.vizKeep.setOf(currentRequest);
     if (data) {
       if (state.view === 'heatmap') drawHeatmap();
       else if (state.view === 'lines') drawLines();
@@ -1602,7 +1638,9 @@
     box.hidden = true;
     let text = null;
     if (!state.example && currentRequest) text = JSON.stringify(currentRequest);
-    const link = await window.vizShare.buildLink(hashParams(), text);
+    const p = hashParams(), keptHere = state.compare.startsWith('kept:');
+    if (keptHere) p.delete('compare');
+    const link = await window.vizShare.buildLink(p, text);
     if (link.tooLong) {
       note.textContent = `This request takes ${link.tooLong} characters in a link even compressed; a link ` +
         `carries up to ${window.vizShare.SHARE_MAX_CHARS}.  Store its weights as a set ` +
@@ -1613,6 +1651,9 @@
     if (!state.example && !currentRequest && data) {
       note.textContent = 'This view came from a file, which a link cannot carry: the link holds the view\'s settings only.';
       note.hidden = false;
+    } else if (keptHere) {
+      note.textContent = window.vizKeep.shareNote(state.compare);
+      note.hidden = false;
     }
     const hash = new URL(link.url).hash;
     state.req = new URLSearchParams(hash.slice(1)).get('req') || '';
@@ -1622,6 +1663,23 @@
     box.select();
     try { await navigator.clipboard.writeText(link.url); setStatus('link copied', document.body.dataset.status); }
     catch (e) { setStatus('link selected below: copy it with Ctrl+C', document.body.dataset.status); }
+  }
+
+  /* "Keep this generation to compare with": the set the request uses, as it is now, becomes
+   * B of the compare view (viz_keep.js), and stays B when the set is replaced. */
+  async function keepGeneration() {
+    const note = $('keep-note');
+    note.hidden = true;
+    let k;
+    try {
+      k = await window.vizKeep.keep(currentRequest, (spec) => { const p = hashParams(); p.set('compare', spec); return p; });
+    } catch (e) { showError('keep_failed', 'The set could not be kept: ' + e.message, null); return; }
+    if (![...$('compare').options].some((o) => o.value === k.spec)) $('compare').add(new Option(compareLabel(k.spec), k.spec));
+    state.compare = k.spec;
+    note.textContent = window.vizKeep.keptNote(k);
+    note.hidden = false;
+    syncControls();
+    render();
   }
 
   /* Opens the request a link carries (`req=`) in the editor and computes it. */
@@ -1677,6 +1735,9 @@
       state.example = ''; state.req = ''; $('example').value = ''; compute();
     });
     $('share').addEventListener('click', share);
+    $('keep').addEventListener('click', keepGeneration);
+    /* back from replacing a set elsewhere: the compare view checks its generation again */
+    window.addEventListener('focus', () => { if (state.view === 'compare' && window.vizKeep.info(state.compare)) render(); });
     $('model-prefix').addEventListener('change', () => {
       state.model = $('model-prefix').value;
       if (state.model) { state.view = 'model'; syncControls(); runLayers(state.model); }

@@ -5,8 +5,11 @@
  *
  * What B is comes from the `compare` parameter of the link (viz.js turns it into a second
  * request): "causal" (the same request with causal turned over), "example:NAME", "set:NAME"
- * (the same x with another stored weight set) or "req:..." (a request carried in the link,
- * as viz_share.js encodes it).  This file only draws: viz.js hands it both matrices.
+ * (the same x with another stored weight set), "req:..." (a request carried in the link,
+ * as viz_share.js encodes it; with `kept=NAME@G`, an earlier generation G of the set the
+ * request uses, its weights inline, as viz_keep.js keeps it) or "kept:NAME@G" (such a
+ * generation too large for a link, held in the tab's sessionStorage).  This file only
+ * draws: viz.js hands it both matrices.
  *
  * Loaded before viz.js, which calls window.vizCompare.draw and .cellAt.
  */

@@ -595,6 +595,92 @@ test('compare: causal against full attention side by side, A − B equals the fi
   assert((await page.$eval('#compare-title', (e) => e.textContent)).includes('differ in shape'), 'shape mismatch not said');
 });
 
+// Two generations of one stored set: the page keeps the current one (GET now), a PUT replaces
+// the set, and the compare view shows A, the set's current generation computed again, against
+// B, the kept one given inline.  The reference is float64 softmax(x wq (x wk)ᵀ / sqrt(dk)).
+test('compare: a kept generation of a stored set against the set after a PUT replaced it; the link carries both', async (page) => {
+  const put = async (name, w) => {
+    const r = await fetch(base + '/v1/weight-sets/' + name, { method: 'PUT', body: JSON.stringify(w) });
+    assert(r.status === 200 || r.status === 201, `PUT ${name} answered ${r.status}`);
+    return (await r.json()).generation;
+  };
+  const mul = (a, w) => a.map((r) => w[0].map((_, c) => r.reduce((s, v, t) => s + v * w[t][c], 0)));
+  const ref = (x, w) => refAttention(mul(x, w.wq), mul(x, w.wk), false);
+  const x = randomMatrix(5, 3, 71);
+  const w1 = { wq: randomMatrix(3, 4, 72), wk: randomMatrix(3, 4, 73), wv: randomMatrix(3, 2, 74) };
+  const w2 = { wq: randomMatrix(3, 4, 75), wk: randomMatrix(3, 4, 76), wv: w1.wv };
+  const R1 = ref(x, w1), R2 = ref(x, w2);
+  const g1 = await put('gen', w1);
+  await openView(page, 'view=heatmap');
+  await setRequest(page, { x, weights: 'gen' });
+  await page.waitForSelector('#keep:not([hidden])');
+  await page.click('#keep');
+  await page.waitForSelector('#keep-note:not([hidden])');
+  assert((await page.evaluate(() => window.viz.state.compare)).startsWith('req:'), 'B is not a request carried in the link');
+  assert((await page.$eval('#keep-note', (e) => e.textContent)).includes(`generation ${g1} of set gen`), 'keep note');
+  const g2 = await put('gen', w2);
+  assert(g2 > g1, `the PUT answered generation ${g2} after ${g1}`);
+  // A is the new generation, B the kept one; the numbers of the table and of the hover
+  const check = async (p, what) => {
+    await p.waitForSelector('body[data-compare="ready"], body[data-compare="error"]');
+    assert(await p.$eval('body', (e) => e.dataset.compare) === 'ready', what + ': ' + await p.$eval('#compare-title', (e) => e.textContent));
+    const la = await p.$eval('#compare-a-label', (e) => e.textContent), lb = await p.$eval('#compare-b-label', (e) => e.textContent);
+    assert(la === `A: set gen, generation ${g2} (current)` && lb === `B: set gen, generation ${g1} (kept)`, `${what}: labels "${la}", "${lb}"`);
+    const cells = await tableNumbers(p, '#compare-table');
+    assert(cells.length === 25, `${what}: ${cells.length} differences shown`);
+    let largest = 0;
+    for (const c of cells) {
+      close(c.v, R2[c.i][c.j] - R1[c.i][c.j], 1e-12, `${what}: A − B [${c.i}][${c.j}]`);
+      largest = Math.max(largest, Math.abs(c.v));
+    }
+    assert(largest > 1e-3, `${what}: A − B is ${largest} at most: B is the new generation too`);
+    const box = await (await p.$('#compare-diff')).boundingBox();
+    for (const [i, j] of [[0, 0], [2, 3], [4, 1]]) {
+      await p.mouse.move(box.x + (j + 0.5) * 60, box.y + (i + 0.5) * 60);
+      const tip = await p.$eval('#compare-tip', (e) => e.textContent);
+      const m = /^query (\d+) .*, key (\d+) .*\nA (\S+)\nB (\S+)\nA − B (\S+)$/.exec(tip);
+      assert(m && +m[1] === i && +m[2] === j, `${what}: tip "${tip}" for [${i}][${j}]`);
+      close(Number(m[3]), R2[i][j], 1e-12, `${what}: A [${i}][${j}]`);
+      close(Number(m[4]), R1[i][j], 1e-12, `${what}: B [${i}][${j}]`);
+      close(Number(m[5]), R2[i][j] - R1[i][j], 1e-12, `${what}: A − B [${i}][${j}] in the tip`);
+    }
+  };
+  await page.click('#views button[data-view="compare"]');
+  await check(page, 'after the PUT');
+  // a link copied now carries both and reopens the same comparison
+  await page.click('#share');
+  await page.waitForSelector('#share-link:not([hidden])');
+  const url = await page.$eval('#share-link', (e) => e.value);
+  assert(url.includes('compare=req%3A') && url.includes(`kept=gen%40${g1}`) && url.includes('view=compare'), 'link: ' + url.slice(0, 200));
+  const other = await newPage();
+  try {
+    await other.goto(url);
+    await check(other, 'the link');
+    await checkClean(other);
+  } finally {
+    await other.context_.close().catch(() => {});
+  }
+  // a generation too large for a link stays in the page, which says so and why
+  const W = 64, big = { wq: randomMatrix(W, W, 81), wk: randomMatrix(W, W, 82), wv: randomMatrix(W, W, 83) };
+  const xb = randomMatrix(3, W, 84), big2 = { ...big, wq: randomMatrix(W, W, 85) };
+  const gb = await put('big', big);
+  await page.click('#views button[data-view="heatmap"]');
+  await setRequest(page, { x: xb, weights: 'big' });
+  await page.click('#keep');
+  await page.waitForFunction(() => window.viz.state.compare.startsWith('kept:'));
+  const note = await page.$eval('#keep-note', (e) => e.textContent);
+  assert(/cannot travel in a link/.test(note) && /carries up to 32768/.test(note) && note.includes('set:OTHER'), 'note: ' + note);
+  assert(await page.evaluate((k) => sessionStorage.getItem(k) !== null, `viz-kept:big@${gb}`), 'B is not in sessionStorage');
+  await put('big', big2);
+  await page.click('#views button[data-view="compare"]');
+  await page.waitForSelector('body[data-compare="ready"], body[data-compare="error"]');
+  const Rb1 = ref(xb, big), Rb2 = ref(xb, big2);
+  for (const c of await tableNumbers(page, '#compare-table')) close(c.v, Rb2[c.i][c.j] - Rb1[c.i][c.j], 1e-12, `big: A − B [${c.i}][${c.j}]`);
+  await page.click('#share');
+  await page.waitForSelector('#share-note:not([hidden])');
+  assert((await page.$eval('#share-note', (e) => e.textContent)).includes('leaves out the comparison'), 'share note');
+});
+
 test('model view: layers x heads from stored sets PREFIX.N, and the rollout across layers', async (page) => {
   const w0 = fixture('seed004_toy').request.weights;
   const w1 = JSON.parse(JSON.stringify(w0));
