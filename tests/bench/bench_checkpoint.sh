@@ -174,7 +174,7 @@ ckpt100() {
         echo "  rep $rep json: $(ms "$SECS") ms, peak RSS $(mib "$RSS") MiB"
         rep=$((rep + 1))
     done
-    local st_ms js_ms st_rss js_rss rss0 times verdict
+    local st_ms js_ms st_rss js_rss rss0 times verdict note
     st_ms=$(ms "$(median <"$work/st.secs")")
     js_ms=$(ms "$(median <"$work/js.secs")")
     st_rss=$(median <"$work/st.rss")
@@ -183,9 +183,12 @@ ckpt100() {
     times=$(awk -v r="$st_rss" -v f="$file_bytes" 'BEGIN { printf "%.2f", r / f }')
     verdict=$(awk -v t="$times" 'BEGIN { print (t <= 1.5) ? "met" : "MISSED" }')
     echo "  median over $rep rep(s): safetensors $st_ms ms, json $js_ms ms; peak RSS $(mib "$st_rss") MiB = ${times}x the file"
+    note="safetensors upload: peak RSS $(mib "$st_rss") MiB = $times x the file; target <= 1.5x,"
+    note="$note $verdict; RSS at start $(mib "$rss0") MiB; torch_mha E=$E, $HEADS heads,"
+    note="$note $file_bytes B file vs $json_bytes B JSON (in_out, repr of each float32 as a"
+    note="$note double); each PUT to a fresh server, median of $rep; both sets read back bit for bit"
     row checkpoint "PUT of a 100 MB float32 safetensors file vs the same weights as JSON" \
-        "$st_ms" "$js_ms" ms 20 "" "" "$(mib "$st_rss") / $(mib "$js_rss") MiB" \
-        "safetensors upload: peak RSS $(mib "$st_rss") MiB = $times x the file; target <= 1.5x, $verdict; RSS at start $(mib "$rss0") MiB; torch_mha E=$E, $HEADS heads, $file_bytes B file vs $json_bytes B JSON (in_out, repr of each float32 as a double); each PUT to a fresh server, median of $rep; both stored sets read back bit for bit"
+        "$st_ms" "$js_ms" ms 20 "" "" "$(mib "$st_rss") / $(mib "$js_rss") MiB" "$note"
 }
 
 # ---------------------------------------------------------------- gzip512, gzipout
@@ -263,10 +266,13 @@ gzip512() {
     in_plain=$(stat -c %s "$work/attn512.json")
     in_gzip=$(stat -c %s "$work/attn512.json.gz")
     echo "  median over $n requests each: plain $plain_ms ms, gzip in $gzip_ms ms, gzip out $out_ms ms"
-    row checkpoint "gzip'd 512x64 v1 request vs the same uncompressed (info)" "$gzip_ms" "$plain_ms" ms \
-        "" "" "" "" "q,k,v 512x64 float64, attention returned; body $in_gzip B gzip'd (gzip -6) vs $in_plain B; loopback, 1 connection, median of $n each, interleaved; same answer byte for byte but for meta.compute_ms"
-    row checkpoint "the same request, answer gzip'd (Accept-Encoding) vs not (info)" "$out_ms" "$plain_ms" ms \
-        "" "" "" "" "answer ${wire_bytes[gzipout]} B gzip'd (the server's level 1) vs ${wire_bytes[plain]} B, inflated by curl --compressed; same answer byte for byte but for meta.compute_ms"
+    local same="same answer byte for byte but for meta.compute_ms"
+    row checkpoint "gzip'd 512x64 v1 request vs the same uncompressed (info)" \
+        "$gzip_ms" "$plain_ms" ms "" "" "" "" \
+        "q,k,v 512x64 float64, attention returned; body $in_gzip B gzip'd (gzip -6) vs $in_plain B; loopback, 1 connection, median of $n each, interleaved; $same"
+    row checkpoint "the same request, answer gzip'd (Accept-Encoding) vs not (info)" \
+        "$out_ms" "$plain_ms" ms "" "" "" "" \
+        "answer ${wire_bytes[gzipout]} B gzip'd (the server's level 1) vs ${wire_bytes[plain]} B, inflated by curl --compressed; $same"
 }
 
 ckpt100 || failed=1
