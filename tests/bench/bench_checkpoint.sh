@@ -80,6 +80,7 @@ start() {
     shift
     rm -rf "$work/$name.data"
     mkdir -p "$work/$name.data"
+    : >"$work/$name.out" # read below before the server's own redirection may have made it
     setsid "$SERVER" --host 127.0.0.1 --port 0 --data-dir "$work/$name.data" --quiet "$@" \
         >"$work/$name.out" 2>"$work/$name.err" &
     PID=$!
