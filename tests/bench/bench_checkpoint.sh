@@ -63,7 +63,7 @@ trap cleanup EXIT
 failed=0
 
 # check_row WHAT CASE DTYPE DIFF TOL VERDICT: a line of the summary's agreement checks (the
-# columns of compare.py's); DIFF is 0 when bit for bit (byte for byte for the answers).
+# columns of compare.py's); DIFF "0 differ" when bit for bit (byte for byte for the answers).
 check_row() { printf 'checkpoint: %s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS/checks-checkpoint.tsv"; }
 row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS/table-checkpoint.tsv"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -143,13 +143,13 @@ put() {
         if ! curl -sS -f -o "$work/$name.get" --max-time 600 "$URL/v1/weight-sets/$name?format=safetensors" ||
             ! said=$("$BENCH_PYTHON" tests/bench/make_checkpoint.py check "$work" "$work/$name.get"); then
             echo "bench_checkpoint.sh: the $kind upload was not stored as sent: ${said:-GET failed}" >&2
-            check_row "stored set read back vs float32 source" "ckpt100 $kind" float32 "${said:-GET failed}" \
+            check_row "set read back vs float32 source" "ckpt100 $kind" float32 "${said:-GET failed}" \
                 0 FAILED
             stop "$PID"
             return 1
         fi
         echo "  $kind upload read back: $said"
-        check_row "stored set read back vs float32 source" "ckpt100 $kind" float32 0 0 ok
+        check_row "set read back vs float32 source" "ckpt100 $kind" float32 "0 differ" 0 ok
         rm -f "$work/$name.get"
     fi
     stop "$PID"
@@ -243,11 +243,11 @@ gzip512() {
     grep -qi '^content-encoding: *gzip' "$work/gzipout.headers" || bad="${bad:+$bad; }the answer was not gzip'd"
     if [ -n "$bad" ]; then
         echo "bench_checkpoint.sh: $bad" >&2
-        check_row "answers, gzip in and out vs plain" gzip512 float64 "$bad" 0 FAILED
+        check_row "gzip in/out answers vs plain" gzip512 float64 "$bad" 0 FAILED
         stop "$PID"
         return 1
     fi
-    check_row "answers, gzip in and out vs plain" gzip512 float64 0 0 ok
+    check_row "gzip in/out answers vs plain" gzip512 float64 "0 differ" 0 ok
     # Interleaved, so that the machine's load falls on all three alike.
     : >"$work/plain.lat"; : >"$work/gzip.lat"; : >"$work/gzipout.lat"
     started=$(date +%s.%N)
