@@ -11,6 +11,8 @@
 #   http        bench_http.sh: the C server against the Flask + NumPy peer (gunicorn, wrk),
 #               including the memory scenario (peak RSS) and the concurrency one
 #   store-load  build/bench/bench-store-load: a 4096 x 4096 weight set, binary file vs JSON
+#   checkpoint  bench_checkpoint.sh: PUT of a 100 MiB float32 safetensors checkpoint vs the same
+#               weights as JSON (time, peak RSS), and the 512 x 64 request gzip'd vs plain
 #   viz         viz_bench.mjs: the visualizer (GET /viz) in headless chromium, from request to
 #               painted heatmap for L = 512, 2048, 4096 (needs `make browser-deps`)
 #
@@ -65,6 +67,7 @@ step ort bash tests/bench/bench_ort.sh "$RESULTS" "${QUICK[@]}"
 step json build/bench/bench-json --out "$RESULTS" "${QUICK[@]}"
 step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
+step checkpoint bash tests/bench/bench_checkpoint.sh "$RESULTS" "${QUICK[@]}"
 step viz node tests/bench/viz_bench.mjs --server build/attention-server --out "$RESULTS" "${QUICK[@]}"
 
 # The store benchmark's TSV as a table row: ours = the binary file, peer = JSON.
@@ -84,10 +87,12 @@ fi
     echo "attention-server benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
     echo "machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "ours: build/attention-server and attention_run; peer: NumPy $("$BENCH_PYTHON" -c 'import numpy; print(numpy.__version__)') (kernel), jansson (JSON), Flask + gunicorn 2 workers (HTTP)"
+    echo "checkpoint rows: ours = safetensors or gzip, peer = JSON or plain, both to our server"
     echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"
     echo
     cat "$RESULTS"/table-kernel.tsv "$RESULTS"/table-json.tsv "$RESULTS"/table-http.tsv \
-        "$RESULTS"/table-store.tsv "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
+        "$RESULTS"/table-store.tsv "$RESULTS"/table-checkpoint.tsv \
+        "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
     function num(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
     {
         ratio = "-"; met = ""
@@ -127,7 +132,8 @@ fi
     fi
     echo
     echo "Agreement checks (a benchmark of a wrong answer fails the run):"
-    cat "$RESULTS"/checks.tsv "$RESULTS"/checks-json.tsv "$RESULTS"/checks-http.tsv 2>/dev/null |
+    cat "$RESULTS"/checks.tsv "$RESULTS"/checks-json.tsv "$RESULTS"/checks-http.tsv \
+        "$RESULTS"/checks-checkpoint.tsv 2>/dev/null |
         awk -F'\t' '{ printf "  %-44s %-40s %-7s %-9s tol %-6s %s\n", $1, $2, $3, $4, $5, $6 }'
     echo "  store: both weight-set loads give back the original doubles bit for bit (bench-store-load)"
 } >"$RESULTS/summary.txt"
