@@ -224,6 +224,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mem_install_jansson();
+    mem_tune_allocator();
     rlim_t files = raise_file_limit();
     if (files != 0 && files != RLIM_INFINITY && (rlim_t)cfg.max_connections + 64 > files)
         fprintf(stderr, "attention-server: at most %lu files may be open; fewer than "

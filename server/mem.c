@@ -18,6 +18,7 @@
 #include "mem.h"
 
 #include <jansson.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -261,4 +262,22 @@ void mem_release(const void *ptr, size_t size)
     uintptr_t end = ((uintptr_t)ptr + size) & ~(page - 1);
     if (ptr != NULL && end > start)
         (void)madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
+/* Blocks from this size are mapped on their own (glibc caps its own sliding threshold at
+ * 32 MiB too); freed heap is kept up to the trim threshold. */
+#define MEM_MMAP_THRESHOLD (32 << 20)
+#define MEM_TRIM_THRESHOLD (128 << 20)
+
+int mem_tune_allocator(void)
+{
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    if (tunables != NULL && strstr(tunables, "glibc.malloc.") != NULL)
+        return 0;
+#ifdef M_MMAP_THRESHOLD
+    return mallopt(M_MMAP_THRESHOLD, MEM_MMAP_THRESHOLD) == 1 &&
+           mallopt(M_TRIM_THRESHOLD, MEM_TRIM_THRESHOLD) == 1;
+#else
+    return 0;
+#endif
 }

@@ -41,6 +41,7 @@
 #include "attention.h"
 #include "blas_setup.h"
 #include "compute.h"
+#include "mem.h"
 #include "config.h"
 
 extern char **environ;
@@ -218,6 +219,7 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     blas_setup_select(argv); /* OpenBLAS's widest kernels, as the server runs them */
+    mem_tune_allocator();    /* and the allocator set as the server sets it */
     const char *out_dir = "build/bench/results";
     rep_policy policy = {5, 1.5};
     const bench_case *cases = bench_cases;
