@@ -178,30 +178,49 @@ void compress_inflater_free(compress_inflater *inf)
     mem_free(inf);
 }
 
-char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len)
+/* Deflates in[0..n) into out[0..cap) in one call; returns the size, or 0. */
+static size_t deflate_once(compress_kind kind, const void *in, size_t n, char *out, size_t cap)
 {
     z_stream z;
     memset(&z, 0, sizeof z);
     z.zalloc = z_alloc;
     z.zfree = z_free;
-    if (n > (1u << 30) ||
-        deflateInit2(&z, 1, Z_DEFLATED, kind == COMPRESS_GZIP ? 15 + 16 : 15, 8,
+    if (deflateInit2(&z, 1, Z_DEFLATED, kind == COMPRESS_GZIP ? 15 + 16 : 15, 8,
                      Z_DEFAULT_STRATEGY) != Z_OK)
-        return NULL;
-    uLong cap = deflateBound(&z, (uLong)n);
-    char *out = mem_malloc(cap);
-    if (out != NULL) {
-        z.next_in = (Bytef *)in;
-        z.avail_in = (uInt)n;
-        z.next_out = (Bytef *)out;
-        z.avail_out = (uInt)cap;
-        if (deflate(&z, Z_FINISH) == Z_STREAM_END) {
-            *out_len = cap - z.avail_out;
-        } else {
-            mem_free(out);
-            out = NULL;
-        }
-    }
+        return 0;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)n;
+    z.next_out = (Bytef *)out;
+    z.avail_out = (uInt)cap;
+    size_t len = deflate(&z, Z_FINISH) == Z_STREAM_END ? cap - z.avail_out : 0;
     deflateEnd(&z);
+    return len;
+}
+
+/* 1 when the first COMPRESS_SAMPLE_BYTES of in shrink by a quarter or more. */
+static int worth_compressing(compress_kind kind, const void *in)
+{
+    size_t cap = compressBound(COMPRESS_SAMPLE_BYTES) + 32;   /* + the gzip wrapper */
+    char *out = mem_malloc(cap);
+    if (out == NULL)
+        return 0;
+    size_t len = deflate_once(kind, in, COMPRESS_SAMPLE_BYTES, out, cap);
+    mem_free(out);
+    return len > 0 && len <= COMPRESS_SAMPLE_BYTES / 4 * 3;
+}
+
+char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len)
+{
+    if (n > (1u << 30) || (n > COMPRESS_SAMPLE_BYTES && !worth_compressing(kind, in)))
+        return NULL;
+    size_t cap = compressBound((uLong)n) + 32;
+    char *out = mem_malloc(cap);
+    if (out == NULL)
+        return NULL;
+    *out_len = deflate_once(kind, in, n, out, cap);
+    if (*out_len == 0) {
+        mem_free(out);
+        return NULL;
+    }
     return out;
 }

@@ -61,7 +61,13 @@ void compress_inflater_free(compress_inflater *inf);
 
 /* Compresses in[0..n) with kind (gzip or deflate) into a new buffer, which
  * the caller frees with mem_free, with *out_len its size; NULL when memory
- * runs out. */
+ * runs out, or when the data would barely shrink: a body past
+ * COMPRESS_SAMPLE_BYTES whose first COMPRESS_SAMPLE_BYTES lose less than a
+ * quarter is not compressed (raw float tensors of a binary v2 answer lose
+ * about a tenth, at some 40 ms per MB of the answer's latency; JSON numbers
+ * lose half and more). */
+#define COMPRESS_SAMPLE_BYTES 65536
+char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len);
 char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len);
 
 #endif

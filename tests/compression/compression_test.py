@@ -7,7 +7,8 @@ request sent plain; an unknown Content-Encoding is 415; a damaged or cut
 short body is 400; a gzip bomb is 413 with the server's peak memory barely
 moved; answers of v1, v2 and the /viz files are compressed when
 Accept-Encoding asks and they are over 1 KB, with Vary: Accept-Encoding, and
-decompress to the plain answer.
+decompress to the plain answer; a binary answer of float weights past 64 KiB, which
+would barely shrink, is sent uncompressed.
 
 Usage: compression_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
 per check and "N passed, N failed" last.
@@ -111,11 +112,42 @@ def check_answers(srv):
           and json.loads(zlib.decompress(z))["outputs"] == json.loads(plain)["outputs"], headers)
 
 
+def check_incompressible_answer(srv):
+    """A binary v2 answer of float32 weights from random inputs barely shrinks: past 64 KiB
+    it goes uncompressed whatever Accept-Encoding says (compress.c samples its start),
+    while a JSON answer past 64 KiB is still compressed."""
+    import random
+    rng = random.Random(7)
+    n, d = 256, 16
+    data = [rng.uniform(-3, 3) for _ in range(n * d)]
+    header = json.dumps({"inputs": [
+        {"name": name, "shape": [n, d], "datatype": "FP32", "data": data} for name in "qkv"],
+        "outputs": [{"name": "attention", "parameters": {"binary_data": True}}]}).encode()
+    _, plain, plain_headers = srv.request("POST", "/v2/models/attention/infer", header)
+    status, got, headers = srv.request("POST", "/v2/models/attention/infer", header,
+                                       {"Accept-Encoding": "gzip"})
+    # the weights after the JSON header (whose compute_ms differs from run to run)
+    weights = lambda body, h: body[int(h.get("Inference-Header-Content-Length") or 0):]
+    check("binary float answer past 64 KiB goes uncompressed", status == 200 and
+          len(plain) > 65536 and headers.get("Content-Encoding") is None and
+          weights(got, headers) == weights(plain, plain_headers) and
+          "Accept-Encoding" in headers.get("Vary", ""),
+          (status, len(plain), headers.get("Content-Encoding")))
+    body = attention_request(128, 16)
+    _, plain, _ = srv.request("POST", "/v1/attention", body)
+    status, z, headers = srv.request("POST", "/v1/attention", body, {"Accept-Encoding": "gzip"})
+    check("JSON answer past 64 KiB is compressed", status == 200 and len(plain) > 65536 and
+          headers.get("Content-Encoding") == "gzip" and
+          output_of(gzip.decompress(z)) == output_of(plain),
+          (status, len(plain), headers.get("Content-Encoding")))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
     args = ap.parse_args()
-    harness.run(args.server, [check_request_bodies, check_answers], server_class=Server)
+    harness.run(args.server, [check_request_bodies, check_answers, check_incompressible_answer],
+                server_class=Server)
     harness.run(args.server, [check_bomb], "--max-body", "1048576", server_class=Server)
     return harness.summary()
 
