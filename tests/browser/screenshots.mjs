@@ -5,7 +5,7 @@
 // Starts the server on a free loopback port, shows each view in headless chromium and saves
 // viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png, viz-error.png, and the views
 // past BertViz: viz-selection.png, viz-compare.png, viz-neuron.png, viz-model.png and
-// viz-share.png; stops the
+// viz-share.png, and viz-long.png (16384 tokens pooled by the server); stops the
 // server by its PID.  `make viz-screenshots` runs it.
 
 import { spawn } from 'node:child_process';
@@ -125,6 +125,20 @@ try {
   await page.click('#run');
   await page.waitForSelector('body[data-status="error"]');
   await page.screenshot({ path: path.join(OUT, 'viz-error.png') });
+  // a long sequence: 16384 tokens, causal, pooled by the server to the heatmap's pixels; q
+  // and k are sinusoidal position codes (scaled), so that attention falls near the diagonal
+  // and on the periods the codes repeat with
+  await page.evaluate(async (n) => {
+    const pe = Array.from({ length: n }, (_, i) => Array.from({ length: 64 }, (_, j) => {
+      const f = Math.pow(10000, -(j - (j % 2)) / 64);
+      return 2 * (j % 2 ? Math.cos(i * f) : Math.sin(i * f));
+    }));
+    await window.viz.computeRequest({ q: pe, k: pe, v: pe, dtype: 'float32', causal: true });
+  }, 16384);
+  await page.waitForSelector('body[data-status="ready"]');
+  await page.select('#scale', 'log');
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: path.join(OUT, 'viz-long.png') });
   console.log('screenshots in ' + OUT);
 } finally {
   if (browser) await browser.close();
