@@ -20,7 +20,7 @@
 #              inflates the answer) against without. For information.
 # Both gzip rows first check that the answer is the plain request's, byte for byte but for
 # meta.compute_ms (the time the computation took).
-# Every server is started here on 127.0.0.1 with --port 0 (the port read from its stdout), its
+# Every server is started here on a free 127.0.0.1 port (lib.sh's bench_start_ours), with its
 # own data directory under a mktemp directory, and stopped by PID at the end, whatever happens.
 # Loops are bounded in count and time: BENCH_CKPT_SECONDS (default 240) for the PUT reps,
 # BENCH_GZIP_SECONDS (default 60) and 50 requests per way for the gzip rows.
@@ -72,29 +72,16 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 hwm_bytes() { awk '/^VmHWM/ { print $2 * 1024 }' /proc/"$1"/status; }
 elapsed_under() { awk -v s="$1" -v now="$(date +%s.%N)" -v l="$2" 'BEGIN { exit !(now - s < l) }'; }
 
-# start NAME FLAG...: build/attention-server on 127.0.0.1, --port 0, its own new data directory;
-# waits up to 20 s for the "listening on" line of its stdout. Sets URL and PID. It is stopped
-# by stop (or by the EXIT trap through bench_stop_all: setsid makes it its own process group).
+# start NAME FLAG...: the server (lib.sh's bench_start_ours: a free loopback port, its own
+# process group, quiet) with a new data directory of its own. Sets URL and PID. It is stopped
+# by stop (or by the EXIT trap through bench_stop_all).
 start() {
-    local name=$1 _
+    local name=$1
     shift
     rm -rf "$work/$name.data"
-    mkdir -p "$work/$name.data"
-    : >"$work/$name.out" # read below before the server's own redirection may have made it
-    setsid "$SERVER" --host 127.0.0.1 --port 0 --data-dir "$work/$name.data" --quiet "$@" \
-        >"$work/$name.out" 2>"$work/$name.err" &
-    PID=$!
-    BENCH_PIDS+=("$PID")
-    URL=
-    for _ in $(seq 200); do
-        URL=$(sed -nE 's/^listening on (http:\/\/127\.0\.0\.1:[0-9]+).*/\1/p' "$work/$name.out")
-        [ -n "$URL" ] && return 0
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "bench_checkpoint.sh: $name did not start:" >&2
-    tail -n 20 "$work/$name.err" >&2
-    return 1
+    BENCH_SERVER=$SERVER bench_start_ours "$name" "$work" "$@" || return 1
+    PID=$BENCH_PID
+    URL=$BENCH_URL
 }
 
 # stop PID: stops that server and forgets it (the trap would stop it a second time otherwise),
