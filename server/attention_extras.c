@@ -123,8 +123,9 @@ int attention_extras_run(const attn_job *job, attn_result *result)
     int rc = ERR_UNAVAILABLE;
     if (q == NULL || k == NULL || form_qk(job, q, k) != 0)
         goto fail;
-    /* a projection past the precision's range; found here too for a job without output */
-    for (size_t i = 0; i < nq + nk; i++)
+    /* A projection past the precision's range.  With the output computed, its own check
+     * finds it (an infinite q or k makes every output number of its rows non-finite). */
+    for (size_t i = 0; job->skip_output && i < nq + nk; i++)
         if (!isfinite(i < nq ? q[i] : k[i - nq])) {
             rc = 1;
             goto fail;
