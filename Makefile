@@ -73,6 +73,12 @@ $(BUILD)/obj/%.o: server/%.c
 # see server/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
 
+# attention.c's passes over whole arrays (float copies, the division of each output row by its
+# sum, the finite checks) are loops that -O2's cheapest vectorizer leaves scalar, having no
+# trip count known in advance; the full cost model vectorises them (no change to the results:
+# nothing is reassociated without -ffast-math).
+EXTRA_attention := -fvect-cost-model=dynamic
+
 # The fused attention kernel, one object per instruction set (server/attention_fused.h); the
 # sanitized build and the unit tests take the same flags through this one rule.  Contracting
 # a * b + c into an FMA is what the kernel is written for.

@@ -30,6 +30,11 @@ typedef struct attn_job {
     const double *q;            /* batch x lq x dk */
     const double *k;            /* batch x lk x dk */
     const double *v;            /* batch x lk x dv */
+    /* A float32 job may give any of q, k and v as float instead (the double pointer
+     * then NULL): the kernels read it in place, where a double input is first copied
+     * to float.  The v2 path passes binary FP32 tensors this way, so that they reach
+     * the kernels without a round trip through double. */
+    const float *q32, *k32, *v32;
     /* ... or x (and optionally context) with weights. */
     const double *x;            /* batch x lq x weights->d_in */
     const double *context;      /* NULL (self-attention) or batch x lk x weights->d_ctx */
@@ -40,6 +45,9 @@ typedef struct attn_job {
     double scale;               /* multiplies q k^T */
     attn_dtype dtype;
     int want_attention;         /* fill result->attention */
+    /* A float32 job's output goes to result->output_f32 as the kernels formed it,
+     * rather than widened to result->output: for answers sent as float32 anyway. */
+    int output_f32;
     /* Leave result->output NULL and compute only the extras: for a request that asks for
      * neither the output nor the full matrix (v2 outputs naming only a pooled attention,
      * q or k), where the output would be most of the work and thrown away. */
@@ -52,9 +60,10 @@ typedef struct attn_job {
 /* The attention weights come in the job's precision: a float64 job fills
  * `attention`, a float32 job `attention_f32` (formed in float32 throughout, as
  * NumPy's float32 would, and answered as float32 without a widening copy).
- * The output is widened to double in both cases. */
+ * The output is widened to double unless the job asks for it as float32. */
 typedef struct attn_result {
-    double *output;             /* batch x lq x d_out */
+    double *output;             /* batch x lq x d_out, or NULL with job->output_f32 */
+    float *output_f32;          /* float32 jobs with output_f32: batch x lq x d_out */
     double *attention;          /* float64 jobs: batch x heads x lq x lk, or NULL */
     float *attention_f32;       /* float32 jobs: batch x heads x lq x lk, or NULL */
     double *pooled;             /* job->pool: batch x heads x gr x gc (attention_pool.h), or NULL */

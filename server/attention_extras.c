@@ -95,9 +95,9 @@ static int form_qk(const attn_job *job, double *q, double *k)
     const attn_weights *w = job->weights;
     if (w == NULL) {
         for (size_t i = 0; i < nq; i++)
-            q[i] = f32 ? (double)(float)job->q[i] : job->q[i];
+            q[i] = job->q32 != NULL ? job->q32[i] : f32 ? (double)(float)job->q[i] : job->q[i];
         for (size_t i = 0; i < nk; i++)
-            k[i] = f32 ? (double)(float)job->k[i] : job->k[i];
+            k[i] = job->k32 != NULL ? job->k32[i] : f32 ? (double)(float)job->k[i] : job->k[i];
         return 0;
     }
     const double *ctx = job->context != NULL ? job->context : job->x;

@@ -34,6 +34,9 @@ void attention_request_free(attention_request *req)
     mem_free(req->q);
     mem_free(req->k);
     mem_free(req->v);
+    mem_free(req->q32);
+    mem_free(req->k32);
+    mem_free(req->v32);
     mem_free(req->mask);
     weights_free(&req->weights);
     memset(req, 0, sizeof *req);

@@ -57,6 +57,7 @@ typedef struct attention_request {
     size_t ctx_width;       /* features per token of context, or of x */
     int has_context;        /* keys and values come from context, not from x */
     double *x, *context, *q, *k, *v;
+    float *q32, *k32, *v32;  /* a float32 job's q, k, v given as float (job.q32, ...) */
     unsigned char *mask;
     attn_weights weights;   /* inline weights, owned; all NULL otherwise */
     attn_pool pool;         /* the pooling asked for; job.pool points here when it was */

@@ -45,7 +45,18 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
     return r;
 }
 
-/* The numbers of an output held in double (all but a float32 job's full attention). */
+/* The numbers of an output held as float: a float32 job's output (job.output_f32) and
+ * its full attention; NULL for the others, held in double (output_data). */
+static const float *output_data_f32(const attn_result *res, int which)
+{
+    if (which == V2_OUT_OUTPUT)
+        return res->output_f32;
+    if (which == V2_OUT_ATTENTION && res->pooled == NULL)
+        return res->attention_f32;
+    return NULL;
+}
+
+/* The numbers of an output held in double (all but those of output_data_f32). */
 static const double *output_data(const attn_result *res, int which)
 {
     switch (which) {
@@ -112,9 +123,9 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
         jw_raw(w, ",\"parameters\":{\"binary_data_size\":");
         jw_size(w, n * v2_datatype_size(head->dtype));
         jw_char(w, '}');
-    } else if (which == V2_OUT_ATTENTION && res->attention_f32 != NULL) {
+    } else if (output_data_f32(res, which) != NULL) {
         jw_raw(w, ",\"data\":");
-        v2_tensor_write_json_f32(w, res->attention_f32, n);
+        v2_tensor_write_json_f32(w, output_data_f32(res, which), n);
     } else {
         jw_raw(w, ",\"data\":");
         v2_tensor_write_json(w, output_data(res, which), n, head->dtype);
@@ -132,8 +143,8 @@ static void write_binary(unsigned char *p, const v2_answer_head *head, const att
         if (!head->outs->binary[i])
             continue;
         int which = head->outs->which[i];
-        if (which == V2_OUT_ATTENTION && res->attention_f32 != NULL)
-            v2_tensor_write_binary_f32(p, res->attention_f32, counts[i]);
+        if (output_data_f32(res, which) != NULL)
+            v2_tensor_write_binary_f32(p, output_data_f32(res, which), counts[i]);
         else
             v2_tensor_write_binary(p, output_data(res, which), counts[i], head->dtype);
         p += counts[i] * esize;

@@ -356,6 +356,8 @@ static int check_inputs(v2_infer *st, attn_error *err)
             return rc;
     st->dtype = ref->datatype;
     st->ar.job.dtype = ref->datatype == V2_FP32 ? ATTN_FLOAT32 : ATTN_FLOAT64;
+    /* FP32 outputs are sent as the kernels formed them (v2_answer.c) */
+    st->ar.job.output_f32 = ref->datatype == V2_FP32;
     return 0;
 }
 
@@ -416,6 +418,23 @@ static int read_input(const v2_tensor *t, double **out, attn_error *err)
     return v2_tensor_read_numbers(t, *out, err);
 }
 
+/* Reads q, k or v: binary FP32 data as float into *f32 (a float32 job then computes on
+ * it as it came), anything else as double into *f64; the job points at the one read. */
+static int read_qkv(const v2_tensor *t, double **f64, float **f32, const double **job64,
+                    const float **job32, attn_error *err)
+{
+    if (t->bytes == NULL || t->datatype != V2_FP32) {
+        int rc = read_input(t, f64, err);
+        *job64 = *f64;
+        return rc;
+    }
+    *f32 = mem_malloc(t->count * sizeof(float));
+    if (*f32 == NULL)
+        return error_nomem(err);
+    *job32 = *f32;
+    return v2_tensor_read_floats(t, *f32, err);
+}
+
 /* Reads every input's numbers into arrays owned by st->ar. */
 static int infer_read(v2_infer *st, attn_error *err)
 {
@@ -423,13 +442,10 @@ static int infer_read(v2_infer *st, attn_error *err)
     attn_job *job = &ar->job;
     int rc;
     if (st->model.set == NULL) {
-        if ((rc = read_input(&st->in[IN_Q], &ar->q, err)) != 0 ||
-            (rc = read_input(&st->in[IN_K], &ar->k, err)) != 0 ||
-            (rc = read_input(&st->in[IN_V], &ar->v, err)) != 0)
+        if ((rc = read_qkv(&st->in[IN_Q], &ar->q, &ar->q32, &job->q, &job->q32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_K], &ar->k, &ar->k32, &job->k, &job->k32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_V], &ar->v, &ar->v32, &job->v, &job->v32, err)) != 0)
             return rc;
-        job->q = ar->q;
-        job->k = ar->k;
-        job->v = ar->v;
     } else {
         if ((rc = read_input(&st->in[IN_X], &ar->x, err)) != 0)
             return rc;

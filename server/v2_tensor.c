@@ -9,6 +9,7 @@
  */
 #include "v2_tensor.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -407,6 +408,23 @@ int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err)
     }
     if (!finite)
         for (size_t i = 0; i < n; i++)
+            if (!isfinite(out[i]))
+                return not_finite(t, i, err);
+    return 0;
+}
+
+int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err)
+{
+    assert(t->bytes != NULL && t->datatype == V2_FP32);
+    const unsigned char *p = t->bytes;
+    int finite = 1;
+    for (size_t i = 0; i < t->count; i++) {
+        uint32_t u = load_le32(p + 4 * i);
+        finite &= (u & 0x7f800000u) != 0x7f800000u;
+        memcpy(&out[i], &u, sizeof u);
+    }
+    if (!finite)
+        for (size_t i = 0; i < t->count; i++)
             if (!isfinite(out[i]))
                 return not_finite(t, i, err);
     return 0;

@@ -85,6 +85,11 @@ int v2_tensor_data_field(const char *name, size_t len);
  * written. */
 int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err);
 
+/* Reads the numbers of t, binary FP32 data (t->bytes set, datatype FP32), into out
+ * (t->count floats, caller's buffer) as they are: what a float32 job computes on, with
+ * no double in between.  NaN and Inf are refused as by v2_tensor_read_numbers. */
+int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err);
+
 /* Reads the booleans of t (BOOL) into out (t->count bytes of 0 or 1).  JSON
  * data holds true/false; binary data one byte per element, 0 or 1.  Returns 0
  * or ERR_BAD_REQUEST naming the element. */

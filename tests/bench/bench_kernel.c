@@ -8,6 +8,9 @@
  * competing implementation is NumPy (bench_numpy.py), which reads the list of
  * cases from kernel.tsv, so that the two programs cannot drift apart.
  *
+ * A float32 case gives q, k and v as float and takes its output as float (job.q32, ...,
+ * job.output_f32), as the v2 path runs a request of binary FP32 tensors.
+ *
  * attention_run gets the compute threads the server would use: the
  * configuration is loaded exactly as the server loads it (defaults, then the
  * ATTN_* environment) and the compute pool started as main.c starts it (one
@@ -96,6 +99,19 @@ static double *rnd_array(size_t n)
     return a;
 }
 
+/* a[0..n) rounded to float, in a new array. */
+static float *to_floats(const double *a, size_t n)
+{
+    float *f = malloc(n * sizeof(float));
+    if (f == NULL) {
+        fprintf(stderr, "bench-kernel: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)a[i];
+    return f;
+}
+
 typedef struct run_ctx {
     attn_job job;
     attn_result result;
@@ -138,6 +154,19 @@ static int write_doubles(FILE *f, const double *a, size_t n)
     return fwrite(a, sizeof(double), n, f) == n ? 0 : -1;
 }
 
+/* a (double) or a32 (float, widened here) into f as doubles. */
+static int write_either(FILE *f, const double *a, const float *a32, size_t n)
+{
+    if (a != NULL)
+        return write_doubles(f, a, n);
+    int failed = 0;
+    for (size_t i = 0; i < n && !failed; i++) {
+        double wide = a32[i];
+        failed |= write_doubles(f, &wide, 1);
+    }
+    return failed;
+}
+
 /* Writes check-<id>.bin: q, k, v, output, then the first rows of attention. */
 static int write_check(const char *dir, const bench_case *c, const attn_job *job,
                        const attn_result *r, size_t check_rows)
@@ -150,16 +179,16 @@ static int write_check(const char *dir, const bench_case *c, const attn_job *job
         return -1;
     }
     size_t n_in = job->batch * job->lq * job->dk;
-    int failed = write_doubles(f, job->q, n_in) || write_doubles(f, job->k, n_in) ||
-                 write_doubles(f, job->v, n_in) || write_doubles(f, r->output, n_in);
+    /* float32 numbers are widened here, so the file keeps one layout. */
+    int failed = write_either(f, job->q, job->q32, n_in) ||
+                 write_either(f, job->k, job->k32, n_in) ||
+                 write_either(f, job->v, job->v32, n_in) ||
+                 write_either(f, r->output, r->output_f32, n_in);
     for (size_t m = 0; r->attention != NULL && m < job->batch * job->heads; m++)
         failed |= write_doubles(f, r->attention + m * job->lq * job->lk, check_rows * job->lk);
-    /* float32 weights are widened here, so the file keeps one layout. */
     for (size_t m = 0; r->attention_f32 != NULL && m < job->batch * job->heads; m++)
-        for (size_t i = 0; i < check_rows * job->lk && !failed; i++) {
-            double wide = r->attention_f32[m * job->lq * job->lk + i];
-            failed |= write_doubles(f, &wide, 1);
-        }
+        failed |= write_either(f, NULL, r->attention_f32 + m * job->lq * job->lk,
+                               check_rows * job->lk);
     if (fclose(f) != 0 || failed) {
         fprintf(stderr, "bench-kernel: cannot write %s\n", path);
         return -1;
@@ -289,6 +318,18 @@ int main(int argc, char **argv)
                              .dk = d, .dv = d, .q = q, .k = k, .v = v, .causal = c->causal,
                              .scale = 1.0 / sqrt((double)c->head_dim), .dtype = c->dtype,
                              .want_attention = c->want_attention};
+        /* float32 in and out, as the v2 path runs a request of binary FP32 tensors */
+        float *q32 = NULL, *k32 = NULL, *v32 = NULL;
+        if (c->dtype == ATTN_FLOAT32) {
+            q32 = to_floats(q, n_in);
+            k32 = to_floats(k, n_in);
+            v32 = to_floats(v, n_in);
+            run.job.q = run.job.k = run.job.v = NULL;
+            run.job.q32 = q32;
+            run.job.k32 = k32;
+            run.job.v32 = v32;
+            run.job.output_f32 = 1;
+        }
         int reps = 0;
         double ms = time_median_ms(&run, &policy, &reps);
         /* 4 n^2 d per head: two products of 2 n^2 d each; causal counts the same. */
@@ -310,6 +351,9 @@ int main(int argc, char **argv)
         free(q);
         free(k);
         free(v);
+        free(q32);
+        free(k32);
+        free(v32);
     }
     if (fclose(tsv) != 0) {
         fprintf(stderr, "bench-kernel: writing %s failed\n", path);

@@ -128,6 +128,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_large_logits)            \
     X(kernel_paths_on_pool)                 \
     X(kernel_paths_overflow_reported)       \
+    X(kernel_paths_float_output_not_finite) \
     X(kernel_paths_wide_heads)              \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
@@ -249,7 +250,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_pool_matches_reference) \
     X(attention_pool_grid_sizes)        \
     X(attention_pool_overflow_is_reported) \
-    X(attention_pool_through_attention_run)
+    X(attention_pool_through_attention_run) \
+    X(attention_pool_float_inputs)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

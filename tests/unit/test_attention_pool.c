@@ -268,3 +268,44 @@ void test_attention_pool_through_attention_run(void)
                     worst, qworst, oworst);
     }
 }
+
+/* A float32 job given q, k and v as float (attn_job.q32 ..., the v2 path's binary FP32
+ * tensors) pools the same cells and answers the same q and k as one given their double
+ * copies: bit for bit. */
+void test_attention_pool_float_inputs(void)
+{
+    enum { L = 50, DK = 4, H = 2 };
+    double q[L * DK], k[L * DK], v[L * DK];
+    float q32[L * DK], k32[L * DK], v32[L * DK];
+    for (size_t i = 0; i < L * DK; i++) {
+        q32[i] = (float)test_uniform(&pool_rng);
+        k32[i] = (float)test_uniform(&pool_rng);
+        v32[i] = (float)test_uniform(&pool_rng);
+        q[i] = q32[i];
+        k[i] = k32[i];
+        v[i] = v32[i];
+    }
+    attn_pool pool = {.rows = 7, .cols = 5, .reduce = ATTN_POOL_MAX};
+    attn_job job = {.batch = 1, .lq = L, .lk = L, .heads = H, .dk = DK, .dv = DK, .q = q,
+                    .k = k, .v = v, .scale = 0.7, .dtype = ATTN_FLOAT32, .pool = &pool,
+                    .want_qk = 1};
+    attn_result from64, from32;
+    attn_error err;
+    ASSERT_EQ(attention_run(&job, &from64, &err), 0);
+    job.q = job.k = job.v = NULL;
+    job.q32 = q32;
+    job.k32 = k32;
+    job.v32 = v32;
+    ASSERT_EQ(attention_run(&job, &from32, &err), 0);
+    size_t br, bc, gr, gc;
+    attention_pool_grid(&pool, L, L, &br, &bc, &gr, &gc);
+    int same = 1;
+    for (size_t i = 0; i < H * gr * gc; i++)
+        same &= from64.pooled[i] == from32.pooled[i];
+    for (size_t i = 0; i < L * DK; i++)
+        same &= from64.q[i] == from32.q[i] && from64.k[i] == from32.k[i] &&
+                from64.output[i] == from32.output[i];
+    attention_result_free(&from64);
+    attention_result_free(&from32);
+    ASSERT(same);
+}

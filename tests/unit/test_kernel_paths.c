@@ -50,14 +50,54 @@ typedef struct paths_case {
     double logit;               /* scores reach about +-logit */
 } paths_case;
 
+/* The precisions a job is run in: float64; float32 given double inputs; float32 given
+ * float inputs with a float output (attn_job.q32 ..., output_f32, as the v2 path runs
+ * binary FP32 tensors). */
+enum { RUN_F64, RUN_F32, RUN_F32_IN_OUT, RUN_KINDS };
+static const char *const run_kind_names[RUN_KINDS] = {"float64", "float32",
+                                                      "float32 in and out"};
+
+/* job's output as double: r's, or r's float output widened into *wide. */
+static const double *output_of(const attn_result *r, size_t count, double **wide)
+{
+    if (r->output_f32 == NULL)
+        return r->output;
+    *wide = malloc(count * sizeof(double));
+    for (size_t i = 0; i < count; i++)
+        (*wide)[i] = r->output_f32[i];
+    return *wide;
+}
+
+/* Makes job a RUN_* kind; f32 holds float copies of q, k and v (q32, k32, v32). */
+static void job_kind(attn_job *job, int kind, const double *const *f64, const float *const *f32)
+{
+    int in32 = kind == RUN_F32_IN_OUT;
+    job->dtype = kind == RUN_F64 ? ATTN_FLOAT64 : ATTN_FLOAT32;
+    job->q = in32 ? NULL : f64[0];
+    job->k = in32 ? NULL : f64[1];
+    job->v = in32 ? NULL : f64[2];
+    job->q32 = in32 ? f32[0] : NULL;
+    job->k32 = in32 ? f32[1] : NULL;
+    job->v32 = in32 ? f32[2] : NULL;
+    job->output_f32 = in32;
+}
+
 /* Runs job (output only) on every available path and compares with ref;
  * fully masked rows (every 5th when masked) must be exactly zero.  Returns
  * 0, or -1 after printing what disagreed. */
 static int run_paths(const paths_case *c, attn_job *job, const double *ref)
 {
+    size_t nk = c->batch * c->lk * job->dk, nq = c->batch * c->lq * job->dk;
+    const double *f64[3] = {job->q, job->k, job->v};
+    float *f32[3] = {malloc(nq * sizeof(float)), malloc(nk * sizeof(float)),
+                     malloc(nk * sizeof(float))};
+    for (int a = 0; a < 3; a++)
+        for (size_t i = 0; i < (a ? nk : nq); i++)
+            f32[a][i] = (float)f64[a][i];
     const attn_kernel_path *paths[MAX_PATHS];
     size_t n = paths_available(paths), dv = c->heads * c->hd;
     size_t count = c->batch * c->lq * dv;
+    double *f32_out = malloc(count * sizeof(double));
     char err[200];
     int rc = 0;
     for (size_t p = 0; p < n && rc == 0; p++) {
@@ -65,8 +105,8 @@ static int run_paths(const paths_case *c, attn_job *job, const double *ref)
             fprintf(stderr, "  %s\n", err);
             return -1;
         }
-        for (int dtype = 0; dtype < 2 && rc == 0; dtype++) {
-            job->dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64;
+        for (int kind = 0; kind < RUN_KINDS && rc == 0; kind++) {
+            job_kind(job, kind, f64, (const float *const *)f32);
             attn_result r;
             attn_error e;
             if (attention_run(job, &r, &e) != 0) {
@@ -74,21 +114,38 @@ static int run_paths(const paths_case *c, attn_job *job, const double *ref)
                 rc = -1;
                 break;
             }
-            double tol = dtype ? 1e-5 : 1e-12, error = relative_error(r.output, ref, count);
+            double *wide = NULL;
+            const double *out = output_of(&r, count, &wide);
+            double tol = kind == RUN_F64 ? 1e-12 : 1e-5, error = relative_error(out, ref, count);
             int zero_ok = 1;
             for (size_t i = 2; c->masked && i < c->batch * c->lq; i += 5)
                 for (size_t t = 0; t < dv; t++)
-                    zero_ok &= r.output[i * dv + t] == 0.0;
-            if (!(error <= tol) || !zero_ok) {
+                    zero_ok &= out[i * dv + t] == 0.0;
+            /* float32 from float inputs is the same computation as from their double
+             * copies: the same numbers, bit for bit */
+            int same = 1;
+            if (kind == RUN_F32)
+                memcpy(f32_out, out, count * sizeof(double));
+            for (size_t i = 0; kind == RUN_F32_IN_OUT && i < count; i++)
+                same &= out[i] == f32_out[i];
+            if (!(error <= tol) || !zero_ok || !same ||
+                (kind == RUN_F32_IN_OUT) != (r.output == NULL)) {
                 fprintf(stderr, "  path %s %s: batch %zu heads %zu lq %zu lk %zu head dim %zu "
-                        "causal %d masked %d logit %g: relative error %g, masked rows zero %d\n",
-                        paths[p]->name, dtype ? "float32" : "float64", c->batch, c->heads, c->lq,
-                        c->lk, c->hd, c->causal, c->masked, c->logit, error, zero_ok);
+                        "causal %d masked %d logit %g: relative error %g, masked rows zero %d, "
+                        "output as double %d, same as float32 from doubles %d\n",
+                        paths[p]->name, run_kind_names[kind], c->batch, c->heads, c->lq, c->lk,
+                        c->hd, c->causal, c->masked, c->logit, error, zero_ok, r.output != NULL,
+                        same);
                 rc = -1;
             }
+            free(wide);
             attention_result_free(&r);
         }
     }
+    job_kind(job, RUN_F64, f64, (const float *const *)f32);
+    for (int a = 0; a < 3; a++)
+        free(f32[a]);
+    free(f32_out);
     attn_kernel_select("auto", err, sizeof err);
     return rc;
 }
@@ -255,6 +312,25 @@ void test_kernel_paths_overflow_reported(void)
     free(k);
     free(v);
     attn_kernel_select("auto", why, sizeof why);
+}
+
+/* A float32 output past float's range is not_finite whether it is widened or kept as
+ * float (output_f32): v = 1e39 is finite in double and infinite in float. */
+void test_kernel_paths_float_output_not_finite(void)
+{
+    double q[2] = {1, 0}, k[4] = {1, 0, 0, 1}, v[2] = {1e39, 1};
+    for (int out32 = 0; out32 < 2; out32++) {
+        attn_job job = {.batch = 1, .lq = 1, .lk = 2, .heads = 1, .dk = 2, .dv = 1, .q = q,
+                        .k = k, .v = v, .scale = 1, .dtype = ATTN_FLOAT32,
+                        .output_f32 = out32};
+        attn_result r;
+        attn_error err;
+        int rc = attention_run(&job, &r, &err);
+        if (rc == 0)
+            attention_result_free(&r);
+        if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0)
+            FAIL_AT("output_f32 %d: rc %d", out32, rc);
+    }
 }
 
 /* The polynomial exponential of every path against exp and expf over the
