@@ -46,10 +46,11 @@
 #define ATTN_FUSED_MAX_DIM 256
 
 /* One block of query rows [i0, i0 + nq) of one (batch, head), in precision
- * REAL.  The kernel leaves in out the rows' output before the division by
- * their sums (sum over keys of exp(s - run_max) v), in run_max the row
- * maximum (-Inf when no key counts) and in run_sum the sum; attention_kernels.inc
- * divides and handles the rows that overflowed. */
+ * REAL.  The kernel leaves in out the rows' output, already divided by their
+ * sums (sum over keys of exp(s - run_max) v, over run_sum; zeros for a row
+ * that no key reached), in run_max the row maximum (-Inf when no key counts)
+ * and in run_sum the sum; attention_kernels.inc computes again the rows that
+ * overflowed on the way. */
 #define ATTN_FUSED_ARGS(REAL, SFX)                                                                 \
     typedef struct attn_fused_##SFX {                                                              \
         size_t nq, i0;              /* rows, and the query index of the first */                   \
@@ -70,6 +71,10 @@
 ATTN_FUSED_ARGS(double, d)
 ATTN_FUSED_ARGS(float, f)
 
+/* What a block reports (attn_kernel_path.block_d and block_f). */
+#define ATTN_FUSED_NOT_FINITE 1
+#define ATTN_FUSED_ROW_OVERFLOW 2
+
 /* Scratch numbers one call needs in obuf and sbuf together. */
 #define ATTN_FUSED_SCRATCH(hdv_pad) (ATTN_FUSED_FQ * (hdv_pad) + ATTN_FUSED_MR * ATTN_FUSED_BK)
 
@@ -84,9 +89,11 @@ static inline size_t attn_fused_vpad(size_t hdv, size_t size)
 typedef struct attn_kernel_path {
     const char *name;
     int (*supported)(void);                         /* can this CPU run it */
-    /* The block described by a; returns 1 when a row maximum was not finite
-     * (an overflowing score: not_finite), else 0.  Returns early, leaving
-     * the block incomplete, once compute_stopped() is set. */
+    /* The block described by a; returns ATTN_FUSED_NOT_FINITE when a row
+     * maximum was not finite (an overflowing score: not_finite), plus
+     * ATTN_FUSED_ROW_OVERFLOW when an output row came out not finite (to be
+     * computed again), else 0.  Returns early, leaving the block incomplete,
+     * once compute_stopped() is set. */
     int (*block_d)(const attn_fused_d *a);
     int (*block_f)(const attn_fused_f *a);
     /* Packs K and V of one (batch, head) in this path's layout (the sizes
