@@ -349,10 +349,13 @@ static int run_output(const attn_job *job, const job_sizes *s, attn_result *resu
     int f32 = job->dtype == ATTN_FLOAT32, out32 = f32 && job->output_f32;
     if (!out32)
         result->output = mem_malloc(s->out * sizeof(double));
+    /* Zeroed: the kernels add the scores to it (attention_kernels.inc, sdpa_block).  A
+     * block this large comes from fresh pages that are zero already, so calloc costs
+     * nothing more, where OpenBLAS would clear it first for a product that overwrites. */
     if (job->want_attention && f32)
-        result->attention_f32 = mem_malloc(s->attn_all * sizeof(float));
+        result->attention_f32 = mem_calloc(s->attn_all, sizeof(float));
     else if (job->want_attention)
-        result->attention = mem_malloc(s->attn_all * sizeof(double));
+        result->attention = mem_calloc(s->attn_all, sizeof(double));
     if ((!out32 && result->output == NULL) ||
         (job->want_attention && result->attention == NULL && result->attention_f32 == NULL))
         return ERR_UNAVAILABLE;
