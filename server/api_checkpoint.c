@@ -93,28 +93,6 @@ static int reserve_arrays(size_t bytes, void *ctx, attn_error *err)
                      "retry shortly.");
 }
 
-/* A copy of set's arrays (to put a replaced set back), or -1. */
-static int weights_copy(const attn_weights *from, attn_weights *to)
-{
-    *to = *from;
-    for (int p = 0; p < WEIGHTS_COUNT; p++)
-        *weights_slot(to, (weights_part)p) = NULL;
-    for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        const double *a = weights_array(from, (weights_part)p);
-        if (a == NULL)
-            continue;
-        size_t n = weights_rows(from, (weights_part)p) * weights_cols(from, (weights_part)p);
-        double *b = mem_malloc(n * sizeof *b);
-        if (b == NULL) {
-            weights_free(to);
-            return -1;
-        }
-        memcpy(b, a, n * sizeof *b);
-        *weights_slot(to, (weights_part)p) = b;
-    }
-    return 0;
-}
-
 /* Undoes the stores of sets[0..n): puts back old[i] where it was replaced,
  * deletes the new set where it was created.  Best effort: it reports
  * nothing, as the request fails anyway. */
