@@ -229,6 +229,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_open_out_of_memory)         \
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
+    X(store_float32_round_trip)         \
+    X(store_version2_file_loads)        \
+    X(store_float32_damage_refused)     \
     X(safetensors_good_file)            \
     X(safetensors_bad_files)            \
     X(safetensors_half_widening)        \
