@@ -109,6 +109,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_large_scores_stable)        \
     X(attention_random_against_reference)   \
     X(attention_projections_against_reference) \
+    X(attention_float32_set_as_its_double_twin) \
     X(attention_float32_against_reference)  \
     X(attention_without_attention_matrix)   \
     X(attention_overflow_is_reported)       \
