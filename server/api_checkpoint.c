@@ -7,7 +7,8 @@
  * the layers out (checkpoint.h) after reserving their arrays in the memory
  * budget, and stores each as a set.  With several layers a failed store
  * puts back what the earlier ones replaced (or deletes what they created),
- * so that none of the new sets remains.
+ * so that none of the new sets remains.  A GET answers the set's numbers in
+ * its own element type: F32 tensors for a float32 set, F64 for a float64 one.
  */
 #include "api_checkpoint.h"
 
@@ -227,12 +228,12 @@ void api_checkpoint_get(const weight_set *set, api_response *resp)
     size_t n = 0;
     for (size_t i = 0; i < WEIGHTS_COUNT; i++) {
         weights_part p = order[i];
-        const double *a = weights_array(&set->w, p);
-        if (a == NULL)
+        if (!weights_has(&set->w, p))
             continue;
         out[n++] = (st_out){weights_parts[p].name,
                             weights_parts[p].is_matrix ? weights_rows(&set->w, p) : 0,
-                            weights_cols(&set->w, p), a};
+                            weights_cols(&set->w, p), weights_array(&set->w, p),
+                            weights_array_f32(&set->w, p)};
     }
     char heads[32];
     snprintf(heads, sizeof heads, "%zu", set->heads);

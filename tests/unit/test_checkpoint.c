@@ -30,7 +30,7 @@ static unsigned char *make_ckpt(const char *const *names, const size_t *rows, co
         data[i] = malloc(count * sizeof(double));
         for (size_t k = 0; k < count; k++)
             data[i][k] = val((int)i, k);
-        out[i] = (st_out){names[i], rows[i], cols[i], data[i]};
+        out[i] = (st_out){names[i], rows[i], cols[i], data[i], NULL};
     }
     size_t len;
     unsigned char *file = safetensors_write(out, n, NULL, 0, &len);
