@@ -87,7 +87,7 @@ static int reserve_arrays(size_t bytes, void *ctx, attn_error *err)
     }
     if (!budget_could_fit(bytes))
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The weights take %zu MiB as doubles, more than the server's whole "
+                         "The weights take %zu MiB, more than the server's whole "
                          "memory budget (--max-memory).", bytes >> 20);
     return error_set(err, ERR_UNAVAILABLE, "overloaded", NULL,
                      "The server's memory budget (--max-memory) is taken by other requests now; "
