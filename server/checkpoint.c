@@ -17,6 +17,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,73 @@ static inline int fill_get(const part_source *s, const st_tensor *t, size_t at, 
     return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
 }
 
+/* Index of the first of the n F32 numbers at p that is not finite, or n. */
+static size_t first_not_finite_f32(const unsigned char *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {    /* no early exit, so that it vectorises */
+        uint32_t bits;
+        memcpy(&bits, p + 4 * i, 4);
+        bad |= (bits & 0x7F800000u) == 0x7F800000u;
+    }
+    for (size_t i = 0; bad && i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, p + 4 * i, 4);
+        if ((bits & 0x7F800000u) == 0x7F800000u)
+            return i;
+    }
+    return n;
+}
+
+/* plan_fill for an F32 tensor into a float32 array a: the numbers copied bit for bit, each
+ * run of the source checked finite in the order it lies in the file (so that the element
+ * named is the first bad one, as plan_fill's), without a call per number. */
+static int fill_f32(const part_source *s, const st_tensor *t, size_t rows, size_t cols,
+                    float *a, int release, attn_error *err)
+{
+    size_t outs = cols * s->parts, first = s->index * cols, since = 0;
+    if (s->out_in) {
+        /* the part is source rows [first, first + cols), each `rows` long */
+        const unsigned char *start = t->data + first * rows * 4;
+        for (size_t j0 = 0; j0 < cols; j0 += FILL_BLOCK) {
+            size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
+            const unsigned char *block = start + j0 * rows * 4;
+            size_t bad = first_not_finite_f32(block, jn * rows);
+            if (bad < jn * rows) {
+                float v;
+                memcpy(&v, block + 4 * bad, 4);
+                return fill_not_finite(s, v, (first + j0) * rows + bad, err);
+            }
+            for (size_t i = 0; i < rows; i++)
+                for (size_t jj = 0; jj < jn; jj++)
+                    memcpy(&a[i * cols + j0 + jj], block + (jj * rows + i) * 4, 4);
+            since += jn * rows * 4;
+            if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
+                mem_release(start, (j0 + jn) * rows * 4);
+                since = 0;
+            }
+        }
+        return 0;
+    }
+    /* the part is columns [first, first + cols) of each source row */
+    for (size_t i = 0; i < rows; i++) {
+        const unsigned char *run = t->data + (i * outs + first) * 4;
+        size_t bad = first_not_finite_f32(run, cols);
+        if (bad < cols) {
+            float v;
+            memcpy(&v, run + 4 * bad, 4);
+            return fill_not_finite(s, v, i * outs + first + bad, err);
+        }
+        memcpy(a + i * cols, run, cols * 4);
+        since += outs * 4;
+        if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
+            mem_release(t->data, (i + 1) * outs * 4);
+            since = 0;
+        }
+    }
+    return 0;
+}
+
 /* Copies part p of plan into a new array of w (its dimensions and element type set) in
  * (in, out) form, reading the tensor front to back.  With release, the part is the only
  * reader of its bytes of the body, which are given back to the kernel as they are read: a
@@ -346,8 +414,12 @@ static int plan_fill(const layer_plan *plan, int p, int release, attn_weights *w
     void *a = weights_part_alloc(w, (weights_part)p);
     if (a == NULL)
         return error_nomem(err);
+    /* written once, front to back or in row blocks: one fault per 2 MiB, not per 4 KiB */
+    mem_advise_huge(a, rows * cols * weights_elem_size(w));
     int rc = 0;
     size_t since = 0;               /* bytes read since the last release */
+    if (f32 && t->dtype == SAFETENSORS_F32)
+        return fill_f32(s, t, rows, cols, a, release, err);
     if (s->out_in) {
         /* the part is source rows [first, first + cols), each `rows` long */
         const unsigned char *start = t->data + first * rows * esize;

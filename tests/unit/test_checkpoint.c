@@ -294,4 +294,19 @@ void test_checkpoint_float32_tensors(void)
     ASSERT(strstr(err.message, "\"in_proj_weight\"") != NULL);
     ASSERT(strstr(err.message, "element 7") != NULL);
     ASSERT(l == NULL);
+    /* and in an (in, out) tensor, read by rows: the first bad element in the file's order */
+    float m[6] = {1, 2, 3, 4, 0, 6};
+    m[4] = 1.0f / 0.0f;
+    m[5] = 0.0f / 0.0f;
+    st_out one[1] = {{"m", 2, 3, NULL, m}};
+    file = safetensors_write(one, 1, NULL, 0, &len);
+    ASSERT(file != NULL);
+    ASSERT_EQ(safetensors_parse(file, len, &f, &err), 0);
+    ckpt_request rq = {.preset = CKPT_NAMES, .layer = CKPT_LAYER_NONE, .max_elements = 100,
+                       .names = {"m", "m", "m"}};
+    rc = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err);
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT_EQ(rc, ERR_BAD_REQUEST);
+    ASSERT(strstr(err.message, "an infinity at element 4") != NULL);
 }
