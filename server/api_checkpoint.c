@@ -7,7 +7,8 @@
  * the layers out (checkpoint.h) after reserving their arrays in the memory
  * budget, and stores each as a set.  With several layers a failed store
  * puts back what the earlier ones replaced (or deletes what they created),
- * so that none of the new sets remains.
+ * so that none of the new sets remains.  A GET answers the set's numbers in
+ * its own element type: F32 tensors for a float32 set, F64 for a float64 one.
  */
 #include "api_checkpoint.h"
 
@@ -86,33 +87,11 @@ static int reserve_arrays(size_t bytes, void *ctx, attn_error *err)
     }
     if (!budget_could_fit(bytes))
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The weights take %zu MiB as doubles, more than the server's whole "
+                         "The weights take %zu MiB, more than the server's whole "
                          "memory budget (--max-memory).", bytes >> 20);
     return error_set(err, ERR_UNAVAILABLE, "overloaded", NULL,
                      "The server's memory budget (--max-memory) is taken by other requests now; "
                      "retry shortly.");
-}
-
-/* A copy of set's arrays (to put a replaced set back), or -1. */
-static int weights_copy(const attn_weights *from, attn_weights *to)
-{
-    *to = *from;
-    for (int p = 0; p < WEIGHTS_COUNT; p++)
-        *weights_slot(to, (weights_part)p) = NULL;
-    for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        const double *a = weights_array(from, (weights_part)p);
-        if (a == NULL)
-            continue;
-        size_t n = weights_rows(from, (weights_part)p) * weights_cols(from, (weights_part)p);
-        double *b = mem_malloc(n * sizeof *b);
-        if (b == NULL) {
-            weights_free(to);
-            return -1;
-        }
-        memcpy(b, a, n * sizeof *b);
-        *weights_slot(to, (weights_part)p) = b;
-    }
-    return 0;
 }
 
 /* Undoes the stores of sets[0..n): puts back old[i] where it was replaced,
@@ -249,12 +228,12 @@ void api_checkpoint_get(const weight_set *set, api_response *resp)
     size_t n = 0;
     for (size_t i = 0; i < WEIGHTS_COUNT; i++) {
         weights_part p = order[i];
-        const double *a = weights_array(&set->w, p);
-        if (a == NULL)
+        if (!weights_has(&set->w, p))
             continue;
         out[n++] = (st_out){weights_parts[p].name,
                             weights_parts[p].is_matrix ? weights_rows(&set->w, p) : 0,
-                            weights_cols(&set->w, p), a};
+                            weights_cols(&set->w, p), weights_array(&set->w, p),
+                            weights_array_f32(&set->w, p)};
     }
     char heads[32];
     snprintf(heads, sizeof heads, "%zu", set->heads);

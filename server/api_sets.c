@@ -131,7 +131,7 @@ static void get_set(const char *name, weight_set *checked, int safetensors, api_
         return;
     }
     jw_buf w;
-    jw_init(&w, set->size_bytes * 3 + 1024);
+    jw_init(&w, set->size_bytes / weights_elem_size(&set->w) * 3 * 8 + 1024);
     weights_json_encode_set(set, 1, &w);
     set_etag(resp, set);
     weightset_release(set);

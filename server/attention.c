@@ -8,6 +8,11 @@
  * single precision, as NumPy's float32 would do it; its attention weights are
  * formed and returned in float32.
  *
+ * Weights come in either element type (weights.h).  A float32 job uses a
+ * float32 set's arrays as they are and rounds a float64 set's; a float64 job
+ * uses a float64 set's as they are and widens a float32 set's (exactly), so
+ * that its arithmetic is in double whatever the set holds.
+ *
  * The block sizes below were chosen by measurement (tests/bench); see the
  * README's section on performance.
  */
@@ -161,7 +166,7 @@ double attention_job_flops(const attn_job *job)
     if (w != NULL) {
         flops += 2.0 * b * lq * (double)w->d_in * dk;               /* x Wq */
         flops += 2.0 * b * lk * (double)w->d_ctx * (dk + dv);       /* x Wk, x Wv */
-        if (w->wo != NULL)
+        if (weights_has(w, WEIGHTS_WO))
             flops += 2.0 * b * lq * dv * (double)w->d_out;          /* heads Wo */
     }
     return flops;
@@ -192,7 +197,7 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
         if (job->context != NULL)
             bad |= mem_mul(job->batch, job->lk, w->d_ctx, &s->context);
         for (int p = 0; p < WEIGHTS_COUNT; p++) {
-            if (weights_array(w, (weights_part)p) == NULL)
+            if (!weights_has(w, (weights_part)p))
                 continue;
             bad |= mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p), 1,
                            &t);
@@ -204,7 +209,7 @@ static int job_sizes_compute(const attn_job *job, job_sizes *s)
         bad |= mem_mul(job->batch, job->lk, job->dv, &pv);
         bad |= __builtin_add_overflow(pq, pk, &t);
         bad |= __builtin_add_overflow(t, pv, &s->proj);
-        if (w->wo != NULL)
+        if (weights_has(w, WEIGHTS_WO))
             bad |= mem_mul(job->batch, job->lq, job->dv, &s->heads_out);
     } else {
         bad |= mem_mul(job->batch, job->lq, job->dk, &s->q);
@@ -234,19 +239,21 @@ int attention_job_bytes(const attn_job *job, size_t *bytes)
     if (attention_extras_bytes(job, &extras) != 0)
         return -1;
     size_t results = s.out + (job->want_attention ? s.attn_all : 0);
-    size_t inputs = s.x + s.context + s.q + s.k + s.v + s.weights;
+    /* the weights are copied only when the set's element type is not the job's */
+    int f32_set = job->weights != NULL && weights_is_f32(job->weights);
+    size_t inputs = s.x + s.context + s.q + s.k + s.v;
     size_t total, part = 0;
     int bad = 0;
     if (job->dtype == ATTN_FLOAT32) {
         /* a double output; float attention weights, and float copies of the inputs,
          * output, projections and scratch */
-        size_t floats = inputs + s.out + s.proj + s.heads_out + s.scratch +
-                        (job->want_attention ? s.attn_all : 0);
+        size_t floats = inputs + (f32_set ? 0 : s.weights) + s.out + s.proj + s.heads_out +
+                        s.scratch + (job->want_attention ? s.attn_all : 0);
         bad |= mem_mul(s.out, sizeof(double), 1, &total);
         bad |= mem_mul(floats, sizeof(float), 1, &part);
         bad |= __builtin_add_overflow(total, part, &total);
     } else {
-        size_t scratch = s.proj + s.heads_out + s.scratch;
+        size_t scratch = s.proj + s.heads_out + s.scratch + (f32_set ? s.weights : 0);
         bad |= mem_mul(results + scratch, sizeof(double), 1, &total);
     }
     bad |= __builtin_add_overflow(total, extras, &total);
@@ -316,13 +323,21 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, flo
     const float *v = float_input(job->v32, job->v, s->v, &copies[2], &fail);
     copies[3] = x;
     copies[4] = ctx;
-    for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
+    /* a float32 set's arrays are used as they are; wf holds only the copies made here */
+    const float *wuse[WEIGHTS_COUNT] = {0};
+    for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++) {
+        if (weights_is_f32(w)) {
+            wuse[p] = weights_array_f32(w, (weights_part)p);
+            continue;
+        }
         wf[p] = to_float(weights_array(w, (weights_part)p),
                          weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p), &fail);
+        wuse[p] = wf[p];
+    }
     fout = mem_malloc(s->out * sizeof(float));
     if (fail || fout == NULL)
         goto done;
-    rc = kernel_run_f(job, x, ctx, q, k, v, (const float *const *)wf, fout, attn);
+    rc = kernel_run_f(job, x, ctx, q, k, v, wuse, fout, attn);
     if (rc != 0)
         goto done;
     if (out32 != NULL) {
@@ -367,12 +382,22 @@ static int run_output(const attn_job *job, const job_sizes *s, attn_result *resu
     if (f32)
         return run_float32(job, s, result->output, out32 ? &result->output_f32 : NULL,
                            result->attention_f32);
+    /* a float32 set is widened for a float64 job: exact, and the arithmetic stays double */
     const attn_weights *w = job->weights;
+    attn_weights wide;
+    memset(&wide, 0, sizeof wide);
+    if (w != NULL && weights_is_f32(w)) {
+        if (weights_widen(w, &wide) != 0)
+            return ERR_UNAVAILABLE;
+        w = &wide;
+    }
     const double *wd[WEIGHTS_COUNT] = {0};
     for (int p = 0; w != NULL && p < WEIGHTS_COUNT; p++)
         wd[p] = weights_array(w, (weights_part)p);
-    return kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
-                        result->attention);
+    int rc = kernel_run_d(job, job->x, job->context, job->q, job->k, job->v, wd, result->output,
+                          result->attention);
+    weights_free(&wide);
+    return rc;
 }
 
 int attention_run(const attn_job *job, attn_result *result, attn_error *err)

@@ -8,6 +8,9 @@
  * (rounded to float32 for a float32 job); with x and weights, x Wq + bq and context Wk + bk,
  * computed in the job's precision as the kernels compute them.  That is one more pair of
  * projections, small beside the attention itself, and it leaves the kernels untouched.
+ * The weights of a set of either element type (weights.h) are taken as attention.c takes
+ * them: a float64 projection widens a float32 set's exactly, a float32 one uses them as they
+ * are (or rounds a float64 set's).
  */
 #include "attention_extras.h"
 
@@ -34,11 +37,14 @@ int attention_extras_bytes(const attn_job *job, size_t *bytes)
     if (mem_mul(job->batch, job->lq + job->lk, job->dk, &n) != 0)
         return -1;
     qk_numbers(job, &nq, &nk);
-    /* q and k in double; a float32 projection also holds float copies of its inputs */
+    /* q and k in double; a float32 projection also holds float copies of its inputs, and a
+     * float64 one with a float32 set double copies of wq and wk */
     size_t total = n * sizeof(double) * (job->dtype == ATTN_FLOAT32 ? 2 : 1);
     if (job->weights != NULL)
         total += (job->batch * (job->lq + job->lk) * (job->weights->d_in + job->weights->d_ctx) +
                   (job->weights->d_in + job->weights->d_ctx) * job->dk) * sizeof(float);
+    if (job->weights != NULL && weights_is_f32(job->weights) && job->dtype != ATTN_FLOAT32)
+        total += (job->weights->d_in + job->weights->d_ctx + 2) * job->dk * sizeof(double);
     if (job->pool != NULL)
         total += attention_pool_cells(job->pool, job) * sizeof(double) +
                  attention_pool_scratch_bytes(job);
@@ -46,35 +52,61 @@ int attention_extras_bytes(const attn_job *job, size_t *bytes)
     return 0;
 }
 
-/* y (rows x dk) = a (rows x width) W (width x dk) + b, in double. */
-static void project_d(const double *a, size_t rows, size_t width, const double *wm,
-                      const double *b, size_t dk, double *y)
+/* y (rows x dk) = a (rows x width) W (width x dk) + b, in double, W and b being parts wp
+ * and bp of w (a float32 set's widened first).  Returns 0 or -1 when memory ran out. */
+static int project_d(const double *a, size_t rows, size_t width, const attn_weights *w,
+                     weights_part wp, weights_part bp, size_t dk, double *y)
 {
+    const double *wm = weights_array(w, wp), *b = weights_array(w, bp);
+    double *wide = NULL, *bwide = NULL;
+    if (weights_is_f32(w)) {
+        const float *bf = weights_array_f32(w, bp);
+        wide = mem_malloc(width * dk * sizeof(double));
+        bwide = bf != NULL ? mem_malloc(dk * sizeof(double)) : NULL;
+        if (wide == NULL || (bf != NULL && bwide == NULL)) {
+            mem_free(wide);
+            mem_free(bwide);
+            return -1;
+        }
+        for (size_t i = 0; i < width * dk; i++)
+            wide[i] = weights_array_f32(w, wp)[i];
+        for (size_t c = 0; bf != NULL && c < dk; c++)
+            bwide[c] = bf[c];
+        wm = wide;
+        b = bwide;
+    }
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < dk; c++)
             y[r * dk + c] = b != NULL ? b[c] : 0.0;
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dk, (int)width, 1.0,
                 a, (int)width, wm, (int)dk, 1.0, y, (int)dk);
+    mem_free(wide);
+    mem_free(bwide);
+    return 0;
 }
 
-/* The same in float32 arithmetic, as a float32 job's kernels compute it; y is widened. */
-static int project_f(const double *a, size_t rows, size_t width, const double *wm,
-                     const double *b, size_t dk, double *y)
+/* The same in float32 arithmetic, as a float32 job's kernels compute it (a float32 set's
+ * arrays as they are, a float64 set's rounded); y is widened. */
+static int project_f(const double *a, size_t rows, size_t width, const attn_weights *w,
+                     weights_part wp, weights_part bp, size_t dk, double *y)
 {
+    int f32 = weights_is_f32(w);
     float *af = mem_malloc(rows * width * sizeof(float));
-    float *wf = mem_malloc(width * dk * sizeof(float));
+    float *wf = f32 ? NULL : mem_malloc(width * dk * sizeof(float));
     float *yf = mem_malloc(rows * dk * sizeof(float));
     int rc = -1;
-    if (af != NULL && wf != NULL && yf != NULL) {
+    if (af != NULL && (f32 || wf != NULL) && yf != NULL) {
         for (size_t i = 0; i < rows * width; i++)
             af[i] = (float)a[i];
-        for (size_t i = 0; i < width * dk; i++)
-            wf[i] = (float)wm[i];
+        for (size_t i = 0; !f32 && i < width * dk; i++)
+            wf[i] = (float)weights_array(w, wp)[i];
+        const float *wm = f32 ? weights_array_f32(w, wp) : wf;
+        int has_b = weights_has(w, bp);
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < dk; c++)
-                yf[r * dk + c] = b != NULL ? (float)b[c] : 0.0f;
+                yf[r * dk + c] = has_b ? (float)weights_get(w, bp, c) : 0.0f;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dk, (int)width,
-                    1.0f, af, (int)width, wf, (int)dk, 1.0f, yf, (int)dk);
+                    1.0f, af, (int)width, wm, (int)dk, 1.0f, yf, (int)dk);
         for (size_t i = 0; i < rows * dk; i++)
             y[i] = yf[i];
         rc = 0;
@@ -102,15 +134,11 @@ static int form_qk(const attn_job *job, double *q, double *k)
     }
     const double *ctx = job->context != NULL ? job->context : job->x;
     size_t rq = job->batch * job->lq, rk = job->batch * job->lk;
-    if (!f32) {
-        project_d(job->x, rq, w->d_in, w->wq, w->bq, job->dk, q);
-        project_d(ctx, rk, w->d_ctx, w->wk, w->bk, job->dk, k);
-        return 0;
-    }
-    if (project_f(job->x, rq, w->d_in, w->wq, w->bq, job->dk, q) != 0 ||
-        project_f(ctx, rk, w->d_ctx, w->wk, w->bk, job->dk, k) != 0)
-        return -1;
-    return 0;
+    if (!f32)
+        return project_d(job->x, rq, w->d_in, w, WEIGHTS_WQ, WEIGHTS_BQ, job->dk, q) != 0 ||
+               project_d(ctx, rk, w->d_ctx, w, WEIGHTS_WK, WEIGHTS_BK, job->dk, k) != 0 ? -1 : 0;
+    return project_f(job->x, rq, w->d_in, w, WEIGHTS_WQ, WEIGHTS_BQ, job->dk, q) != 0 ||
+           project_f(ctx, rk, w->d_ctx, w, WEIGHTS_WK, WEIGHTS_BK, job->dk, k) != 0 ? -1 : 0;
 }
 
 int attention_extras_run(const attn_job *job, attn_result *result)

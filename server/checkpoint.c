@@ -8,11 +8,16 @@
  * All plans are checked and their numbers counted before the first array
  * is allocated, so a bad file or an oversized one costs no memory, and a
  * request for every layer gets all of them or an error.
+ *
+ * A layer whose tensors are all F32, F16 or BF16 becomes a float32 set (F32
+ * copied bit for bit, the halves widened exactly); one with any F64 tensor
+ * a float64 set, so that no number is ever rounded.
  */
 #include "checkpoint.h"
 
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +38,7 @@ typedef struct layer_plan {
     long index;                 /* the layer, or -1 */
     part_source src[WEIGHTS_COUNT];
     const st_tensor *t[WEIGHTS_COUNT];
-    attn_weights dims;          /* dimensions only; no arrays */
+    attn_weights dims;          /* dimensions and element type only; no arrays */
 } layer_plan;
 
 /* How a preset with layers names its anchor tensor: prefix + stem + N + tail. */
@@ -286,6 +291,10 @@ static int plan_check(const st_file *f, layer_plan *plan, attn_error *err)
                              "others (d_in %zu, d_ctx %zu, dk %zu, dv %zu, d_out %zu).",
                              plan->src[p].name, weights_parts[p].name, rows[p], cols[p], d->d_in,
                              d->d_ctx, d->dk, d->dv, d->d_out);
+    d->elem = WEIGHTS_F32;
+    for (int p = 0; p < WEIGHTS_COUNT; p++)
+        if (plan->t[p] != NULL && plan->t[p]->dtype == SAFETENSORS_F64)
+            d->elem = WEIGHTS_F64;
     return 0;
 }
 
@@ -295,34 +304,122 @@ static int plan_check(const st_file *f, layer_plan *plan, attn_error *err)
  * once and the writes along a row of the (in, out) copy, both in whole cache lines. */
 #define FILL_BLOCK 16
 
-/* Element at of part p's tensor, checked finite, into *v. */
-static int fill_get(const part_source *s, const st_tensor *t, size_t at, double *v,
-                    attn_error *err)
+static int fill_not_finite(const part_source *s, double v, size_t at, attn_error *err)
 {
-    *v = safetensors_get(t, at);
-    if (isfinite(*v))
-        return 0;
     return error_set(err, ERR_BAD_REQUEST, "not_finite", "body",
                      "Tensor \"%.200s\" holds %s at element %zu; weights must be finite.",
-                     s->name, isnan(*v) ? "NaN" : "an infinity", at);
+                     s->name, isnan(v) ? "NaN" : "an infinity", at);
 }
 
-/* Copies part p of plan into a new array in (in, out) form, reading the tensor front to
- * back.  With release, the part is the only reader of its bytes of the body, which are
- * given back to the kernel as they are read: a checkpoint of several hundred MB is then
- * never held both as the file and as its doubles. */
-static int plan_fill(const layer_plan *plan, int p, int release, double **out, attn_error *err)
+/* Element at of part p's tensor, checked finite, into a[i]: a double array, or a float
+ * one when f32 (the tensor is then F32, read bit for bit, or F16/BF16, widened exactly). */
+static inline int fill_get(const part_source *s, const st_tensor *t, size_t at, void *a,
+                           size_t i, int f32, attn_error *err)
+{
+    if (f32) {
+        float v;
+        if (t->dtype == SAFETENSORS_F32)
+            memcpy(&v, t->data + at * 4, 4); /* little-endian, as the store assumes */
+        else
+            v = (float)safetensors_get(t, at);
+        ((float *)a)[i] = v;
+        return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
+    }
+    double v = safetensors_get(t, at);
+    ((double *)a)[i] = v;
+    return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
+}
+
+/* Index of the first of the n F32 numbers at p that is not finite, or n. */
+static size_t first_not_finite_f32(const unsigned char *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {    /* no early exit, so that it vectorises */
+        uint32_t bits;
+        memcpy(&bits, p + 4 * i, 4);
+        bad |= (bits & 0x7F800000u) == 0x7F800000u;
+    }
+    for (size_t i = 0; bad && i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, p + 4 * i, 4);
+        if ((bits & 0x7F800000u) == 0x7F800000u)
+            return i;
+    }
+    return n;
+}
+
+/* plan_fill for an F32 tensor into a float32 array a: the numbers copied bit for bit, each
+ * run of the source checked finite in the order it lies in the file (so that the element
+ * named is the first bad one, as plan_fill's), without a call per number. */
+static int fill_f32(const part_source *s, const st_tensor *t, size_t rows, size_t cols,
+                    float *a, int release, attn_error *err)
+{
+    size_t outs = cols * s->parts, first = s->index * cols, since = 0;
+    if (s->out_in) {
+        /* the part is source rows [first, first + cols), each `rows` long */
+        const unsigned char *start = t->data + first * rows * 4;
+        for (size_t j0 = 0; j0 < cols; j0 += FILL_BLOCK) {
+            size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
+            const unsigned char *block = start + j0 * rows * 4;
+            size_t bad = first_not_finite_f32(block, jn * rows);
+            if (bad < jn * rows) {
+                float v;
+                memcpy(&v, block + 4 * bad, 4);
+                return fill_not_finite(s, v, (first + j0) * rows + bad, err);
+            }
+            for (size_t i = 0; i < rows; i++)
+                for (size_t jj = 0; jj < jn; jj++)
+                    memcpy(&a[i * cols + j0 + jj], block + (jj * rows + i) * 4, 4);
+            since += jn * rows * 4;
+            if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
+                mem_release(start, (j0 + jn) * rows * 4);
+                since = 0;
+            }
+        }
+        return 0;
+    }
+    /* the part is columns [first, first + cols) of each source row */
+    for (size_t i = 0; i < rows; i++) {
+        const unsigned char *run = t->data + (i * outs + first) * 4;
+        size_t bad = first_not_finite_f32(run, cols);
+        if (bad < cols) {
+            float v;
+            memcpy(&v, run + 4 * bad, 4);
+            return fill_not_finite(s, v, i * outs + first + bad, err);
+        }
+        memcpy(a + i * cols, run, cols * 4);
+        since += outs * 4;
+        if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
+            mem_release(t->data, (i + 1) * outs * 4);
+            since = 0;
+        }
+    }
+    return 0;
+}
+
+/* Copies part p of plan into a new array of w (its dimensions and element type set) in
+ * (in, out) form, reading the tensor front to back.  With release, the part is the only
+ * reader of its bytes of the body, which are given back to the kernel as they are read: a
+ * checkpoint of several hundred MB is then never held both as the file and as its
+ * numbers. */
+static int plan_fill(const layer_plan *plan, int p, int release, attn_weights *w,
+                     attn_error *err)
 {
     const part_source *s = &plan->src[p];
     const st_tensor *t = plan->t[p];
     size_t rows = weights_rows(&plan->dims, (weights_part)p);
     size_t cols = weights_cols(&plan->dims, (weights_part)p);
     size_t outs = cols * s->parts, first = s->index * cols, esize = safetensors_elem_size(t);
-    double *a = mem_malloc(rows * cols * sizeof *a);
+    int f32 = weights_is_f32(w);
+    void *a = weights_part_alloc(w, (weights_part)p);
     if (a == NULL)
         return error_nomem(err);
+    /* written once, front to back or in row blocks: one fault per 2 MiB, not per 4 KiB */
+    mem_advise_huge(a, rows * cols * weights_elem_size(w));
     int rc = 0;
     size_t since = 0;               /* bytes read since the last release */
+    if (f32 && t->dtype == SAFETENSORS_F32)
+        return fill_f32(s, t, rows, cols, a, release, err);
     if (s->out_in) {
         /* the part is source rows [first, first + cols), each `rows` long */
         const unsigned char *start = t->data + first * rows * esize;
@@ -330,7 +427,8 @@ static int plan_fill(const layer_plan *plan, int p, int release, double **out, a
             size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
             for (size_t i = 0; rc == 0 && i < rows; i++)
                 for (size_t jj = 0; rc == 0 && jj < jn; jj++)
-                    rc = fill_get(s, t, (first + j0 + jj) * rows + i, &a[i * cols + j0 + jj], err);
+                    rc = fill_get(s, t, (first + j0 + jj) * rows + i, a, i * cols + j0 + jj, f32,
+                                  err);
             since += jn * rows * esize;
             if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
                 mem_release(start, (j0 + jn) * rows * esize);
@@ -341,7 +439,7 @@ static int plan_fill(const layer_plan *plan, int p, int release, double **out, a
         /* the part is columns [first, first + cols) of each source row */
         for (size_t i = 0; rc == 0 && i < rows; i++) {
             for (size_t j = 0; rc == 0 && j < cols; j++)
-                rc = fill_get(s, t, i * outs + first + j, &a[i * cols + j], err);
+                rc = fill_get(s, t, i * outs + first + j, a, i * cols + j, f32, err);
             since += outs * esize;
             if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
                 mem_release(t->data, (i + 1) * outs * esize);
@@ -349,12 +447,7 @@ static int plan_fill(const layer_plan *plan, int p, int release, double **out, a
             }
         }
     }
-    if (rc != 0) {
-        mem_free(a);
-        return rc;
-    }
-    *out = a;
-    return 0;
+    return rc; /* on failure the part stays in w, freed with it */
 }
 
 /* 1 when part p of plans[i] is the only reader of its bytes of its tensor, so that
@@ -424,16 +517,21 @@ static int make_plans(const st_file *f, const ckpt_request *rq, layer_plan **pla
     return 0;
 }
 
-/* Numbers the plans need together; 413 over rq->max_elements. */
+/* Numbers the plans need together, and their bytes in each plan's element type; 413 over
+ * rq->max_elements. */
 static int plans_count(const layer_plan *plans, size_t n, size_t max, size_t *total,
-                       attn_error *err)
+                       size_t *bytes, attn_error *err)
 {
     *total = 0;
+    *bytes = 0;
     for (size_t i = 0; i < n; i++)
         for (int p = 0; p < WEIGHTS_COUNT; p++)
-            if (plans[i].t[p] != NULL)
-                *total += weights_rows(&plans[i].dims, (weights_part)p) *
-                          weights_cols(&plans[i].dims, (weights_part)p);
+            if (plans[i].t[p] != NULL) {
+                size_t k = weights_rows(&plans[i].dims, (weights_part)p) *
+                           weights_cols(&plans[i].dims, (weights_part)p);
+                *total += k;
+                *bytes += k * weights_elem_size(&plans[i].dims);
+            }
     if (*total > max)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
                          "The weights asked for hold %zu numbers, more than the server's "
@@ -448,13 +546,13 @@ int checkpoint_extract(const st_file *f, const ckpt_request *rq,
     *layers = NULL;
     *count = 0;
     layer_plan *plans;
-    size_t n, total;
+    size_t n, total, bytes;
     int rc = make_plans(f, rq, &plans, &n, err);
     if (rc != 0)
         return rc;
-    rc = plans_count(plans, n, rq->max_elements, &total, err);
+    rc = plans_count(plans, n, rq->max_elements, &total, &bytes, err);
     if (rc == 0 && reserve != NULL)
-        rc = reserve(total * sizeof(double), ctx, err);
+        rc = reserve(bytes, ctx, err);
     ckpt_layer *out = rc == 0 ? mem_calloc(n, sizeof *out) : NULL;
     if (rc == 0 && out == NULL)
         rc = error_nomem(err);
@@ -464,7 +562,7 @@ int checkpoint_extract(const st_file *f, const ckpt_request *rq,
         for (int p = 0; rc == 0 && p < WEIGHTS_COUNT; p++)
             if (plans[i].t[p] != NULL)
                 rc = plan_fill(&plans[i], p, rq->release_body && sole_reader(plans, n, i, p),
-                               weights_slot(&out[i].w, (weights_part)p), err);
+                               &out[i].w, err);
     }
     mem_free(plans);
     if (rc != 0) {

@@ -14,7 +14,10 @@
  *   names      an explicit tensor name per part, in either layout.
  * Whatever comes before the names (a model's "bert." or "encoder.attn.")
  * is accepted when only one such prefix is in the file.  Matrices are
- * turned into the project's (in, out) form (weights.h).
+ * turned into the project's (in, out) form (weights.h).  A layer whose
+ * tensors are all F32, F16 or BF16 becomes float32 weights (F32 numbers
+ * copied bit for bit, the halves widened exactly); a layer with an F64
+ * tensor float64 weights.
  *
  * This module knows nothing of HTTP; errors follow error.h.
  */
@@ -62,7 +65,8 @@ int checkpoint_preset_parse(const char *name, ckpt_preset *preset, attn_error *e
  * without a layer takes the file's only layer (a file of several layers is
  * 400, field "layer").  Before any array is allocated the numbers of all
  * layers are counted against rq->max_elements (413) and reserve (when not
- * NULL) is called once with the bytes the arrays will take: a non-zero
+ * NULL) is called once with the bytes the arrays will take, each layer's in
+ * its element type: a non-zero
  * return stops the call with the error reserve filled.  What reserve took
  * is the caller's to give back, whatever this returns.  Returns 0, or a negative ERR_* code with err filled (400 for a
  * file that lacks a tensor, holds an ambiguous prefix, a shape that does not

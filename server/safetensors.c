@@ -294,6 +294,11 @@ double safetensors_get(const st_tensor *t, size_t i)
     }
 }
 
+static size_t out_elem_size(const st_out *t)
+{
+    return t->data != NULL ? 8 : 4;
+}
+
 /* Writes the header object of the tensors and metadata into w. */
 static void write_header(jw_buf *w, const st_out *tensors, size_t count, const char *const *meta,
                          size_t meta_count)
@@ -317,7 +322,9 @@ static void write_header(jw_buf *w, const st_out *tensors, size_t count, const c
         if (i || meta_count)
             jw_char(w, ',');
         jw_string(w, t->name);
-        jw_raw(w, ":{\"dtype\":\"F64\",\"shape\":[");
+        jw_raw(w, ":{\"dtype\":");
+        jw_raw(w, t->data != NULL ? "\"F64\"" : "\"F32\"");
+        jw_raw(w, ",\"shape\":[");
         if (t->rows) {
             jw_size(w, t->rows);
             jw_char(w, ',');
@@ -326,7 +333,7 @@ static void write_header(jw_buf *w, const st_out *tensors, size_t count, const c
         jw_raw(w, "],\"data_offsets\":[");
         jw_size(w, offset);
         jw_char(w, ',');
-        offset += n * 8;
+        offset += n * out_elem_size(t);
         jw_size(w, offset);
         jw_raw(w, "]}");
     }
@@ -342,7 +349,8 @@ unsigned char *safetensors_write(const st_out *tensors, size_t count, const char
     size_t data_len = 0;
     for (size_t i = 0; i < count; i++) {
         size_t n;
-        if (mem_mul(tensors[i].rows ? tensors[i].rows : 1, tensors[i].cols, 8, &n) != 0 ||
+        if (mem_mul(tensors[i].rows ? tensors[i].rows : 1, tensors[i].cols,
+                    out_elem_size(&tensors[i]), &n) != 0 ||
             data_len + n < data_len)
             return NULL;
         data_len += n;
@@ -364,10 +372,16 @@ unsigned char *safetensors_write(const st_out *tensors, size_t count, const char
         unsigned char *p = out + 8 + header_len;
         for (size_t i = 0; i < count; i++) {
             size_t n = (tensors[i].rows ? tensors[i].rows : 1) * tensors[i].cols;
-            for (size_t k = 0; k < n; k++, p += 8) {
+            for (size_t k = 0; tensors[i].data != NULL && k < n; k++, p += 8) {
                 uint64_t bits;
                 memcpy(&bits, &tensors[i].data[k], sizeof bits);
                 for (int b = 0; b < 8; b++)
+                    p[b] = (unsigned char)(bits >> (8 * b));
+            }
+            for (size_t k = 0; tensors[i].data == NULL && k < n; k++, p += 4) {
+                uint32_t bits;
+                memcpy(&bits, &tensors[i].data_f32[k], sizeof bits);
+                for (int b = 0; b < 4; b++)
                     p[b] = (unsigned char)(bits >> (8 * b));
             }
         }

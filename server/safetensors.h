@@ -60,14 +60,16 @@ size_t safetensors_elem_size(const st_tensor *t);
 /* Element i (row-major) of t, widened exactly to double. */
 double safetensors_get(const st_tensor *t, size_t i);
 
-/* One F64 tensor to write: a vector (rows 0) or a matrix. */
+/* One tensor to write, F64 from data or F32 from data_f32 (the other NULL): a
+ * vector (rows 0) or a matrix. */
 typedef struct st_out {
     const char *name;
     size_t rows, cols;              /* rows 0: a vector of cols elements */
-    const double *data;             /* borrowed */
+    const double *data;             /* borrowed: an F64 tensor */
+    const float *data_f32;          /* borrowed: an F32 tensor, when data is NULL */
 } st_out;
 
-/* Writes tensors[0..count) as an F64 safetensors file, with __metadata__
+/* Writes tensors[0..count) as a safetensors file, with __metadata__
  * holding the pairs meta[0..2*meta_count) (key, value, key, value...).
  * Returns the file, which the caller frees with mem_free, with *len its
  * size, or NULL when memory runs out or the size overflows. */

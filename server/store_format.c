@@ -2,25 +2,35 @@
  * store_format.c - the weight-set file format: encoding and decoding one
  * stored set.
  *
- * File format (version 2), all integers and doubles little-endian:
+ * File format (version 3), all integers and numbers little-endian:
  *
  *   offset  size  field
  *        0     8  magic "ATTNWSET"
- *        8     4  format version (2; version 1 files, without the generation,
- *                 are still read)
+ *        8     4  format version (3 for a float32 set, 2 for a float64 one;
+ *                 version 1 files, without the generation, are still read)
  *       12     4  flags (bit 0: uploaded with weights_layout out_in)
  *       16     8  heads (0: none)
  *       24    40  d_in, d_ctx, dk, dv, d_out (5 x u64)
  *       64     4  which arrays follow (bits: wq wk wv wo bq bk bv bo)
  *       68     4  name length n (1..WEIGHTS_NAME_MAX = 64)
  *       72     8  stored_at, Unix time in milliseconds (i64)
- *       80     8  generation (u64; version 2 only: version 1 headers end at 80
- *                 and their generation is stored_at x 1000)
- *       88     n  the name, then zero padding to a multiple of 8
+ *       80     8  generation (u64; version 2 and 3: version 1 headers end at
+ *                 80 and their generation is stored_at x 1000)
+ *       88     4  element type (version 3 only: 0 float64, 1 float32)
+ *       92     4  zero (version 3 only; version 2 headers end at 88)
+ *    88/96     n  the name, then zero padding to a multiple of 8
  *        .     .  the arrays present, in the order of the bits, as IEEE-754
- *                 doubles (wq is d_in x dk, wk and wv d_ctx x dk and x dv,
- *                 wo dv x d_out, biases their widths), row-major in_out form
+ *                 numbers of the element type (doubles in versions 1 and 2,
+ *                 8 or 4 bytes each in version 3): wq is d_in x dk, wk and wv
+ *                 d_ctx x dk and x dv, wo dv x d_out, biases their widths,
+ *                 row-major in_out form
  *        .     8  checksum of every byte before it (see checksum_update)
+ *
+ * A float64 set is written as version 2, byte for byte what earlier servers
+ * wrote, so that a server of an earlier release sharing the directory still
+ * reads every set it can serve; only a float32 set needs version 3.  A file
+ * of a later version than this server knows is reported as such (newer) and
+ * never quarantined: it is another server's, not damage.
  *
  * The loader accepts a file only if its size is exactly what the header
  * implies and the checksum matches, so a truncated or altered file is never
@@ -42,16 +52,29 @@
 #endif
 
 #define MAGIC "ATTNWSET"
-#define FORMAT_VERSION 2u
+#define VERSION_F64 2u      /* written for float64 sets */
+#define VERSION_LATEST 3u   /* written for float32 sets; the latest read */
 #define HEADER_V1 80
-#define HEADER_FIXED 88
+#define HEADER_V2 88
+#define HEADER_V3 96
 
-/* Bytes of array p of w (whether present or not) into *bytes; -1 when that
- * overflows. */
+/* Bytes of array p of w (whether present or not, in w's element type) into
+ * *bytes; -1 when that overflows. */
 static int array_bytes(const attn_weights *w, int p, size_t *bytes)
 {
     return mem_mul(weights_rows(w, (weights_part)p), weights_cols(w, (weights_part)p),
-                   sizeof(double), bytes);
+                   weights_elem_size(w), bytes);
+}
+
+/* The version and the header length a set of w's element type is written with. */
+static uint32_t version_for(const attn_weights *w)
+{
+    return weights_is_f32(w) ? VERSION_LATEST : VERSION_F64;
+}
+
+static size_t header_len_of(uint32_t version)
+{
+    return version == 1 ? HEADER_V1 : version == 2 ? HEADER_V2 : HEADER_V3;
 }
 
 
@@ -101,7 +124,7 @@ static unsigned present_bits(const attn_weights *w)
 {
     unsigned bits = 0;
     for (int p = 0; p < WEIGHTS_COUNT; p++)
-        if (weights_array(w, (weights_part)p) != NULL)
+        if (weights_has(w, (weights_part)p))
             bits |= 1u << p;
     return bits;
 }
@@ -129,11 +152,13 @@ static uint64_t get_u64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); 
 /* Writes set to the open file fd in the format above. */
 int store_format_write(int fd, const weight_set *set)
 {
-    unsigned char header[HEADER_FIXED + WEIGHTS_NAME_MAX + 8];
+    unsigned char header[HEADER_V3 + WEIGHTS_NAME_MAX + 8];
     size_t name_len = strlen(set->name), padded = (name_len + 7) & ~(size_t)7;
+    uint32_t version = version_for(&set->w);
+    size_t len = header_len_of(version);
     memset(header, 0, sizeof header);
     memcpy(header, MAGIC, 8);
-    put_u32(header + 8, FORMAT_VERSION);
+    put_u32(header + 8, version);
     put_u32(header + 12, set->out_in ? 1u : 0u);
     put_u64(header + 16, set->heads);
     const attn_weights *w = &set->w;
@@ -144,12 +169,14 @@ int store_format_write(int fd, const weight_set *set)
     put_u32(header + 68, (uint32_t)name_len);
     put_u64(header + 72, (uint64_t)set->stored_at_ms);
     put_u64(header + 80, set->generation);
-    memcpy(header + HEADER_FIXED, set->name, name_len);
-    uint64_t h = checksum_update(CHECKSUM_SEED, header, HEADER_FIXED + padded);
-    if (store_io_write_all(fd, header, HEADER_FIXED + padded) != 0)
+    if (version >= 3)
+        put_u32(header + 88, (uint32_t)set->w.elem);
+    memcpy(header + len, set->name, name_len);
+    uint64_t h = checksum_update(CHECKSUM_SEED, header, len + padded);
+    if (store_io_write_all(fd, header, len + padded) != 0)
         return -1;
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        const double *a = weights_array(&set->w, (weights_part)p);
+        const void *a = weights_data(&set->w, (weights_part)p);
         size_t n;
         if (a == NULL)
             continue;
@@ -167,29 +194,66 @@ int store_format_write(int fd, const weight_set *set)
 /* A header as read from a file: its bytes (with room for the name that
  * follows) and what they say, checked against each other. */
 typedef struct file_header {
-    unsigned char bytes[HEADER_FIXED + WEIGHTS_NAME_MAX];
+    unsigned char bytes[HEADER_V3 + WEIGHTS_NAME_MAX];
     uint32_t version, flags, present, name_len;
-    size_t len;             /* of the header: HEADER_V1 or HEADER_FIXED */
+    size_t len;             /* of the header: HEADER_V1, _V2 or _V3 */
     size_t padded;          /* of the name, to a multiple of 8 */
     size_t expected;        /* bytes of the whole file */
     uint64_t heads;
 } file_header;
 
+/* 1 when the last 8 bytes of the file open on fd (of size file_size) are the checksum of
+ * all the bytes before them, as in every version of the format: a file of a later version
+ * is then whole, and another server's rather than damage.  0 otherwise. */
+static int whole_file_checks(int fd, int64_t file_size)
+{
+    enum { CHUNK = 1 << 20 };   /* a multiple of 8, so chunks checksum as one run */
+    if (file_size < HEADER_V1 + 8 || lseek(fd, 0, SEEK_SET) != 0)
+        return 0;
+    unsigned char *buf = mem_malloc(CHUNK);
+    if (buf == NULL)
+        return 0;
+    uint64_t h = CHECKSUM_SEED;
+    size_t left = (size_t)file_size - 8;
+    int ok = 1;
+    while (ok && left > 0) {
+        size_t n = left < CHUNK ? left : CHUNK;
+        ok = read_all(fd, buf, n) == 0;
+        h = checksum_update(h, buf, n);
+        left -= n;
+    }
+    ok = ok && read_all(fd, buf, 8) == 0 && get_u64(buf) == h;
+    mem_free(buf);
+    return ok;
+}
+
 /* Reads the header of the file open on fd (of size file_size) into *fh, and
- * the dimensions it gives into *w.  Returns 0, or -1 with the reason in why
- * when a field is out of range or the size does not match. */
+ * the dimensions and element type it gives into *w.  Returns 0, or -1 with
+ * the reason in why when a field is out of range or the size does not match
+ * (*newer set when the file is of a later version than this server reads). */
 static int header_read(int fd, int64_t file_size, file_header *fh, attn_weights *w, char *why,
-                       size_t why_len)
+                       size_t why_len, int *newer)
 {
     unsigned char *h = fh->bytes;
     if (read_all(fd, h, HEADER_V1) != 0)
         return snprintf(why, why_len, "shorter than a header (truncated)"), -1;
     fh->version = get_u32(h + 8);
-    if (memcmp(h, MAGIC, 8) != 0 || (fh->version != 1 && fh->version != FORMAT_VERSION))
-        return snprintf(why, why_len, "not a version-1 or version-2 weight-set file"), -1;
-    fh->len = fh->version == 1 ? HEADER_V1 : HEADER_FIXED;
+    if (memcmp(h, MAGIC, 8) != 0 || fh->version == 0)
+        return snprintf(why, why_len, "not a weight-set file"), -1;
+    if (fh->version > VERSION_LATEST) {
+        *newer = whole_file_checks(fd, file_size);
+        return snprintf(why, why_len, *newer ? "format version %u, written by a newer server "
+                        "(this one reads 1 to %u)" : "format version %u, unknown, and the "
+                        "checksum does not match (damaged; this server reads 1 to %u)",
+                        fh->version, VERSION_LATEST), -1;
+    }
+    fh->len = header_len_of(fh->version);
     if (fh->len > HEADER_V1 && read_all(fd, h + HEADER_V1, fh->len - HEADER_V1) != 0)
         return snprintf(why, why_len, "shorter than a header (truncated)"), -1;
+    uint32_t elem = fh->version >= 3 ? get_u32(h + 88) : (uint32_t)WEIGHTS_F64;
+    if (elem > WEIGHTS_F32 || (fh->version >= 3 && get_u32(h + 92) != 0))
+        return snprintf(why, why_len, "header fields out of range"), -1;
+    w->elem = (weights_elem)elem;
     fh->flags = get_u32(h + 12);
     fh->present = get_u32(h + 64);
     fh->name_len = get_u32(h + 68);
@@ -226,12 +290,11 @@ static int arrays_read(int fd, unsigned present, attn_weights *w, uint64_t *h, c
             continue;
         size_t n;
         array_bytes(w, p, &n); /* file_size_for has checked that it fits */
-        double *a = mem_malloc(n);
+        void *a = weights_part_alloc(w, (weights_part)p);
         if (a == NULL) {
             *nomem = 1;
             return snprintf(why, why_len, "out of memory loading it"), -1;
         }
-        *weights_slot(w, (weights_part)p) = a;
         if (read_all(fd, a, n) != 0)
             return snprintf(why, why_len, "read failed"), -1;
         *h = checksum_update(*h, a, n);
@@ -240,9 +303,11 @@ static int arrays_read(int fd, unsigned present, attn_weights *w, uint64_t *h, c
 }
 
 /* Loads the set file open on fd (store_internal.h). */
-weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem)
+weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem,
+                              int *newer)
 {
     *nomem = 0;
+    *newer = 0;
     struct stat st;
     file_header fh;
     attn_weights w;
@@ -251,7 +316,7 @@ weight_set *store_format_load(int fd, const char *name, char *why, size_t why_le
         snprintf(why, why_len, "shorter than a header (truncated)");
         return NULL;
     }
-    if (header_read(fd, (int64_t)st.st_size, &fh, &w, why, why_len) != 0)
+    if (header_read(fd, (int64_t)st.st_size, &fh, &w, why, why_len, newer) != 0)
         goto fail;
     if (read_all(fd, fh.bytes + fh.len, fh.padded) != 0 ||
         memcmp(fh.bytes + fh.len, name, fh.name_len) != 0 || strlen(name) != fh.name_len) {
@@ -286,16 +351,18 @@ fail:
 /* The generation in the header of the file at path (store_internal.h). */
 uint64_t store_format_generation(const char *path)
 {
-    unsigned char header[HEADER_FIXED];
+    unsigned char header[HEADER_V2];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     uint64_t gen = 0;
+    /* Every version after the first keeps the generation at 80; a later
+     * version's is taken too, so that a put here still goes above it. */
     if (read_all(fd, header, HEADER_V1) == 0 && memcmp(header, MAGIC, 8) == 0) {
         if (get_u32(header + 8) == 1)
             gen = get_u64(header + 72) * 1000;
-        else if (get_u32(header + 8) == FORMAT_VERSION &&
-                 read_all(fd, header + HEADER_V1, HEADER_FIXED - HEADER_V1) == 0)
+        else if (get_u32(header + 8) >= 2 &&
+                 read_all(fd, header + HEADER_V1, HEADER_V2 - HEADER_V1) == 0)
             gen = get_u64(header + 80);
     }
     close(fd);
@@ -304,5 +371,6 @@ uint64_t store_format_generation(const char *path)
 
 size_t store_format_size(const weight_set *set)
 {
-    return file_size_for(&set->w, present_bits(&set->w), strlen(set->name), HEADER_FIXED);
+    return file_size_for(&set->w, present_bits(&set->w), strlen(set->name),
+                         header_len_of(version_for(&set->w)));
 }

@@ -99,8 +99,11 @@ int store_format_write(int fd, const weight_set *set);
 /* Loads the set file open on fd, which should hold a set named name (the
  * descriptor stays open).  Returns a new set with its generation, size and
  * file identity, or NULL with a reason in why and *nomem set when memory
- * ran out rather than the file being bad. */
-weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem);
+ * ran out rather than the file being bad, or *newer set when the file is of
+ * a format version later than this server reads (another server's, not
+ * damage). */
+weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem,
+                              int *newer);
 /* The generation in the header of the file at path, or 0 when there is no
  * readable set file there. */
 uint64_t store_format_generation(const char *path);

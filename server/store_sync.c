@@ -114,18 +114,21 @@ static int scan_file(weight_store *store, scan_state *sc, const char *file, size
         }
     }
     weight_set *set = NULL;
-    int nomem = 0;
+    int nomem = 0, newer = 0;
     if (!weights_valid_name(name))
         snprintf(why, sizeof why, "the file name is not a valid set name");
     else
-        set = store_format_load(fd, name, why, sizeof why, &nomem);
+        set = store_format_load(fd, name, why, sizeof why, &nomem, &newer);
     close(fd);
     if (nomem) {
         fprintf(stderr, "store: out of memory loading %s\n", path);
         return error_nomem(err);
     }
+    /* A file of a later format version is a newer server's (a rolling upgrade
+     * of replicas sharing the directory): reported once like damage, never
+     * quarantined, as the first scan's are not. */
     if (set == NULL)
-        return store_quarantine_note(store, &sc->damaged, file, &sig, why, initial) != 0
+        return store_quarantine_note(store, &sc->damaged, file, &sig, why, initial || newer) != 0
                    ? error_nomem(err) : 0;
     if (i >= 0 && sc->snap[i]->generation == set->generation &&
         sc->snap[i]->size_bytes == set->size_bytes) {

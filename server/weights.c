@@ -62,12 +62,117 @@ const double *weights_array(const attn_weights *w, weights_part p)
     return *weights_slot((attn_weights *)w, p);
 }
 
+float **weights_slot_f32(attn_weights *w, weights_part p)
+{
+    return &w->f32[p];
+}
+
+const float *weights_array_f32(const attn_weights *w, weights_part p)
+{
+    return w->f32[p];
+}
+
+int weights_is_f32(const attn_weights *w)
+{
+    return w->elem == WEIGHTS_F32;
+}
+
+size_t weights_elem_size(const attn_weights *w)
+{
+    return weights_is_f32(w) ? sizeof(float) : sizeof(double);
+}
+
+const char *weights_elem_name(const attn_weights *w)
+{
+    return weights_is_f32(w) ? "float32" : "float64";
+}
+
+const void *weights_data(const attn_weights *w, weights_part p)
+{
+    return weights_is_f32(w) ? (const void *)w->f32[p] : (const void *)weights_array(w, p);
+}
+
+int weights_has(const attn_weights *w, weights_part p)
+{
+    return weights_data(w, p) != NULL;
+}
+
+double weights_get(const attn_weights *w, weights_part p, size_t i)
+{
+    return weights_is_f32(w) ? (double)w->f32[p][i] : weights_array(w, p)[i];
+}
+
+void *weights_part_alloc(attn_weights *w, weights_part p)
+{
+    size_t bytes;
+    if (mem_mul(weights_rows(w, p), weights_cols(w, p), weights_elem_size(w), &bytes) != 0)
+        return NULL;
+    void *a = mem_malloc(bytes ? bytes : 1);
+    if (a == NULL)
+        return NULL;
+    if (weights_is_f32(w))
+        w->f32[p] = a;
+    else
+        *weights_slot(w, p) = a;
+    return a;
+}
+
+/* out's dimensions from w, with no arrays, of element type elem. */
+static void weights_shell(const attn_weights *w, weights_elem elem, attn_weights *out)
+{
+    memset(out, 0, sizeof *out);
+    out->elem = elem;
+    out->d_in = w->d_in;
+    out->d_ctx = w->d_ctx;
+    out->dk = w->dk;
+    out->dv = w->dv;
+    out->d_out = w->d_out;
+}
+
+int weights_widen(const attn_weights *w, attn_weights *out)
+{
+    weights_shell(w, WEIGHTS_F64, out);
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!weights_has(w, (weights_part)p))
+            continue;
+        double *a = weights_part_alloc(out, (weights_part)p);
+        if (a == NULL) {
+            weights_free(out);
+            return -1;
+        }
+        size_t n = weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p);
+        for (size_t i = 0; i < n; i++)
+            a[i] = weights_get(w, (weights_part)p, i);
+    }
+    return 0;
+}
+
+int weights_copy(const attn_weights *w, attn_weights *out)
+{
+    weights_shell(w, w->elem, out);
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!weights_has(w, (weights_part)p))
+            continue;
+        void *a = weights_part_alloc(out, (weights_part)p);
+        if (a == NULL) {
+            weights_free(out);
+            return -1;
+        }
+        memcpy(a, weights_data(w, (weights_part)p),
+               weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p) *
+                   weights_elem_size(w));
+    }
+    return 0;
+}
+
 void weights_free(attn_weights *w)
 {
     if (w == NULL)
         return;
-    for (int p = 0; p < WEIGHTS_COUNT; p++)
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
         mem_free(*weights_slot(w, (weights_part)p));
+        mem_free(w->f32[p]);
+    }
     memset(w, 0, sizeof *w);
 }
 

@@ -10,6 +10,14 @@
  * default scale is 1/sqrt(dk per head), and a stored set's name is 1 to 64
  * of A-Z a-z 0-9 . _ -.
  *
+ * A set holds its numbers in one element type: float64 (the double arrays
+ * wq ... bo; weights given inline or as JSON, and checkpoints of F64
+ * tensors) or float32 (the float arrays f32[]; checkpoints of F32, F16 or
+ * BF16 tensors, kept at their own precision rather than widened).  The
+ * arrays of the other type are all NULL.  Code that does not care which
+ * walks the parts with weights_has, weights_data and weights_elem_size;
+ * code that does asks weights_is_f32.
+ *
  * This module knows nothing of JSON, HTTP or files.
  */
 #ifndef ATTN_WEIGHTS_H
@@ -22,20 +30,6 @@
 /* The longest weight-set name. */
 #define WEIGHTS_NAME_MAX 64
 
-/* Projection weights in in_out form: W is (d_in x d_out), y = x W + b.
- * A missing optional part has a NULL pointer.  Used both for weights given
- * inline in a request and for stored weight sets; the struct does not say who
- * owns the arrays (see the owner's header). */
-typedef struct attn_weights {
-    size_t d_in;        /* rows of wq (width of x) */
-    size_t d_ctx;       /* rows of wk and wv (width of context, or of x) */
-    size_t dk;          /* columns of wq and wk (all heads together) */
-    size_t dv;          /* columns of wv (all heads together) */
-    size_t d_out;       /* columns of wo; equals dv when wo is absent */
-    double *wq, *wk, *wv, *wo;
-    double *bq, *bk, *bv, *bo;
-} attn_weights;
-
 /* The eight arrays, in the order of weights_parts (also the order of the
  * store's file format). */
 typedef enum {
@@ -43,6 +37,26 @@ typedef enum {
     WEIGHTS_BQ, WEIGHTS_BK, WEIGHTS_BV, WEIGHTS_BO,
     WEIGHTS_COUNT
 } weights_part;
+
+/* The element type of a set's arrays.  Zero (a struct zeroed or made with
+ * designated initializers) is float64. */
+typedef enum { WEIGHTS_F64 = 0, WEIGHTS_F32 = 1 } weights_elem;
+
+/* Projection weights in in_out form: W is (d_in x d_out), y = x W + b.
+ * A missing optional part has a NULL pointer.  Used both for weights given
+ * inline in a request and for stored weight sets; the struct does not say who
+ * owns the arrays (see the owner's header). */
+typedef struct attn_weights {
+    weights_elem elem;  /* which arrays hold the numbers: wq ... bo, or f32[] */
+    size_t d_in;        /* rows of wq (width of x) */
+    size_t d_ctx;       /* rows of wk and wv (width of context, or of x) */
+    size_t dk;          /* columns of wq and wk (all heads together) */
+    size_t dv;          /* columns of wv (all heads together) */
+    size_t d_out;       /* columns of wo; equals dv when wo is absent */
+    double *wq, *wk, *wv, *wo;
+    double *bq, *bk, *bv, *bo;
+    float *f32[WEIGHTS_COUNT];      /* elem WEIGHTS_F32: the parts, indexed by weights_part */
+} attn_weights;
 
 /* A dimension of attn_weights. */
 typedef enum { WEIGHTS_D_IN, WEIGHTS_D_CTX, WEIGHTS_DK, WEIGHTS_DV, WEIGHTS_D_OUT } weights_dim;
@@ -69,11 +83,43 @@ size_t weights_dim_of(const attn_weights *w, weights_dim d);
 size_t weights_rows(const attn_weights *w, weights_part p);
 size_t weights_cols(const attn_weights *w, weights_part p);
 
-/* The slot of part p in w: where its array pointer lives (NULL if absent). */
+/* The slot of part p in w: where its array pointer lives (NULL if absent).
+ * weights_slot and weights_array are the double arrays (all NULL in a
+ * float32 set), weights_slot_f32 and weights_array_f32 the float ones. */
 double **weights_slot(attn_weights *w, weights_part p);
 const double *weights_array(const attn_weights *w, weights_part p);
+float **weights_slot_f32(attn_weights *w, weights_part p);
+const float *weights_array_f32(const attn_weights *w, weights_part p);
 
-/* Frees the arrays of w with mem_free (w may be NULL) and zeroes it. */
+/* 1 when w holds float32 arrays. */
+int weights_is_f32(const attn_weights *w);
+/* Bytes of one number of w: 8 or 4. */
+size_t weights_elem_size(const attn_weights *w);
+/* The name of w's element type as the API shows it: "float64" or "float32". */
+const char *weights_elem_name(const attn_weights *w);
+/* 1 when part p is present in w, whatever its type. */
+int weights_has(const attn_weights *w, weights_part p);
+/* Part p's array in w's element type (borrowed), or NULL when absent. */
+const void *weights_data(const attn_weights *w, weights_part p);
+/* Element i of part p (present), widened exactly to double. */
+double weights_get(const attn_weights *w, weights_part p, size_t i);
+/* Allocates part p of w (rows x cols numbers of w->elem, uninitialised)
+ * with mem_malloc into its slot, which must be empty.  Returns the array,
+ * or NULL when memory runs out or the size overflows (w unchanged). */
+void *weights_part_alloc(attn_weights *w, weights_part p);
+
+/* Fills out with double arrays (new, freed with weights_free) holding the
+ * numbers of w widened exactly, the dimensions copied, elem float64.  For a
+ * float64 w the arrays are copies.  Returns 0, or -1 when memory runs out
+ * (out then holds nothing). */
+int weights_widen(const attn_weights *w, attn_weights *out);
+/* Fills out with a copy of w, arrays and element type alike (freed with
+ * weights_free).  Returns 0, or -1 when memory runs out (out holds
+ * nothing). */
+int weights_copy(const attn_weights *w, attn_weights *out);
+
+/* Frees the arrays of w (of either type) with mem_free (w may be NULL) and
+ * zeroes it. */
 void weights_free(attn_weights *w);
 
 /* Checks that heads (>= 1) divides dk and dv.  Returns 0, or ERR_BAD_REQUEST

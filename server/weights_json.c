@@ -213,7 +213,7 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
      * what GET returns can be PUT back unchanged. */
     static const char *const more[] = {"weights_layout", "heads", "name", "shapes",
                                        "parameters", "size_bytes", "stored_at",
-                                       "generation"};
+                                       "generation", "dtype"};
     enum { MORE = sizeof more / sizeof more[0] };
     const char *known[WEIGHTS_COUNT + MORE];
     part_names(known);
@@ -242,6 +242,29 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
     return rc;
 }
 
+/* Writes part p of wt (rows x cols, a matrix) as nested arrays, transposed to (out, in)
+ * when out_in; a double set's straight from its array, a float32 set's widened. */
+static void write_matrix(jw_buf *w, const attn_weights *wt, weights_part p, size_t rows,
+                         size_t cols, int out_in)
+{
+    if (!weights_is_f32(wt)) {
+        jw_matrix(w, weights_array(wt, p), rows, cols, out_in, 0);
+        return;
+    }
+    size_t out_rows = out_in ? cols : rows, out_cols = out_in ? rows : cols;
+    jw_char(w, '[');
+    for (size_t r = 0; r < out_rows; r++) {
+        jw_raw(w, r ? ",[" : "[");
+        for (size_t c = 0; c < out_cols; c++) {
+            if (c)
+                jw_char(w, ',');
+            jw_double(w, weights_get(wt, p, out_in ? c * cols + r : r * cols + c));
+        }
+        jw_char(w, ']');
+    }
+    jw_char(w, ']');
+}
+
 void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
 {
     const attn_weights *wt = &set->w;
@@ -256,11 +279,13 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
     }
     jw_raw(w, ",\"weights_layout\":");
     jw_string(w, set->out_in ? "out_in" : "in_out");
+    jw_raw(w, ",\"dtype\":");
+    jw_string(w, weights_elem_name(wt));
     jw_raw(w, ",\"shapes\":{");
     int first = 1;
     size_t parameters = 0;
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        if (weights_array(wt, (weights_part)p) == NULL)
+        if (!weights_has(wt, (weights_part)p))
             continue;
         size_t rows = weights_rows(wt, (weights_part)p), cols = weights_cols(wt, (weights_part)p);
         parameters += rows * cols;
@@ -291,22 +316,26 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
     jw_string(w, when);
     jw_raw(w, ",\"generation\":");
     jw_size(w, (size_t)set->generation);
+    /* A float32 set's numbers are widened to double, exactly, and written as jw_double
+     * writes a double: the shortest text that reads back to that double, and so to the
+     * same float32 once rounded.  The text is longer than the float's own shortest form
+     * (0.10000000149011612 for 0.1f), but a GET answer PUT back as JSON then holds the
+     * same numbers, not the decimals the float was nearest to. */
     for (int p = 0; with_arrays && p < WEIGHTS_COUNT; p++) {
-        const double *a = weights_array(wt, (weights_part)p);
-        if (a == NULL)
+        if (!weights_has(wt, (weights_part)p))
             continue;
         jw_raw(w, ",\"");
         jw_raw(w, weights_parts[p].name);
         jw_raw(w, "\":");
         size_t rows = weights_rows(wt, (weights_part)p), cols = weights_cols(wt, (weights_part)p);
         if (weights_parts[p].is_matrix) {
-            jw_matrix(w, a, rows, cols, set->out_in, 0);
+            write_matrix(w, wt, (weights_part)p, rows, cols, set->out_in);
         } else {
             jw_char(w, '[');
             for (size_t j = 0; j < cols; j++) {
                 if (j)
                     jw_char(w, ',');
-                jw_double(w, a[j]);
+                jw_double(w, weights_get(wt, (weights_part)p, j));
             }
             jw_char(w, ']');
         }

@@ -47,8 +47,9 @@ int weights_json_decode_heads(const json_t *root, int allow_null, size_t *heads,
 
 /* Decodes the body of PUT /v1/weight-sets/{name}: the members of a weights
  * object (field names without prefix), optional "weights_layout" and
- * "heads" (which must divide dk and dv), and the read-only members GET adds,
- * which are ignored so that what GET returns can be PUT back.  On success w
+ * "heads" (which must divide dk and dv), and the read-only members GET adds
+ * (dtype among them: a set sent as JSON is always float64), which are
+ * ignored so that what GET returns can be PUT back.  On success w
  * owns its arrays (free with weights_free), *heads is 0 when none was given
  * and *out_in is the layout; on failure w is zeroed. */
 int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weights *w,
@@ -56,11 +57,14 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
 
 /* Appends a JSON object describing set (borrowed) to w.  Without
  * with_arrays it is the summary of the list and of the answer to a PUT:
- * name, heads (null when the set has none), weights_layout, the shape of
+ * name, heads (null when the set has none), weights_layout, dtype
+ * ("float64" or "float32", the element type the set holds), the shape of
  * each array as uploaded, parameters, size_bytes, stored_at and generation.  With
  * with_arrays it is the answer of GET /v1/weight-sets/{name}: the same, but
  * heads only when the set has it, and every array exactly as uploaded (same
- * layout, every double printed so that it reads back bit for bit). */
+ * layout, every number printed so that it reads back bit for bit: a float32
+ * set's widened to double, which reads back as that double and, rounded,
+ * as the same float). */
 void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w);
 
 #endif

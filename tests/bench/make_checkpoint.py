@@ -11,8 +11,10 @@ Usage:
                            bq bk bv bo, heads; each float32 widened to a double and printed with
                            repr, the shortest text that reads back to that double
   python3 make_checkpoint.py check DIR ANSWER.safetensors
-      ANSWER is GET /v1/weight-sets/{name}?format=safetensors (F64, in_out): every number of
-      every part must be the float32 of DIR/mha.safetensors widened to double, bit for bit.
+      ANSWER is GET /v1/weight-sets/{name}?format=safetensors (in_out): every number of
+      every part must be the float32 of DIR/mha.safetensors, bit for bit: as F32 for the
+      float32 set a safetensors upload makes, widened to double as F64 for the float64 set
+      of a JSON upload.
       Prints one line; exit status 1 on the first difference.
 Numbers are uniform in [-0.05, 0.05) (the scale of an initialised layer) from a fixed seed.
 """
@@ -108,12 +110,15 @@ def check(out, answer_path):
         return 1
     n = 0
     for name, a in want.items():
-        g, w = got[name], a.astype(np.float64)
-        if g.dtype != np.float64 or g.shape != w.shape:
-            print("check: %s is %s %s, not float64 %s" % (name, g.dtype, g.shape, w.shape))
+        g = got[name]
+        w = a.astype(g.dtype) if g.dtype in (np.float32, np.float64) else a
+        if g.dtype not in (np.float32, np.float64) or g.shape != w.shape:
+            print("check: %s is %s %s, not float32 or float64 %s" % (name, g.dtype, g.shape,
+                                                                     w.shape))
             return 1
-        # Bit for bit: the same doubles, not merely equal ones (0.0 vs -0.0 differ here).
-        bad = np.flatnonzero(g.view(np.uint64) != w.view(np.uint64))
+        # Bit for bit: the same numbers, not merely equal ones (0.0 vs -0.0 differ here).
+        bits = np.uint32 if g.dtype == np.float32 else np.uint64
+        bad = np.flatnonzero(g.view(bits) != w.view(bits))
         if bad.size:
             i = np.unravel_index(bad[0], w.shape)
             print("check: %s%s is %r, not %r (%d numbers differ)"

@@ -9,7 +9,9 @@ attention for the same x must equal torch's forward (need_weights=True,
 average_attn_weights=False) within 1e-9 in float64.  BERT- and GPT-2-named
 files of random tensors are checked against a NumPy reference; layer=all,
 the safetensors answer of GET, and every bad file (400 naming the fault,
-nothing stored, the server still serving) are tried too.
+nothing stored, the server still serving) are tried too.  A file of F32, F16
+or BF16 tensors becomes a float32 set (its numbers the file's, exactly; GET
+answers them as F32 tensors), one with an F64 tensor a float64 set.
 
 Usage: checkpoint_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
 per check and "N passed, N failed" last.  Run with Debian's /usr/bin/python3,
@@ -56,15 +58,17 @@ def safetensors_bytes(tensors, metadata=None):
 
 
 def parse_safetensors(data):
-    """The F64 tensors of a file as {name: ndarray}, and its metadata."""
+    """The F64 or F32 tensors of a file as {name: ndarray of that type}, and its
+    metadata."""
     n = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
     out = {}
     for name, h in header.items():
-        assert h["dtype"] == "F64"
+        assert h["dtype"] in ("F64", "F32")
         b, e = h["data_offsets"]
-        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], dtype="<f8").reshape(h["shape"])
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e],
+                                  dtype="<f8" if h["dtype"] == "F64" else "<f4").reshape(h["shape"])
     return out, meta
 
 
@@ -82,8 +86,10 @@ class Server(harness.Server):
                                             % (name, query), data, "application/octet-stream")
         return status, json.loads(body) if body else None
 
-    def attention(self, name, x, heads, context=None):
+    def attention(self, name, x, heads, context=None, dtype=None):
         req = {"x": x.tolist(), "weights": name, "heads": heads}
+        if dtype is not None:
+            req["dtype"] = dtype
         if context is not None:
             req["context"] = context.tolist()
         status, body, _ = self.json_request("POST", "/v1/attention", req)
@@ -131,6 +137,8 @@ def check_torch_mha(srv, name, e, heads, kdim=None, bias=True, dtype=torch.float
                                   safetensors_bytes(sd))
     if status not in (200, 201):
         return check(name, False, answer)
+    want = "float64" if dtype == torch.float64 else "float32"
+    check(name + " is a %s set" % want, answer.get("dtype") == want, answer)
     x = torch.randn(5, e, dtype=torch.float64)
     ctx = torch.randn(7, kdim, dtype=torch.float64) if kdim else x
     with torch.no_grad():
@@ -255,7 +263,7 @@ def check_large_tensors_read_once(srv):
 
 
 def check_half_precision(srv):
-    """F16 and BF16 widen exactly: the stored doubles equal torch's .double()."""
+    """F16 and BF16 widen exactly: the stored numbers equal torch's .double()."""
     for dtype, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
         torch.manual_seed(5)
         mha = torch.nn.MultiheadAttention(4, 2, dtype=torch.float64)
@@ -267,7 +275,81 @@ def check_half_precision(srv):
         _, body, _ = srv.json_request("GET", "/v1/weight-sets/%s?format=safetensors" % tag)
         tensors, _ = parse_safetensors(body)
         want = sd["in_proj_weight"].double().numpy()[4:8].T
-        check(tag + " widens exactly", np.array_equal(tensors["wk"], want))
+        check(tag + " widens exactly", tensors["wk"].dtype == np.float32 and
+              np.array_equal(tensors["wk"], want))
+
+
+def rel_diff(got, ref):
+    return max_diff(got, ref) / max(float(np.max(np.abs(ref))), 1e-300)
+
+
+def check_float32_sets(srv):
+    """A torch_mha file of F32, F16 or BF16 tensors is a float32 set: its description says
+    so, its numbers are the file's exactly (JSON and safetensors GET alike, the latter F32
+    tensors bit for bit), and attention by name matches a NumPy reference of the same
+    float32 weights: within 1e-12 relative for a float64 request, 1e-5 for a float32 one.
+    F32 matrices with an F64 bias make a float64 set."""
+    e, heads = 8, 2
+    rng = np.random.default_rng(17)
+    x = rng.uniform(-1, 1, (5, e))
+    for dtype, tag in ((torch.float32, "f32"), (torch.float16, "f16"), (torch.bfloat16, "bf16")):
+        name = "fl." + tag
+        sd = {"in_proj_weight": torch.from_numpy(rng.uniform(-1, 1, (3 * e, e))).to(dtype),
+              "in_proj_bias": torch.from_numpy(rng.uniform(-1, 1, 3 * e)).to(dtype),
+              "out_proj.weight": torch.from_numpy(rng.uniform(-1, 1, (e, e))).to(dtype),
+              "out_proj.bias": torch.from_numpy(rng.uniform(-1, 1, e)).to(dtype)}
+        if dtype == torch.float32:  # the awkward floats: subnormals, -0
+            sd["in_proj_weight"][0, :3] = torch.tensor([1e-45, -1.5e-40, -0.0])
+        status, answer = srv.put_file(name, "preset=torch_mha&heads=%d" % heads,
+                                      safetensors_bytes(sd))
+        if status != 201:
+            check(name + " stored", False, answer)
+            continue
+        check(name + ": PUT answers dtype float32", answer.get("dtype") == "float32", answer)
+        _, body, _ = srv.json_request("GET", "/v1/weight-sets")
+        listed = [s for s in json.loads(body)["weight_sets"] if s["name"] == name]
+        check(name + ": the listing says float32", listed and listed[0].get("dtype") == "float32",
+              listed)
+        # (in, out) matrices as the server holds them, from the file's numbers widened
+        w = {k: v.to(torch.float64).numpy() for k, v in sd.items()}
+        want = {"wq": w["in_proj_weight"][:e].T, "wk": w["in_proj_weight"][e:2 * e].T,
+                "wv": w["in_proj_weight"][2 * e:].T, "wo": w["out_proj.weight"].T,
+                "bq": w["in_proj_bias"][:e], "bk": w["in_proj_bias"][e:2 * e],
+                "bv": w["in_proj_bias"][2 * e:], "bo": w["out_proj.bias"]}
+        status, body, _ = srv.json_request("GET", "/v1/weight-sets/" + name)
+        got = json.loads(body)
+        same = status == 200 and got.get("dtype") == "float32" and all(
+            np.array_equal(np.array(got[k], dtype=np.float64), v) and
+            np.array_equal(np.array(got[k], dtype=np.float32).astype(np.float64), v)
+            for k, v in want.items())
+        check(name + ": GET as JSON gives the file's numbers exactly", same, body[:300])
+        status, body, _ = srv.json_request("GET", "/v1/weight-sets/%s?format=safetensors" % name)
+        tensors = parse_safetensors(body)[0] if status == 200 else {}
+        f32 = {k: v.astype(np.float32) for k, v in want.items()}
+        same = sorted(tensors) == sorted(want) and all(
+            tensors[k].dtype == np.float32 and tensors[k].tobytes() == f32[k].tobytes()
+            for k in want)
+        check(name + ": GET as safetensors gives F32 tensors bit for bit", same, status)
+        ref_out, ref_att = reference(x, x, want["wq"], want["wk"], want["wv"], want["wo"],
+                                     want["bq"], want["bk"], want["bv"], want["bo"], heads)
+        out, att = srv.attention(name, x, heads)
+        d = max(rel_diff(out, ref_out), rel_diff(att, ref_att))
+        check(name + ": float64 attention equals NumPy within 1e-12", d <= 1e-12, d)
+        out, att = srv.attention(name, x, heads, dtype="float32")
+        d = max(rel_diff(out, ref_out), rel_diff(att, ref_att))
+        check(name + ": float32 attention equals NumPy within 1e-5", d <= 1e-5, d)
+    mixed = {"in_proj_weight": torch.from_numpy(rng.uniform(-1, 1, (3 * e, e))).float(),
+             "in_proj_bias": torch.from_numpy(rng.uniform(-1, 1, 3 * e)),
+             "out_proj.weight": torch.from_numpy(rng.uniform(-1, 1, (e, e))).float()}
+    status, answer = srv.put_file("fl.mixed", "preset=torch_mha&heads=2",
+                                  safetensors_bytes(mixed))
+    check("F32 matrices with an F64 bias make a float64 set",
+          status == 201 and answer.get("dtype") == "float64", answer)
+    status, body, _ = srv.json_request("GET", "/v1/weight-sets/fl.mixed?format=safetensors")
+    tensors = parse_safetensors(body)[0] if status == 200 else {}
+    check("GET as safetensors of a float64 set gives F64 tensors",
+          tensors and all(t.dtype == np.float64 for t in tensors.values()) and
+          np.array_equal(tensors["wq"], mixed["in_proj_weight"][:e].double().numpy().T), status)
 
 
 def check_layer_all_atomic(srv):
@@ -351,7 +433,8 @@ def main():
               lambda srv: check_torch_mha(srv, "mha.nobias", 8, 4, bias=False),
               lambda srv: check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5),
               lambda srv: check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32),
-              check_bert_and_gpt2, check_large_tensors_read_once, check_half_precision, check_layer_all_atomic, check_bad_files]
+              check_bert_and_gpt2, check_large_tensors_read_once, check_half_precision,
+              check_float32_sets, check_layer_all_atomic, check_bad_files]
     harness.run(args.server, checks, server_class=Server)
     # Each set of the roll-back check takes 744 bytes: the third does not fit.
     harness.run(args.server, [check_layer_all_rolls_back], "--max-store-bytes", "1800",

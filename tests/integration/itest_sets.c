@@ -91,6 +91,10 @@ void expect_set_summary(struct test *t, const json_t *summary, const char *name,
     const char *got_layout = json_string_value(json_object_get(summary, "weights_layout"));
     expect_true(t, got_layout != NULL && strcmp(got_layout, want_layout) == 0, "weights_layout is %s, expected %s",
                 got_layout ? got_layout : "(missing)", want_layout);
+    /* a set sent as JSON is always float64 (only a float32 checkpoint makes a float32 set) */
+    const char *dtype = json_string_value(json_object_get(summary, "dtype"));
+    expect_true(t, dtype != NULL && strcmp(dtype, "float64") == 0, "dtype is %s, expected float64",
+                dtype ? dtype : "(missing)");
     const json_t *heads = json_object_get(summary, "heads");
     const json_t *sent_heads = json_object_get(sent, "heads");
     if (sent_heads != NULL)

@@ -109,6 +109,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_large_scores_stable)        \
     X(attention_random_against_reference)   \
     X(attention_projections_against_reference) \
+    X(attention_float32_set_as_its_double_twin) \
     X(attention_float32_against_reference)  \
     X(attention_without_attention_matrix)   \
     X(attention_overflow_is_reported)       \
@@ -230,6 +231,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_open_out_of_memory)         \
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
+    X(store_float32_round_trip)         \
+    X(store_version2_file_loads)        \
+    X(store_float32_damage_refused)     \
     X(safetensors_good_file)            \
     X(safetensors_bad_files)            \
     X(safetensors_half_widening)        \
@@ -239,6 +243,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_gpt2_layers)           \
     X(checkpoint_bert_errors)           \
     X(checkpoint_names_and_limits)      \
+    X(checkpoint_float32_tensors)       \
     X(checkpoint_out_of_memory)         \
     X(compress_round_trips)             \
     X(compress_bomb_and_damage)         \

@@ -298,3 +298,66 @@ void test_attention_job_bytes_overflow(void)
     /* output 2*3*6 and attention 2*3*4 doubles at least */
     ASSERT(bytes >= (36 + 24) * sizeof(double));
 }
+
+/* A float32 set gives, for a job of either precision, exactly what the float64 set of the
+ * same (widened) numbers gives: a float64 job widens it exactly, and a float32 job rounds
+ * the float64 set to those very floats.  Output, attention and q, k after the projections
+ * alike, bit for bit. */
+void test_attention_float32_set_as_its_double_twin(void)
+{
+    for (int trial = 0; trial < 12; trial++) {
+        size_t batch = rnd_int(1, 2), heads = rnd_int(1, 3), lq = rnd_int(1, 6);
+        size_t lk = trial % 2 ? rnd_int(1, 6) : lq; /* odd trials: cross-attention */
+        size_t d_in = rnd_int(1, 5), d_ctx = trial % 2 ? rnd_int(1, 5) : d_in;
+        size_t dk = heads * rnd_int(1, 4), dv = heads * rnd_int(1, 4);
+        int with_wo = trial % 4 >= 2, with_bias = trial % 3 != 0;
+        attn_weights wd = {.d_in = d_in, .d_ctx = d_ctx, .dk = dk, .dv = dv,
+                           .d_out = with_wo ? rnd_int(1, 5) : dv};
+        attn_weights wf = wd;
+        wf.elem = WEIGHTS_F32;
+        for (int p = 0; p < WEIGHTS_COUNT; p++) {
+            int present = p < 3 || (p == WEIGHTS_WO && with_wo) ||
+                          (p != WEIGHTS_WO && with_bias && (p != WEIGHTS_BO || with_wo));
+            if (!present)
+                continue;
+            double *a = weights_part_alloc(&wd, (weights_part)p);
+            float *b = weights_part_alloc(&wf, (weights_part)p);
+            ASSERT(a != NULL && b != NULL);
+            size_t n = weights_rows(&wd, (weights_part)p) * weights_cols(&wd, (weights_part)p);
+            for (size_t i = 0; i < n; i++) {
+                b[i] = (float)rnd();
+                a[i] = b[i];
+            }
+        }
+        double *x = rnd_array(batch * lq * d_in);
+        double *ctx = trial % 2 ? rnd_array(batch * lk * d_ctx) : NULL;
+        int same = 1;
+        for (int f32 = 0; f32 < 2; f32++) {
+            attn_job job = {.batch = batch, .lq = lq, .lk = lk, .heads = heads, .dk = dk,
+                            .dv = dv, .x = x, .context = ctx, .causal = trial % 5 == 0,
+                            .scale = 0.7, .want_attention = 1, .want_qk = 1,
+                            .dtype = f32 ? ATTN_FLOAT32 : ATTN_FLOAT64};
+            attn_result rd, rf;
+            attn_error err;
+            job.weights = &wd;
+            int rc1 = attention_run(&job, &rd, &err);
+            job.weights = &wf;
+            int rc2 = attention_run(&job, &rf, &err);
+            size_t n_out = batch * lq * wd.d_out, n_attn = batch * heads * lq * lk;
+            same = same && rc1 == 0 && rc2 == 0 &&
+                   !memcmp(rd.output, rf.output, n_out * sizeof(double)) &&
+                   !memcmp(rd.q, rf.q, batch * lq * dk * sizeof(double)) &&
+                   !memcmp(rd.k, rf.k, batch * lk * dk * sizeof(double)) &&
+                   (f32 ? !memcmp(rd.attention_f32, rf.attention_f32, n_attn * sizeof(float))
+                        : !memcmp(rd.attention, rf.attention, n_attn * sizeof(double)));
+            attention_result_free(&rd);
+            attention_result_free(&rf);
+        }
+        free(x);
+        free(ctx);
+        weights_free(&wd);
+        weights_free(&wf);
+        if (!same)
+            FAIL_AT("trial %d: the float32 set and its double twin disagree", trial);
+    }
+}

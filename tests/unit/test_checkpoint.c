@@ -30,7 +30,7 @@ static unsigned char *make_ckpt(const char *const *names, const size_t *rows, co
         data[i] = malloc(count * sizeof(double));
         for (size_t k = 0; k < count; k++)
             data[i][k] = val((int)i, k);
-        out[i] = (st_out){names[i], rows[i], cols[i], data[i]};
+        out[i] = (st_out){names[i], rows[i], cols[i], data[i], NULL};
     }
     size_t len;
     unsigned char *file = safetensors_write(out, n, NULL, 0, &len);
@@ -217,4 +217,96 @@ void test_checkpoint_out_of_memory(void)
     safetensors_free(&f);
     mem_free(file);
     ASSERT(clean);
+}
+
+/* checkpoint_extract's reserve, recording the bytes asked for. */
+static int record_reserve(size_t bytes, void *ctx, attn_error *err)
+{
+    (void)err;
+    *(size_t *)ctx = bytes;
+    return 0;
+}
+
+/* torch_mha of E = 2 from F32 tensors (with f64_bias, in_proj_bias is F64):
+ * a float32 set whose numbers are the file's bit for bit, its arrays reserved
+ * at 4 bytes a number; with one F64 tensor a float64 set at 8. */
+static void run_f32_case(int f64_bias)
+{
+    static const float w_in[12] = {0.1f, -0.2f, 0.3f, 1e-30f, -0.0f, 3.4e38f,
+                                   7.0f, 8.5f, -9.25f, 1.0f / 3, 2.0f / 3, 5e-45f};
+    static const float w_out[4] = {0.5f, -0.25f, 0.125f, 1.1f};
+    static const double b_in[6] = {1, 2, 3, 4, 5, 6};
+    static const float b_in_f[6] = {1, 2, 3, 4, 5, 6};
+    st_out out[3] = {{"in_proj_weight", 6, 2, NULL, w_in},
+                     {"out_proj.weight", 2, 2, NULL, w_out},
+                     {"in_proj_bias", 0, 6, f64_bias ? b_in : NULL, f64_bias ? NULL : b_in_f}};
+    size_t len, reserved = 0, n = 0;
+    unsigned char *file = safetensors_write(out, 3, NULL, 0, &len);
+    ASSERT(file != NULL);
+    st_file f;
+    attn_error err;
+    ASSERT_EQ(safetensors_parse(file, len, &f, &err), 0);
+    ckpt_request rq = {.preset = CKPT_TORCH_MHA, .layer = CKPT_LAYER_NONE, .max_elements = 100};
+    ckpt_layer *l = NULL;
+    int rc = checkpoint_extract(&f, &rq, record_reserve, &reserved, &l, &n, &err);
+    int ok = rc == 0 && n == 1 && weights_is_f32(&l[0].w) == !f64_bias &&
+             reserved == (12 + 4 + 6) * (f64_bias ? 8u : 4u);
+    /* wq (in, out)[i][j] = in_proj_weight[j][i], compared bit for bit */
+    for (size_t i = 0; ok && i < 2; i++)
+        for (size_t j = 0; ok && j < 2; j++) {
+            float want = w_in[j * 2 + i];
+            if (f64_bias) {
+                ok = l[0].w.wq[i * 2 + j] == (double)want && l[0].w.f32[WEIGHTS_WQ] == NULL;
+            } else {
+                float got = l[0].w.f32[WEIGHTS_WQ][i * 2 + j];
+                ok = memcmp(&got, &want, 4) == 0 && l[0].w.wq == NULL &&
+                     l[0].w.f32[WEIGHTS_WO][i * 2 + j] == w_out[j * 2 + i] &&
+                     l[0].w.f32[WEIGHTS_BV][j] == b_in_f[4 + j];
+            }
+        }
+    checkpoint_layers_free(l, n);
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT(ok);
+}
+
+void test_checkpoint_float32_tensors(void)
+{
+    run_f32_case(0);
+    run_f32_case(1);
+    /* a NaN in an F32 tensor is named with its element, as in any other */
+    float w_in[12] = {0};
+    w_in[7] = 0.0f / 0.0f;
+    const float w_out[4] = {0};
+    st_out out[2] = {{"in_proj_weight", 6, 2, NULL, w_in}, {"out_proj.weight", 2, 2, NULL, w_out}};
+    size_t len, n = 0;
+    unsigned char *file = safetensors_write(out, 2, NULL, 0, &len);
+    ASSERT(file != NULL);
+    st_file f;
+    attn_error err;
+    ASSERT_EQ(safetensors_parse(file, len, &f, &err), 0);
+    ckpt_layer *l = NULL;
+    int rc = extract(&f, CKPT_TORCH_MHA, CKPT_LAYER_NONE, &l, &n, &err);
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT_EQ(rc, ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "not_finite");
+    ASSERT(strstr(err.message, "\"in_proj_weight\"") != NULL);
+    ASSERT(strstr(err.message, "element 7") != NULL);
+    ASSERT(l == NULL);
+    /* and in an (in, out) tensor, read by rows: the first bad element in the file's order */
+    float m[6] = {1, 2, 3, 4, 0, 6};
+    m[4] = 1.0f / 0.0f;
+    m[5] = 0.0f / 0.0f;
+    st_out one[1] = {{"m", 2, 3, NULL, m}};
+    file = safetensors_write(one, 1, NULL, 0, &len);
+    ASSERT(file != NULL);
+    ASSERT_EQ(safetensors_parse(file, len, &f, &err), 0);
+    ckpt_request rq = {.preset = CKPT_NAMES, .layer = CKPT_LAYER_NONE, .max_elements = 100,
+                       .names = {"m", "m", "m"}};
+    rc = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err);
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT_EQ(rc, ERR_BAD_REQUEST);
+    ASSERT(strstr(err.message, "an infinity at element 4") != NULL);
 }

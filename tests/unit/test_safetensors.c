@@ -144,7 +144,7 @@ void test_safetensors_half_widening(void)
 void test_safetensors_write_read_back(void)
 {
     double m[6] = {0.1, -1e-300, 3.0, 1.0 / 3.0, 2.5e10, -0.0}, v[2] = {7.0, -8.5};
-    st_out out[] = {{"wq", 2, 3, m}, {"bq", 0, 2, v}};
+    st_out out[] = {{"wq", 2, 3, m, NULL}, {"bq", 0, 2, v, NULL}};
     const char *meta[] = {"heads", "2", "layout", "in_out"};
     size_t len = 0;
     unsigned char *file = safetensors_write(out, 2, meta, 2, &len);
