@@ -340,7 +340,7 @@ static void encode_head(const attention_request *req, const attn_result *result,
         attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
         jw_matrix(w, result->pooled + bh * gr * gc, gr, gc, 0, j->dtype == ATTN_FLOAT32);
     } else if (j->dtype == ATTN_FLOAT32) {
-        jw_matrix_f32(w, result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk);
+        jw_matrix_f32(w, result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk, 0, 1);
     } else {
         jw_matrix(w, result->attention + bh * j->lq * j->lk, j->lq, j->lk, 0, 0);
     }

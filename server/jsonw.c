@@ -211,7 +211,9 @@ void jw_discard(jw_buf *w)
     w->failed = 0;
 }
 
-void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose, int as_float)
+/* The matrix of jw_matrix and jw_matrix_f32: m (double) or mf (float), the other NULL. */
+static void write_matrix(jw_buf *w, const double *m, const float *mf, size_t rows, size_t cols,
+                         int transpose, int as_float)
 {
     size_t out_rows = transpose ? cols : rows, out_cols = transpose ? rows : cols;
     jw_char(w, '[');
@@ -220,7 +222,8 @@ void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpo
         for (size_t c = 0; c < out_cols; c++) {
             if (c)
                 jw_char(w, ',');
-            double v = transpose ? m[c * cols + r] : m[r * cols + c];
+            size_t i = transpose ? c * cols + r : r * cols + c;
+            double v = m != NULL ? m[i] : mf[i];
             if (as_float)
                 jw_float(w, v);
             else
@@ -231,17 +234,13 @@ void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpo
     jw_char(w, ']');
 }
 
-void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols)
+void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose, int as_float)
 {
-    jw_char(w, '[');
-    for (size_t r = 0; r < rows; r++) {
-        jw_raw(w, r ? ",[" : "[");
-        for (size_t c = 0; c < cols; c++) {
-            if (c)
-                jw_char(w, ',');
-            jw_float(w, m[r * cols + c]);
-        }
-        jw_char(w, ']');
-    }
-    jw_char(w, ']');
+    write_matrix(w, m, NULL, rows, cols, transpose, as_float);
+}
+
+void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols, int transpose,
+                   int as_float)
+{
+    write_matrix(w, NULL, m, rows, cols, transpose, as_float);
 }

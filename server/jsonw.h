@@ -39,9 +39,10 @@ void jw_size(jw_buf *w, size_t v);
  * (cols x rows) when `transpose`; each number as jw_float writes it when
  * as_float, else as jw_double does. */
 void jw_matrix(jw_buf *w, const double *m, size_t rows, size_t cols, int transpose, int as_float);
-/* Writes the rows x cols row-major float matrix m as nested arrays, each
- * number in its float shortest form. */
-void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols);
+/* The same for a float matrix: each number in its float shortest form when
+ * as_float, else as jw_double writes the double it widens to exactly. */
+void jw_matrix_f32(jw_buf *w, const float *m, size_t rows, size_t cols, int transpose,
+                   int as_float);
 /* Returns the NUL-terminated text (caller frees with mem_free) and its length
  * in *len, or NULL after any failure; the buffer is empty afterwards. */
 char *jw_finish(jw_buf *w, size_t *len);

@@ -242,29 +242,6 @@ int weights_json_decode_set(const json_t *root, size_t max_elements, attn_weight
     return rc;
 }
 
-/* Writes part p of wt (rows x cols, a matrix) as nested arrays, transposed to (out, in)
- * when out_in; a double set's straight from its array, a float32 set's widened. */
-static void write_matrix(jw_buf *w, const attn_weights *wt, weights_part p, size_t rows,
-                         size_t cols, int out_in)
-{
-    if (!weights_is_f32(wt)) {
-        jw_matrix(w, weights_array(wt, p), rows, cols, out_in, 0);
-        return;
-    }
-    size_t out_rows = out_in ? cols : rows, out_cols = out_in ? rows : cols;
-    jw_char(w, '[');
-    for (size_t r = 0; r < out_rows; r++) {
-        jw_raw(w, r ? ",[" : "[");
-        for (size_t c = 0; c < out_cols; c++) {
-            if (c)
-                jw_char(w, ',');
-            jw_double(w, weights_get(wt, p, out_in ? c * cols + r : r * cols + c));
-        }
-        jw_char(w, ']');
-    }
-    jw_char(w, ']');
-}
-
 void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
 {
     const attn_weights *wt = &set->w;
@@ -329,7 +306,11 @@ void weights_json_encode_set(const weight_set *set, int with_arrays, jw_buf *w)
         jw_raw(w, "\":");
         size_t rows = weights_rows(wt, (weights_part)p), cols = weights_cols(wt, (weights_part)p);
         if (weights_parts[p].is_matrix) {
-            write_matrix(w, wt, (weights_part)p, rows, cols, set->out_in);
+            if (weights_is_f32(wt))
+                jw_matrix_f32(w, weights_array_f32(wt, (weights_part)p), rows, cols, set->out_in,
+                              0);
+            else
+                jw_matrix(w, weights_array(wt, (weights_part)p), rows, cols, set->out_in, 0);
         } else {
             jw_char(w, '[');
             for (size_t j = 0; j < cols; j++) {
