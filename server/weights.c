@@ -3,6 +3,7 @@
  */
 #include "weights.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -129,27 +130,12 @@ static void weights_shell(const attn_weights *w, weights_elem elem, attn_weights
     out->d_out = w->d_out;
 }
 
-int weights_widen(const attn_weights *w, attn_weights *out)
+/* out: new arrays holding w's numbers in element type elem, which is w's own (a copy) or
+ * float64 (widened exactly). */
+static int weights_convert(const attn_weights *w, weights_elem elem, attn_weights *out)
 {
-    weights_shell(w, WEIGHTS_F64, out);
-    for (int p = 0; p < WEIGHTS_COUNT; p++) {
-        if (!weights_has(w, (weights_part)p))
-            continue;
-        double *a = weights_part_alloc(out, (weights_part)p);
-        if (a == NULL) {
-            weights_free(out);
-            return -1;
-        }
-        size_t n = weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p);
-        for (size_t i = 0; i < n; i++)
-            a[i] = weights_get(w, (weights_part)p, i);
-    }
-    return 0;
-}
-
-int weights_copy(const attn_weights *w, attn_weights *out)
-{
-    weights_shell(w, w->elem, out);
+    assert(elem == w->elem || elem == WEIGHTS_F64);
+    weights_shell(w, elem, out);
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
         if (!weights_has(w, (weights_part)p))
             continue;
@@ -158,11 +144,24 @@ int weights_copy(const attn_weights *w, attn_weights *out)
             weights_free(out);
             return -1;
         }
-        memcpy(a, weights_data(w, (weights_part)p),
-               weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p) *
-                   weights_elem_size(w));
+        size_t n = weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p);
+        if (elem == w->elem)
+            memcpy(a, weights_data(w, (weights_part)p), n * weights_elem_size(w));
+        else
+            for (size_t i = 0; i < n; i++)
+                ((double *)a)[i] = weights_get(w, (weights_part)p, i);
     }
     return 0;
+}
+
+int weights_widen(const attn_weights *w, attn_weights *out)
+{
+    return weights_convert(w, WEIGHTS_F64, out);
+}
+
+int weights_copy(const attn_weights *w, attn_weights *out)
+{
+    return weights_convert(w, w->elem, out);
 }
 
 void weights_free(attn_weights *w)
