@@ -312,16 +312,12 @@ static int fill_not_finite(const part_source *s, double v, size_t at, attn_error
 }
 
 /* Element at of part p's tensor, checked finite, into a[i]: a double array, or a float
- * one when f32 (the tensor is then F32, read bit for bit, or F16/BF16, widened exactly). */
+ * one when f32 (the tensor is then F16 or BF16, widened exactly; F32 goes to fill_f32). */
 static inline int fill_get(const part_source *s, const st_tensor *t, size_t at, void *a,
                            size_t i, int f32, attn_error *err)
 {
     if (f32) {
-        float v;
-        if (t->dtype == SAFETENSORS_F32)
-            memcpy(&v, t->data + at * 4, 4); /* little-endian, as the store assumes */
-        else
-            v = (float)safetensors_get(t, at);
+        float v = (float)safetensors_get(t, at);
         ((float *)a)[i] = v;
         return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
     }
