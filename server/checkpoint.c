@@ -11,35 +11,18 @@
  *
  * A layer whose tensors are all F32, F16 or BF16 becomes a float32 set (F32
  * copied bit for bit, the halves widened exactly); one with any F64 tensor
- * a float64 set, so that no number is ever rounded.
+ * a float64 set, so that no number is ever rounded.  The copying itself is
+ * checkpoint_fill.c's.
  */
 #include "checkpoint.h"
 
 #include <ctype.h>
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint_internal.h"
 #include "mem.h"
-
-#define CKPT_NAME_MAX 512
-
-/* Where one part comes from. */
-typedef struct part_source {
-    char name[CKPT_NAME_MAX];   /* "" when the part is not wanted */
-    int required;
-    int out_in;                 /* the tensor is (out, in) */
-    size_t parts, index;        /* the part is outputs [index, index + 1) * n / parts */
-} part_source;
-
-typedef struct layer_plan {
-    long index;                 /* the layer, or -1 */
-    part_source src[WEIGHTS_COUNT];
-    const st_tensor *t[WEIGHTS_COUNT];
-    attn_weights dims;          /* dimensions and element type only; no arrays */
-} layer_plan;
 
 /* How a preset with layers names its anchor tensor: prefix + stem + N + tail. */
 typedef struct layer_pattern { const char *stem, *tail; } layer_pattern;
@@ -298,174 +281,6 @@ static int plan_check(const st_file *f, layer_plan *plan, attn_error *err)
     return 0;
 }
 
-/* Source rows copied between two gives-back of the body (mem_release): about a MiB. */
-#define FILL_RELEASE_BYTES ((size_t)1 << 20)
-/* Source rows of an (out, in) tensor read together: the reads go down FILL_BLOCK rows at
- * once and the writes along a row of the (in, out) copy, both in whole cache lines. */
-#define FILL_BLOCK 16
-
-static int fill_not_finite(const part_source *s, double v, size_t at, attn_error *err)
-{
-    return error_set(err, ERR_BAD_REQUEST, "not_finite", "body",
-                     "Tensor \"%.200s\" holds %s at element %zu; weights must be finite.",
-                     s->name, isnan(v) ? "NaN" : "an infinity", at);
-}
-
-/* Element at of part p's tensor, checked finite, into a[i]: a double array, or a float
- * one when f32 (the tensor is then F16 or BF16, widened exactly; F32 goes to fill_f32). */
-static inline int fill_get(const part_source *s, const st_tensor *t, size_t at, void *a,
-                           size_t i, int f32, attn_error *err)
-{
-    if (f32) {
-        float v = (float)safetensors_get(t, at);
-        ((float *)a)[i] = v;
-        return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
-    }
-    double v = safetensors_get(t, at);
-    ((double *)a)[i] = v;
-    return isfinite(v) ? 0 : fill_not_finite(s, v, at, err);
-}
-
-/* Index of the first of the n F32 numbers at p that is not finite, or n. */
-static size_t first_not_finite_f32(const unsigned char *p, size_t n)
-{
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {    /* no early exit, so that it vectorises */
-        uint32_t bits;
-        memcpy(&bits, p + 4 * i, 4);
-        bad |= (bits & 0x7F800000u) == 0x7F800000u;
-    }
-    for (size_t i = 0; bad && i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, p + 4 * i, 4);
-        if ((bits & 0x7F800000u) == 0x7F800000u)
-            return i;
-    }
-    return n;
-}
-
-/* plan_fill for an F32 tensor into a float32 array a: the numbers copied bit for bit, each
- * run of the source checked finite in the order it lies in the file (so that the element
- * named is the first bad one, as plan_fill's), without a call per number. */
-static int fill_f32(const part_source *s, const st_tensor *t, size_t rows, size_t cols,
-                    float *a, int release, attn_error *err)
-{
-    size_t outs = cols * s->parts, first = s->index * cols, since = 0;
-    if (s->out_in) {
-        /* the part is source rows [first, first + cols), each `rows` long */
-        const unsigned char *start = t->data + first * rows * 4;
-        for (size_t j0 = 0; j0 < cols; j0 += FILL_BLOCK) {
-            size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
-            const unsigned char *block = start + j0 * rows * 4;
-            size_t bad = first_not_finite_f32(block, jn * rows);
-            if (bad < jn * rows) {
-                float v;
-                memcpy(&v, block + 4 * bad, 4);
-                return fill_not_finite(s, v, (first + j0) * rows + bad, err);
-            }
-            for (size_t i = 0; i < rows; i++)
-                for (size_t jj = 0; jj < jn; jj++)
-                    memcpy(&a[i * cols + j0 + jj], block + (jj * rows + i) * 4, 4);
-            since += jn * rows * 4;
-            if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
-                mem_release(start, (j0 + jn) * rows * 4);
-                since = 0;
-            }
-        }
-        return 0;
-    }
-    /* the part is columns [first, first + cols) of each source row */
-    for (size_t i = 0; i < rows; i++) {
-        const unsigned char *run = t->data + (i * outs + first) * 4;
-        size_t bad = first_not_finite_f32(run, cols);
-        if (bad < cols) {
-            float v;
-            memcpy(&v, run + 4 * bad, 4);
-            return fill_not_finite(s, v, i * outs + first + bad, err);
-        }
-        memcpy(a + i * cols, run, cols * 4);
-        since += outs * 4;
-        if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
-            mem_release(t->data, (i + 1) * outs * 4);
-            since = 0;
-        }
-    }
-    return 0;
-}
-
-/* Copies part p of plan into a new array of w (its dimensions and element type set) in
- * (in, out) form, reading the tensor front to back.  With release, the part is the only
- * reader of its bytes of the body, which are given back to the kernel as they are read: a
- * checkpoint of several hundred MB is then never held both as the file and as its
- * numbers. */
-static int plan_fill(const layer_plan *plan, int p, int release, attn_weights *w,
-                     attn_error *err)
-{
-    const part_source *s = &plan->src[p];
-    const st_tensor *t = plan->t[p];
-    size_t rows = weights_rows(&plan->dims, (weights_part)p);
-    size_t cols = weights_cols(&plan->dims, (weights_part)p);
-    size_t outs = cols * s->parts, first = s->index * cols, esize = safetensors_elem_size(t);
-    int f32 = weights_is_f32(w);
-    void *a = weights_part_alloc(w, (weights_part)p);
-    if (a == NULL)
-        return error_nomem(err);
-    /* written once, front to back or in row blocks: one fault per 2 MiB, not per 4 KiB */
-    mem_advise_huge(a, rows * cols * weights_elem_size(w));
-    int rc = 0;
-    size_t since = 0;               /* bytes read since the last release */
-    if (f32 && t->dtype == SAFETENSORS_F32)
-        return fill_f32(s, t, rows, cols, a, release, err);
-    if (s->out_in) {
-        /* the part is source rows [first, first + cols), each `rows` long */
-        const unsigned char *start = t->data + first * rows * esize;
-        for (size_t j0 = 0; rc == 0 && j0 < cols; j0 += FILL_BLOCK) {
-            size_t jn = cols - j0 < FILL_BLOCK ? cols - j0 : FILL_BLOCK;
-            for (size_t i = 0; rc == 0 && i < rows; i++)
-                for (size_t jj = 0; rc == 0 && jj < jn; jj++)
-                    rc = fill_get(s, t, (first + j0 + jj) * rows + i, a, i * cols + j0 + jj, f32,
-                                  err);
-            since += jn * rows * esize;
-            if (release && (since >= FILL_RELEASE_BYTES || j0 + jn == cols)) {
-                mem_release(start, (j0 + jn) * rows * esize);
-                since = 0;
-            }
-        }
-    } else {
-        /* the part is columns [first, first + cols) of each source row */
-        for (size_t i = 0; rc == 0 && i < rows; i++) {
-            for (size_t j = 0; rc == 0 && j < cols; j++)
-                rc = fill_get(s, t, i * outs + first + j, a, i * cols + j, f32, err);
-            since += outs * esize;
-            if (release && (since >= FILL_RELEASE_BYTES || i + 1 == rows)) {
-                mem_release(t->data, (i + 1) * outs * esize);
-                since = 0;
-            }
-        }
-    }
-    return rc; /* on failure the part stays in w, freed with it */
-}
-
-/* 1 when part p of plans[i] is the only reader of its bytes of its tensor, so that
- * plan_fill may give them back as it reads them: no other part of any plan reads the same
- * rows.  Parts split along the columns (gpt2's c_attn) share every row; one tensor named
- * for two parts (preset=names) is read twice; neither is released.  Biases are small and
- * are never released. */
-static int sole_reader(const layer_plan *plans, size_t n, size_t i, int p)
-{
-    const part_source *s = &plans[i].src[p];
-    if (!weights_parts[p].is_matrix || (!s->out_in && s->parts > 1))
-        return 0;
-    for (size_t k = 0; k < n; k++)
-        for (int q = 0; q < WEIGHTS_COUNT; q++) {
-            const part_source *o = &plans[k].src[q];
-            if ((k != i || q != p) && plans[k].t[q] == plans[i].t[p] &&
-                !(o->out_in && s->out_in && o->parts == s->parts && o->index != s->index))
-                return 0;
-        }
-    return 1;
-}
-
 /* Builds the plans of the layers rq asks for into a new array. */
 static int make_plans(const st_file *f, const ckpt_request *rq, layer_plan **plans, size_t *count,
                       attn_error *err)
@@ -552,14 +367,8 @@ int checkpoint_extract(const st_file *f, const ckpt_request *rq,
     ckpt_layer *out = rc == 0 ? mem_calloc(n, sizeof *out) : NULL;
     if (rc == 0 && out == NULL)
         rc = error_nomem(err);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        out[i].index = plans[i].index;
-        out[i].w = plans[i].dims;
-        for (int p = 0; rc == 0 && p < WEIGHTS_COUNT; p++)
-            if (plans[i].t[p] != NULL)
-                rc = plan_fill(&plans[i], p, rq->release_body && sole_reader(plans, n, i, p),
-                               &out[i].w, err);
-    }
+    if (rc == 0)
+        rc = checkpoint_fill(plans, n, rq->release_body, out, err);
     mem_free(plans);
     if (rc != 0) {
         checkpoint_layers_free(out, n);

@@ -244,6 +244,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_bert_errors)           \
     X(checkpoint_names_and_limits)      \
     X(checkpoint_float32_tensors)       \
+    X(checkpoint_spans_on_pool)         \
     X(checkpoint_out_of_memory)         \
     X(compress_round_trips)             \
     X(compress_bomb_and_damage)         \

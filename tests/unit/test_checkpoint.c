@@ -2,10 +2,12 @@
  * test_checkpoint.c - the presets on small checkpoints written with the F64
  * writer: slicing and transposing, prefixes, layers, and the errors.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
+#include "compute.h"
 #include "mem.h"
 #include "safetensors.h"
 #include "test.h"
@@ -309,4 +311,90 @@ void test_checkpoint_float32_tensors(void)
     mem_free(file);
     ASSERT_EQ(rc, ERR_BAD_REQUEST);
     ASSERT(strstr(err.message, "an infinity at element 4") != NULL);
+}
+
+/* torch_mha of E x E float32 parts in spans on a pool of two slots (checkpoint.c,
+ * fill_part): for E = 256 and 200 (not a multiple of a span), every number of every part
+ * is the file's, given back or not; with a bad number in each span of wk, the one named is
+ * the first in the file (the first span's), and with one in the second span alone, that
+ * one. */
+static void run_spans_case(size_t e, int release)
+{
+    size_t len, n = 0;
+    float *w_in = malloc(3 * e * e * sizeof *w_in), *w_out = malloc(e * e * sizeof *w_out);
+    ASSERT(w_in != NULL && w_out != NULL);
+    for (size_t k = 0; k < 3 * e * e; k++)
+        w_in[k] = (float)k * 0.5f;
+    for (size_t k = 0; k < e * e; k++)
+        w_out[k] = -(float)k;
+    st_out out[2] = {{"in_proj_weight", 3 * e, e, NULL, w_in}, {"out_proj.weight", e, e, NULL, w_out}};
+    unsigned char *file = safetensors_write(out, 2, NULL, 0, &len);
+    free(w_in);
+    free(w_out);
+    ASSERT(file != NULL);
+    st_file f;
+    attn_error err;
+    ASSERT_EQ(safetensors_parse(file, len, &f, &err), 0);
+    ckpt_request rq = {.preset = CKPT_TORCH_MHA, .layer = CKPT_LAYER_NONE,
+                       .max_elements = 10000000, .release_body = release};
+    ckpt_layer *l = NULL;
+    int rc = checkpoint_extract(&f, &rq, NULL, NULL, &l, &n, &err);
+    int ok = rc == 0 && n == 1 && l[0].w.elem == WEIGHTS_F32;
+    /* the file's numbers are computed again: with release, its pages are given back */
+    for (size_t i = 0; ok && i < e; i++)
+        for (size_t j = 0; j < e; j++)
+            ok = ok && l[0].w.f32[WEIGHTS_WQ][i * e + j] == (float)(j * e + i) * 0.5f &&
+                 l[0].w.f32[WEIGHTS_WV][i * e + j] == (float)((2 * e + j) * e + i) * 0.5f &&
+                 l[0].w.f32[WEIGHTS_WO][i * e + j] == -(float)(j * e + i);
+    checkpoint_layers_free(l, n);
+    safetensors_free(&f);
+    mem_free(file);
+    ASSERT(ok);
+}
+
+static int spans_bad_at(size_t e, const size_t *bad, size_t nbad, attn_error *err)
+{
+    size_t len, n = 0;
+    float *w_in = calloc(3 * e * e, sizeof *w_in), *w_out = calloc(e * e, sizeof *w_out);
+    if (w_in == NULL || w_out == NULL)
+        return -1;
+    for (size_t k = 0; k < nbad; k++)
+        w_in[bad[k]] = 0.0f / 0.0f;
+    st_out out[2] = {{"in_proj_weight", 3 * e, e, NULL, w_in}, {"out_proj.weight", e, e, NULL, w_out}};
+    unsigned char *file = safetensors_write(out, 2, NULL, 0, &len);
+    free(w_in);
+    free(w_out);
+    st_file f;
+    if (file == NULL || safetensors_parse(file, len, &f, err) != 0)
+        return -1;
+    ckpt_layer *l = NULL;
+    int rc = extract(&f, CKPT_TORCH_MHA, CKPT_LAYER_NONE, &l, &n, err);
+    checkpoint_layers_free(l, n);
+    safetensors_free(&f);
+    mem_free(file);
+    return rc;
+}
+
+void test_checkpoint_spans_on_pool(void)
+{
+    ASSERT_EQ(compute_init(2), 0);
+    run_spans_case(256, 0);
+    run_spans_case(256, 1);
+    run_spans_case(200, 1);
+    /* wk is rows [256, 512) of in_proj_weight: its spans are rows 256-383 and 384-511 */
+    const size_t e = 256, first = (e + 10) * e + 3, second = (e + 200) * e + 7;
+    size_t both[2] = {second, first};
+    attn_error err;
+    int rc_both = spans_bad_at(e, both, 2, &err);
+    char msg_both[sizeof err.message];
+    memcpy(msg_both, err.message, sizeof msg_both);
+    int rc_second = spans_bad_at(e, &both[0], 1, &err);
+    compute_shutdown();
+    char want[64];
+    ASSERT_EQ(rc_both, ERR_BAD_REQUEST);
+    snprintf(want, sizeof want, "NaN at element %zu;", first);
+    ASSERT(strstr(msg_both, want) != NULL);
+    ASSERT_EQ(rc_second, ERR_BAD_REQUEST);
+    snprintf(want, sizeof want, "NaN at element %zu;", second);
+    ASSERT(strstr(err.message, want) != NULL);
 }
