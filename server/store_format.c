@@ -172,23 +172,29 @@ int store_format_write(int fd, const weight_set *set)
     if (version >= 3)
         put_u32(header + 88, (uint32_t)set->w.elem);
     memcpy(header + len, set->name, name_len);
+    /* The checksum first, in the file's order; then every run is written at its place. */
+    store_run runs[WEIGHTS_COUNT + 2];
+    size_t count = 0;
+    uint64_t at = len + padded;
     uint64_t h = checksum_update(CHECKSUM_SEED, header, len + padded);
-    if (store_io_write_all(fd, header, len + padded) != 0)
-        return -1;
+    runs[count++] = (store_run){header, len + padded, 0};
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
         const void *a = weights_data(&set->w, (weights_part)p);
         size_t n;
         if (a == NULL)
             continue;
-        if (array_bytes(&set->w, p, &n) != 0)
+        if (array_bytes(&set->w, p, &n) != 0) {
+            errno = EOVERFLOW;
             return -1;
+        }
         h = checksum_update(h, a, n);
-        if (store_io_write_all(fd, a, n) != 0)
-            return -1;
+        runs[count++] = (store_run){a, n, at};
+        at += n;
     }
     unsigned char tail[8];
     put_u64(tail, h);
-    return store_io_write_all(fd, tail, 8);
+    runs[count++] = (store_run){tail, 8, at};
+    return store_io_write_runs(fd, runs, count);
 }
 
 /* A header as read from a file: its bytes (with room for the name that

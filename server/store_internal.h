@@ -93,7 +93,7 @@ int store_sig_equal(const file_sig *a, const file_sig *b);
 /* Bytes of the file that would hold set in the current format, or 0 when
  * that overflows. */
 size_t store_format_size(const weight_set *set);
-/* Writes set to the open file fd (through store_io_write_all).  0, or -1
+/* Writes set to the open file fd (through store_io_write_runs).  0, or -1
  * with errno set. */
 int store_format_write(int fd, const weight_set *set);
 /* Loads the set file open on fd, which should hold a set named name (the
@@ -112,8 +112,15 @@ uint64_t store_format_generation(const char *path);
 
 /* The file of the set named name: DIR/NAME.wset. */
 void store_path_of(const weight_store *store, const char *name, char *out, size_t len);
-/* Writes all n bytes to fd or fails (-1, errno set). */
-int store_io_write_all(int fd, const void *data, size_t n);
+/* Bytes to be written at offset `at` of a file (store_io_write_runs). */
+typedef struct store_run {
+    const void *data;
+    size_t len;
+    uint64_t at;
+} store_run;
+/* Writes the n runs (disjoint) to fd at their offsets, or fails (-1, errno
+ * set); the file offset is left where it was. */
+int store_io_write_runs(int fd, const store_run *runs, size_t n);
 /* Writes set durably to final_path: a temporary file, fsync, rename.  Fills
  * *sig with the identity of the new file.  0, or -1 with errno set and no
  * temporary file left behind. */

@@ -17,7 +17,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +36,14 @@ void store_fail_io_after(int n)
     __atomic_store_n(&fail_io_countdown, n, __ATOMIC_SEQ_CST);
 }
 
-/* Returns -1 with errno = EIO when the injected fault is due. */
+/* Returns -1 with errno = EIO when the injected fault is due.  Each step
+ * takes one count, also when two threads write a file's chunks at once. */
 static int io_step_fails(void)
 {
     int n = __atomic_load_n(&fail_io_countdown, __ATOMIC_SEQ_CST);
-    if (n < 0)
-        return 0;
-    __atomic_store_n(&fail_io_countdown, n - 1, __ATOMIC_SEQ_CST);
+    while (n >= 0 && !__atomic_compare_exchange_n(&fail_io_countdown, &n, n - 1, 0,
+                                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
     if (n == 0) {
         errno = EIO;
         return -1;
@@ -60,14 +63,41 @@ void store_path_of(const weight_store *store, const char *name, char *out, size_
     snprintf(out, len, "%s/%s.wset", store->dir, name);
 }
 
-int store_io_write_all(int fd, const void *data, size_t n)
+/* A large set is written by two threads, the caller and one helper, in
+ * chunks of WRITE_CHUNK that each takes in turn: copying 100 MB into the
+ * page cache is a good part of a large PUT on one thread, and about half on
+ * two (the fsync after it is the disk's).  A set below WRITE_TWO_FROM is
+ * written by the caller alone, in the order of its runs. */
+#define WRITE_CHUNK ((size_t)8 << 20)
+#define WRITE_TWO_FROM ((size_t)32 << 20)
+
+typedef struct run_writer {
+    int fd;
+    const store_run *runs;
+    size_t n;
+    atomic_size_t next;         /* the next chunk to take, counted over every run */
+    atomic_int failed;          /* errno of the first failure, or 0 */
+} run_writer;
+
+/* Chunk k of the runs as (run, offset in it); -1 past the last. */
+static int chunk_at(const run_writer *w, size_t k, size_t *run, size_t *off)
 {
-    const char *p = data;
+    for (size_t r = 0; r < w->n; r++) {
+        size_t chunks = (w->runs[r].len + WRITE_CHUNK - 1) / WRITE_CHUNK;
+        if (k < chunks) {
+            *run = r;
+            *off = k * WRITE_CHUNK;
+            return 0;
+        }
+        k -= chunks;
+    }
+    return -1;
+}
+
+static int pwrite_all(int fd, const char *p, size_t n, uint64_t at)
+{
     while (n > 0) {
-        if (io_step_fails() != 0)
-            return -1;
-        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-        ssize_t done = write(fd, p, chunk);
+        ssize_t done = pwrite(fd, p, n, (off_t)at);
         if (done < 0) {
             if (errno == EINTR)
                 continue;
@@ -75,6 +105,45 @@ int store_io_write_all(int fd, const void *data, size_t n)
         }
         p += done;
         n -= (size_t)done;
+        at += (uint64_t)done;
+    }
+    return 0;
+}
+
+/* Takes chunks until none is left or a write failed. */
+static void *write_chunks(void *arg)
+{
+    run_writer *w = arg;
+    size_t r, off;
+    while (atomic_load(&w->failed) == 0 && chunk_at(w, atomic_fetch_add(&w->next, 1), &r, &off) == 0) {
+        const store_run *run = &w->runs[r];
+        size_t len = run->len - off < WRITE_CHUNK ? run->len - off : WRITE_CHUNK;
+        if (io_step_fails() != 0 ||
+            pwrite_all(w->fd, (const char *)run->data + off, len, run->at + off) != 0) {
+            int expected = 0;
+            atomic_compare_exchange_strong(&w->failed, &expected, errno != 0 ? errno : EIO);
+        }
+    }
+    return NULL;
+}
+
+int store_io_write_runs(int fd, const store_run *runs, size_t n)
+{
+    run_writer w = {.fd = fd, .runs = runs, .n = n};
+    atomic_init(&w.next, 0);
+    atomic_init(&w.failed, 0);
+    size_t total = 0;
+    for (size_t r = 0; r < n; r++)
+        total += runs[r].len;
+    pthread_t helper;
+    int two = total >= WRITE_TWO_FROM && pthread_create(&helper, NULL, write_chunks, &w) == 0;
+    write_chunks(&w);
+    if (two)
+        pthread_join(helper, NULL);
+    int failed = atomic_load(&w.failed);
+    if (failed != 0) {
+        errno = failed;
+        return -1;
     }
     return 0;
 }

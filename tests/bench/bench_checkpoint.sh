@@ -26,7 +26,8 @@
 # BENCH_GZIP_SECONDS (default 60) and 50 requests per way for the gzip rows.
 #
 # Usage: bash tests/bench/bench_checkpoint.sh [RESULTS_DIR] [--quick]   (default
-# build/bench/results; --quick: one PUT each, 10 requests per way)
+# build/bench/results; --quick: one PUT each, 10 requests per way).  BENCH_SERVER=PATH measures
+# another build of the server instead of build/attention-server (an older commit's, to compare).
 # Writes RESULTS_DIR/table-checkpoint.tsv (rows of the summary table) and checks-checkpoint.tsv.
 # Exit status 1 when an answer disagrees, a request fails or a server does not start.
 set -euo pipefail
@@ -44,7 +45,7 @@ for arg in "$@"; do
     *) RESULTS=$arg ;;
     esac
 done
-SERVER=build/attention-server
+SERVER=${BENCH_SERVER:-build/attention-server}
 E=2560 HEADS=20   # 4 E^2 + 4 E float32 = 100 MiB and 40 KiB
 mkdir -p "$RESULTS"
 

@@ -232,6 +232,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_list_out_of_memory)         \
     X(store_concurrent_readers)         \
     X(store_float32_round_trip)         \
+    X(store_large_two_writers)          \
     X(store_version2_file_loads)        \
     X(store_float32_damage_refused)     \
     X(safetensors_good_file)            \

@@ -1669,6 +1669,48 @@ void test_store_float32_round_trip(void)
     in_temp_dir(body_float32_round_trip);
 }
 
+/* A set past 32 MiB is written by two threads (store_io.c): its file is what one writer would
+ * write (size, and every number after a restart), and a fault in any of its chunks fails the
+ * put with nothing left behind, then the put succeeds. */
+static void body_large_two_writers(const char *dir)
+{
+    static const set_shape shape = {1536, 1536, 1536, 1536, 1536, HAS_ALL};
+    attn_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    size_t numbers = 0;
+    for (int i = 0; i < 8; i++)
+        numbers += array_len(&shape, i);
+    size_t size = 96 + 8 + numbers * 4 + 8;
+    ASSERT(size > ((size_t)32 << 20));
+    /* steps: open, then chunks (the header, 2 per matrix, the biases, the checksum) */
+    for (int n = 1; n <= 13; n += 4) {
+        error_clear(&err);
+        store_fail_io_after(n);
+        int rc = store_put(store, set_make_f32("big", &shape, 5), NULL, &err);
+        store_fail_io_after(-1);
+        if (rc == 0 || count_entries(dir, ".tmp.") != 0 || file_size(dir, "big.wset") >= 0)
+            FAIL_AT("a fault at step %d: put %d, %ld temporary files left", n, rc,
+                    count_entries(dir, ".tmp."));
+        weight_set *none = store_get(store, "big");
+        ASSERT(none == NULL);
+    }
+    ASSERT_EQ(store_put(store, set_make_f32("big", &shape, 5), NULL, &err), 0);
+    ASSERT_EQ(file_size(dir, "big.wset"), (long long)size);
+    close_store(store);
+    store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    weight_set *got = store_get(store, "big");
+    ASSERT(set_matches_f32(got, &shape, 5));
+    weightset_release(got);
+    close_store(store);
+}
+
+void test_store_large_two_writers(void)
+{
+    in_temp_dir(body_large_two_writers);
+}
+
 /* A float64 set is still written as version 2 (what servers of earlier
  * releases read), and a version-2 file loads as a float64 set. */
 static void body_version2_loads(const char *dir)
