@@ -273,6 +273,15 @@ static int values_finite(const double *a, size_t n)
     return finite ? 0 : -1;
 }
 
+/* values_finite for float. */
+static int values_finite_f(const float *a, size_t n)
+{
+    int finite = 1;
+    for (size_t i = 0; i < n; i++)
+        finite &= a[i] - a[i] == 0;
+    return finite ? 0 : -1;
+}
+
 /* Returns a float copy of a[0..n) (NULL for a NULL a or n == 0, with *fail
  * untouched), or NULL with *fail set when allocation fails. */
 static float *to_float(const double *a, size_t n, int *fail)
@@ -298,15 +307,6 @@ static const float *float_input(const float *in32, const double *in, size_t n, f
         return in32;
     *copy = to_float(in, n, fail);
     return *copy;
-}
-
-/* The same for float. */
-static int values_finite_f(const float *a, size_t n)
-{
-    int finite = 1;
-    for (size_t i = 0; i < n; i++)
-        finite &= a[i] - a[i] == 0;
-    return finite ? 0 : -1;
 }
 
 /* A float32 job: float copies of what the job gives in double, the kernels in float, and
