@@ -284,7 +284,9 @@ void test_kernel_paths_overflow_reported(void)
 {
     const attn_kernel_path *paths[MAX_PATHS];
     size_t n = paths_available(paths), lk = 300;
-    double q[2] = {1e200, 1e200}, *k = calloc(lk * 2, sizeof(double));
+    double q[24], *k = calloc(lk * 2, sizeof(double));
+    for (size_t i = 0; i < 24; i++)
+        q[i] = 1e200;
     double *v = calloc(lk * 2, sizeof(double));
     char why[200];
     k[2 * 250] = 1e200;                 /* Inf score in tile 3 */
@@ -292,9 +294,12 @@ void test_kernel_paths_overflow_reported(void)
     k[2 * 100 + 1] = -1e200;
     for (size_t p = 0; p < n; p++) {
         ASSERT_EQ(attn_kernel_select(paths[p]->name, why, sizeof why), 0);
+        /* 12 query rows: whole register groups, which take the kernel's softmax of
+         * full tiles (softmax_group); 1 row: the row by row one. */
         for (int dtype = 0; dtype < 2; dtype++)
-            for (size_t dk = 1; dk <= 2; dk++) {
-                attn_job job = {.batch = 1, .lq = 1, .lk = lk, .heads = 1, .dk = dk, .dv = 1,
+            for (size_t c = 0; c < 4; c++) {
+                size_t dk = 1 + c / 2, lq = c % 2 ? 12 : 1;
+                attn_job job = {.batch = 1, .lq = lq, .lk = lk, .heads = 1, .dk = dk, .dv = 1,
                                 .q = q, .k = k, .v = v, .scale = 1,
                                 .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
                 /* dk = 2 reads k as 300 rows of 2: rows 50 and 125 hold the big keys. */
@@ -305,7 +310,8 @@ void test_kernel_paths_overflow_reported(void)
                     free(k);
                     free(v);
                     attn_kernel_select("auto", why, sizeof why);
-                    FAIL_AT("path %s dtype %d dk %zu: rc %d", paths[p]->name, dtype, dk, rc);
+                    FAIL_AT("path %s dtype %d dk %zu lq %zu: rc %d", paths[p]->name, dtype, dk,
+                            lq, rc);
                 }
             }
     }
