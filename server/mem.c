@@ -268,6 +268,8 @@ void mem_release(const void *ptr, size_t size)
  * 32 MiB too); freed heap is kept up to the trim threshold. */
 #define MEM_MMAP_THRESHOLD (32 << 20)
 #define MEM_TRIM_THRESHOLD (128 << 20)
+/* Arenas at most: one a CPU, as many as there are threads that can run at once. */
+#define MEM_ARENA_MAX 64
 
 int mem_tune_allocator(void)
 {
@@ -275,8 +277,13 @@ int mem_tune_allocator(void)
     if (tunables != NULL && strstr(tunables, "glibc.malloc.") != NULL)
         return 0;
 #ifdef M_MMAP_THRESHOLD
-    return mallopt(M_MMAP_THRESHOLD, MEM_MMAP_THRESHOLD) == 1 &&
-           mallopt(M_TRIM_THRESHOLD, MEM_TRIM_THRESHOLD) == 1;
+    if (mallopt(M_MMAP_THRESHOLD, MEM_MMAP_THRESHOLD) != 1 ||
+        mallopt(M_TRIM_THRESHOLD, MEM_TRIM_THRESHOLD) != 1)
+        return 0;
+    if (getenv("MALLOC_ARENA_MAX") != NULL)     /* the operator's, read by glibc itself */
+        return 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return mallopt(M_ARENA_MAX, cpus < 1 ? 1 : cpus > MEM_ARENA_MAX ? MEM_ARENA_MAX : (int)cpus);
 #else
     return 0;
 #endif
