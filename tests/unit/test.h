@@ -101,8 +101,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     return worst;
 }
 
-/* Every unit test, in the order they run. */
+/* Every unit test, in the order they run (mem_tune_arena_limit first: see
+ * test_mem_tune.c). */
 #define UNIT_TESTS(X)                       \
+    X(mem_tune_arena_limit)                 \
     X(attention_hand_computed)              \
     X(attention_causal_hand_computed)       \
     X(attention_fully_masked_row_is_zero)   \
