@@ -67,7 +67,6 @@ failed=0
 # columns of compare.py's); DIFF "0 differ" when bit for bit (byte for byte for the answers).
 check_row() { printf 'checkpoint: %s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS/checks-checkpoint.tsv"; }
 row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS/table-checkpoint.tsv"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ms() { awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }'; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 hwm_bytes() { awk '/^VmHWM/ { print $2 * 1024 }' /proc/"$1"/status; }
@@ -164,11 +163,11 @@ ckpt100() {
         rep=$((rep + 1))
     done
     local st_ms js_ms st_rss js_rss rss0 times verdict note
-    st_ms=$(ms "$(median <"$work/st.secs")")
-    js_ms=$(ms "$(median <"$work/js.secs")")
-    st_rss=$(median <"$work/st.rss")
-    js_rss=$(median <"$work/js.rss")
-    rss0=$(median <"$work/st.rss0")
+    st_ms=$(ms "$(bench_median <"$work/st.secs")")
+    js_ms=$(ms "$(bench_median <"$work/js.secs")")
+    st_rss=$(bench_median <"$work/st.rss")
+    js_rss=$(bench_median <"$work/js.rss")
+    rss0=$(bench_median <"$work/st.rss0")
     times=$(awk -v r="$st_rss" -v f="$file_bytes" 'BEGIN { printf "%.2f", r / f }')
     verdict=$(awk -v t="$times" 'BEGIN { print (t <= 1.5) ? "met" : "MISSED" }')
     echo "  median over $rep rep(s): safetensors $st_ms ms, json $js_ms ms; peak RSS $(mib "$st_rss") MiB = ${times}x the file"
@@ -249,9 +248,9 @@ gzip512() {
     done
     stop "$PID"
     local plain_ms gzip_ms out_ms in_plain in_gzip
-    plain_ms=$(ms "$(median <"$work/plain.lat")")
-    gzip_ms=$(ms "$(median <"$work/gzip.lat")")
-    out_ms=$(ms "$(median <"$work/gzipout.lat")")
+    plain_ms=$(ms "$(bench_median <"$work/plain.lat")")
+    gzip_ms=$(ms "$(bench_median <"$work/gzip.lat")")
+    out_ms=$(ms "$(bench_median <"$work/gzipout.lat")")
     in_plain=$(stat -c %s "$work/attn512.json")
     in_gzip=$(stat -c %s "$work/attn512.json.gz")
     echo "  median over $n requests each: plain $plain_ms ms, gzip in $gzip_ms ms, gzip out $out_ms ms"

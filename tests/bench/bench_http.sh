@@ -96,8 +96,6 @@ post_v2() {
     echo "${out#* }"
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 # load CASE SERVICE URL PID CONNECTIONS: REPS wrk runs; sets RPS and MEAN_MS (medians).
 load() {
     local case=$1 service=$2 url=$3 pid=$4 conns=$5 rep
@@ -114,8 +112,8 @@ load() {
         echo "$WRK_RPS" >>"$work/rps"
         echo "$WRK_MEAN_MS" >>"$work/mean"
     done
-    RPS=$(median <"$work/rps")
-    MEAN_MS=$(median <"$work/mean")
+    RPS=$(bench_median <"$work/rps")
+    MEAN_MS=$(bench_median <"$work/mean")
     echo "  $case $service, $conns connection(s): $RPS req/s, mean $MEAN_MS ms"
 }
 
@@ -138,7 +136,7 @@ latency() {
         n=$((n + 1))
         [ "$n" -ge 50 ] && break
     done
-    MEAN_MS=$(median <"$work/lat" | awk '{ printf "%.3f", $1 * 1000 }')
+    MEAN_MS=$(bench_median <"$work/lat" | awk '{ printf "%.3f", $1 * 1000 }')
     echo "  $case $service, 1 connection: median $MEAN_MS ms over $n requests"
 }
 

@@ -39,8 +39,6 @@ trap cleanup EXIT
 "$BENCH_PYTHON" -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["request"], open(sys.argv[2], "w"))' \
     tests/fixtures/seed000_encoder.json "$work/seed1k.json"
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $REPS x $SECS s per figure"
 for rep in $(seq "$REPS"); do
     for variant in "$@"; do
@@ -78,11 +76,11 @@ printf 'variant\tseed_rps\tseed_p99_ms\tseed1k_rps\tseed1k_p99_ms\tmix_rps\tmix_
     >"$RESULTS/inline.tsv"
 for variant in "$@"; do
     name=${variant%%=*}
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$(median <"$work/$name.seed_rps")" \
-        "$(median <"$work/$name.seed_p99")" "$(median <"$work/$name.seed1k_rps")" \
-        "$(median <"$work/$name.seed1k_p99")" "$(median <"$work/$name.mix_rps")" \
-        "$(median <"$work/$name.mix_p99")" "$(median <"$work/$name.mix_max")" \
-        "$(median <"$work/$name.slow")" "$(awk '{ s += $1 } END { print s }' "$work/$name.errors")" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$(bench_median <"$work/$name.seed_rps")" \
+        "$(bench_median <"$work/$name.seed_p99")" "$(bench_median <"$work/$name.seed1k_rps")" \
+        "$(bench_median <"$work/$name.seed1k_p99")" "$(bench_median <"$work/$name.mix_rps")" \
+        "$(bench_median <"$work/$name.mix_p99")" "$(bench_median <"$work/$name.mix_max")" \
+        "$(bench_median <"$work/$name.slow")" "$(awk '{ s += $1 } END { print s }' "$work/$name.errors")" \
         >>"$RESULTS/inline.tsv"
     echo "$name (last run): $(cat "$work/$name.dispatch" 2>/dev/null)"
 done
@@ -93,8 +91,8 @@ if [ "${BENCH_INLINE_PEER:-0}" = 1 ]; then
         echo "$WRK_RPS" >>"$work/peer.seed_rps"; echo "$WRK_P99_MS" >>"$work/peer.seed_p99"
     done
     bench_stop_all
-    printf 'peer\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n' "$(median <"$work/peer.seed_rps")" \
-        "$(median <"$work/peer.seed_p99")" >>"$RESULTS/inline.tsv"
+    printf 'peer\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n' "$(bench_median <"$work/peer.seed_rps")" \
+        "$(bench_median <"$work/peer.seed_p99")" >>"$RESULTS/inline.tsv"
 fi
 echo
 column -t -s $'\t' "$RESULTS/inline.tsv"

@@ -35,8 +35,6 @@ cleanup() {
 trap cleanup EXIT
 "$BENCH_PYTHON" tests/bench/make_bodies.py "$work" seed slow2048
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 printf 'model\tseed_rps\tseed_p99_ms\tmix_rps\tmix_p99_ms\tmix_max_ms\tslow_done\terrors\n' \
     >"$RESULTS/mhd.tsv"
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $REPS x $SECS s per figure"
@@ -68,9 +66,9 @@ for variant in "$@"; do
         errors=$((errors + WRK_ERRORS))
     done
     bench_stop_all
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$(median <"$work/seed_rps")" \
-        "$(median <"$work/seed_p99")" "$(median <"$work/mix_rps")" "$(median <"$work/mix_p99")" \
-        "$(median <"$work/mix_max")" "$(median <"$work/slow")" "$errors" | tee -a "$RESULTS/mhd.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$(bench_median <"$work/seed_rps")" \
+        "$(bench_median <"$work/seed_p99")" "$(bench_median <"$work/mix_rps")" "$(bench_median <"$work/mix_p99")" \
+        "$(bench_median <"$work/mix_max")" "$(bench_median <"$work/slow")" "$errors" | tee -a "$RESULTS/mhd.tsv"
 done
 echo
 column -t -s $'\t' "$RESULTS/mhd.tsv"

@@ -135,7 +135,6 @@ e2e_row() {
         [ "${out%% *}" = 200 ] || { echo "bench_ort.sh: the server answered ${out%% *}" >&2; return 1; }
         echo "${out#* }"
     }
-    median() { sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
     post >/dev/null && "$BENCH_PYTHON" tests/bench/ort_e2e.py check "$work/e2e.check" 4096 64 \
         "$work/e2e.out" "$work/e2e.headers" || return 1
     local min=5 budget=1 most=20
@@ -154,13 +153,13 @@ e2e_row() {
             spent=$(awk -v s="$spent" -v t="$t" 'BEGIN { print s + t }')
             n=$((n + 1))
         done
-        t=$(awk '{ print $1 * 1000 }' "$work/e2e.times" | median)
+        t=$(awk '{ print $1 * 1000 }' "$work/e2e.times" | bench_median %.3f)
         echo "end to end round $round: kernel $kernel_ms ms; request median $t ms over $n"
         echo "$kernel_ms $t" >>"$work/e2e.rounds"
     done
     local ms k
-    k=$(awk '{ print $1 }' "$work/e2e.rounds" | median)
-    ms=$(awk '{ print $2 }' "$work/e2e.rounds" | median)
+    k=$(awk '{ print $1 }' "$work/e2e.rounds" | bench_median %.3f)
+    ms=$(awk '{ print $2 }' "$work/e2e.rounds" | bench_median %.3f)
     echo "end to end: request $ms ms; kernel $k ms (medians of $ROUNDS rounds)"
     awk -v ms="$ms" -v k="$k" 'BEGIN {
         r = ms / k

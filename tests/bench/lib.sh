@@ -23,6 +23,14 @@ bench_need_debs() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
 }
 
+# bench_median [FORMAT]: the median of the numbers on stdin, one a line (the mean of the middle two
+# for an even count), printed as awk prints it or with the printf FORMAT given.
+bench_median() {
+    sort -g | awk -v fmt="${1:-}" '{ v[NR] = $1 }
+        END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+              if (fmt == "") print m; else printf fmt, m }'
+}
+
 BENCH_PIDS=()
 
 # bench_free_port: prints a TCP port that is free on 127.0.0.1 right now.
