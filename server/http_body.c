@@ -19,6 +19,11 @@
  * closing at once would leave an honest client without one.  An announced
  * body that could never fit is 413 at its headers.  Everything is released
  * when the request ends (http.c, on_completed, through http_body_release).
+ * A large announced body's buffer is made resident ahead of its bytes, as
+ * far as its reservation reaches, on two threads (mem_populate): a 100 MB
+ * safetensors PUT to a server whose memory the host had taken back took a
+ * median 535 ms instead of 602 (with memory it had just freed, 424 against
+ * 431: as long).
  *
  * A body sent with Content-Encoding gzip or deflate is inflated as it
  * arrives (compress.h); --max-body, the budget and the share apply to the
@@ -156,6 +161,18 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
             mem_advise_huge(body, cap);
         hr->body = body;
         hr->cap = cap;
+    }
+    /* A whole large body's pages are made resident ahead of its bytes, no further than
+     * its reservation reaches (so a slow sender holds no more than it has reserved), in
+     * steps of at least MEM_POPULATE_SPLIT, or the rest of the body. */
+    if (hr->cap > HTTP_BODY_WHOLE && hr->cap == hr->announced) {
+        size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
+        size_t upto = hr->reserved / factor < hr->cap ? hr->reserved / factor : hr->cap;
+        size_t from = hr->populated > hr->len + n ? hr->populated : hr->len + n;
+        if (upto > from && (upto - from >= MEM_POPULATE_SPLIT || upto == hr->cap)) {
+            (void)mem_populate(hr->body + from, upto - from);
+            hr->populated = upto;
+        }
     }
     memcpy(hr->body + hr->len, data, n);
     hr->len += n;

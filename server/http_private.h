@@ -81,6 +81,7 @@ struct http_request {
     http_conn *hc;
     char *body;
     size_t len, cap;
+    size_t populated;           /* a whole body's bytes made resident ahead (http_body.c) */
     int too_large;
     compress_inflater *inflater; /* Content-Encoding gzip or deflate; NULL for none */
     int bad_encoding;           /* the compressed body is not of its coding */

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -252,6 +253,46 @@ void mem_advise_huge(void *ptr, size_t size)
     (void)ptr;
     (void)size;
 #endif
+}
+
+/* One share of mem_populate's range, populated by one thread; rc 0 or -1. */
+typedef struct populate_span {
+    uintptr_t start, end;
+    int rc;
+} populate_span;
+
+static void *populate_span_run(void *arg)
+{
+    populate_span *s = arg;
+#ifdef MADV_POPULATE_WRITE
+    s->rc = s->end > s->start &&
+                    madvise((void *)s->start, s->end - s->start, MADV_POPULATE_WRITE) != 0
+                ? -1 : 0;
+#else
+    s->rc = -1;
+#endif
+    return NULL;
+}
+
+int mem_populate(void *ptr, size_t size)
+{
+    long sys_page = sysconf(_SC_PAGESIZE);
+    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
+    uintptr_t start = ((uintptr_t)ptr + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)ptr + size) & ~(page - 1);
+    if (ptr == NULL || end <= start)
+        return 0;
+    uintptr_t middle = start + ((end - start) / 2 & ~(page - 1));
+    populate_span halves[2] = {{start, middle, 0}, {middle, end, 0}};
+    pthread_t helper;
+    int two = end - start >= MEM_POPULATE_SPLIT &&
+              pthread_create(&helper, NULL, populate_span_run, &halves[1]) == 0;
+    if (!two)
+        halves[0].end = end;
+    populate_span_run(&halves[0]);
+    if (two)
+        pthread_join(helper, NULL);
+    return halves[0].rc != 0 || (two && halves[1].rc != 0) ? -1 : 0;
 }
 
 void mem_release(const void *ptr, size_t size)

@@ -43,6 +43,18 @@ int mem_tune_allocator(void);
  * where it is not supported, and the block stays the caller's. */
 void mem_advise_huge(void *ptr, size_t size);
 
+/* Makes the whole pages inside [ptr, ptr + size) resident and writable now,
+ * without changing what they hold (Linux's MADV_POPULATE_WRITE); from
+ * MEM_POPULATE_SPLIT bytes, half of them on a second thread.  For a large
+ * buffer about to be written: on this project's virtual machine, memory the
+ * host has taken back (a guest's free memory goes back to it after about two
+ * seconds) costs about 2 ms a MiB at its first touch, and two threads touch
+ * it in about half the time (200 MB: 148 to 162 ms against 234 to 412).
+ * Returns 0, or -1 when the system cannot (then nothing was promised: the
+ * pages fault in as they are written, as they would have). */
+#define MEM_POPULATE_SPLIT ((size_t)4 << 20)
+int mem_populate(void *ptr, size_t size);
+
 /* Gives back to the kernel the whole pages inside [ptr, ptr + size), whose contents the
  * caller will never read again (they read as zeros afterwards; the block stays allocated
  * and the caller's): for a large buffer consumed front to back, such as an uploaded
