@@ -14,6 +14,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "compute.h"
 #include "mem.h"
@@ -23,6 +26,15 @@
 /* Source rows of an (out, in) tensor read together: the reads go down FILL_BLOCK rows at
  * once and the writes along a row of the (in, out) copy, both in whole cache lines. */
 #define FILL_BLOCK 16
+/* F32 numbers in a cache line, and how far ahead along its rows a block's reads are
+ * prefetched.  The transpose of an F32 tensor waited on memory: perf annotate put 88% of its
+ * samples on the load, whose FILL_BLOCK streams of 4 bytes a step the hardware did not
+ * prefetch, and each line it wrote was read first.  With the prefetch, and the lines written
+ * with streaming stores (fill_line), the copy of a 100 MB torch_mha file took 57 to 64 ms of
+ * CPU instead of 113 to 137 (84 to 97 with the prefetch alone; perf over three PUTs to each
+ * of three servers, alternating). */
+#define FILL_LINE 16
+#define FILL_AHEAD 64
 
 /* What a part has read of its tensor and not yet given back to the kernel (plan_fill). */
 typedef struct fill_release {
@@ -86,6 +98,20 @@ static size_t first_not_finite_f32(const unsigned char *p, size_t n)
     return n;
 }
 
+/* Writes n numbers of line to dst: a whole aligned line of FILL_BLOCK with streaming stores,
+ * which do not read the destination's cache line first (fill_f32 writes each line once). */
+static inline void fill_line(float *dst, const uint32_t *line, size_t n)
+{
+#ifdef __SSE2__
+    if (n == FILL_BLOCK && ((uintptr_t)dst & 15) == 0) {
+        for (size_t k = 0; k < FILL_BLOCK; k += 4)
+            _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(line + k)));
+        return;
+    }
+#endif
+    memcpy(dst, line, n * 4);
+}
+
 /* plan_fill for an F32 tensor into a float32 array a: the numbers copied bit for bit, each
  * block checked finite while it is copied, and only a bad one searched again in the order it
  * lies in the file (so that the element named is the first bad one, as plan_fill's). */
@@ -101,13 +127,19 @@ static int fill_f32(const part_source *s, const st_tensor *t, size_t rows, size_
             size_t jn = to - j0 < FILL_BLOCK ? to - j0 : FILL_BLOCK;
             const unsigned char *block = t->data + (first + j0) * rows * 4;
             uint32_t any_bad = 0;
-            for (size_t i = 0; i < rows; i++)
+            for (size_t i = 0; i < rows; i++) {
+                if (i % FILL_LINE == 0 && i + FILL_AHEAD < rows)
+                    for (size_t jj = 0; jj < jn; jj++)
+                        __builtin_prefetch(block + (jj * rows + i + FILL_AHEAD) * 4);
+                uint32_t line[FILL_BLOCK];
                 for (size_t jj = 0; jj < jn; jj++) {
                     uint32_t bits;
                     memcpy(&bits, block + (jj * rows + i) * 4, 4);
                     any_bad |= (bits & 0x7F800000u) == 0x7F800000u;
-                    memcpy(&a[i * cols + j0 + jj], &bits, 4);
+                    line[jj] = bits;
                 }
+                fill_line(&a[i * cols + j0], line, jn);
+            }
             if (any_bad) {
                 size_t bad = first_not_finite_f32(block, jn * rows);
                 float v;
@@ -235,6 +267,9 @@ static void fill_task(void *ctx, size_t task, unsigned slot)
                                                                        : job->lines;
     job->spans[task].rc = plan_fill(job->plan, job->part, from, to, job->release, job->w,
                                     &job->spans[task].err);
+#ifdef __SSE2__
+    _mm_sfence(); /* fill_line's streaming stores are done before the span is reported */
+#endif
     job->spans[task].done = 1;
 }
 
