@@ -163,6 +163,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     hr->inference_header_length =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
     hr->if_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
+    hr->accept_encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     hr->deadline_ms = request_deadline_ms(conn);
     if (hr->deadline_ms < 0) {
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "X-Deadline-Ms",

@@ -59,6 +59,21 @@ static const char *compress_answer(api_response *resp, const char *accept_encodi
     return compress_name(kind);
 }
 
+/* Decides the encoding of resp for a client with this Accept-Encoding into hr, compressing
+ * the body when it asks and the body is large enough. */
+static void encode_answer(http_request *hr, api_response *resp, const char *accept_encoding)
+{
+    /* Answers of this size vary with Accept-Encoding, whether compressed or not. */
+    hr->answer_varies = resp->body_len >= COMPRESS_MIN_BYTES;
+    hr->answer_coding = compress_answer(resp, accept_encoding);
+    hr->answer_encoded = 1;
+}
+
+void http_answer_encode(http_request *hr)
+{
+    encode_answer(hr, &hr->resp, hr->accept_encoding);
+}
+
 /* The CORS headers for the request's Origin, the preflight's among them;
  * Vary names Origin when the answer depends on it, and Accept-Encoding when
  * the body is large enough to be compressed (varies_encoding), whether it
@@ -122,10 +137,11 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
                                   http_request *hr, api_response *resp, int preflight,
                                   const guard_verdict *v)
 {
-    /* Answers of this size vary with Accept-Encoding, whether compressed or not. */
-    int varies_encoding = resp->body_len >= COMPRESS_MIN_BYTES;
-    const char *coding = compress_answer(
-        resp, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding"));
+    if (!(resp == &hr->resp && hr->answer_encoded))
+        encode_answer(hr, resp,
+                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding"));
+    int varies_encoding = hr->answer_varies;
+    const char *coding = hr->answer_coding;
     http_conn_set_phase(srv, hr->hc, CONN_BUSY);
     struct MHD_Response *r;
     if (resp->body_static)

@@ -101,6 +101,11 @@ struct http_request {
     const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
     const char *inference_header_length; /* the v2 header, or NULL; likewise */
     const char *if_match;               /* If-Match, or NULL; likewise */
+    const char *accept_encoding;        /* Accept-Encoding, or NULL; likewise */
+    /* The encoding of hr->resp, decided by the worker that made it (http_answer_encode):
+     * when answer_encoded is set, answer_coding (NULL: none) and answer_varies are it. */
+    int answer_encoded, answer_varies;
+    const char *answer_coding;
     http_request *qprev, *qnext;
     job_state job;
     double queued_at;
@@ -135,6 +140,12 @@ void http_body_release(http_request *hr);
 /* http.c: api_request.query_arg, a decoded query argument of the
  * connection conn (NULL when absent). */
 const char *http_query_arg(const void *conn, const char *key);
+
+/* http_answer.c: compressing hr->resp as its client's Accept-Encoding asks, on the
+ * worker that made it: the I/O thread serves every other connection meanwhile, and a
+ * large answer's deflate is long (6.4 MB of JSON took 90 ms at zlib's level 1).  An
+ * answer made on the I/O thread is compressed there, by http_queue_answer. */
+void http_answer_encode(http_request *hr);
 
 /* http_answer.c: queueing resp as hr's answer (preflight: the OPTIONS
  * headers; v: the guard's verdict or NULL), and the error answer on hr's

@@ -126,6 +126,7 @@ static void *http_worker_main(void *arg)
         pthread_mutex_unlock(&srv->lock);
 
         http_request_handle(hr, 0);
+        http_answer_encode(hr);
 
         pthread_mutex_lock(&srv->lock);
         if (hr->qprev != NULL)

@@ -7,8 +7,8 @@ request sent plain; an unknown Content-Encoding is 415; a damaged or cut
 short body is 400; a gzip bomb is 413 with the server's peak memory barely
 moved; answers of v1, v2 and the /viz files are compressed when
 Accept-Encoding asks and they are over 1 KB, with Vary: Accept-Encoding, and
-decompress to the plain answer; a binary answer of float weights past 64 KiB, which
-would barely shrink, is sent uncompressed.
+decompress to the plain answer, made by a worker as by the I/O thread; a binary answer
+of float weights past 64 KiB, which would barely shrink, is sent uncompressed.
 
 Usage: compression_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
 per check and "N passed, N failed" last.
@@ -112,6 +112,42 @@ def check_answers(srv):
           and json.loads(zlib.decompress(z))["outputs"] == json.loads(plain)["outputs"], headers)
 
 
+def worker_dispatches(srv):
+    """attn_http_dispatch_total{path="worker"} of /metrics: requests a worker answered."""
+    _, text, _ = srv.request("GET", "/metrics")
+    for line in text.decode().splitlines():
+        if line.startswith('attn_http_dispatch_total{path="worker"}'):
+            return int(float(line.split()[-1]))
+    return -1
+
+
+def check_worker_answers(srv):
+    """An answer a worker made is compressed by that worker (http_answer_encode), not by the
+    I/O thread that sends it: the same headers and bytes as an answer made on the I/O thread.
+    A 512 x 64 attention is too much work for the I/O thread, and a weight set's GET always
+    goes to a worker; /metrics confirms both were a worker's."""
+    body = attention_request(512, 64)
+    _, plain, _ = srv.request("POST", "/v1/attention", body)
+    before = worker_dispatches(srv)
+    status, z, headers = srv.request("POST", "/v1/attention", body, {"Accept-Encoding": "gzip"})
+    check("a worker's attention answer in gzip", status == 200 and
+          headers.get("Content-Encoding") == "gzip" and
+          "Accept-Encoding" in headers.get("Vary", "") and
+          output_of(gzip.decompress(z)) == output_of(plain) and
+          worker_dispatches(srv) == before + 1, (status, dict(headers), before))
+    w = [[((i * 5 + j) % 9) / 8.0 for j in range(32)] for i in range(32)]
+    status, _, _ = srv.request("PUT", "/v1/weight-sets/zipped",
+                               json.dumps({"wq": w, "wk": w, "wv": w}).encode())
+    _, plain, _ = srv.request("GET", "/v1/weight-sets/zipped")
+    before = worker_dispatches(srv)
+    got, z, headers = srv.request("GET", "/v1/weight-sets/zipped", None,
+                                  {"Accept-Encoding": "deflate"})
+    check("a weight set's GET in deflate", status == 201 and got == 200 and
+          headers.get("Content-Encoding") == "deflate" and zlib.decompress(z) == plain and
+          len(z) < len(plain) and worker_dispatches(srv) == before + 1,
+          (status, got, dict(headers), before))
+
+
 def check_incompressible_answer(srv):
     """A binary v2 answer of float32 weights from random inputs barely shrinks: past 64 KiB
     it goes uncompressed whatever Accept-Encoding says (compress.c samples its start),
@@ -146,7 +182,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
     args = ap.parse_args()
-    harness.run(args.server, [check_request_bodies, check_answers, check_incompressible_answer],
+    harness.run(args.server, [check_request_bodies, check_answers, check_worker_answers,
+                              check_incompressible_answer],
                 server_class=Server)
     harness.run(args.server, [check_bomb], "--max-body", "1048576", server_class=Server)
     return harness.summary()
