@@ -149,6 +149,21 @@ static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t get_u32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t get_u64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
+/* The checksum of runs[0..n), in their order: store_io_write_runs's meanwhile. */
+typedef struct run_checksum {
+    const store_run *runs;
+    size_t n;
+    uint64_t h;
+} run_checksum;
+
+static void checksum_runs(void *ctx)
+{
+    run_checksum *c = ctx;
+    c->h = CHECKSUM_SEED;
+    for (size_t r = 0; r < c->n; r++)
+        c->h = checksum_update(c->h, c->runs[r].data, c->runs[r].len);
+}
+
 /* Writes set to the open file fd in the format above. */
 int store_format_write(int fd, const weight_set *set)
 {
@@ -172,11 +187,11 @@ int store_format_write(int fd, const weight_set *set)
     if (version >= 3)
         put_u32(header + 88, (uint32_t)set->w.elem);
     memcpy(header + len, set->name, name_len);
-    /* The checksum first, in the file's order; then every run is written at its place. */
-    store_run runs[WEIGHTS_COUNT + 2];
+    /* Every run is written at its place while the checksum of the file's bytes, in their
+     * order, is computed beside the writer (checksum_runs); the checksum goes last. */
+    store_run runs[WEIGHTS_COUNT + 1];
     size_t count = 0;
     uint64_t at = len + padded;
-    uint64_t h = checksum_update(CHECKSUM_SEED, header, len + padded);
     runs[count++] = (store_run){header, len + padded, 0};
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
         const void *a = weights_data(&set->w, (weights_part)p);
@@ -187,14 +202,16 @@ int store_format_write(int fd, const weight_set *set)
             errno = EOVERFLOW;
             return -1;
         }
-        h = checksum_update(h, a, n);
         runs[count++] = (store_run){a, n, at};
         at += n;
     }
+    run_checksum sum = {runs, count, 0};
+    if (store_io_write_runs(fd, runs, count, checksum_runs, &sum) != 0)
+        return -1;
     unsigned char tail[8];
-    put_u64(tail, h);
-    runs[count++] = (store_run){tail, 8, at};
-    return store_io_write_runs(fd, runs, count);
+    put_u64(tail, sum.h);
+    store_run last = {tail, 8, at};
+    return store_io_write_runs(fd, &last, 1, NULL, NULL);
 }
 
 /* A header as read from a file: its bytes (with room for the name that

@@ -119,8 +119,12 @@ typedef struct store_run {
     uint64_t at;
 } store_run;
 /* Writes the n runs (disjoint) to fd at their offsets, or fails (-1, errno
- * set); the file offset is left where it was. */
-int store_io_write_runs(int fd, const store_run *runs, size_t n);
+ * set); the file offset is left where it was.  meanwhile (when not NULL) is
+ * called with ctx on the calling thread while a large write's helper thread
+ * has begun (before the caller writes too), for work that only reads the
+ * runs' data. */
+int store_io_write_runs(int fd, const store_run *runs, size_t n, void (*meanwhile)(void *ctx),
+                        void *ctx);
 /* Writes set durably to final_path: a temporary file, fsync, rename.  Fills
  * *sig with the identity of the new file.  0, or -1 with errno set and no
  * temporary file left behind. */
