@@ -4,10 +4,17 @@
  * zlib allocates through mem.h, so failure injection reaches it.  Answers
  * are compressed at level 1: the numbers of a JSON answer shrink almost as
  * well as at the default level, in a fraction of the time, and the time is
- * on the request's latency.
+ * on the request's latency.  An answer from COMPRESS_SPLIT_FROM bytes is
+ * deflated in two halves at once (deflate_split), as pigz does: the first
+ * half ends in a sync flush, so that the second half's independent stream
+ * follows it as one deflate stream, and the two halves' check values are
+ * combined (crc32_combine, adler32_combine).  It shrinks a little less (the
+ * second half does not see the first's last 32 KB) and takes about half the
+ * time on two cores.
  */
 #include "compress.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -197,6 +204,100 @@ static size_t deflate_once(compress_kind kind, const void *in, size_t n, char *o
     return len;
 }
 
+/* One half of deflate_split: a raw deflate stream of in[0..n) into out[0..cap), the
+ * first half's ending in a sync flush (byte-aligned, not final) and the last half's in
+ * the final block, with the check value of its bytes (crc32 for gzip, adler32 for the
+ * zlib format); len 0 when it failed. */
+typedef struct deflate_half {
+    compress_kind kind;
+    const unsigned char *in;
+    size_t n;
+    unsigned char *out;
+    size_t cap;
+    int last;
+    size_t len;
+    uLong check;
+} deflate_half;
+
+static void *deflate_half_run(void *arg)
+{
+    deflate_half *h = arg;
+    h->len = 0;
+    h->check = h->kind == COMPRESS_GZIP ? crc32(0L, h->in, (uInt)h->n)
+                                        : adler32(1L, h->in, (uInt)h->n);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    z.zalloc = z_alloc;
+    z.zfree = z_free;
+    if (deflateInit2(&z, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return NULL;
+    z.next_in = (Bytef *)h->in;
+    z.avail_in = (uInt)h->n;
+    z.next_out = h->out;
+    z.avail_out = (uInt)h->cap;
+    int rc = deflate(&z, h->last ? Z_FINISH : Z_SYNC_FLUSH);
+    /* a sync flush is whole when it left room in the output */
+    if (h->last ? rc == Z_STREAM_END : rc == Z_OK && z.avail_in == 0 && z.avail_out > 0)
+        h->len = h->cap - z.avail_out;
+    deflateEnd(&z);
+    return NULL;
+}
+
+static void put_le32(unsigned char *p, uLong v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* in[0..n) deflated in two halves, the second on a thread of its own, framed as kind
+ * (gzip: RFC 1952; deflate: the zlib format of RFC 1950).  Returns the buffer (the
+ * caller's, mem_free) with *out_len its size, or NULL. */
+static char *deflate_split(compress_kind kind, const void *in, size_t n, size_t *out_len)
+{
+    static const unsigned char gzip_head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 3};
+    static const unsigned char zlib_head[2] = {0x78, 0x01}; /* 32K window, fastest */
+    size_t head = kind == COMPRESS_GZIP ? sizeof gzip_head : sizeof zlib_head;
+    size_t tail = kind == COMPRESS_GZIP ? 8 : 4, m = n / 2;
+    /* compressBound holds a stream's wrapper too: room for the sync flush's 5 bytes */
+    deflate_half a = {kind, in, m, NULL, compressBound((uLong)m) + 16, 0, 0, 0};
+    deflate_half b = {kind, (const unsigned char *)in + m, n - m, NULL,
+                      compressBound((uLong)(n - m)) + 16, 1, 0, 0};
+    unsigned char *out = mem_malloc(head + a.cap + b.cap + tail);
+    b.out = mem_malloc(b.cap);
+    if (out == NULL || b.out == NULL) {
+        mem_free(out);
+        mem_free(b.out);
+        return NULL;
+    }
+    a.out = out + head;
+    pthread_t helper;
+    int two = pthread_create(&helper, NULL, deflate_half_run, &b) == 0;
+    deflate_half_run(&a);
+    if (two)
+        pthread_join(helper, NULL);
+    else
+        deflate_half_run(&b);
+    if (a.len == 0 || b.len == 0) {
+        mem_free(out);
+        mem_free(b.out);
+        return NULL;
+    }
+    memcpy(out, kind == COMPRESS_GZIP ? gzip_head : zlib_head, head);
+    memcpy(out + head + a.len, b.out, b.len);
+    mem_free(b.out);
+    unsigned char *end = out + head + a.len + b.len;
+    if (kind == COMPRESS_GZIP) {
+        put_le32(end, crc32_combine(a.check, b.check, (z_off_t)b.n));
+        put_le32(end + 4, (uLong)(n & 0xFFFFFFFFu));
+    } else {
+        uLong adler = adler32_combine(a.check, b.check, (z_off_t)b.n);
+        for (int i = 0; i < 4; i++)
+            end[i] = (unsigned char)(adler >> (24 - 8 * i)); /* big-endian */
+    }
+    *out_len = head + a.len + b.len + tail;
+    return (char *)out;
+}
+
 /* 1 when the first COMPRESS_SAMPLE_BYTES of in shrink by a quarter or more. */
 static int worth_compressing(compress_kind kind, const void *in)
 {
@@ -213,6 +314,8 @@ char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out
 {
     if (n > (1u << 30) || (n > COMPRESS_SAMPLE_BYTES && !worth_compressing(kind, in)))
         return NULL;
+    if (n >= COMPRESS_SPLIT_FROM)
+        return deflate_split(kind, in, n, out_len);
     size_t cap = compressBound((uLong)n) + 32;
     char *out = mem_malloc(cap);
     if (out == NULL)

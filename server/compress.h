@@ -67,7 +67,9 @@ void compress_inflater_free(compress_inflater *inf);
  * about a tenth, at some 40 ms per MB of the answer's latency; JSON numbers
  * lose half and more). */
 #define COMPRESS_SAMPLE_BYTES 65536
-char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len);
+/* From this many bytes, compress_deflate deflates two halves at once, the second on a
+ * thread of its own (compress.c). */
+#define COMPRESS_SPLIT_FROM ((size_t)1 << 20)
 char *compress_deflate(compress_kind kind, const void *in, size_t n, size_t *out_len);
 
 #endif

@@ -135,6 +135,24 @@ def check_worker_answers(srv):
           "Accept-Encoding" in headers.get("Vary", "") and
           output_of(gzip.decompress(z)) == output_of(plain) and
           worker_dispatches(srv) == before + 1, (status, dict(headers), before))
+    # Past compress.h's COMPRESS_SPLIT_FROM (1 MiB) an answer is deflated in two halves at
+    # once: Python's own gzip and zlib must read the stream as one, check values and all.
+    big = json.loads(body)
+    big["return_attention"] = True
+    big = json.dumps(big).encode()
+    _, plain, _ = srv.request("POST", "/v1/attention", big)
+    for coding, decode in (("gzip", gzip.decompress), ("deflate", zlib.decompress)):
+        status, z, headers = srv.request("POST", "/v1/attention", big,
+                                         {"Accept-Encoding": coding})
+        ok = status == 200 and headers.get("Content-Encoding") == coding and len(plain) > 2 << 20
+        try:
+            got = json.loads(decode(z)) if ok else {}
+        except (OSError, zlib.error, ValueError) as e:  # a bad stream or check value
+            got = {"error": str(e)}
+        want = json.loads(plain)
+        check("a %d-byte answer in %s, deflated in two halves" % (len(plain), coding),
+              ok and got.get("output") == want["output"] and
+              got.get("attention") == want["attention"], (status, dict(headers), got.get("error")))
     w = [[((i * 5 + j) % 9) / 8.0 for j in range(32)] for i in range(32)]
     status, _, _ = srv.request("PUT", "/v1/weight-sets/zipped",
                                json.dumps({"wq": w, "wk": w, "wv": w}).encode())

@@ -250,7 +250,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_float32_tensors)       \
     X(checkpoint_spans_on_pool)         \
     X(checkpoint_out_of_memory)         \
-    X(compress_round_trips)             \
+    X(compress_round_trips)                 \
+    X(compress_split_round_trips)           \
     X(compress_bomb_and_damage)         \
     X(compress_raw_deflate_accepted)    \
     X(compress_header_values)           \

@@ -65,6 +65,47 @@ void test_compress_round_trips(void)
     }
 }
 
+/* Past COMPRESS_SPLIT_FROM the two halves deflated apart make one stream of either framing,
+ * whose check value (gzip's crc32 and length, zlib's adler32) the inflater verifies; an odd
+ * size puts the halves' seam mid-line.  Memory failures at every step end in NULL, with
+ * nothing left allocated. */
+void test_compress_split_round_trips(void)
+{
+    size_t n = COMPRESS_SPLIT_FROM + 12345;
+    char *text = malloc(n), *back = malloc(n);
+    ASSERT(text != NULL && back != NULL);
+    for (size_t i = 0; i < n; i++)
+        text[i] = "0123456789,.[] e-"[(i * 7 + i / 13 + i / 4099) % 17];
+    for (int k = COMPRESS_GZIP; k <= COMPRESS_DEFLATE; k++) {
+        size_t len = 0;
+        char *z = compress_deflate((compress_kind)k, text, n, &len);
+        gather g = {back, 0, n};
+        int done = 0, rc = z != NULL ? inflate_all((compress_kind)k, z, len, 65536, &g, &done) : -1;
+        mem_free(z);
+        if (!(z != NULL && len < n / 2 && rc == 0 && done && g.len == n &&
+              memcmp(back, text, n) == 0))
+            FAIL_AT("%s: %zu bytes, inflated %d (done %d) to %zu",
+                    compress_name((compress_kind)k), len, rc, done, g.len);
+    }
+    for (long fail = 0;; fail++) {
+        mem_fail_after(fail);
+        size_t len = 0;
+        char *z = compress_deflate(COMPRESS_DEFLATE, text, n, &len);
+        mem_free(z);
+        long failures = mem_failures(), live = mem_fail_live();
+        mem_fail_reset();
+        ASSERT_EQ(live, 0);
+        if (failures == 0) {
+            ASSERT(z != NULL);
+            break;
+        }
+        ASSERT(z == NULL);
+        ASSERT(fail < 100);
+    }
+    free(text);
+    free(back);
+}
+
 void test_compress_bomb_and_damage(void)
 {
     /* 8 MiB of zeros deflate to a few KiB; the sink stops at 64 KiB. */
