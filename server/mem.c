@@ -17,6 +17,7 @@
 #define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (Linux) */
 #include "mem.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -270,6 +271,7 @@ static void *populate_span_run(void *arg)
                 ? -1 : 0;
 #else
     s->rc = -1;
+    errno = EINVAL; /* as a kernel without it answers */
 #endif
     return NULL;
 }

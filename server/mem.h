@@ -50,8 +50,9 @@ void mem_advise_huge(void *ptr, size_t size);
  * host has taken back (a guest's free memory goes back to it after about two
  * seconds) costs about 2 ms a MiB at its first touch, and two threads touch
  * it in about half the time (200 MB: 148 to 162 ms against 234 to 412).
- * Returns 0, or -1 when the system cannot (then nothing was promised: the
- * pages fault in as they are written, as they would have). */
+ * Returns 0, or -1 when the system cannot, with errno EINVAL from a kernel
+ * (or headers) without MADV_POPULATE_WRITE: then nothing was promised, and
+ * the pages fault in as they are written, as they would have. */
 #define MEM_POPULATE_SPLIT ((size_t)4 << 20)
 int mem_populate(void *ptr, size_t size);
 

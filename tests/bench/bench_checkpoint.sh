@@ -18,6 +18,10 @@
 #              costs the server.
 #   gzipout    the same plain request with Accept-Encoding: gzip (curl --compressed, which also
 #              inflates the answer) against without. For information.
+#   iostall    GET /healthz timed with curl on a server of one I/O thread while another
+#              connection posts the gzip512 request with attention returned back to back, with
+#              Accept-Encoding: gzip against without: p99 of the GETs. For information: an I/O
+#              thread that compressed answers itself stalled every connection it serves.
 # Both gzip rows first check that the answer is the plain request's, byte for byte but for
 # meta.compute_ms (the time the computation took).
 # Every server is started here on a free 127.0.0.1 port (lib.sh's bench_start_ours), with its
@@ -39,9 +43,10 @@ REPS=${BENCH_CKPT_REPS:-3}
 CKPT_SECS=${BENCH_CKPT_SECONDS:-240}
 GZIP_REPS=50
 GZIP_SECS=${BENCH_GZIP_SECONDS:-60}
+STALL_POSTS=20 STALL_GETS=300
 for arg in "$@"; do
     case $arg in
-    --quick) REPS=1 GZIP_REPS=10 GZIP_SECS=20 ;;
+    --quick) REPS=1 GZIP_REPS=10 GZIP_SECS=20 STALL_POSTS=5 STALL_GETS=60 ;;
     *) RESULTS=$arg ;;
     esac
 done
@@ -263,6 +268,47 @@ gzip512() {
         "answer ${wire_bytes[gzipout]} B gzip'd (the server's level 1) vs ${wire_bytes[plain]} B, inflated by curl --compressed; $same"
 }
 
+# ---------------------------------------------------------------- iostall
+
+# p99 FILE: the 99th percentile of the numbers in FILE (one a line), in ms.
+p99() { sort -g "$1" | awk '{ v[NR] = $1 } END { i = int(NR * 0.99 + 0.999); printf "%.1f\n", v[i] * 1000 }'; }
+
+iostall() {
+    echo "== iostall"
+    [ -s "$work/attn512.json" ] || "$BENCH_PYTHON" tests/bench/make_bodies.py "$work" attn512 >/dev/null ||
+        return 1
+    start iostall --io-threads 1 || return 1
+    local way bg n started
+    declare -A p99s medians counts
+    for way in gzipout plain; do
+        # One connection's answers, back to back, on the only I/O thread, while another client
+        # times /healthz on the same thread; bounded by STALL_POSTS and STALL_GETS.
+        # shellcheck disable=SC2046
+        (for _ in $(seq "$STALL_POSTS"); do
+            post "$work/attn512.json" "$work/stall.$way.out" $(way_flags "$way") >/dev/null || exit 1
+        done) &
+        bg=$!
+        : >"$work/stall.$way.lat"
+        n=0 started=$(date +%s.%N)
+        while [ "$n" -lt "$STALL_GETS" ] && kill -0 "$bg" 2>/dev/null && elapsed_under "$started" 60; do
+            curl -sS -o /dev/null -w '%{time_total}\n' --max-time 10 "$URL/healthz" \
+                >>"$work/stall.$way.lat" || break
+            n=$((n + 1))
+        done
+        wait "$bg" || { stop "$PID"; return 1; }
+        p99s[$way]=$(p99 "$work/stall.$way.lat")
+        medians[$way]=$(ms "$(bench_median <"$work/stall.$way.lat")")
+        counts[$way]=$n
+    done
+    stop "$PID"
+    echo "  /healthz while gzip'd answers: median ${medians[gzipout]} ms, p99 ${p99s[gzipout]} ms;" \
+        "while plain answers: median ${medians[plain]} ms, p99 ${p99s[plain]} ms"
+    row checkpoint "GET /healthz p99 on the I/O thread of gzip'd answers vs of plain ones (info)" \
+        "${p99s[gzipout]}" "${p99s[plain]}" ms "" "" "" "" \
+        "--io-threads 1; ${counts[gzipout]} and ${counts[plain]} GETs (curl) while one connection posts the 512x64 request with attention returned $STALL_POSTS times, with and without Accept-Encoding: gzip; medians ${medians[gzipout]} and ${medians[plain]} ms. A worker compresses its answer, so the I/O thread should not stall"
+}
+
 ckpt100 || failed=1
 gzip512 || failed=1
+iostall || failed=1
 exit "$failed"
