@@ -256,6 +256,17 @@ void mem_advise_huge(void *ptr, size_t size)
 #endif
 }
 
+/* The whole pages strictly inside [ptr, ptr + size) as [*start, *end); returns the page
+ * size, or 0 when there is none (ptr NULL, or no whole page inside). */
+static uintptr_t pages_inside(const void *ptr, size_t size, uintptr_t *start, uintptr_t *end)
+{
+    long sys_page = sysconf(_SC_PAGESIZE);
+    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
+    *start = ((uintptr_t)ptr + page - 1) & ~(page - 1);
+    *end = ((uintptr_t)ptr + size) & ~(page - 1);
+    return ptr != NULL && *end > *start ? page : 0;
+}
+
 /* One share of mem_populate's range, populated by one thread; rc 0 or -1. */
 typedef struct populate_span {
     uintptr_t start, end;
@@ -278,11 +289,8 @@ static void *populate_span_run(void *arg)
 
 int mem_populate(void *ptr, size_t size)
 {
-    long sys_page = sysconf(_SC_PAGESIZE);
-    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
-    uintptr_t start = ((uintptr_t)ptr + page - 1) & ~(page - 1);
-    uintptr_t end = ((uintptr_t)ptr + size) & ~(page - 1);
-    if (ptr == NULL || end <= start)
+    uintptr_t start, end, page = pages_inside(ptr, size, &start, &end);
+    if (page == 0)
         return 0;
     uintptr_t middle = start + ((end - start) / 2 & ~(page - 1));
     populate_span halves[2] = {{start, middle, 0}, {middle, end, 0}};
@@ -299,11 +307,8 @@ int mem_populate(void *ptr, size_t size)
 
 void mem_release(const void *ptr, size_t size)
 {
-    long sys_page = sysconf(_SC_PAGESIZE);
-    uintptr_t page = sys_page > 0 ? (uintptr_t)sys_page : 4096;
-    uintptr_t start = ((uintptr_t)ptr + page - 1) & ~(page - 1);
-    uintptr_t end = ((uintptr_t)ptr + size) & ~(page - 1);
-    if (ptr != NULL && end > start)
+    uintptr_t start, end;
+    if (pages_inside(ptr, size, &start, &end) != 0)
         (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }
 
