@@ -256,7 +256,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_body_release(hr);
     api_response_free(&hr->resp);
     compress_inflater_free(hr->inflater);
-    mem_free(hr->body);
+    http_body_free(hr);
     mem_free(hr);
     *con_cls = NULL;
 }

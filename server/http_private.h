@@ -81,6 +81,8 @@ struct http_request {
     http_conn *hc;
     char *body;
     size_t len, cap;
+    size_t body_shift;          /* bytes from the allocation to body (http_body.c, body_place) */
+    size_t binary_at;           /* where a v2 body's binary section starts, or 0 (likewise) */
     size_t populated;           /* a whole body's bytes made resident ahead (http_body.c) */
     int too_large;
     compress_inflater *inflater; /* Content-Encoding gzip or deflate; NULL for none */
@@ -136,6 +138,8 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
 int http_body_receive(http_request *hr, size_t limit, const char *data, size_t n);
 int http_body_refused(const http_server *srv, http_request *hr, attn_error *err);
 void http_body_release(http_request *hr);
+/* Frees hr's body (placed by http_body.c: not a plain mem_free). */
+void http_body_free(http_request *hr);
 
 /* http.c: api_request.query_arg, a decoded query argument of the
  * connection conn (NULL when absent). */

@@ -428,6 +428,10 @@ static int read_qkv(const v2_tensor *t, double **f64, float **f32, const double 
         *job64 = *f64;
         return rc;
     }
+    /* Read where they are in the body when they can be: no copy, no memory of their own. */
+    int rc = v2_tensor_view_floats(t, job32, err);
+    if (rc != 0 || *job32 != NULL)
+        return rc;
     *f32 = mem_malloc(t->count * sizeof(float));
     if (*f32 == NULL)
         return error_nomem(err);

@@ -90,6 +90,14 @@ int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err);
  * no double in between.  NaN and Inf are refused as by v2_tensor_read_numbers. */
 int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err);
 
+/* The numbers of t, binary FP32 data, read where they are: *view is t->bytes
+ * itself when the machine is little-endian and the bytes lie on a float's
+ * alignment (http_body.c places a v2 body so that its binary section starts on
+ * a cache line), after the same refusal of NaN and Inf; otherwise *view is
+ * NULL, nothing is read, and the caller copies with v2_tensor_read_floats.
+ * The view lives as long as the body.  Returns 0 or ERR_BAD_REQUEST. */
+int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *err);
+
 /* Reads the booleans of t (BOOL) into out (t->count bytes of 0 or 1).  JSON
  * data holds true/false; binary data one byte per element, 0 or 1.  Returns 0
  * or ERR_BAD_REQUEST naming the element. */

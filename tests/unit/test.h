@@ -212,6 +212,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(v2_tensor_size_checks)                \
     X(v2_tensor_binary_reads)               \
     X(v2_tensor_nan_inf_refused)            \
+    X(v2_tensor_not_finite_every_position)  \
+    X(v2_tensor_fp32_in_place)              \
     X(v2_tensor_bool_bytes)                 \
     X(v2_tensor_writers_round_trip)         \
     X(v2_tensor_out_of_memory)              \

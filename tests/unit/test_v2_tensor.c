@@ -285,6 +285,84 @@ void test_v2_tensor_nan_inf_refused(void)
     ASSERT(out == 1.7976931348623157e308);
 }
 
+/* The readers that take 16 bytes at a time (v2_tensor.c) find a NaN or an Inf
+ * in every lane and in the scalar tail, for every reader of binary numbers:
+ * read_numbers (FP32 and FP64), read_floats and view_floats. */
+void test_v2_tensor_not_finite_every_position(void)
+{
+    const double specials[] = {NAN, INFINITY, -INFINITY};
+    enum { N = 11 };
+    _Alignas(64) unsigned char bytes[8 * N];
+    attn_error err;
+    for (size_t n = 1; n <= N; n++)
+        for (size_t at = 0; at < n; at++)
+            for (size_t s = 0; s < sizeof specials / sizeof specials[0]; s++)
+                for (int reader = 0; reader < 4; reader++) {
+                    int fp64 = reader == 1;
+                    for (size_t i = 0; i < n; i++) {
+                        double v = i == at ? specials[s] : 3.0e38 * (i % 2 ? -1 : 1);
+                        if (fp64)
+                            put_f64(bytes + 8 * i, i == at ? v : 1.7e308);
+                        else
+                            put_f32(bytes + 4 * i, (float)v);
+                    }
+                    v2_tensor t = {.name = "v", .index = 2, .datatype = fp64 ? V2_FP64 : V2_FP32,
+                                   .rank = 1, .dims = {n}, .count = n, .bytes = bytes};
+                    double out64[N];
+                    float out32[N];
+                    const float *view = NULL;
+                    error_clear(&err);
+                    int rc = reader < 2  ? v2_tensor_read_numbers(&t, out64, &err)
+                             : reader == 2 ? v2_tensor_read_floats(&t, out32, &err)
+                                           : v2_tensor_view_floats(&t, &view, &err);
+                    char where[40];
+                    snprintf(where, sizeof where, "element %zu ", at);
+                    if (rc != ERR_BAD_REQUEST || strcmp(err.code, "not_finite") != 0 ||
+                        strcmp(err.field, "inputs[2]") != 0 || strstr(err.message, where) == NULL ||
+                        view != NULL)
+                        FAIL_AT("reader %d, %zu numbers, special %zu at %zu: rc %d code \"%s\" "
+                                "message \"%s\"", reader, n, s, at, rc, err.code, err.message);
+                }
+}
+
+/* FP32 bytes on a float's alignment are read where they are (view_floats
+ * returns them, bit for bit what read_floats copies); anywhere else the view
+ * is NULL, nothing is read, and the copy gives the same numbers. */
+void test_v2_tensor_fp32_in_place(void)
+{
+    enum { N = 21 };
+    _Alignas(64) unsigned char bytes[4 * N + 4];
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    attn_error err;
+    for (size_t offset = 0; offset < 4; offset++) {
+        unsigned char *p = bytes + offset;
+        float want[N];
+        for (size_t i = 0; i < N; i++) {
+            want[i] = (float)(test_uniform(&state) * (i % 4 == 0 ? 1e-40 : i % 4 == 1 ? 1 : 1e30));
+            put_f32(p + 4 * i, want[i]);
+        }
+        want[3] = -0.0f;
+        put_f32(p + 12, -0.0f);
+        v2_tensor t = {.name = "q", .datatype = V2_FP32, .rank = 1, .dims = {N}, .count = N,
+                       .bytes = p};
+        const float *view = (const float *)1;
+        ASSERT_EQ(v2_tensor_view_floats(&t, &view, &err), 0);
+        if (offset == 0)
+            ASSERT(view == (const float *)(const void *)p);
+        else
+            ASSERT(view == NULL);
+        float copy[N];
+        ASSERT_EQ(v2_tensor_read_floats(&t, copy, &err), 0);
+        for (size_t i = 0; i < N; i++) {
+            if (memcmp(&copy[i], &want[i], sizeof want[i]) != 0)
+                FAIL_AT("offset %zu, copied element %zu: %.9g, want %.9g", offset, i, copy[i],
+                        want[i]);
+            if (view != NULL && memcmp(&view[i], &want[i], sizeof want[i]) != 0)
+                FAIL_AT("viewed element %zu: %.9g, want %.9g", i, view[i], want[i]);
+        }
+    }
+}
+
 void test_v2_tensor_bool_bytes(void)
 {
     const unsigned char bytes[] = {1, 0, 0, 1, 1, 0};
