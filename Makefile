@@ -43,7 +43,7 @@ LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
 # The unit tests and the fuzzers use a test build of the library: the modules that define
 # test hooks (server/test_hooks.h) are compiled again with -DATTN_TESTING into
 # $(BUILD)/obj/testing/.  The server links none of them.
-HOOKED := mem json_fast store_io
+HOOKED := mem json_fast store_io attention_fused
 TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
@@ -86,6 +86,11 @@ FUSED_FLAGS := -O3 -ffp-contract=fast
 EXTRA_attention_fused_avx512 := $(FUSED_FLAGS) -mavx512f -mfma
 EXTRA_attention_fused_avx2 := $(FUSED_FLAGS) -mavx2 -mfma
 EXTRA_attention_fused_portable := $(FUSED_FLAGS)
+# The unit tests' avx512-on-avx2: the avx512 path's source at its widths, built for AVX2
+# (tests/unit/kernel_avx512_on_avx2.c), so that a CPU without AVX-512 runs it too.  Its
+# 64-byte vectors are passed only between the file's own inlined functions, so the
+# warning that their ABI differs without AVX-512 (-Wpsabi) concerns no call.
+EXTRA_kernel_avx512_on_avx2 := $(FUSED_FLAGS) -mavx2 -mfma -Wno-psabi
 
 # The visualizer's page and the golden examples, built into the binary: a small generator
 # (server/viz_embed.c, built for the build machine) writes them as C arrays into
@@ -115,7 +120,7 @@ $(BUILD)/obj/viz_assets.o: $(VIZ_GEN)
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -DATTN_TESTING -Iserver -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(EXTRA_$(notdir $*)) -DATTN_TESTING -Iserver -Itests -c $< -o $@
 
 $(SERVER): $(LIB_OBJS) $(BUILD)/obj/main.o
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)

@@ -33,6 +33,12 @@ long mem_fail_live(void);
  * steps are open, each write, fsync, rename, unlink and directory fsync. */
 void store_fail_io_after(int n);
 
+/* attention_fused.c: one more path of the fused kernel, listed after the
+ * others (attn_kernel_available, attn_kernel_select), for the unit tests
+ * only; before any kernel runs.  NULL takes it away. */
+struct attn_kernel_path;
+void attn_kernel_add_for_testing(const struct attn_kernel_path *path);
+
 /* json_fast.c: arrays of at least n numbers (1: every one) are read fast
  * from now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
 void json_fast_set_min_numbers(size_t n);

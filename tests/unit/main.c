@@ -2,13 +2,20 @@
  * main.c - runs every unit test listed in test.h.
  *
  * Usage: unit-tests [SUBSTRING]  (runs only tests whose name contains it).
+ * With UNIT_CPU_PATHS_ONLY set in the environment, the kernel tests run only
+ * the paths the server has, not the tests' avx512-on-avx2.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "attention_fused.h"
 #include "mem.h"
 #include "test.h"
 #include "test_hooks.h"
+
+/* kernel_avx512_on_avx2.c: the avx512 path's source at its widths, for AVX2. */
+extern const attn_kernel_path attn_kernel_avx512_on_avx2;
 
 int test_failed;
 
@@ -23,6 +30,10 @@ static const unit_test all_tests[] = {UNIT_TESTS(LIST_TEST)};
 int main(int argc, char **argv)
 {
     mem_install_jansson();
+    /* UNIT_CPU_PATHS_ONLY: only the paths the server has (tests/run.sh's valgrind suite,
+     * where the extra path would add minutes; the asan suite runs it). */
+    if (getenv("UNIT_CPU_PATHS_ONLY") == NULL)
+        attn_kernel_add_for_testing(&attn_kernel_avx512_on_avx2);
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof all_tests / sizeof all_tests[0]; i++) {
         if (argc > 1 && strstr(all_tests[i].name, argv[1]) == NULL)
