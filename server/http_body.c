@@ -48,6 +48,10 @@
  * the body itself plus the JSON tree, which for short numbers ("0,") takes
  * up to about 24 bytes per byte of text (a boxed number and its slot). */
 #define HTTP_BODY_MEMORY_FACTOR 25
+/* The same for the binary section of a v2 inference body, which is never parsed: the
+ * bytes themselves, plus the arrays read from them, at most twice their size (FP32
+ * numbers read as double, for x through a weight set). */
+#define HTTP_BINARY_MEMORY_FACTOR 3
 
 /* The smallest step, in body bytes, in which a body's memory is reserved
  * as it arrives (each step doubles what has arrived, up to the announced
@@ -97,13 +101,43 @@ static int body_never_fits_error(attn_error *err, unsigned long long bytes, size
                      (share != 0 ? share : budget_limit()) >> 20);
 }
 
+/* Budget bytes a body of hr of `len` bytes may need at its peak (body_need), and the
+ * longest body that `reserved` bytes cover (body_covered, its inverse).  A body that is
+ * not parsed needs itself; one parsed as JSON, HTTP_BODY_MEMORY_FACTOR a byte; a v2
+ * inference body with binary tensors, that for its JSON header (the first
+ * hr->binary_at bytes: all the v2 path parses) and HTTP_BINARY_MEMORY_FACTOR for the
+ * rest.  Both saturate rather than wrap. */
+static size_t body_need(const http_request *hr, size_t len)
+{
+    if (!hr->parses_body)
+        return len;
+    size_t json = hr->binary_at != 0 && hr->binary_at < len ? hr->binary_at : len;
+    size_t need, rest;
+    if (mem_mul(json, HTTP_BODY_MEMORY_FACTOR, 1, &need) != 0 ||
+        mem_mul(len - json, HTTP_BINARY_MEMORY_FACTOR, 1, &rest) != 0 ||
+        __builtin_add_overflow(need, rest, &need))
+        return SIZE_MAX;
+    return need;
+}
+
+static size_t body_covered(const http_request *hr, size_t reserved)
+{
+    if (!hr->parses_body)
+        return reserved;
+    size_t json_need;
+    if (hr->binary_at == 0 ||
+        mem_mul(hr->binary_at, HTTP_BODY_MEMORY_FACTOR, 1, &json_need) != 0 ||
+        reserved <= json_need)
+        return reserved / HTTP_BODY_MEMORY_FACTOR;
+    return hr->binary_at + (reserved - json_need) / HTTP_BINARY_MEMORY_FACTOR;
+}
+
 /* Reserves the next step of hr's body, which is to grow to `len` bytes:
  * twice what has arrived, at least HTTP_BODY_STEP, at most the announced
  * length (or `limit`).  Returns 0, or -1 with nothing more reserved. */
 static int body_reserve_step(http_request *hr, size_t limit, size_t len)
 {
-    size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
-    size_t covered = hr->reserved / factor;
+    size_t covered = body_covered(hr, hr->reserved);
     if (len <= covered)
         return 0;
     size_t target = 2 * len;
@@ -115,10 +149,11 @@ static int body_reserve_step(http_request *hr, size_t limit, size_t len)
         target = most;
     /* A step never asks past the client's share for what would fit in it,
      * so that a refusal means "taken now" (503) or "never" (413). */
-    size_t share = budget_client_cap() / factor;
+    size_t share = body_covered(hr, budget_client_cap());
     if (share != 0 && target > share && share >= len)
         target = share;
-    return request_reserve(hr, (target - covered) * factor);
+    size_t need = body_need(hr, target);
+    return need > hr->reserved ? request_reserve(hr, need - hr->reserved) : 0;
 }
 
 /* (Re)allocates hr's body for cap bytes, keeping its hr->len bytes.  A v2 body with
@@ -170,7 +205,7 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
     }
     if (body_reserve_step(hr, limit, hr->len + n) != 0) {
         hr->no_memory = 1;
-        hr->no_memory_need = (hr->len + n) * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
+        hr->no_memory_need = body_need(hr, hr->len + n);
         http_body_free(hr);
         budget_client_release(hr->client, hr->reserved);
         hr->reserved = 0;
@@ -201,8 +236,8 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
      * its reservation reaches (so a slow sender holds no more than it has reserved), in
      * steps of at least MEM_POPULATE_SPLIT, or the rest of the body. */
     if (hr->cap > HTTP_BODY_WHOLE && hr->cap == hr->announced) {
-        size_t factor = hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1;
-        size_t upto = hr->reserved / factor < hr->cap ? hr->reserved / factor : hr->cap;
+        size_t covered = body_covered(hr, hr->reserved);
+        size_t upto = covered < hr->cap ? covered : hr->cap;
         size_t from = hr->populated > hr->len + n ? hr->populated : hr->len + n;
         if (upto > from && (upto - from >= MEM_POPULATE_SPLIT || upto == hr->cap)) {
             (void)mem_populate(hr->body + from, upto - from);
@@ -297,7 +332,10 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
     const char *format = http_query_arg(conn, "format");
     hr->parses_body = (!strcmp(method, "POST") || !strcmp(method, "PUT")) &&
                       !(format != NULL && !strcmp(format, "safetensors"));
-    hr->binary_at = binary_section_at(hr->inference_header_length);
+    /* Only the v2 inference route reads a body by its binary framing: elsewhere the whole
+     * body is JSON, whatever the header says. */
+    hr->binary_at = hr->route->id == ROUTE_V2_INFER
+                        ? binary_section_at(hr->inference_header_length) : 0;
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (length == NULL)
@@ -314,7 +352,7 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
         return http_queue_error(srv, conn, hr, &err, NULL);
     }
     hr->announced = (size_t)n;
-    size_t need = (size_t)n * (hr->parses_body ? HTTP_BODY_MEMORY_FACTOR : 1);
+    size_t need = body_need(hr, (size_t)n);
     if (body_never_fits(need)) {
         hr->too_large = 1;
         body_never_fits_error(&err, n, need);
