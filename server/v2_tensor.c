@@ -382,81 +382,75 @@ static int not_finite(const v2_tensor *t, size_t i, attn_error *err)
                      "must be finite.", field, t->name, "NaN or Inf", i);
 }
 
-/* Binary numbers as the machine holds them.  On a little-endian machine
- * the bytes are the numbers: they are copied (or used where they are) 16
- * bytes at a time, and the check for NaN and Inf is one OR over the lot:
- * (bits & exponent mask) + one unit of the exponent carries into the sign
- * bit exactly when the exponent is all ones, so the first such number is
- * looked for only when there is one.  (A loop of per-number compares, as
- * before, is one GCC's -O2 leaves scalar.)  Elsewhere the numbers are
- * assembled byte by byte. */
+/* Binary numbers as the machine holds them.  On a little-endian machine the
+ * bytes are the numbers: they are copied (or used where they are, by
+ * v2_tensor_view_floats) 16 bytes at a time, and the test for Inf and NaN is
+ * one OR over the lot, so that the first such number is looked for only when
+ * there is one.  (Per-number compares, as before, are a loop GCC's -O2 leaves
+ * scalar.)  Elsewhere the numbers are assembled byte by byte. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define V2_HOST_LE 1
-typedef uint32_t v2_u32x4 __attribute__((vector_size(16)));
 typedef uint64_t v2_u64x2 __attribute__((vector_size(16)));
 #else
 #define V2_HOST_LE 0
 #endif
 
-/* The n FP32 numbers at p into out (NULL: only checked); 1 when every one
- * is finite. */
-static int fp32_copy_finite(float *out, const unsigned char *p, size_t n)
+/* Inf and NaN have every exponent bit set, and (bits & exponent) + one unit of the
+ * exponent carries into the sign bit exactly then.  A 64-bit word holds one FP64 or two
+ * FP32 numbers; each FP32 half carries into its own sign bit (0x7f800000 + 0x00800000 is
+ * 0x80000000: nothing carries out), so one test serves a word of either width. */
+typedef struct fp_bits {
+    uint64_t exponent, unit, sign;
+} fp_bits;
+static const fp_bits fp32_bits = {0x7f8000007f800000ull, 0x0080000000800000ull,
+                                  0x8000000080000000ull};
+static const fp_bits fp64_bits = {0x7ff0000000000000ull, 0x0010000000000000ull,
+                                  0x8000000000000000ull};
+
+/* The sign bits of b set where the numbers in w are Inf or NaN. */
+static inline uint64_t fp_nonfinite(uint64_t w, const fp_bits *b)
 {
-    uint32_t bad = 0;
-    size_t i = 0;
-#if V2_HOST_LE
-    v2_u32x4 acc = {0};
-    for (; i + 4 <= n; i += 4) {
-        v2_u32x4 u;
-        memcpy(&u, p + 4 * i, sizeof u);
-        acc |= (u & 0x7f800000u) + 0x00800000u;
-        if (out != NULL)
-            memcpy(out + i, &u, sizeof u);
-    }
-    bad = acc[0] | acc[1] | acc[2] | acc[3];
-#endif
-    for (; i < n; i++) {
-        uint32_t u = load_le32(p + 4 * i);
-        bad |= (u & 0x7f800000u) + 0x00800000u;
-        if (out != NULL)
-            memcpy(&out[i], &u, sizeof u);
-    }
-    return !(bad & 0x80000000u);
+    return ((w & b->exponent) + b->unit) & b->sign;
 }
 
-/* The n FP64 numbers at p into out; 1 when every one is finite. */
-static int fp64_copy_finite(double *out, const unsigned char *p, size_t n)
+/* Copies the n numbers of `size` bytes (4: FP32, 8: FP64) at p, little-endian, into out
+ * in the machine's order (NULL: only tests them); 1 when every one is finite. */
+static int copy_finite(void *out, const unsigned char *p, size_t n, size_t size)
 {
-    const uint64_t exp_mask = 0x7ff0000000000000ull, exp_unit = 0x0010000000000000ull;
+    const fp_bits *b = size == 4 ? &fp32_bits : &fp64_bits;
+    unsigned char *o = out;
+    size_t bytes = n * size, i = 0;
     uint64_t bad = 0;
-    size_t i = 0;
 #if V2_HOST_LE
     v2_u64x2 acc = {0};
-    for (; i + 2 <= n; i += 2) {
-        v2_u64x2 u;
-        memcpy(&u, p + 8 * i, sizeof u);
-        acc |= (u & exp_mask) + exp_unit;
-        memcpy(out + i, &u, sizeof u);
+    for (; i + sizeof acc <= bytes; i += sizeof acc) {
+        v2_u64x2 w;
+        memcpy(&w, p + i, sizeof w);
+        acc |= (w & b->exponent) + b->unit;
+        if (o != NULL)
+            memcpy(o + i, &w, sizeof w);
     }
-    bad = acc[0] | acc[1];
+    bad = (acc[0] | acc[1]) & b->sign;
 #endif
-    for (; i < n; i++) {
-        uint64_t u = load_le64(p + 8 * i);
-        bad |= (u & exp_mask) + exp_unit;
-        memcpy(&out[i], &u, sizeof u);
+    for (; i < bytes; i += size) {  /* the rest, a number at a time */
+        uint32_t u32 = size == 4 ? load_le32(p + i) : 0;
+        uint64_t u = size == 4 ? u32 : load_le64(p + i);
+        bad |= fp_nonfinite(u, b);
+        if (o != NULL && size == 4)
+            memcpy(o + i, &u32, sizeof u32);
+        else if (o != NULL)
+            memcpy(o + i, &u, sizeof u);
     }
-    return !(bad & 0x8000000000000000ull);
+    return bad == 0;
 }
 
 /* The first element of t's binary numbers that is NaN or Inf, as its error. */
 static int first_not_finite(const v2_tensor *t, attn_error *err)
 {
-    size_t size = v2_datatype_size(t->datatype);
+    int fp32 = t->datatype == V2_FP32;
     for (size_t i = 0; i < t->count; i++) {
-        const unsigned char *p = t->bytes + size * i;
-        uint64_t u = size == 4 ? load_le32(p) : load_le64(p);
-        uint64_t mask = size == 4 ? 0x7f800000u : 0x7ff0000000000000ull;
-        if ((u & mask) == mask)
+        uint64_t u = fp32 ? load_le32(t->bytes + 4 * i) : load_le64(t->bytes + 8 * i);
+        if (fp_nonfinite(u, fp32 ? &fp32_bits : &fp64_bits))
             return not_finite(t, i, err);
     }
     assert(!"first_not_finite: every number is finite");
@@ -470,22 +464,22 @@ int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err)
     const unsigned char *p = t->bytes;
     size_t n = t->count;
     if (t->datatype == V2_FP64)
-        return fp64_copy_finite(out, p, n) ? 0 : first_not_finite(t, err);
-    int finite = 1;
+        return copy_finite(out, p, n, 8) ? 0 : first_not_finite(t, err);
+    uint64_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t u = load_le32(p + 4 * i);
         float f;
         memcpy(&f, &u, sizeof f);
-        finite &= (u & 0x7f800000u) != 0x7f800000u;
+        bad |= fp_nonfinite(u, &fp32_bits);
         out[i] = f;
     }
-    return finite ? 0 : first_not_finite(t, err);
+    return bad != 0 ? first_not_finite(t, err) : 0;
 }
 
 int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err)
 {
     assert(t->bytes != NULL && t->datatype == V2_FP32);
-    return fp32_copy_finite(out, t->bytes, t->count) ? 0 : first_not_finite(t, err);
+    return copy_finite(out, t->bytes, t->count, 4) ? 0 : first_not_finite(t, err);
 }
 
 int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *err)
@@ -494,7 +488,7 @@ int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *er
     *view = NULL;
     if (!V2_HOST_LE || (uintptr_t)t->bytes % _Alignof(float) != 0)
         return 0;
-    if (!fp32_copy_finite(NULL, t->bytes, t->count))
+    if (!copy_finite(NULL, t->bytes, t->count, 4))
         return first_not_finite(t, err);
     *view = (const float *)(const void *)t->bytes;
     return 0;
