@@ -25,10 +25,11 @@
  * median 535 ms instead of 602 (with memory it had just freed, 424 against
  * 431: as long).
  *
- * A v2 body with binary tensors (Inference-Header-Content-Length) is placed
- * in its buffer so that its binary section starts on a cache line
+ * A v2 inference body with binary tensors (Inference-Header-Content-Length)
+ * is placed in its buffer so that its binary section starts on a cache line
  * (body_place): its FP32 tensors are then read where they are, not copied
- * (v2_tensor_view_floats).
+ * (v2_tensor_view_floats).  Its budget counts the tree only for its JSON
+ * header, the part that is parsed (body_need).
  *
  * A body sent with Content-Encoding gzip or deflate is inflated as it
  * arrives (compress.h); --max-body, the budget and the share apply to the
