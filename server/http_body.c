@@ -35,7 +35,6 @@
  * arrives (compress.h); --max-body, the budget and the share apply to the
  * inflated bytes, so a small bomb is dropped like a large body.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +43,7 @@
 #include "budget_client.h"
 #include "http_private.h"
 #include "mem.h"
+#include "v2_tensor.h"
 
 /* Bytes a request parsed as JSON may need per byte of its body at its peak:
  * the body itself plus the JSON tree, which for short numbers ("0,") takes
@@ -296,17 +296,13 @@ static int body_encoding(struct MHD_Connection *conn, http_request *hr, attn_err
     return 0;
 }
 
-/* Where the binary section of a v2 body starts: its Inference-Header-Content-Length
- * when that is a decimal number, else 0 (none: the body is not placed).  One past the
- * body is refused later by v2_body_split; placing by it does no harm. */
+/* Where the binary section of a v2 body starts: its Inference-Header-Content-Length,
+ * read as v2_body_split reads it, else 0 (none, or one v2_body_split refuses: the body is
+ * not placed).  One past the body is refused later too; placing by it does no harm. */
 static size_t binary_section_at(const char *header_length)
 {
-    if (header_length == NULL || *header_length < '0' || *header_length > '9')
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long at = strtoull(header_length, &end, 10);
-    if (*end != '\0' || errno != 0 || at == 0 || at > SIZE_MAX)
+    unsigned long long at;
+    if (header_length == NULL || v2_header_length(header_length, &at) != 0 || at > SIZE_MAX)
         return 0;
     return (size_t)at;
 }

@@ -19,6 +19,20 @@
 #include "json_in.h"
 #include "mem.h"
 
+int v2_header_length(const char *text, unsigned long long *n)
+{
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    char *end;
+    *n = strtoull(p, &end, 10);     /* past ULLONG_MAX: ULLONG_MAX, longer than any body */
+    while (*end == ' ' || *end == '\t')
+        end++;
+    return *end == '\0' ? 0 : -1;
+}
+
 int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
                   attn_error *err)
 {
@@ -27,19 +41,8 @@ int v2_body_split(const char *body, size_t len, const char *header_length, v2_bo
     out->json_len = len;
     if (header_length == NULL)
         return 0;
-    const char *p = header_length;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p < '0' || *p > '9')
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
-                         "The header Inference-Header-Content-Length is \"%.40s\"; it must be the "
-                         "byte length of the JSON part of the body, a decimal integer.",
-                         header_length);
-    char *end;
-    unsigned long long n = strtoull(p, &end, 10);
-    while (*end == ' ' || *end == '\t')
-        end++;
-    if (*end != '\0')
+    unsigned long long n;
+    if (v2_header_length(header_length, &n) != 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
                          "The header Inference-Header-Content-Length is \"%.40s\"; it must be the "
                          "byte length of the JSON part of the body, a decimal integer.",
