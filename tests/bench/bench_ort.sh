@@ -10,13 +10,14 @@
 # three rounds (one with --quick).
 #
 # Usage: bash tests/bench/bench_ort.sh RESULTS [--quick]   (from the repository's top; `make bench`
-# runs it through run.sh).  Writes RESULTS/ort.md (the table); exit status 0, or 1 when a check
-# failed or a program did not run.
+# runs it through run.sh).  Writes RESULTS/ort.md (the table), making the directory RESULTS if
+# need be; exit status 0, or 1 when a check failed or a program did not run.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/bench/lib.sh
-RESULTS=$1
+RESULTS=${1:?usage: bash tests/bench/bench_ort.sh RESULTS [--quick]}
 QUICK=${2:-}
+mkdir -p "$RESULTS"
 work=$(mktemp -d)
 trap 'bench_stop_all; rm -rf -- "$work"' EXIT
 failed=0
