@@ -9,13 +9,19 @@
  * binary_data_size fields and the raw bytes after them are all fuzzed.  The
  * first byte's bit 3 makes every array of numbers be read by json_fast, not only long
  * ones, and its bit 4 answers as an I/O thread would first (a request it
- * defers is answered again as by a worker).  The
+ * defers is answered again as by a worker).  Its bit 5 makes the PUT and the GET
+ * of the set ?format=safetensors: the PUT's body is then a checkpoint file read
+ * with the preset of bits 6-7 (torch_mha, hf_bert, gpt2, names) and the heads,
+ * layer and layout of the next byte (safetensors_query), so the file format's
+ * reader, the presets' name matching and the copy into arrays are fuzzed too.  The
  * server's own api_handle runs it with small limits, so the decoder, the
  * limit checks, the math and the store all see hostile input.  Build and run
  * with `make fuzz` (clang, ASan + UBSan); a crash, a leak or a sanitizer
  * report is a finding.  Every answer must be a JSON body with a status the
  * contract allows.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +34,23 @@
 #include "test_hooks.h"
 
 static server_config fuzz_cfg;
+
+/* The store's directory, made by LLVMFuzzerInitialize, is emptied and removed at exit
+ * (libFuzzer leaves through exit(), also after a finding): the store keeps only flat files
+ * there. */
+static void remove_data_dir(void)
+{
+    DIR *d = opendir(fuzz_cfg.data_dir);
+    if (d == NULL)
+        return;
+    int fd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            (void)unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    (void)rmdir(fuzz_cfg.data_dir);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
@@ -46,11 +69,66 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (rc != CONFIG_OK || mkdtemp(dir) == NULL)
         abort();
     snprintf(fuzz_cfg.data_dir, sizeof fuzz_cfg.data_dir, "%s", dir);
+    atexit(remove_data_dir);
     mem_install_jansson();
     attn_error err;
     if (api_init(&fuzz_cfg, &err) != 0)
         abort();
     return 0;
+}
+
+/* The query of a safetensors request: ?format=safetensors and, for a PUT, the
+ * arguments safetensors_query chose. */
+typedef struct fuzz_query {
+    const char *keys[12], *values[12];
+    int n;
+} fuzz_query;
+
+static const char *fuzz_query_arg(const void *ctx, const char *key)
+{
+    const fuzz_query *q = ctx;
+    for (int i = 0; i < q->n; i++)
+        if (!strcmp(q->keys[i], key))
+            return q->values[i];
+    return NULL;
+}
+
+static void query_add(fuzz_query *q, const char *key, const char *value)
+{
+    q->keys[q->n] = key;
+    q->values[q->n++] = value;
+}
+
+/* A PUT's preset from bits 6-7 of the first byte; heads (1 to 4), layer (none,
+ * all, 0 or 1) and layout (out_in or in_out, for names) from the byte after it. */
+static void safetensors_query(fuzz_query *q, unsigned char first, unsigned char args)
+{
+    static const char *const presets[] = {"torch_mha", "hf_bert", "gpt2", "names"};
+    static const char *const heads[] = {"1", "2", "3", "4"};
+    static const char *const layers[] = {NULL, "all", "0", "1"};
+    query_add(q, "preset", presets[first >> 6]);
+    query_add(q, "heads", heads[args & 3]);
+    if (layers[(args >> 2) & 3] != NULL)
+        query_add(q, "layer", layers[(args >> 2) & 3]);
+    if (first >> 6 == 3) {
+        query_add(q, "layout", args & 16 ? "in_out" : "out_in");
+        query_add(q, "wq", "q.weight");
+        query_add(q, "wk", "k.weight");
+        query_add(q, "wv", "v.weight");
+        query_add(q, "wo", "o.weight");
+        query_add(q, "bq", "q.bias");
+    }
+}
+
+/* A stored set answered as a file: 8 bytes of header length, then its JSON header. */
+static int is_safetensors(const char *body, size_t len)
+{
+    if (body == NULL || len < 10)
+        return 0;
+    unsigned long long n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | (unsigned char)body[i];
+    return n <= len - 8 && body[8] == '{';
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
@@ -76,6 +154,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         req.body_len = size - 3;
         req.inference_header_length = header_length;
     }
+    /* Bit 5: the set as a safetensors file (a PUT's body after its argument byte). */
+    fuzz_query query = {.n = 0};
+    int safetensors = (data[0] & 32) && (which == 1 || which == 2) && size >= 2;
+    if (safetensors) {
+        query_add(&query, "format", "safetensors");
+        if (which == 1) {
+            safetensors_query(&query, data[0], data[1]);
+            req.body = (const char *)data + 2;
+            req.body_len = size - 2;
+        }
+        req.query_arg = fuzz_query_arg;
+        req.query_ctx = &query;
+    }
     api_response resp;
     api_handle(&req, &resp);
     if (resp.deferred) {
@@ -88,8 +179,13 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     int s = resp.status;
     if (!(s == 200 || s == 201 || s == 204 || s == 400 || s == 404 || s == 413 || s == 503))
         abort();
-    if (s != 204 && (resp.body == NULL || resp.body[0] != '{'))
+    /* A GET of the set as safetensors answers the file; every other answer is JSON. */
+    if (safetensors && which == 2 && s == 200) {
+        if (!is_safetensors(resp.body, resp.body_len))
+            abort();
+    } else if (s != 204 && (resp.body == NULL || resp.body[0] != '{')) {
         abort();
+    }
     api_response_free(&resp);
     return 0;
 }
