@@ -7,7 +7,7 @@
 #              make_checkpoint.py) against PUT of the same weights as JSON (~550 MB: each float32
 #              widened to a double and printed with repr). Each PUT goes to a freshly started
 #              server, so that its peak RSS (VmHWM) is the upload's own; curl's time_total,
-#              median of BENCH_CKPT_REPS (default 3) reps.                        (target 20x)
+#              median of BENCH_CKPT_REPS (default 5) reps.                        (target 20x)
 #              The note gives the safetensors upload's peak RSS as a multiple of the file
 #              (target <= 1.5x) and the RSS at start. Both stored sets are first read back
 #              (GET ?format=safetensors) and must equal the float32 source bit for bit.
@@ -39,7 +39,7 @@ cd "$(dirname "$0")/../.."
 . tests/bench/lib.sh
 
 RESULTS=build/bench/results
-REPS=${BENCH_CKPT_REPS:-3}
+REPS=${BENCH_CKPT_REPS:-5}
 CKPT_SECS=${BENCH_CKPT_SECONDS:-240}
 GZIP_REPS=50
 GZIP_SECS=${BENCH_GZIP_SECONDS:-60}
