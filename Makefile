@@ -35,15 +35,15 @@ endif
 CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) $(DEFS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS_ALL = $(OPT) $(PKG_LIBS) -lpthread -lm
 
-# Every server/*.c but the entry point and the build-machine generator is part of the
-# library that the server, the unit tests and the benchmarks link: a new module needs no
-# edit here.
-LIB_SRCS := $(sort $(filter-out server/main.c server/viz_embed.c,$(wildcard server/*.c)))
+# Every server/MODULE/*.c but the build-machine generator is part of the library that the
+# server (server/main.c on top), the unit tests and the benchmarks link: a new file or a new
+# module folder needs no edit here (docs/design.md has the modules and their layers).
+LIB_SRCS := $(sort $(filter-out server/viz/viz_embed.c,$(wildcard server/*/*.c)))
 LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o
 # The unit tests and the fuzzers use a test build of the library: the modules that define
-# test hooks (server/test_hooks.h) are compiled again with -DATTN_TESTING into
+# test hooks (server/core/test_hooks.h) are compiled again with -DATTN_TESTING into
 # $(BUILD)/obj/testing/.  The server links none of them.
-HOOKED := mem json_fast store_io attention_fused
+HOOKED := core/mem json/json_fast store/store_io kernel/attention_fused
 TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
@@ -70,7 +70,7 @@ $(BUILD)/obj/%.o: server/%.c
 	$(CC) $(CFLAGS_ALL) $(EXTRA_$(notdir $*)) -Iserver -c $< -o $@
 
 # Only the softmax exponentials are built with -ffast-math (vector exp from libmvec);
-# see server/attention_exp.h for why that is safe there.
+# see server/kernel/attention_exp.h for why that is safe there.
 EXTRA_attention_exp := -O3 -ffast-math
 
 # attention.c's passes over whole arrays (float copies, the division of each output row by its
@@ -79,7 +79,7 @@ EXTRA_attention_exp := -O3 -ffast-math
 # nothing is reassociated without -ffast-math).
 EXTRA_attention := -fvect-cost-model=dynamic
 
-# The fused attention kernel, one object per instruction set (server/attention_fused.h); the
+# The fused attention kernel, one object per instruction set (server/kernel/attention_fused.h); the
 # sanitized build and the unit tests take the same flags through this one rule.  Contracting
 # a * b + c into an FMA is what the kernel is written for.
 FUSED_FLAGS := -O3 -ffp-contract=fast
@@ -93,14 +93,14 @@ EXTRA_attention_fused_portable := $(FUSED_FLAGS)
 EXTRA_kernel_avx512_on_avx2 := $(FUSED_FLAGS) -mavx2 -mfma -Wno-psabi
 
 # The visualizer's page and the golden examples, built into the binary: a small generator
-# (server/viz_embed.c, built for the build machine) writes them as C arrays into
-# build/gen/viz_assets.c; server/viz.h declares them.  The page is served as /viz and the
+# (server/viz/viz_embed.c, built for the build machine) writes them as C arrays into
+# build/gen/viz_assets.c; server/viz/viz.h declares them.  The page is served as /viz and the
 # examples as /viz/examples/NAME.json.
-VIZ_FILES := $(sort $(wildcard server/viz/*.html server/viz/*.css server/viz/*.js))
+VIZ_FILES := $(sort $(wildcard server/viz/page/*.html server/viz/page/*.css server/viz/page/*.js))
 VIZ_EXAMPLES := $(sort $(wildcard tests/fixtures/*.json))
 VIZ_GEN := build/gen/viz_assets.c
 
-build/viz-embed: server/viz_embed.c
+build/viz-embed: server/viz/viz_embed.c
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 $(WARN) $< -o $@
 
@@ -291,18 +291,18 @@ bench: deps browser-deps ort-deps
 # http.c (HTTP_POOL_THREADS fixes the number, which --io-threads otherwise chooses);
 # `make bench-mhd` measures them against each other (tests/bench/bench_mhd.sh).  Only the
 # number of I/O threads differs: in every variant a large computation runs on the workers
-# and a small request may be answered on the I/O thread that read it (see server/http.c).
+# and a small request may be answered on the I/O thread that read it (see server/http/http.c).
 MHD_VARIANTS := pool1 pool2 pool4 pool8
 MHD_DEFS_pool1 := -DHTTP_POOL_THREADS=1
 MHD_DEFS_pool2 := -DHTTP_POOL_THREADS=2
 MHD_DEFS_pool4 := -DHTTP_POOL_THREADS=4
 MHD_DEFS_pool8 := -DHTTP_POOL_THREADS=8
 
-build/bench/mhd/http-%.o: server/http.c
+build/bench/mhd/http-%.o: server/http/http.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(MHD_DEFS_$*) -Iserver -c $< -o $@
 
-build/bench/mhd/attention-server-%: $(filter-out build/obj/http.o,$(LIB_OBJS)) build/obj/main.o \
+build/bench/mhd/attention-server-%: $(filter-out build/obj/http/http.o,$(LIB_OBJS)) build/obj/main.o \
 		build/bench/mhd/http-%.o
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
@@ -315,7 +315,7 @@ bench-mhd: deps
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
 # api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
 FUZZ_SECONDS ?= 120
-build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard server/*.h server/*.inc)
+build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard server/*/*.h server/*/*.inc)
 	@mkdir -p build/fuzz/corpus
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver $(LIB_SRCS) $(VIZ_GEN) \
@@ -323,11 +323,11 @@ build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) tests/fuzz/fuzz_api.c $(wildcard ser
 	    $(PKG_LIBS) -lpthread -lm
 
 # json_fast against jansson alone: any difference aborts (tests/unit/json_fast_check.h).
-build/fuzz/fuzz-json-fast: server/json_fast.c server/mem.c server/json_fast.h server/mem.h \
+build/fuzz/fuzz-json-fast: server/json/json_fast.c server/core/mem.c server/json/json_fast.h server/core/mem.h \
                            tests/fuzz/fuzz_json_fast.c tests/unit/json_fast_check.h
 	@mkdir -p build/fuzz/corpus-json
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json_fast.c server/mem.c \
+	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json/json_fast.c server/core/mem.c \
 	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
 
 fuzz: deps build/fuzz/fuzz-api build/fuzz/fuzz-json-fast

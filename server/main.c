@@ -22,16 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "attention.h"
-#include "blas_setup.h"
-#include "budget.h"
-#include "budget_client.h"
-#include "compute.h"
-#include "config.h"
-#include "http.h"
-#include "mem.h"
-#include "metrics.h"
+#include "router/api.h"
+#include "kernel/attention.h"
+#include "kernel/blas_setup.h"
+#include "core/budget.h"
+#include "core/budget_client.h"
+#include "core/compute.h"
+#include "core/config.h"
+#include "http/http.h"
+#include "core/mem.h"
+#include "metrics/metrics.h"
 
 extern char **environ;
 

@@ -72,7 +72,7 @@ every_suite() {
     filtered v2 build/v2test --server build/asan/attention-server
     # The answers checked against the reference and the golden files again with each
     # narrower kernel path forced (the suites above run the widest this CPU has; see
-    # server/attention_fused.h).  The unit tests run every path the CPU has already.
+    # server/kernel/attention_fused.h).  The unit tests run every path the CPU has already.
     local kernel_paths=portable path group
     if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
         kernel_paths="avx2 $kernel_paths"

@@ -5,7 +5,7 @@
  * The ONNX Runtime rows (bench_ort.sh) print each kernel's GFLOP/s as a share of
  * this figure, measured in the same run, so that "how far from what the FMA
  * units can do" needs no number from another day.  The kernels are the widest
- * OpenBLAS has for this CPU: blas_setup_select (server/blas_setup.c) is called
+ * OpenBLAS has for this CPU: blas_setup_select (server/kernel/blas_setup.c) is called
  * first, as the server calls it, and OPENBLAS_CORETYPE still overrides it.
  * This is a benchmark of the BLAS itself, hence cblas.h here and not through
  * the attention module.
@@ -21,7 +21,7 @@
 #include <cblas.h>
 
 #include "bench_util.h"
-#include "blas_setup.h"
+#include "kernel/blas_setup.h"
 
 #define GEMM_N 4096
 #define MAX_REPS 20

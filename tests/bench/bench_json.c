@@ -45,10 +45,10 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "json_fast.h"
-#include "jsonw.h"
-#include "mem.h"
-#include "v2_tensor.h"
+#include "json/json_fast.h"
+#include "json/jsonw.h"
+#include "core/mem.h"
+#include "v2/v2_tensor.h"
 
 #define ROWS 512
 #define COLS 512

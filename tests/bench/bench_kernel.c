@@ -41,11 +41,11 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "attention.h"
-#include "blas_setup.h"
-#include "compute.h"
-#include "mem.h"
-#include "config.h"
+#include "kernel/attention.h"
+#include "kernel/blas_setup.h"
+#include "core/compute.h"
+#include "core/mem.h"
+#include "core/config.h"
 
 extern char **environ;
 

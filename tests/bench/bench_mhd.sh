@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_mhd.sh - which libmicrohttpd threading model should the server use?  Measured, not
 # assumed.  `make bench-mhd` builds one server per model (build/bench/mhd/, see the
-# top of server/http.c) and runs this script with their names.
+# top of server/http/http.c) and runs this script with their names.
 #
 # For each model, on a fresh server with --max-inflight 256 (so that the limit, not the model,
 # never turns requests away) and everything else at its default:

@@ -33,11 +33,11 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "attention.h"
-#include "error.h"
-#include "mem.h"
-#include "weights_json.h"
-#include "store.h"
+#include "kernel/attention.h"
+#include "core/error.h"
+#include "core/mem.h"
+#include "request/weights_json.h"
+#include "store/store.h"
 
 #define SET_NAME "big"
 #define CTX_ROWS 8

@@ -26,12 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "config.h"
-#include "json_fast.h"
-#include "mem.h"
-#include "safetensors.h"
-#include "test_hooks.h"
+#include "router/api.h"
+#include "core/config.h"
+#include "json/json_fast.h"
+#include "core/mem.h"
+#include "checkpoint/safetensors.h"
+#include "core/test_hooks.h"
 
 static server_config fuzz_cfg;
 

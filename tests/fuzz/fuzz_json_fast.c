@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "json_fast_check.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);

@@ -10,7 +10,7 @@
 #include "itest.h"
 
 /* blas.core is the widest OpenBLAS has for this CPU, unless the operator chose one with
- * OPENBLAS_CORETYPE (server/blas_setup.c); blas.core_chosen_by says which happened. */
+ * OPENBLAS_CORETYPE (server/kernel/blas_setup.c); blas.core_chosen_by says which happened. */
 static void check_blas_core(struct test *t, const json_t *blas)
 {
     const char *core = json_string_value(json_object_get(blas, "core"));

@@ -10,8 +10,8 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "json_fast.h"
-#include "mem.h"
+#include "json/json_fast.h"
+#include "core/mem.h"
 
 static inline int same_double(double a, double b)
 {

@@ -1,7 +1,7 @@
 /*
  * kernel_avx512_on_avx2.c - the avx512 path of the fused kernel at its own
  * widths (16 floats or 8 doubles a vector, a 6 x 2 score tile, output chunks
- * of 4 vectors: as server/attention_fused_avx512.c) compiled for AVX2 + FMA,
+ * of 4 vectors: as server/kernel/attention_fused_avx512.c) compiled for AVX2 + FMA,
  * so that the unit tests run that path's source, every loop and tail that
  * depends on the width, on a CPU without AVX-512.  GCC splits each 64-byte
  * vector into two of AVX2's; what this checks is the source at those
@@ -16,4 +16,4 @@
 #define OV 4
 #define PATH_TARGET "avx2,fma"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-#include "attention_fused_path.inc"
+#include "kernel/attention_fused_path.inc"

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_fused.h"
-#include "mem.h"
+#include "kernel/attention_fused.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* kernel_avx512_on_avx2.c: the avx512 path's source at its widths, for AVX2. */
 extern const attn_kernel_path attn_kernel_avx512_on_avx2;

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "attention.h"
+#include "kernel/attention.h"
 
 extern int test_failed;
 

@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "json_fast.h"
-#include "json_in.h"
-#include "mem.h"
-#include "route.h"
+#include "router/api.h"
+#include "json/json_fast.h"
+#include "json/json_in.h"
+#include "core/mem.h"
+#include "route/route.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* Starts the handlers on an empty data directory dir (a mkdtemp template). */
 static int api_start(server_config *cfg, char *dir)

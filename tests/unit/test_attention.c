@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "attention.h"
+#include "kernel/attention.h"
 #include "ref/reference.h"
 #include "test.h"
 

@@ -5,10 +5,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "attention_json.h"
-#include "config.h"
-#include "json_in.h"
-#include "mem.h"
+#include "v1/attention_json.h"
+#include "core/config.h"
+#include "json/json_in.h"
+#include "core/mem.h"
 #include "test.h"
 
 /* Parses text[0..len) as the server does and decodes it; a body that does

@@ -1,5 +1,5 @@
 /*
- * test_attention_pool.c - pooled attention weights (server/attention_pool.c) against the
+ * test_attention_pool.c - pooled attention weights (server/kernel/attention_pool.c) against the
  * full matrix computed here in long double and pooled by its definition.
  *
  * Shapes land on the edges of the pool's own blocks (64 queries, 512 keys, bands of 256
@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "attention_fused.h"
-#include "attention_pool.h"
-#include "compute.h"
-#include "mem.h"
+#include "kernel/attention_fused.h"
+#include "kernel/attention_pool.h"
+#include "core/compute.h"
+#include "core/mem.h"
 #include "test.h"
 
 static uint64_t pool_rng = 0x13198A2E03707344ull;

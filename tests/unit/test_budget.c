@@ -5,8 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "budget.h"
-#include "budget_client.h"
+#include "core/budget.h"
+#include "core/budget_client.h"
 #include "test.h"
 
 static struct sockaddr_in ipv4(const char *text)

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "compute.h"
-#include "mem.h"
-#include "safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "core/compute.h"
+#include "core/mem.h"
+#include "checkpoint/safetensors.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* Element k of a test tensor: distinct for every tensor and position. */
 static double val(int tensor, size_t k)

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
-#include "mem.h"
+#include "http/compress.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* A sink that gathers up to cap bytes and stops past them. */
 typedef struct gather { char *data; size_t len, cap; } gather;

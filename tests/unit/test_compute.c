@@ -11,10 +11,10 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "compute.h"
-#include "mem.h"
+#include "core/compute.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* The compute pool runs every task once, hands out slots below max_slots,
  * and never lets more threads compute at once than it has slots, however

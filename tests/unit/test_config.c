@@ -3,7 +3,7 @@
  */
 #include <stdlib.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "test.h"
 
 static int load(server_config *cfg, char **argv, char **envp, char *errbuf, size_t errlen)

@@ -4,11 +4,11 @@
  */
 #include <stdlib.h>
 
-#include "guard.h"
-#include "mem.h"
-#include "route.h"
+#include "http/guard.h"
+#include "core/mem.h"
+#include "route/route.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 #define TOKEN_A "tok-aaaaaaaaaaaaaaaaaaaa"
 #define TOKEN_B "tok-bbbbbbbbbbbbbbbbbbbb"

@@ -10,12 +10,12 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "json_fast.h"
+#include "json/json_fast.h"
 #include "json_fast_check.h"
-#include "json_in.h"
-#include "mem.h"
+#include "json/json_in.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* ---- generating bodies -------------------------------------------------- */
 

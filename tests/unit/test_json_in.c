@@ -3,10 +3,10 @@
  */
 #include <jansson.h>
 
-#include "json_in.h"
-#include "mem.h"
+#include "json/json_in.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* Parses text as the server does; NULL (reported) when it does not parse. */
 static json_t *parse(const char *text)

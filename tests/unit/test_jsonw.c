@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonw.h"
-#include "mem.h"
-#include "numfmt.h"
+#include "json/jsonw.h"
+#include "core/mem.h"
+#include "json/numfmt.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

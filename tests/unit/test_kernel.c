@@ -2,7 +2,7 @@
  * test_kernel.c - the blocked, online-softmax kernel.
  *
  * The kernel splits the queries into blocks of 64 to 512 rows and the keys
- * into blocks of 256 (server/attention.c), skips key blocks the causal mask
+ * into blocks of 256 (server/kernel/attention.c), skips key blocks the causal mask
  * hides, and runs the blocks on the compute pool.  These tests run it
  * against the naive float64 reference (tests/ref/reference.c) on shapes
  * chosen to land on every edge of those blocks, with and without the
@@ -13,9 +13,9 @@
 
 #include <valgrind/valgrind.h>
 
-#include "attention.h"
-#include "mem.h"
-#include "compute.h"
+#include "kernel/attention.h"
+#include "core/mem.h"
+#include "core/compute.h"
 #include "ref/reference.h"
 #include "test.h"
 

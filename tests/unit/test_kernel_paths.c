@@ -1,5 +1,5 @@
 /*
- * test_kernel_paths.c - every path of the fused kernel (server/attention_fused.h)
+ * test_kernel_paths.c - every path of the fused kernel (server/kernel/attention_fused.h)
  * that this CPU can run, held to the float64 reference.
  *
  * Each test runs once per available path (attn_kernel_select), through
@@ -17,9 +17,9 @@
 
 #include <valgrind/valgrind.h>
 
-#include "attention.h"
-#include "attention_fused.h"
-#include "compute.h"
+#include "kernel/attention.h"
+#include "kernel/attention_fused.h"
+#include "core/compute.h"
 #include "ref/reference.h"
 #include "test.h"
 

@@ -10,9 +10,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "mem.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* "[0.5,1.5,...]" of n numbers; the caller frees it with free. */
 static char *number_array(size_t n)

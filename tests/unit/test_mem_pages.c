@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "mem.h"
+#include "core/mem.h"
 #include "test.h"
 
 /* Pages [first, last] of the mapping at base that are resident. */

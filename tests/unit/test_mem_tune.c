@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mem.h"
+#include "core/mem.h"
 #include "test.h"
 
 /* More than glibc's default of eight arenas a core would allow on two. */

@@ -14,8 +14,8 @@
  * tests run a few hundred thousand values (the suite also runs under ASan
  * and valgrind); NUMFMT_SWEEP=N runs N values of each kind instead.
  *
- * The table check recomputes every entry of server/numfmt_pow10.inc with
- * exact big-integer arithmetic, as server/gen_numfmt_pow10.py defines it,
+ * The table check recomputes every entry of server/json/numfmt_pow10.inc with
+ * exact big-integer arithmetic, as server/json/gen_numfmt_pow10.py defines it,
  * and repeats the generator's checks of the facts numfmt.c relies on, so the
  * table and its generator cannot drift apart unnoticed.
  */
@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numfmt.h"
+#include "json/numfmt.h"
 #include "test.h"
 
-#include "numfmt_pow10.inc"
+#include "json/numfmt_pow10.inc"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -360,7 +360,7 @@ static int exact_cmp(unsigned __int128 c1, int e10, int e2, unsigned __int128 c2
 }
 
 /* Every entry is g(k) = ceil(10^-k * 2^r) with 10^-k * 2^r in [2^127,
- * 2^128), as server/gen_numfmt_pow10.py defines it. */
+ * 2^128), as server/json/gen_numfmt_pow10.py defines it. */
 void test_numfmt_pow10_table_matches_definition(void)
 {
     typedef unsigned __int128 u128;

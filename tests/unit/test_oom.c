@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "mem.h"
-#include "attention_json.h"
+#include "router/api.h"
+#include "core/mem.h"
+#include "v1/attention_json.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 static const char *const oom_body =
     "{\"x\":[[[1,2],[3,4],[5,6]],[[1,0],[0,1],[1,1]]],\"context\":[[[1,2],[3,4]],[[1,1],[2,2]]],"

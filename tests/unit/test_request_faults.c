@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_json.h"
-#include "config.h"
-#include "json_in.h"
+#include "v1/attention_json.h"
+#include "core/config.h"
+#include "json/json_in.h"
 #include "test.h"
-#include "v2.h"
+#include "v2/v2.h"
 
 typedef struct fault_case {
     const char *about;

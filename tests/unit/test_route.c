@@ -4,7 +4,7 @@
  */
 #include <string.h>
 
-#include "route.h"
+#include "route/route.h"
 #include "test.h"
 
 /* Every id has a row, and the rows of one id agree on its label and its

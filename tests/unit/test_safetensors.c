@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "safetensors.h"
+#include "core/mem.h"
+#include "checkpoint/safetensors.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* Builds a file from a header text and raw data bytes into buf (which holds
  * cap bytes); returns its length.  The header length written is

@@ -26,10 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "mem.h"
-#include "store.h"
+#include "core/mem.h"
+#include "store/store.h"
 #include "test.h"
-#include "test_hooks.h"
+#include "core/test_hooks.h"
 
 /* Limits far above anything these tests store. */
 static const store_limits roomy = {(size_t)1 << 30, (size_t)1 << 31, 0, 0};

@@ -12,10 +12,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 
-#include "mem.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
-#include "v2_tensor.h"
+#include "core/test_hooks.h"
+#include "v2/v2_tensor.h"
 
 /* Little-endian bytes of floats and doubles, written byte by byte so the test
  * does not depend on the machine's order. */

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "mem.h"
+#include "router/api.h"
+#include "core/mem.h"
 #include "test.h"
-#include "test_hooks.h"
-#include "viz.h"
+#include "core/test_hooks.h"
+#include "viz/viz.h"
 
 /* Starts the API on an empty temporary data directory (dir receives its path). */
 static int viz_api_start(char *dir)

@@ -1,9 +1,9 @@
 /*
  * test_weights.c - the table of weight arrays and the rules about weights.
  */
-#include "mem.h"
+#include "core/mem.h"
 #include "test.h"
-#include "weights.h"
+#include "kernel/weights.h"
 
 void test_weights_table_matches_struct(void)
 {

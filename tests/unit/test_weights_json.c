@@ -3,10 +3,10 @@
  */
 #include <jansson.h>
 
-#include "json_in.h"
-#include "mem.h"
+#include "json/json_in.h"
+#include "core/mem.h"
 #include "test.h"
-#include "weights_json.h"
+#include "request/weights_json.h"
 
 /* Parses text as the server does. */
 static json_t *parse(const char *text)

@@ -1,0 +1,168 @@
+/*
+ * http_conn.c - the record of every open connection, and the reaper of slow
+ * and vanished clients.
+ *
+ * libmicrohttpd's own timeout (--timeout) closes only silent connections,
+ * so every connection also has a record here, made and dropped by the
+ * connection-notify callback, that says which phase it is in (waiting for
+ * headers, receiving a body, being answered) and since when.  A reaper
+ * thread looks at the records a few times a second and closes a connection
+ * whose headers have not arrived within --header-timeout, or whose body
+ * averages less than --min-body-rate after that.  It closes with
+ * shutdown(2), never close(2): the descriptor stays libmicrohttpd's, whose
+ * next read sees end-of-file and which then closes and frees the connection
+ * itself.  The record is removed under the server's lock by the notify
+ * callback, which libmicrohttpd calls before it closes the descriptor, so
+ * the reaper (which holds the same lock) never touches a descriptor that
+ * could have been reused.  The same reaper peeks (MSG_PEEK) at the sockets
+ * of suspended requests: a client that has gone away stops its computation
+ * (compute_token_stop), which ends within one block of keys, and a request
+ * still queued is dropped; so is one that waited past --queue-wait-ms or
+ * its deadline.
+ */
+#include <errno.h>
+#include <sys/socket.h>
+
+#include "http_private.h"
+#include "core/mem.h"
+#include "metrics/metrics.h"
+
+/* How often the reaper looks at the connections. */
+#define HTTP_REAPER_MS 100
+
+void http_conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase)
+{
+    if (hc == NULL)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    hc->phase = phase;
+    hc->phase_start = compute_now();
+    if (phase == CONN_BODY)
+        atomic_store(&hc->body_bytes, 0);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* 1 when the peer of fd has closed its side or reset the connection. */
+static int peer_gone(int fd)
+{
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* One look at every connection and every handed-over request (under
+ * srv->lock); requests ended here join *resume. */
+static void reap_once(http_server *srv, http_request **resume)
+{
+    const server_config *cfg = srv->cfg;
+    double now = compute_now();
+    for (http_conn *hc = srv->conns; hc != NULL; hc = hc->next) {
+        if (hc->shut || hc->fd < 0)
+            continue;
+        double elapsed = now - hc->phase_start;
+        int slow = 0;
+        if (hc->phase == CONN_WAIT_HEADERS)
+            slow = elapsed > (double)cfg->header_timeout;
+        else if (hc->phase == CONN_BODY && cfg->min_body_rate > 0 &&
+                 elapsed > (double)cfg->header_timeout)
+            slow = (double)atomic_load(&hc->body_bytes) < (double)cfg->min_body_rate * elapsed;
+        if (slow) {
+            /* Counted first, so that a client that sees the close sees the count. */
+            metrics_slow_closed_add();
+            shutdown(hc->fd, SHUT_RDWR);
+            hc->shut = 1;
+        }
+    }
+    double queue_wait = (double)cfg->queue_wait_ms / 1000.0;
+    for (http_request *hr = srv->queue_head, *next; hr != NULL; hr = next) {
+        next = hr->qnext;
+        attn_error err;
+        error_clear(&err);
+        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd)) {
+            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
+            error_set(&err, ERR_UNAVAILABLE, "client_closed", NULL,
+                      "The client closed its connection before the request was started.");
+        } else if (now > hr->token.deadline) {
+            compute_token_stop(&hr->token, COMPUTE_DEADLINE);
+            compute_bind(&hr->token);
+            compute_stop_error(&err);
+            compute_bind(NULL);
+        } else if (now - hr->queued_at > queue_wait) {
+            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
+                      "Every one of the server's %ld workers stayed busy for %ld ms "
+                      "(--max-inflight, --queue-wait-ms); retry shortly.",
+                      cfg->max_inflight, cfg->queue_wait_ms);
+        } else {
+            continue;
+        }
+        http_finish_unrun(srv, hr, &err, resume);
+    }
+    for (http_request *hr = srv->running; hr != NULL; hr = hr->qnext)
+        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd))
+            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
+}
+
+void *http_reaper_main(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->lock);
+    while (!srv->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += HTTP_REAPER_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->reaper_wake, &srv->lock, &until);
+        if (srv->stopping)
+            break;
+        http_request *resume = NULL;
+        reap_once(srv, &resume);
+        pthread_mutex_unlock(&srv->lock);
+        http_resume_all(resume);
+        pthread_mutex_lock(&srv->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        http_conn *hc = mem_calloc(1, sizeof *hc);
+        *socket_context = hc;
+        if (hc == NULL)
+            return; /* served, but not watched */
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hc->fd = info != NULL ? info->connect_fd : -1;
+        hc->phase = CONN_WAIT_HEADERS;
+        hc->phase_start = compute_now();
+        atomic_init(&hc->body_bytes, 0);
+        pthread_mutex_lock(&srv->lock);
+        hc->next = srv->conns;
+        if (srv->conns != NULL)
+            srv->conns->prev = hc;
+        srv->conns = hc;
+        pthread_mutex_unlock(&srv->lock);
+        return;
+    }
+    http_conn *hc = *socket_context;
+    if (hc == NULL)
+        return;
+    /* libmicrohttpd closes the descriptor after this returns: unlink first,
+     * so that the reaper never shuts down a reused descriptor. */
+    pthread_mutex_lock(&srv->lock);
+    if (hc->prev != NULL)
+        hc->prev->next = hc->next;
+    else
+        srv->conns = hc->next;
+    if (hc->next != NULL)
+        hc->next->prev = hc->prev;
+    pthread_mutex_unlock(&srv->lock);
+    mem_free(hc);
+    *socket_context = NULL;
+}

@@ -1,0 +1,176 @@
+/*
+ * http_private.h - what the files of the HTTP layer share: the server, the
+ * record of an open connection, the state of one request, and the functions
+ * one file offers the others.
+ *
+ *   http.c         the daemon: start and stop, the access handler that takes a
+ *                  request from its first byte to its hand-over, completion
+ *   http_body.c    gathering a body under --max-body and the memory budget,
+ *                  within its sender's share (budget_client.h)
+ *   http_queue.c   the worker threads and their queue (suspend and resume)
+ *   http_conn.c    the record of every open connection and the reaper of
+ *                  slow or vanished clients
+ *   http_answer.c  the response and its headers (CORS, Allow, Retry-After ...)
+ *
+ * Nothing outside these files includes this header.
+ */
+#ifndef ATTN_HTTP_PRIVATE_H
+#define ATTN_HTTP_PRIVATE_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "message/api_message.h"
+#include "core/budget_client.h"
+#include "compress.h"
+#include "core/compute.h"
+#include "core/config.h"
+#include "guard.h"
+#include "http.h"
+#include "metrics/metrics.h"
+#include "route/route.h"
+
+typedef enum {
+    CONN_WAIT_HEADERS,          /* since opening, or since the previous answer */
+    CONN_BODY,                  /* headers arrived; the body is coming */
+    CONN_BUSY                   /* complete: being worked on or answered */
+} conn_phase;
+
+/* One open connection, from libmicrohttpd's STARTED notification to its
+ * CLOSED one.  phase and phase_start change under the server's lock. */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;
+    conn_phase phase;
+    double phase_start;
+    atomic_size_t body_bytes;   /* of the current request */
+    int shut;                   /* the reaper has shut it down */
+} http_conn;
+
+typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct http_request http_request;
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    const server_config *cfg;
+    guard *guard;
+    char *tls_cert, *tls_key;   /* PEM text, kept while the daemon runs */
+    unsigned port;
+    pthread_mutex_t lock;
+    pthread_cond_t work;        /* a request was queued, or stopping */
+    http_conn *conns;           /* every open connection */
+    http_request *queue_head, *queue_tail;
+    http_request *running;      /* requests a worker is on */
+    pthread_t *workers;
+    unsigned worker_count;
+    pthread_t reaper;
+    int reaper_started;
+    pthread_cond_t reaper_wake;
+    int stopping;
+};
+
+/* State of one request, from its first byte to its completion. */
+struct http_request {
+    struct timespec start;
+    http_server *srv;
+    struct MHD_Connection *conn;
+    http_conn *hc;
+    char *body;
+    size_t len, cap;
+    size_t body_shift;          /* bytes from the allocation to body (http_body.c, body_place) */
+    size_t binary_at;           /* where a v2 body's binary section starts, or 0 (likewise) */
+    size_t populated;           /* a whole body's bytes made resident ahead (http_body.c) */
+    int too_large;
+    compress_inflater *inflater; /* Content-Encoding gzip or deflate; NULL for none */
+    int bad_encoding;           /* the compressed body is not of its coding */
+    int no_memory;              /* the body outgrew the budget or its client's share */
+    size_t no_memory_need;      /* what it needed then, bytes */
+    int status;
+    size_t bytes_in, bytes_out;
+    size_t reserved;            /* bytes held in the budget, through client */
+    budget_client *client;      /* the sender's share of the budget, once looked up */
+    int client_known;           /* client has been looked up (it may be NULL) */
+    size_t announced;           /* Content-Length; 0 when none or chunked */
+    int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte (http_body.c) */
+    const route *route;         /* its row of the route table, found once */
+    char method[12];            /* for the access log */
+    char path[96];
+    /* Hand-off to a worker (fields below under srv->lock while queued or running). */
+    const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
+    const char *inference_header_length; /* the v2 header, or NULL; likewise */
+    const char *if_match;               /* If-Match, or NULL; likewise */
+    const char *accept_encoding;        /* Accept-Encoding, or NULL; likewise */
+    /* The encoding of hr->resp, decided by the worker that made it (http_answer_encode):
+     * when answer_encoded is set, answer_coding (NULL: none) and answer_varies are it. */
+    int answer_encoded, answer_varies;
+    const char *answer_coding;
+    http_request *qprev, *qnext;
+    job_state job;
+    double queued_at;
+    long deadline_ms;           /* the request's own X-Deadline-Ms, 0 for none */
+    compute_token token;
+    api_response resp;
+    int handed;                 /* answered_by is set (else: its I/O thread, as a cheap request) */
+    metrics_path answered_by;
+};
+
+/* http_conn.c: sets the phase of the connection record hc (NULL is fine)
+ * and its start to now, under srv->lock. */
+void http_conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase);
+
+/* http_conn.c: libmicrohttpd's connection-notify callback, which makes and
+ * drops the record of each connection. */
+void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code);
+
+/* http_conn.c: the reaper thread (arg: the server). */
+void *http_reaper_main(void *arg);
+
+/* http_body.c: admitting a body from the headers, storing its chunks
+ * (inflated first when it is compressed), and the refusal of a body that was
+ * dropped or is not of its coding (each says more above it). */
+enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, http_request *hr,
+                                const char *method);
+int http_body_receive(http_request *hr, size_t limit, const char *data, size_t n);
+int http_body_refused(const http_server *srv, http_request *hr, attn_error *err);
+void http_body_release(http_request *hr);
+/* Frees hr's body (placed by http_body.c: not a plain mem_free). */
+void http_body_free(http_request *hr);
+
+/* http.c: api_request.query_arg, a decoded query argument of the
+ * connection conn (NULL when absent). */
+const char *http_query_arg(const void *conn, const char *key);
+
+/* http_answer.c: compressing hr->resp as its client's Accept-Encoding asks, on the
+ * worker that made it: the I/O thread serves every other connection meanwhile, and a
+ * large answer's deflate is long (6.4 MB of JSON took 90 ms at zlib's level 1).  An
+ * answer made on the I/O thread is compressed there, by http_queue_answer. */
+void http_answer_encode(http_request *hr);
+
+/* http_answer.c: queueing resp as hr's answer (preflight: the OPTIONS
+ * headers; v: the guard's verdict or NULL), and the error answer on hr's
+ * route. */
+enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
+                                  http_request *hr, api_response *resp, int preflight,
+                                  const guard_verdict *v);
+void http_error_response(api_response *resp, const http_request *hr, const attn_error *err);
+enum MHD_Result http_queue_error(http_server *srv, struct MHD_Connection *conn,
+                                 http_request *hr, const attn_error *err, const guard_verdict *v);
+
+/* http_queue.c: the compute token of hr, answering hr on this thread,
+ * handing it to a worker, ending a queued one unrun (under srv->lock, the
+ * connection joining *resume), resuming such a list, the threads. */
+void http_request_token_start(http_server *srv, http_request *hr);
+void http_request_handle(http_request *hr, int io_thread);
+void http_dispatch(http_server *srv, http_request *hr);
+void http_finish_unrun(http_server *srv, http_request *hr, const attn_error *err,
+                       http_request **resume);
+void http_resume_all(http_request *list);
+int http_threads_start(http_server *srv);
+void http_threads_stop(http_server *srv);
+
+#endif

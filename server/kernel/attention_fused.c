@@ -1,0 +1,127 @@
+/*
+ * attention_fused.c - which path of the fused kernel runs (attention_fused.h).
+ *
+ * The paths are listed widest first; the automatic choice is the first this
+ * CPU can run (cpuid, through __builtin_cpu_supports, which also checks that
+ * the operating system saves the wide registers).  The choice is made once,
+ * at start-up, before any request is computed; the unit tests change it
+ * between tests to run every path, and add one the server does not have
+ * (tests/unit/kernel_avx512_on_avx2.c).
+ */
+#include "attention_fused.h"
+
+#include "attention.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef ATTN_TESTING
+#include "core/test_hooks.h"
+#endif
+
+static const attn_kernel_path *all_paths[] = {
+    &attn_kernel_avx512,
+    &attn_kernel_avx2,
+    &attn_kernel_portable,
+#ifdef ATTN_TESTING
+    NULL,   /* a path only the unit tests run (attn_kernel_add_for_testing) */
+#endif
+};
+#define PATH_SLOTS (sizeof all_paths / sizeof all_paths[0])
+
+/* The paths: all_paths up to its first NULL. */
+static size_t path_count(void)
+{
+    size_t n = 0;
+    while (n < PATH_SLOTS && all_paths[n] != NULL)
+        n++;
+    return n;
+}
+
+#ifdef ATTN_TESTING
+void attn_kernel_add_for_testing(const attn_kernel_path *path)
+{
+    all_paths[PATH_SLOTS - 1] = path;
+}
+#endif
+
+static _Atomic(const attn_kernel_path *) chosen;
+
+static const attn_kernel_path *auto_path(void)
+{
+    __builtin_cpu_init();
+    for (size_t i = 0; i < path_count(); i++)
+        if (all_paths[i]->supported())
+            return all_paths[i];
+    return &attn_kernel_portable;
+}
+
+int attn_kernel_select(const char *name, char *err, size_t errlen)
+{
+    if (name == NULL || !strcmp(name, "auto") || !strcmp(name, "")) {
+        atomic_store(&chosen, auto_path());
+        return 0;
+    }
+    __builtin_cpu_init();
+    for (size_t i = 0; i < path_count(); i++) {
+        if (strcmp(all_paths[i]->name, name) != 0)
+            continue;
+        if (!all_paths[i]->supported()) {
+            char names[64] = "";
+            for (size_t j = 0; j < path_count(); j++)
+                if (all_paths[j]->supported())
+                    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                             names[0] ? ", " : "", all_paths[j]->name);
+            snprintf(err, errlen,
+                     "kernel path \"%s\" needs instructions this CPU does not have; "
+                     "it runs auto, %s", name, names);
+            return -1;
+        }
+        atomic_store(&chosen, all_paths[i]);
+        return 0;
+    }
+    snprintf(err, errlen, "unknown kernel path \"%s\" (auto, avx512, avx2 or portable)", name);
+    return -1;
+}
+
+const attn_kernel_path *attn_kernel_current(void)
+{
+    const attn_kernel_path *p = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (p == NULL) {
+        /* Every thread that gets here computes the same answer. */
+        p = auto_path();
+        atomic_store(&chosen, p);
+    }
+    return p;
+}
+
+size_t attn_kernel_available(const attn_kernel_path **paths, size_t max)
+{
+    size_t n = 0;
+    __builtin_cpu_init();
+    for (size_t i = 0; i < path_count(); i++)
+        if (n < max && all_paths[i]->supported())
+            paths[n++] = all_paths[i];
+    return n;
+}
+
+/* The module's public face (attention.h): names only. */
+int attention_kernel_select(const char *name, char *err, size_t errlen)
+{
+    return attn_kernel_select(name, err, errlen);
+}
+
+const char *attention_kernel_path(void)
+{
+    return attn_kernel_current()->name;
+}
+
+size_t attention_kernel_available(const char **names, size_t max)
+{
+    const attn_kernel_path *paths[PATH_SLOTS];
+    size_t n = attn_kernel_available(paths, PATH_SLOTS);
+    for (size_t i = 0; i < n && i < max; i++)
+        names[i] = paths[i]->name;
+    return n < max ? n : max;
+}

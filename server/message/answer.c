@@ -1,0 +1,120 @@
+/*
+ * answer.c - the bodies every handler answers with: JSON, the two forms of
+ * error body, the draining 503.
+ */
+#include "answer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "route/route.h"
+
+void answer_static(api_response *resp, int status, const char *body)
+{
+    resp->status = status;
+    resp->body = (char *)body;
+    resp->body_len = strlen(body);
+    resp->body_static = 1;
+    resp->content_type = "application/json";
+}
+
+void answer_jw(api_response *resp, int status, jw_buf *w)
+{
+    resp->body = jw_finish(w, &resp->body_len);
+    if (resp->body == NULL) {
+        attn_error err;
+        error_nomem(&err);
+        answer_error(resp, &err);
+        return;
+    }
+    resp->body_static = 0;
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+void answer_json(api_response *resp, int status, json_t *value)
+{
+    /* json_dumps allocates through mem_malloc (mem_install_jansson). */
+    char *text = value ? json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(value);
+    if (text == NULL) {
+        attn_error err;
+        error_nomem(&err);
+        answer_error(resp, &err);
+        return;
+    }
+    resp->body = text;
+    resp->body_len = strlen(text);
+    resp->body_static = 0;
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+/* v1: {"error":{"code":...,"message":...,"field":...}}, the field only when
+ * one member is at fault. */
+static void write_v1_error(jw_buf *w, const attn_error *err)
+{
+    jw_init(w, 256 + strlen(err->message));
+    jw_raw(w, "{\"error\":{\"code\":");
+    jw_string(w, err->code);
+    jw_raw(w, ",\"message\":");
+    jw_string(w, err->message);
+    if (err->field[0]) {
+        jw_raw(w, ",\"field\":");
+        jw_string(w, err->field);
+    }
+    jw_raw(w, "}}\n");
+}
+
+/* v2: {"error":"sentence"}, the field put before the sentence when the
+ * sentence does not name it. */
+static void write_v2_error(jw_buf *w, const attn_error *err)
+{
+    char text[sizeof err->field + sizeof err->message + 4];
+    if (err->field[0] && strstr(err->message, err->field) == NULL)
+        snprintf(text, sizeof text, "%s: %s", err->field, err->message);
+    else
+        snprintf(text, sizeof text, "%s", err->message);
+    jw_init(w, 64 + strlen(text));
+    jw_raw(w, "{\"error\":");
+    jw_string(w, text);
+    jw_raw(w, "}\n");
+}
+
+void answer_error(api_response *resp, const attn_error *err)
+{
+    int v2 = route_error_form(resp->route) == ROUTE_ERRORS_V2;
+    jw_buf w;
+    if (v2)
+        write_v2_error(&w, err);
+    else
+        write_v1_error(&w, err);
+    api_response_free(resp);
+    resp->status = error_http_status(err->kind);
+    resp->content_type = "application/json";
+    resp->inference_header_length = 0;
+    if (err->kind == ERR_UNAVAILABLE && resp->retry_after == 0)
+        resp->retry_after = 1;
+    resp->body = jw_finish(&w, &resp->body_len);
+    resp->body_static = 0;
+    if (resp->body == NULL) {
+        resp->retry_after = 1;
+        answer_static(resp, 503, v2 ? "{\"error\":\"The server ran out of memory; retry later.\"}\n"
+                                    : "{\"error\":{\"code\":\"overloaded\",\"message\":\"The "
+                                      "server ran out of memory; retry later.\"}}\n");
+    }
+}
+
+void answer_draining_error(attn_error *err)
+{
+    error_set(err, ERR_UNAVAILABLE, "shutting_down", NULL,
+              "The server is shutting down and takes no new work; retry on another instance.");
+}
+
+void answer_draining(api_response *resp)
+{
+    attn_error err;
+    answer_draining_error(&err);
+    resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
+    answer_error(resp, &err);
+}

@@ -1,0 +1,49 @@
+/*
+ * answer.h - filling an api_response: a JSON body, an error body, the
+ * draining 503.
+ *
+ * The handlers answer through these, so that an out-of-memory
+ * while writing an answer, the shape of an error body and the Retry-After of
+ * a 503 are decided here once.  The error body takes the form of the route
+ * the response belongs to (resp->route, route.h): v1's {"error":{"code",
+ * "message","field"}} or the Open Inference Protocol's {"error":"sentence"}.
+ */
+#ifndef ATTN_ANSWER_H
+#define ATTN_ANSWER_H
+
+#include <jansson.h>
+
+#include "api_message.h"
+#include "core/error.h"
+#include "json/jsonw.h"
+
+/* Seconds a client is told to wait (Retry-After) before it retries a server
+ * that is shutting down: long enough for a balancer to notice /readyz. */
+#define ANSWER_DRAINING_RETRY_AFTER 5
+
+/* Answers status with body, a string literal (not copied, never freed);
+ * "" for an answer without a body. */
+void answer_static(api_response *resp, int status, const char *body);
+
+/* Answers status with the JSON text written into w, which this consumes;
+ * when w ran out of memory, answers the out-of-memory error instead. */
+void answer_jw(api_response *resp, int status, jw_buf *w);
+
+/* Answers status with value (stolen; NULL, as from a failed json_pack, gives
+ * the out-of-memory error) serialised with two-space indentation. */
+void answer_json(api_response *resp, int status, json_t *value);
+
+/* Replaces the body of resp (freeing it) with the error body for err
+ * (borrowed) in the form of resp->route, and sets the status from err->kind;
+ * a 503 without a Retry-After gets Retry-After: 1.  When memory runs out
+ * here, the answer is a static 503 "overloaded". */
+void answer_error(api_response *resp, const attn_error *err);
+
+/* Fills err with the 503 shutting_down error of a server that drains. */
+void answer_draining_error(attn_error *err);
+
+/* Answers the 503 shutting_down of a server that drains, with
+ * Retry-After: ANSWER_DRAINING_RETRY_AFTER. */
+void answer_draining(api_response *resp);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * metrics.c - counters behind GET /metrics.
+ *
+ * One mutex guards fixed-size tables: requests by route and status code,
+ * a latency histogram by route, and byte totals.  Observation is a few
+ * additions under the lock, cheap next to any request's work.
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "json/jsonw.h"
+
+#define STATUS_SLOTS 600
+
+static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                       0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+#define BUCKETS (sizeof bucket_bounds / sizeof bucket_bounds[0])
+
+static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long requests[ROUTE_COUNT][STATUS_SLOTS];
+static unsigned long buckets[ROUTE_COUNT][BUCKETS + 1];
+static double duration_sum[ROUTE_COUNT];
+static unsigned long duration_count[ROUTE_COUNT];
+static unsigned long long bytes_in_total, bytes_out_total;
+static atomic_long inflight;
+static atomic_ulong path_counts[PATH_COUNT];
+static atomic_ulong slow_closed;
+static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
+static int store_observed;
+static double store_last_ok;        /* monotonic seconds */
+static size_t store_sets, store_bytes;
+static unsigned long long store_sync_errors;
+
+static double monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void metrics_store_observe(int ok, size_t sets, size_t bytes)
+{
+    double now = monotonic_seconds();
+    pthread_mutex_lock(&metrics_lock);
+    store_observed = 1;
+    if (ok)
+        store_last_ok = now;
+    else
+        store_sync_errors++;
+    store_sets = sets;
+    store_bytes = bytes;
+    pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
+                     size_t bytes_out)
+{
+    if (id >= ROUTE_COUNT)
+        id = ROUTE_OTHER;
+    if (status < 0 || status >= STATUS_SLOTS)
+        status = 0;
+    pthread_mutex_lock(&metrics_lock);
+    requests[id][status]++;
+    size_t b = 0;
+    while (b < BUCKETS && seconds > bucket_bounds[b])
+        b++;
+    buckets[id][b]++;
+    duration_sum[id] += seconds;
+    duration_count[id]++;
+    bytes_in_total += bytes_in;
+    bytes_out_total += bytes_out;
+    pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_path_observe(metrics_path path)
+{
+    if (path < PATH_COUNT)
+        atomic_fetch_add(&path_counts[path], 1);
+}
+
+void metrics_inflight_add(int delta)
+{
+    atomic_fetch_add(&inflight, delta);
+}
+
+long metrics_inflight(void)
+{
+    return atomic_load(&inflight);
+}
+
+void metrics_slow_closed_add(void)
+{
+    atomic_fetch_add(&slow_closed, 1);
+}
+
+static void put_ulong(jw_buf *w, unsigned long long v)
+{
+    jw_size(w, (size_t)v);
+}
+
+char *metrics_render(size_t *len)
+{
+    jw_buf w;
+    jw_init(&w, 4096);
+    pthread_mutex_lock(&metrics_lock);
+    jw_raw(&w, "# HELP attn_http_requests_total HTTP requests answered, by route and status.\n"
+               "# TYPE attn_http_requests_total counter\n");
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (int s = 0; s < STATUS_SLOTS; s++)
+            if (requests[r][s]) {
+                jw_raw(&w, "attn_http_requests_total{route=\"");
+                jw_raw(&w, route_label((route_id)r));
+                jw_raw(&w, "\",code=\"");
+                jw_size(&w, (size_t)s);
+                jw_raw(&w, "\"} ");
+                put_ulong(&w, requests[r][s]);
+                jw_char(&w, '\n');
+            }
+    jw_raw(&w, "# HELP attn_http_request_duration_seconds Time from first byte to answer.\n"
+               "# TYPE attn_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < ROUTE_COUNT; r++) {
+        if (!duration_count[r])
+            continue;
+        unsigned long cumulative = 0;
+        for (size_t b = 0; b <= BUCKETS; b++) {
+            cumulative += buckets[r][b];
+            jw_raw(&w, "attn_http_request_duration_seconds_bucket{route=\"");
+            jw_raw(&w, route_label((route_id)r));
+            jw_raw(&w, "\",le=\"");
+            if (b < BUCKETS)
+                jw_double(&w, bucket_bounds[b]);
+            else
+                jw_raw(&w, "+Inf");
+            jw_raw(&w, "\"} ");
+            put_ulong(&w, cumulative);
+            jw_char(&w, '\n');
+        }
+        jw_raw(&w, "attn_http_request_duration_seconds_sum{route=\"");
+        jw_raw(&w, route_label((route_id)r));
+        jw_raw(&w, "\"} ");
+        jw_double(&w, duration_sum[r]);
+        jw_raw(&w, "\nattn_http_request_duration_seconds_count{route=\"");
+        jw_raw(&w, route_label((route_id)r));
+        jw_raw(&w, "\"} ");
+        put_ulong(&w, duration_count[r]);
+        jw_char(&w, '\n');
+    }
+    jw_raw(&w, "# HELP attn_http_request_bytes_total Request body bytes received.\n"
+               "# TYPE attn_http_request_bytes_total counter\nattn_http_request_bytes_total ");
+    put_ulong(&w, bytes_in_total);
+    jw_raw(&w, "\n# HELP attn_http_response_bytes_total Response body bytes sent.\n"
+               "# TYPE attn_http_response_bytes_total counter\nattn_http_response_bytes_total ");
+    put_ulong(&w, bytes_out_total);
+    if (store_observed) {
+        jw_raw(&w, "\n# HELP attn_store_last_sync_age_seconds Seconds since the weight-set "
+                   "directory was last scanned successfully.\n"
+                   "# TYPE attn_store_last_sync_age_seconds gauge\nattn_store_last_sync_age_seconds ");
+        jw_double(&w, monotonic_seconds() - store_last_ok);
+        jw_raw(&w, "\n# HELP attn_store_sets Weight sets loaded.\n"
+                   "# TYPE attn_store_sets gauge\nattn_store_sets ");
+        jw_size(&w, store_sets);
+        jw_raw(&w, "\n# HELP attn_store_bytes Bytes of the weight-set files loaded.\n"
+                   "# TYPE attn_store_bytes gauge\nattn_store_bytes ");
+        jw_size(&w, store_bytes);
+        jw_raw(&w, "\n# HELP attn_store_sync_errors_total Scans of the weight-set directory "
+                   "that failed.\n# TYPE attn_store_sync_errors_total counter\n"
+                   "attn_store_sync_errors_total ");
+        put_ulong(&w, store_sync_errors);
+    }
+    pthread_mutex_unlock(&metrics_lock);
+    jw_raw(&w, "\n# HELP attn_http_dispatch_total Requests with work to do, by where they were "
+               "answered: inline (on the I/O thread that read them), worker, or deferred (to a "
+               "worker, after the I/O thread found them not small).\n"
+               "# TYPE attn_http_dispatch_total counter");
+    for (int p = 0; p < PATH_COUNT; p++) {
+        jw_raw(&w, "\nattn_http_dispatch_total{path=\"");
+        jw_raw(&w, path_labels[p]);
+        jw_raw(&w, "\"} ");
+        put_ulong(&w, atomic_load(&path_counts[p]));
+    }
+    jw_raw(&w, "\n# HELP attn_http_inflight_requests Requests being received or answered now.\n"
+               "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
+    long now = metrics_inflight();
+    jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
+               "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
+               "# TYPE attn_http_slow_connections_closed_total counter\n"
+               "attn_http_slow_connections_closed_total ");
+    put_ulong(&w, atomic_load(&slow_closed));
+    jw_char(&w, '\n');
+    return jw_finish(&w, len);
+}

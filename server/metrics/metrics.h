@@ -1,0 +1,46 @@
+/*
+ * metrics.h - request counters in Prometheus text format.
+ *
+ * The HTTP layer reports every finished request (route, status, duration,
+ * bytes in and out) and the number in flight; GET /metrics renders them.
+ * All functions are thread-safe.
+ */
+#ifndef ATTN_METRICS_H
+#define ATTN_METRICS_H
+
+#include <stddef.h>
+
+#include "route/route.h"
+
+
+void metrics_observe(route_id id, int status, double seconds, size_t bytes_in,
+                     size_t bytes_out);
+/* Which thread answered a request that is not answered by its I/O thread
+ * as a matter of course (those with a body, and weight-set reads). */
+typedef enum metrics_path {
+    PATH_INLINE,            /* its I/O thread, the request being small */
+    PATH_WORKER,            /* a worker */
+    PATH_DEFERRED,          /* a worker, after its I/O thread found it not small */
+    PATH_COUNT
+} metrics_path;
+
+/* Counts one request answered along path. */
+void metrics_path_observe(metrics_path path);
+
+void metrics_inflight_add(int delta);
+long metrics_inflight(void);
+
+/* Counts one connection the reaper closed for delivering its headers or
+ * body too slowly. */
+void metrics_slow_closed_add(void);
+
+/* Records the outcome of one weight-store sync (ok non-zero: it worked) and
+ * what is loaded after it; /metrics shows the age of the last good one, the
+ * sets and bytes, and the failures. */
+void metrics_store_observe(int ok, size_t sets, size_t bytes);
+
+/* Renders all metrics; returns text the caller frees with mem_free, and its
+ * length in *len, or NULL when out of memory. */
+char *metrics_render(size_t *len);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * api_info.c - what the server says of itself: GET /healthz and /readyz (the
+ * probes), /v1/info (version, build, BLAS, limits) and /metrics.
+ */
+#include <jansson.h>
+
+#include "message/answer.h"
+#include "router/api_private.h"
+#include "kernel/attention.h"
+#include "kernel/blas_setup.h"
+#include "core/compute.h"
+#include "metrics/metrics.h"
+#include "store/store.h"
+#include "core/version.h"
+
+void api_probe_healthz(const api_request *req, api_response *resp)
+{
+    (void)req;
+    answer_static(resp, 200, "{\"status\":\"ok\"}\n");
+}
+
+/* Not ready while draining, nor when the shared weight-set directory has
+ * been unreadable for three sync intervals: this replica may serve stale
+ * sets then. */
+void api_probe_readyz(const api_request *req, api_response *resp)
+{
+    (void)req;
+    if (api_is_draining()) {
+        answer_draining(resp);
+        return;
+    }
+    store_status st;
+    store_get_status(api_weight_store(), &st);
+    if (st.interval_ms > 0 && (st.last_ok_age_ms < 0 || st.last_ok_age_ms > 3LL * st.interval_ms)) {
+        attn_error err;
+        resp->retry_after = (int)(st.interval_ms / 1000) + 1;
+        error_set(&err, ERR_UNAVAILABLE, "store_unreachable", NULL,
+                  "The weight-set directory %s has not been read for %lld ms (more than "
+                  "three --store-sync-interval); sets written elsewhere may be missing here.",
+                  api_config()->data_dir, st.last_ok_age_ms);
+        answer_error(resp, &err);
+        return;
+    }
+    answer_static(resp, 200, "{\"status\":\"ready\"}\n");
+}
+
+void api_info_handle(const api_request *req, api_response *resp)
+{
+    (void)req;
+    const server_config *cfg = api_config();
+    char config[256], core[64];
+    int threads;
+    attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
+    const char *paths[8];
+    size_t path_count = attention_kernel_available(paths, 8);
+    json_t *available = json_array();
+    for (size_t i = 0; i < path_count; i++)
+        json_array_append_new(available, json_string(paths[i]));
+    json_t *info = json_pack(
+        "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:i}, s:{s:i, s:i}, "
+        "s:{s:s, s:o}, s:[s, s], "
+        "s:{s:I, s:I, s:I, s:I, s:I}}",
+        "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
+        "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
+        "blas", "library", "OpenBLAS", "config", config, "core", core,
+        "core_chosen_by", blas_setup_chosen_by(), "threads", threads,
+        "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
+        "kernel", "path", attention_kernel_path(), "available", available,
+        "dtypes", "float64", "float32",
+        "limits", "max_body_bytes", (json_int_t)cfg->max_body,
+        "max_elements", (json_int_t)cfg->max_elements,
+        "max_request_memory_bytes", (json_int_t)cfg->max_request_memory,
+        "max_inflight", (json_int_t)cfg->max_inflight,
+        "max_connections", (json_int_t)cfg->max_connections);
+    answer_json(resp, 200, info);
+}
+
+void api_metrics_handle(const api_request *req, api_response *resp)
+{
+    (void)req;
+    resp->body = metrics_render(&resp->body_len);
+    if (resp->body == NULL) {
+        attn_error err;
+        error_nomem(&err);
+        answer_error(resp, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}

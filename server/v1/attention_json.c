@@ -1,0 +1,461 @@
+/*
+ * attention_json.c - decoding POST /v1/attention bodies and encoding their
+ * answers.
+ *
+ * Scalars are read first (they are cheap and shape the rest), then which
+ * form the request takes (q, k and v, or x with weights), then the matrices,
+ * each through json_in.  Every rule between the matrices (q against k, k
+ * against v, heads, mask, the weights' widths) is attention_request's; this
+ * file only reads JSON into it, and writes the answer.
+ */
+#include "attention_json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "request/weights_json.h"
+
+/* What the request gave of a matrix, as the rules see it. */
+static attention_input input_of(const json_in_tensor *t, const char *name)
+{
+    return (attention_input){name, name, t->rank, t->batch, t->rows, t->cols};
+}
+
+/* Reads the scalars: they are cheap and shape the rest. */
+static int decode_scalars(const json_t *root, attention_request *req, attn_error *err)
+{
+    static const char *const layouts[] = {"rows", "columns"};
+    static const char *const wlayouts[] = {"in_out", "out_in"};
+    static const char *const dtypes[] = {"float64", "float32"};
+    attn_job *job = &req->job;
+    int rc, layout, wlayout, dtype, causal, want_attention;
+    if ((rc = json_in_enum(root, "layout", layouts, 2, 0, &layout, err)) != 0 ||
+        (rc = json_in_enum(root, "weights_layout", wlayouts, 2, 0, &wlayout, err)) != 0 ||
+        (rc = json_in_enum(root, "dtype", dtypes, 2, 0, &dtype, err)) != 0 ||
+        (rc = json_in_bool(root, "causal", 0, &causal, err)) != 0 ||
+        (rc = json_in_bool(root, "return_attention", 1, &want_attention, err)) != 0)
+        return rc;
+    req->columns = layout == 1;
+    req->out_in = wlayout == 1;
+    req->weights_layout_given = json_object_get(root, "weights_layout") != NULL;
+    job->dtype = dtype == 1 ? ATTN_FLOAT32 : ATTN_FLOAT64;
+    job->causal = causal;
+    job->want_attention = want_attention;
+    size_t heads;
+    if ((rc = weights_json_decode_heads(root, 0, &heads, err)) != 0)
+        return rc;
+    req->heads_given = heads != 0;
+    job->heads = heads != 0 ? heads : 1;
+    const json_t *scale = json_object_get(root, "scale");
+    if (scale != NULL)
+        return attention_request_set_scale(req, json_is_number(scale) ? NULL : json_in_kind(scale),
+                                           json_number_value(scale), "scale", err);
+    return 0;
+}
+
+/* Reads a side of attention_pool (rows or cols): a whole number 1 .. ATTN_POOL_MAX_SIDE. */
+static int decode_pool_side(const json_t *obj, const char *name, size_t *out, attn_error *err)
+{
+    char field[32];
+    snprintf(field, sizeof field, "attention_pool.%s", name);
+    const json_t *v = json_object_get(obj, name);
+    if (v == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field", field,
+                         "attention_pool needs %s: how many cells the pooled attention has "
+                         "along the %s (1 to %d).", name, strcmp(name, "rows") == 0 ? "queries"
+                         : "keys", ATTN_POOL_MAX_SIDE);
+    return attention_request_pool_side(json_is_number(v) ? NULL : json_in_kind(v),
+                                       json_number_value(v), field, out, err);
+}
+
+/* Reads attention_pool.NAME, an optional [start, end) range of whole numbers, the window
+ * pooled (checked against the shapes later, by attention_request_check_pool). */
+static int decode_range(const json_t *obj, const char *name, size_t *start, size_t *end,
+                        attn_error *err)
+{
+    const json_t *r = json_object_get(obj, name);
+    if (r == NULL)
+        return 0;
+    double a = json_number_value(json_array_get(r, 0)), b = json_number_value(json_array_get(r, 1));
+    if (!json_is_array(r) || json_array_size(r) != 2 || !json_is_number(json_array_get(r, 0)) ||
+        !json_is_number(json_array_get(r, 1)) || a < 0 || b < 1 || a != floor(a) ||
+        b != floor(b) || a > 1e15 || b > 1e15)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", name[0] == 'q'
+                         ? "attention_pool.queries" : "attention_pool.keys",
+                         "attention_pool.%s must be [start, end]: whole numbers, the %s from "
+                         "start up to but not including end.", name, name);
+    *start = (size_t)a;
+    *end = (size_t)b;
+    return 0;
+}
+
+/* Reads return_qk and attention_pool ({"rows", "cols", "reduce"}): what the answer carries
+ * beside the output. */
+static int decode_extras(const json_t *root, attention_request *req, attn_error *err)
+{
+    static const char *const known[] = {"rows", "cols", "reduce", "queries", "keys"};
+    static const char *const reduces[] = {"max", "mean"};
+    int rc, want_qk;
+    if ((rc = json_in_bool(root, "return_qk", 0, &want_qk, err)) != 0)
+        return rc;
+    req->job.want_qk = want_qk;
+    const json_t *jp = json_object_get(root, "attention_pool");
+    if (jp == NULL || json_is_null(jp))
+        return 0;
+    if (!json_is_object(jp))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "attention_pool",
+                         "attention_pool is %s; it must be an object such as {\"rows\": 512, "
+                         "\"cols\": 512, \"reduce\": \"max\"}.", json_in_kind(jp));
+    if (json_is_false(json_object_get(root, "return_attention")))
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "attention_pool",
+                         "attention_pool asks for the attention, pooled, but return_attention "
+                         "is false; leave one of them out.");
+    const json_t *jr = json_object_get(jp, "reduce");
+    int reduce = 0;
+    if (jr != NULL && (!json_is_string(jr) ||
+                       (strcmp(json_string_value(jr), reduces[0]) != 0 &&
+                        strcmp(json_string_value(jr), reduces[1]) != 0)))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "attention_pool.reduce",
+                         "attention_pool.reduce must be \"max\" or \"mean\".");
+    if (jr != NULL)
+        reduce = strcmp(json_string_value(jr), "mean") == 0;
+    size_t rows, cols;
+    if ((rc = json_in_check_fields(jp, "attention_pool", known, 5, err)) != 0 ||
+        (rc = decode_pool_side(jp, "rows", &rows, err)) != 0 ||
+        (rc = decode_pool_side(jp, "cols", &cols, err)) != 0)
+        return rc;
+    attention_request_set_pool(req, rows, cols, reduce ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
+    req->pool_queries_field = "attention_pool.queries";
+    req->pool_keys_field = "attention_pool.keys";
+    if ((rc = decode_range(jp, "queries", &req->pool.q_start, &req->pool.q_end, err)) != 0)
+        return rc;
+    return decode_range(jp, "keys", &req->pool.k_start, &req->pool.k_end, err);
+}
+
+/* Checks which form the request takes, q/k/v or x with weights, and that it
+ * has no member of the other; sets *qkv for the first. */
+static int check_form(const json_t *root, int *qkv, attn_error *err)
+{
+    const json_t *jx = json_object_get(root, "x"), *jw = json_object_get(root, "weights");
+    const json_t *jq = json_object_get(root, "q"), *jk = json_object_get(root, "k");
+    const json_t *jv = json_object_get(root, "v");
+    *qkv = jq || jk || jv;
+    if (json_object_get(root, "weights_generation") != NULL && !json_is_string(jw))
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "weights_generation",
+                         "weights_generation applies only when weights names a stored set.");
+    if (jx != NULL && *qkv)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "x",
+                         "The request has both x and %s; give either x with weights, or q, k "
+                         "and v.", jq ? "q" : jk ? "k" : "v");
+    if (jx == NULL && !*qkv)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field", "q",
+                         "The request has neither q, k, v nor x; give q, k and v, or x with "
+                         "weights.");
+    if (*qkv && json_object_get(root, "context") != NULL)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "context",
+                         "context is only used with x (keys and values are made from it); "
+                         "with q, k and v, leave it out.");
+    if (*qkv && jw != NULL)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "weights",
+                         "weights are only used with x; q, k and v are already projected.");
+    if (!*qkv && jw == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field", "weights",
+                         "weights is missing; with x, give weights {\"wq\", \"wk\", \"wv\"} "
+                         "or the name of a stored weight set.");
+    return 0;
+}
+
+/* Reads q, k and v and shapes the job from them. */
+static int decode_qkv(const json_t *root, const json_in_budget *budget, attention_request *req,
+                      attn_error *err)
+{
+    static const char *const names[3] = {"q", "k", "v"};
+    double **dest[3] = {&req->q, &req->k, &req->v};
+    attention_input in[3];
+    int rc;
+    for (int i = 0; i < 3; i++)
+        if (json_object_get(root, names[i]) == NULL)
+            return error_set(err, ERR_BAD_REQUEST, "missing_field", names[i],
+                             "%s is missing; q, k and v go together.", names[i]);
+    for (int i = 0; i < 3; i++) {
+        json_in_tensor t;
+        if ((rc = json_in_tensor_decode(budget, json_object_get(root, names[i]), names[i], 3,
+                                         JSON_IN_NUMBER, req->columns, &t, err)) != 0)
+            return rc;
+        *dest[i] = t.data;
+        in[i] = input_of(&t, names[i]);
+        /* Checked as each arrives, so that a later input's numbers are not read in vain. */
+        if (i > 0 && (rc = attention_request_check_batch(&in[i], &in[0], err)) != 0)
+            return rc;
+    }
+    if ((rc = attention_request_shape_qkv(req, in, err)) != 0)
+        return rc;
+    req->job.q = req->q;
+    req->job.k = req->k;
+    req->job.v = req->v;
+    return 0;
+}
+
+/* Reads the name of a stored set and the optional generation asked of it. */
+static int decode_weights_name(const json_t *root, const char *name, attention_request *req,
+                               attn_error *err)
+{
+    if (!weights_valid_name(name))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "weights",
+                         "weights is \"%.64s\", which is not a valid weight-set name "
+                         "(1-64 of A-Z a-z 0-9 . _ -).", name);
+    snprintf(req->weights_name, sizeof req->weights_name, "%s", name);
+    const json_t *jg = json_object_get(root, "weights_generation");
+    if (jg == NULL)
+        return 0;
+    /* Numbers arrive as doubles: generations are below 2^53, so exact. */
+    double g = json_number_value(jg);
+    if (!json_is_number(jg) || !(g >= 1 && g < 9007199254740992.0) || g != (double)(uint64_t)g)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "weights_generation",
+                         "weights_generation must be a whole number >= 1, the "
+                         "generation a PUT of the set answered.");
+    req->weights_generation = (uint64_t)g;
+    return 0;
+}
+
+/* Reads x, the optional context and the weights (inline, then bound; or the
+ * name of a stored set, which the caller binds). */
+static int decode_x(const json_t *root, const json_in_budget *budget, attention_request *req,
+                    attn_error *err)
+{
+    const json_t *jctx = json_object_get(root, "context"), *jw = json_object_get(root, "weights");
+    json_in_tensor tx, tc;
+    attention_input x, ctx;
+    int rc;
+    if ((rc = json_in_tensor_decode(budget, json_object_get(root, "x"), "x", 3, JSON_IN_NUMBER,
+                                     req->columns, &tx, err)) != 0)
+        return rc;
+    req->x = tx.data;
+    x = input_of(&tx, "x");
+    if (jctx != NULL) {
+        if ((rc = json_in_tensor_decode(budget, jctx, "context", 3, JSON_IN_NUMBER, req->columns,
+                                         &tc, err)) != 0)
+            return rc;
+        req->context = tc.data;
+        ctx = input_of(&tc, "context");
+    }
+    if ((rc = attention_request_shape_x(req, &x, jctx ? &ctx : NULL, err)) != 0)
+        return rc;
+    req->job.x = req->x;
+    req->job.context = req->context;
+    if (json_is_string(jw))
+        return decode_weights_name(root, json_string_value(jw), req, err);
+    weights_json_tokens tokens = {req->x_width, req->ctx_width, jctx ? "context" : "x"};
+    if ((rc = weights_json_decode(jw, "weights", req->out_in, &tokens, budget, &req->weights,
+                                  err)) != 0)
+        return rc;
+    req->has_inline_weights = 1;
+    return attention_request_bind_weights(req, &req->weights, 0, err);
+}
+
+/* Reads the mask ([query][key], optionally batched) and checks its shape. */
+static int decode_mask(const json_t *jm, const json_in_budget *budget, attention_request *req,
+                       attn_error *err)
+{
+    json_in_tensor tm;
+    int rc;
+    if ((rc = json_in_tensor_decode(budget, jm, "mask", 3, JSON_IN_MASK, 0, &tm, err)) != 0)
+        return rc;
+    size_t n = tm.batch * tm.rows * tm.cols;
+    req->mask = mem_malloc(n);
+    if (req->mask == NULL) {
+        mem_free(tm.data);
+        return error_nomem(err);
+    }
+    for (size_t i = 0; i < n; i++)
+        req->mask[i] = tm.data[i] != 0.0;
+    mem_free(tm.data);
+    attention_input m = input_of(&tm, "mask");
+    if ((rc = attention_request_shape_mask(req, &m, err)) != 0)
+        return rc;
+    req->job.mask = req->mask;
+    return 0;
+}
+
+/* The body of attention_json_decode; on failure the caller frees what req holds. */
+static int decode_into(const json_t *root, const attention_json_limits *limits,
+                       attention_request *req, attn_error *err)
+{
+    static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
+                                        "causal", "mask", "scale", "layout", "weights_layout",
+                                        "dtype", "return_attention", "weights_generation",
+                                        "attention_pool", "return_qk"};
+    int rc, qkv;
+    if (!json_is_object(root))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The body is %s; it must be a JSON object with the request's fields "
+                         "(q, k, v or x and weights).", json_in_kind(root));
+    if ((rc = json_in_check_fields(root, "", known, sizeof known / sizeof known[0], err)) != 0 ||
+        (rc = decode_scalars(root, req, err)) != 0 || (rc = decode_extras(root, req, err)) != 0 ||
+        (rc = check_form(root, &qkv, err)) != 0)
+        return rc;
+    json_in_budget budget = {limits->max_elements, &req->input_elements};
+    rc = qkv ? decode_qkv(root, &budget, req, err) : decode_x(root, &budget, req, err);
+    if (rc != 0)
+        return rc;
+    const json_t *jm = json_object_get(root, "mask");
+    if (jm != NULL && (rc = decode_mask(jm, &budget, req, err)) != 0)
+        return rc;
+    return attention_request_check_pool(req, err);
+}
+
+int attention_json_tensor_field(const char *name, size_t len)
+{
+    static const char *const matrices[] = {"q", "k", "v", "x", "context", "mask"};
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
+        if (strlen(matrices[i]) == len && memcmp(matrices[i], name, len) == 0)
+            return 1;
+    return weights_part_named(name, len);
+}
+
+int attention_json_decode(const json_t *root, const attention_json_limits *limits,
+                          attention_request *req, attn_error *err)
+{
+    attention_request_init(req);
+    int rc = decode_into(root, limits, req, err);
+    if (rc != 0) {
+        attention_request_free(req);
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- the response ------------------------------------------------------ */
+
+/* The attention of head bh (batch * heads + head): the pooled grid, or the Lq x Lk weights
+ * in the job's precision. */
+static void encode_head(const attention_request *req, const attn_result *result, size_t bh,
+                        jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    if (j->pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+        jw_matrix(w, result->pooled + bh * gr * gc, gr, gc, 0, j->dtype == ATTN_FLOAT32);
+    } else if (j->dtype == ATTN_FLOAT32) {
+        jw_matrix_f32(w, result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk, 0, 1);
+    } else {
+        jw_matrix(w, result->attention + bh * j->lq * j->lk, j->lq, j->lk, 0, 0);
+    }
+}
+
+/* "attention", full or pooled: [batch][head] only where the request had those axes. */
+static void encode_attention(const attention_request *req, const attn_result *result,
+                             jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    jw_raw(w, ",\"attention\":");
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        if (req->heads_given)
+            jw_char(w, '[');
+        for (size_t h = 0; h < j->heads; h++) {
+            if (h)
+                jw_char(w, ',');
+            encode_head(req, result, b * j->heads + h, w);
+        }
+        if (req->heads_given)
+            jw_char(w, ']');
+    }
+    if (req->batched)
+        jw_char(w, ']');
+}
+
+/* q or k after the projections, shaped like the output (batch axis, layout). */
+static void encode_tokens(const attention_request *req, const char *name, const double *a,
+                          size_t tokens, jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    jw_raw(w, ",\"");
+    jw_raw(w, name);
+    jw_raw(w, "\":");
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        jw_matrix(w, a + b * tokens * j->dk, tokens, j->dk, req->columns,
+                  j->dtype == ATTN_FLOAT32);
+    }
+    if (req->batched)
+        jw_char(w, ']');
+}
+
+void attention_json_encode(const attention_request *req, const attn_result *result,
+                           double compute_ms, jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    int f32 = j->dtype == ATTN_FLOAT32;
+    size_t d_out = result->d_out;
+    jw_raw(w, "{\"output\":");
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        jw_matrix(w, result->output + b * j->lq * d_out, j->lq, d_out, req->columns, f32);
+    }
+    if (req->batched)
+        jw_char(w, ']');
+    if (j->want_attention || j->pool != NULL)
+        encode_attention(req, result, w);
+    if (j->want_qk) {
+        encode_tokens(req, "q", result->q, j->lq, w);
+        encode_tokens(req, "k", result->k, j->lk, w);
+    }
+    jw_raw(w, ",\"meta\":{\"dtype\":");
+    jw_string(w, f32 ? "float32" : "float64");
+    jw_raw(w, ",\"scale\":");
+    jw_double(w, j->scale);
+    jw_raw(w, ",\"layout\":");
+    jw_string(w, req->columns ? "columns" : "rows");
+    jw_raw(w, ",\"batch\":");
+    if (req->batched)
+        jw_size(w, j->batch);
+    else
+        jw_raw(w, "null");
+    jw_raw(w, ",\"heads\":");
+    if (req->heads_given)
+        jw_size(w, j->heads);
+    else
+        jw_raw(w, "null");
+    jw_raw(w, ",\"lq\":");
+    jw_size(w, j->lq);
+    jw_raw(w, ",\"lk\":");
+    jw_size(w, j->lk);
+    jw_raw(w, ",\"dk\":");
+    jw_size(w, j->dk / j->heads);
+    jw_raw(w, ",\"dv\":");
+    jw_size(w, j->dv / j->heads);
+    jw_raw(w, ",\"d_out\":");
+    jw_size(w, d_out);
+    if (req->weights_name[0]) {
+        jw_raw(w, ",\"weights\":");
+        jw_string(w, req->weights_name);
+    }
+    if (j->pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+        jw_raw(w, ",\"attention_pool\":{\"block_rows\":");
+        jw_size(w, br);
+        jw_raw(w, ",\"block_cols\":");
+        jw_size(w, bc);
+        jw_raw(w, ",\"reduce\":");
+        jw_string(w, j->pool->reduce == ATTN_POOL_MEAN ? "mean" : "max");
+        jw_char(w, '}');
+    }
+    jw_raw(w, ",\"compute_ms\":");
+    jw_double(w, round(compute_ms * 1000) / 1000);
+    jw_raw(w, "}}");
+}
+

@@ -1,0 +1,191 @@
+/*
+ * v2_answer.c - the answer of a v2 inference: a JSON header naming the
+ * model, the parameters used and each output asked for, then, for outputs
+ * asked in binary, their bytes in the order asked.
+ *
+ * An output is written in the precision of the inputs (FP32 or FP64); the
+ * float32 attention weights of a float32 job are written as they are,
+ * without a round trip through double.
+ */
+#include "v2_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "message/answer.h"
+#include "core/mem.h"
+
+static const char *const output_names[V2_OUT_COUNT] = {"output", "attention", "q", "k"};
+
+/* Shape of an output as written in the answer; returns its rank. */
+static size_t output_shape(const attention_request *ar, const attn_result *res, int which,
+                           size_t dims[4])
+{
+    const attn_job *j = &ar->job;
+    size_t r = 0;
+    if (ar->batched)
+        dims[r++] = j->batch;
+    if (which == V2_OUT_OUTPUT) {
+        dims[r++] = j->lq;
+        dims[r++] = res->d_out;
+    } else if (which == V2_OUT_Q || which == V2_OUT_K) {
+        dims[r++] = which == V2_OUT_Q ? j->lq : j->lk;
+        dims[r++] = j->dk;
+    } else {
+        if (ar->heads_given)
+            dims[r++] = j->heads;
+        if (j->pool != NULL) {
+            size_t br, bc;
+            attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &dims[r], &dims[r + 1]);
+            return r + 2;
+        }
+        dims[r++] = j->lq;
+        dims[r++] = j->lk;
+    }
+    return r;
+}
+
+/* The numbers of an output held as float: a float32 job's output (job.output_f32) and
+ * its full attention; NULL for the others, held in double (output_data). */
+static const float *output_data_f32(const attn_result *res, int which)
+{
+    if (which == V2_OUT_OUTPUT)
+        return res->output_f32;
+    if (which == V2_OUT_ATTENTION && res->pooled == NULL)
+        return res->attention_f32;
+    return NULL;
+}
+
+/* The numbers of an output held in double (all but those of output_data_f32). */
+static const double *output_data(const attn_result *res, int which)
+{
+    switch (which) {
+    case V2_OUT_OUTPUT:
+        return res->output;
+    case V2_OUT_Q:
+        return res->q;
+    case V2_OUT_K:
+        return res->k;
+    default:
+        return res->pooled != NULL ? res->pooled : res->attention;
+    }
+}
+
+/* The model, the id and the parameters the computation used. */
+static void write_head(jw_buf *w, const v2_answer_head *head, const attention_request *ar,
+                       double ms)
+{
+    jw_raw(w, "{\"model_name\":");
+    jw_string(w, head->model);
+    jw_raw(w, ",\"model_version\":\"" V2_MODEL_VERSION "\"");
+    if (head->id != NULL) {
+        jw_raw(w, ",\"id\":");
+        jw_string(w, head->id);
+    }
+    jw_raw(w, ",\"parameters\":{\"scale\":");
+    jw_double(w, ar->job.scale);
+    jw_raw(w, ",\"heads\":");
+    jw_size(w, ar->job.heads);
+    if (ar->job.pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(ar->job.pool, ar->job.lq, ar->job.lk, &br, &bc, &gr, &gc);
+        jw_raw(w, ",\"attention_pool_block_rows\":");
+        jw_size(w, br);
+        jw_raw(w, ",\"attention_pool_block_cols\":");
+        jw_size(w, bc);
+    }
+    jw_raw(w, ",\"compute_ms\":");
+    jw_double(w, round(ms * 1000) / 1000);
+    jw_raw(w, "}");
+}
+
+/* One entry of "outputs": name, datatype, shape, and the numbers as JSON
+ * data or the byte count of the binary part.  Returns its element count. */
+static size_t write_output(jw_buf *w, const v2_answer_head *head, const attention_request *ar,
+                           const attn_result *res, size_t i)
+{
+    int which = head->outs->which[i];
+    size_t dims[4], rank = output_shape(ar, res, which, dims), n = 1;
+    for (size_t d = 0; d < rank; d++)
+        n *= dims[d];
+    jw_raw(w, i ? ",{\"name\":" : "{\"name\":");
+    jw_string(w, output_names[which]);
+    jw_raw(w, ",\"datatype\":");
+    jw_string(w, v2_datatype_name(head->dtype));
+    jw_raw(w, ",\"shape\":[");
+    for (size_t d = 0; d < rank; d++) {
+        if (d)
+            jw_char(w, ',');
+        jw_size(w, dims[d]);
+    }
+    jw_char(w, ']');
+    if (head->outs->binary[i]) {
+        jw_raw(w, ",\"parameters\":{\"binary_data_size\":");
+        jw_size(w, n * v2_datatype_size(head->dtype));
+        jw_char(w, '}');
+    } else if (output_data_f32(res, which) != NULL) {
+        jw_raw(w, ",\"data\":");
+        v2_tensor_write_json_f32(w, output_data_f32(res, which), n);
+    } else {
+        jw_raw(w, ",\"data\":");
+        v2_tensor_write_json(w, output_data(res, which), n, head->dtype);
+    }
+    jw_char(w, '}');
+    return n;
+}
+
+/* Writes the binary outputs, counts[i] elements each, at p in the order asked. */
+static void write_binary(unsigned char *p, const v2_answer_head *head, const attn_result *res,
+                         const size_t *counts)
+{
+    size_t esize = v2_datatype_size(head->dtype);
+    for (size_t i = 0; i < head->outs->n; i++) {
+        if (!head->outs->binary[i])
+            continue;
+        int which = head->outs->which[i];
+        if (output_data_f32(res, which) != NULL)
+            v2_tensor_write_binary_f32(p, output_data_f32(res, which), counts[i]);
+        else
+            v2_tensor_write_binary(p, output_data(res, which), counts[i], head->dtype);
+        p += counts[i] * esize;
+    }
+}
+
+void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
+                     const attn_result *res, double compute_ms, size_t hint, api_response *resp)
+{
+    jw_buf w;
+    jw_init(&w, hint + 512);
+    write_head(&w, head, ar, compute_ms);
+    jw_raw(&w, ",\"outputs\":[");
+    size_t bin_bytes = 0, counts[V2_OUT_COUNT];
+    for (size_t i = 0; i < head->outs->n; i++) {
+        counts[i] = write_output(&w, head, ar, res, i);
+        if (head->outs->binary[i])
+            bin_bytes += counts[i] * v2_datatype_size(head->dtype);
+    }
+    jw_raw(&w, "]}");
+    if (bin_bytes == 0) {
+        answer_jw(resp, 200, &w);
+        return;
+    }
+    size_t header_len;
+    char *header = jw_finish(&w, &header_len);
+    char *body = header ? mem_malloc(header_len + bin_bytes) : NULL;
+    if (body == NULL) {
+        mem_free(header);
+        attn_error err;
+        error_nomem(&err);
+        answer_error(resp, &err);
+        return;
+    }
+    memcpy(body, header, header_len);
+    mem_free(header);
+    write_binary((unsigned char *)body + header_len, head, res, counts);
+    resp->status = 200;
+    resp->body = body;
+    resp->body_len = header_len + bin_bytes;
+    resp->body_static = 0;
+    resp->content_type = "application/octet-stream";
+    resp->inference_header_length = header_len;
+}

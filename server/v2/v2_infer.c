@@ -1,0 +1,594 @@
+/*
+ * v2_infer.c - POST /v2/models/{model}/infer: the request read into an
+ * attention_request, the limits, the computation, and the answer
+ * (v2_answer.c).
+ *
+ * Inference runs in the order v1 does: every input is described (name,
+ * datatype, shape, where its numbers are) and the shapes checked against
+ * each other (attention_request) and against the element and memory limits
+ * before any array is allocated; then the numbers are read (binary bytes
+ * copied straight into the arrays), the header's JSON tree is freed, and the
+ * math runs.  The error of a rule between inputs carries the input's place,
+ * "inputs[1].shape", and v2's error body puts it before v1's words.
+ */
+#include "v2_internal.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "request/admission.h"
+#include "message/answer.h"
+#include "core/compute.h"
+#include "json/json_fast.h"
+#include "json/json_in.h"
+#include "core/mem.h"
+#include "metrics/model_stats.h"
+#include "request/weights_json.h"
+
+/* Bytes a JSON-encoded output number takes at most, as on v1. */
+#define V2_JSON_BYTES_PER_NUMBER 26
+
+/* The inputs of a model, by slot. */
+enum { IN_Q, IN_K, IN_V, IN_X, IN_CONTEXT, IN_MASK, IN_COUNT };
+static const char *const input_names[IN_COUNT] = {"q", "k", "v", "x", "context", "mask"};
+
+/* Everything one inference request holds while it runs. */
+typedef struct v2_infer {
+    v2_model model;
+    json_t *root;
+    attention_request ar;
+    v2_tensor in[IN_COUNT];
+    int have[IN_COUNT];
+    char place[IN_COUNT][ATTENTION_FIELD_MAX]; /* "inputs[i].shape" of each input */
+    v2_datatype dtype;
+    v2_outputs outs;
+    char id[256];
+    int has_id;
+    int arena;              /* the JSON arena (mem.h) holds root */
+} v2_infer;
+
+/* Reads a boolean of obj (absent: def) named by path in errors. */
+static int get_bool(const json_t *obj, const char *key, const char *path, int def, int *out,
+                    attn_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    *out = def;
+    if (v == NULL)
+        return 0;
+    if (!json_is_boolean(v))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", path, "%s is %s; it must be true or "
+                         "false.", path, json_in_kind(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
+                          attn_error *err)
+{
+    memset(o, 0, sizeof *o);
+    const json_t *outs = json_object_get(root, "outputs");
+    if (outs == NULL) {
+        o->n = 2;
+        o->which[0] = V2_OUT_OUTPUT;
+        o->which[1] = V2_OUT_ATTENTION;
+        o->binary[0] = o->binary[1] = binary_default;
+        return 0;
+    }
+    if (!json_is_array(outs) || json_array_size(outs) == 0 || json_array_size(outs) > V2_OUT_COUNT)
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "outputs",
+                         "outputs must be an array of 1 to 4 objects naming \"output\", "
+                         "\"attention\", \"q\" or \"k\".");
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+        const json_t *e = json_array_get(outs, i);
+        char field[64];
+        snprintf(field, sizeof field, "outputs[%zu].name", i);
+        const json_t *name = json_is_object(e) ? json_object_get(e, "name") : NULL;
+        const char *s = json_is_string(name) ? json_string_value(name) : "";
+        int which = !strcmp(s, "output")      ? V2_OUT_OUTPUT
+                    : !strcmp(s, "attention") ? V2_OUT_ATTENTION
+                    : !strcmp(s, "q")         ? V2_OUT_Q
+                    : !strcmp(s, "k")         ? V2_OUT_K
+                                              : -1;
+        if (which < 0)
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                             "%s must be \"output\", \"attention\", \"q\" or \"k\" "
+                             "(got %s%.40s%s).", field,
+                             json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
+                             name ? json_in_kind(name) : "nothing",
+                             json_is_string(name) ? "\"" : "");
+        for (size_t j = 0; j < o->n; j++)
+            if (o->which[j] == which)
+                return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                                 "%s names \"%s\" a second time.", field, s);
+        int binary = binary_default;
+        const json_t *params = json_object_get(e, "parameters");
+        snprintf(field, sizeof field, "outputs[%zu].parameters", i);
+        if (params != NULL && !json_is_object(params))
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type", field, "%s must be an object.",
+                             field);
+        if (params != NULL) {
+            snprintf(field, sizeof field, "outputs[%zu].parameters.binary_data", i);
+            int rc = get_bool(params, "binary_data", field, binary_default, &binary, err);
+            if (rc != 0)
+                return rc;
+        }
+        o->which[o->n] = which;
+        o->binary[o->n] = binary;
+        o->n++;
+    }
+    return 0;
+}
+
+/* attention_pool_rows, attention_pool_cols and attention_pool_reduce: v1's attention_pool
+ * as three parameters, both sides or neither, by attention_request's rules. */
+static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_error *err)
+{
+    const json_t *jr = json_object_get(p, "attention_pool_rows");
+    const json_t *jc = json_object_get(p, "attention_pool_cols");
+    const json_t *jd = json_object_get(p, "attention_pool_reduce");
+    if (jr == NULL && jc == NULL && jd == NULL)
+        return 0;
+    if (jr == NULL || jc == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field",
+                         jr == NULL ? "parameters.attention_pool_rows"
+                                    : "parameters.attention_pool_cols",
+                         "The pooled attention needs both attention_pool_rows and "
+                         "attention_pool_cols (1 to %d each).", ATTN_POOL_MAX_SIDE);
+    int rc, mean = 0;
+    size_t rows, cols;
+    if ((rc = attention_request_pool_side(json_is_number(jr) ? NULL : json_in_kind(jr),
+                                          json_number_value(jr), "parameters.attention_pool_rows",
+                                          &rows, err)) != 0 ||
+        (rc = attention_request_pool_side(json_is_number(jc) ? NULL : json_in_kind(jc),
+                                          json_number_value(jc), "parameters.attention_pool_cols",
+                                          &cols, err)) != 0)
+        return rc;
+    if (jd != NULL) {
+        const char *s = json_is_string(jd) ? json_string_value(jd) : "";
+        if (strcmp(s, "max") != 0 && strcmp(s, "mean") != 0)
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                             "parameters.attention_pool_reduce",
+                             "attention_pool_reduce must be \"max\" or \"mean\".");
+        mean = strcmp(s, "mean") == 0;
+    }
+    attention_request_set_pool(ar, rows, cols, mean ? ATTN_POOL_MEAN : ATTN_POOL_MAX);
+    ar->pool_queries_field = "parameters.attention_pool_query_start";
+    ar->pool_keys_field = "parameters.attention_pool_key_start";
+    /* the window: four whole numbers, ends exclusive, checked against the shapes later */
+    static const char *const names[4] = {"attention_pool_query_start", "attention_pool_query_end",
+                                         "attention_pool_key_start", "attention_pool_key_end"};
+    size_t *ends[4] = {&ar->pool.q_start, &ar->pool.q_end, &ar->pool.k_start, &ar->pool.k_end};
+    for (int i = 0; i < 4; i++) {
+        const json_t *v = json_object_get(p, names[i]);
+        if (v == NULL)
+            continue;
+        double d = json_number_value(v);
+        char field[64];
+        snprintf(field, sizeof field, "parameters.%s", names[i]);
+        if (!json_is_number(v) || d < 0 || d != floor(d) || d > 1e15 || (i % 2 == 1 && d < 1))
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                             "%s must be a whole number%s.", field,
+                             i % 2 == 1 ? " >= 1 (an end, not included)" : " >= 0");
+        *ends[i] = (size_t)d;
+    }
+    return 0;
+}
+
+/* The request-level parameters: causal, scale, heads, binary_data_output, the pool.
+ * heads, scale and the pool follow the rules of v1's members of the same name. */
+static int decode_parameters(const json_t *root, attention_request *ar, int *binary_output,
+                             attn_error *err)
+{
+    *binary_output = 0;
+    ar->job.heads = 1;
+    const json_t *p = json_object_get(root, "parameters");
+    if (p == NULL)
+        return 0;
+    if (!json_is_object(p))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "parameters",
+                         "parameters is %s; it must be an object.", json_in_kind(p));
+    int rc, causal;
+    if ((rc = get_bool(p, "causal", "parameters.causal", 0, &causal, err)) != 0 ||
+        (rc = get_bool(p, "binary_data_output", "parameters.binary_data_output", 0, binary_output,
+                       err)) != 0)
+        return rc;
+    ar->job.causal = causal;
+    size_t heads;
+    if ((rc = weights_json_decode_heads(p, 0, &heads, err)) != 0) {
+        snprintf(err->field, sizeof err->field, "parameters.heads");
+        return rc;
+    }
+    ar->heads_given = heads != 0;
+    ar->job.heads = heads != 0 ? heads : 1;
+    const json_t *s = json_object_get(p, "scale");
+    if (s != NULL &&
+        (rc = attention_request_set_scale(ar, json_is_number(s) ? NULL : json_in_kind(s),
+                                          json_number_value(s), "parameters.scale", err)) != 0)
+        return rc;
+    return decode_pool_parameters(p, ar, err);
+}
+
+/* The id, the parameters and the outputs asked for. */
+static int describe_head(v2_infer *st, attn_error *err)
+{
+    const json_t *root = st->root;
+    if (!json_is_object(root))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The JSON header is %s; it must be an object with \"inputs\".",
+                         json_in_kind(root));
+    const json_t *id = json_object_get(root, "id");
+    if (id != NULL) {
+        if (!json_is_string(id) || json_string_length(id) >= sizeof st->id)
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type", "id",
+                             "id must be a string of at most %zu bytes.", sizeof st->id - 1);
+        snprintf(st->id, sizeof st->id, "%s", json_string_value(id));
+        st->has_id = 1;
+    }
+    int rc, binary_output;
+    if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
+        (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0)
+        return rc;
+    int attention = 0, output = 0;
+    for (size_t i = 0; i < st->outs.n; i++) {
+        attention |= st->outs.which[i] == V2_OUT_ATTENTION;
+        output |= st->outs.which[i] == V2_OUT_OUTPUT;
+        st->ar.job.want_qk |= st->outs.which[i] == V2_OUT_Q || st->outs.which[i] == V2_OUT_K;
+    }
+    if (st->ar.job.pool != NULL && !attention)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
+                         "parameters.attention_pool_rows",
+                         "attention_pool_rows and attention_pool_cols pool the \"attention\" "
+                         "output, which outputs does not ask for.");
+    /* a pooled attention takes the matrix's place */
+    st->ar.job.want_attention = attention && st->ar.job.pool == NULL;
+    st->ar.job.skip_output = !output && !st->ar.job.want_attention;
+    return 0;
+}
+
+static int input_slot(int builtin, const char *name)
+{
+    static const int builtin_slots[] = {IN_Q, IN_K, IN_V, IN_MASK};
+    static const int set_slots[] = {IN_X, IN_CONTEXT, IN_MASK};
+    const int *slots = builtin ? builtin_slots : set_slots;
+    size_t n = builtin ? 4 : 3;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, input_names[slots[i]]))
+            return slots[i];
+    return -1;
+}
+
+/* Describes each of "inputs" into its slot, without reading a number. */
+static int describe_inputs(v2_infer *st, const v2_env *env, v2_body *body, attn_error *err)
+{
+    int builtin = st->model.set == NULL, rc;
+    const json_t *inputs = json_object_get(st->root, "inputs");
+    if (!json_is_array(inputs) || json_array_size(inputs) == 0)
+        return error_set(err, ERR_BAD_REQUEST, inputs ? "wrong_type" : "missing_field", "inputs",
+                         "inputs must be a non-empty array; model \"%s\" takes %s.",
+                         st->model.name, builtin ? "q, k, v and optionally mask"
+                                                 : "x, and optionally context and mask");
+    for (size_t i = 0; i < json_array_size(inputs); i++) {
+        v2_tensor t;
+        if ((rc = v2_tensor_describe(json_array_get(inputs, i), i, body, env->cfg->max_elements,
+                                     &st->ar.input_elements, &t, err)) != 0)
+            return rc;
+        int slot = input_slot(builtin, t.name);
+        char f[64];
+        snprintf(f, sizeof f, "inputs[%zu].name", i);
+        if (slot < 0)
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", f,
+                             "%s is \"%s\", which model \"%s\" does not take; its inputs are %s.",
+                             f, t.name, st->model.name,
+                             builtin ? "q, k, v and mask" : "x, context and mask");
+        if (st->have[slot])
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", f,
+                             "%s names input \"%s\" a second time.", f, t.name);
+        st->in[slot] = t;
+        st->have[slot] = 1;
+        snprintf(st->place[slot], sizeof st->place[slot], "inputs[%zu].shape", i);
+    }
+    return v2_body_check_consumed(body, err);
+}
+
+static char *field_of(const v2_tensor *t, const char *what, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "inputs[%zu].%s", t->index, what);
+    return buf;
+}
+
+/* Checks what the wire alone says of a numeric input: a number datatype,
+ * the datatype of the first input ref, and a rank of 2 or 3. */
+static int check_numeric(const v2_tensor *t, const v2_tensor *ref, attn_error *err)
+{
+    char f[64];
+    if (t->datatype == V2_BOOL)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                         field_of(t, "datatype", f, sizeof f),
+                         "%s of input \"%s\" is BOOL; it must be FP32 or FP64.", f, t->name);
+    if (t->rank != 2 && t->rank != 3)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field_of(t, "shape", f, sizeof f),
+                         "%s of input \"%s\" has %zu dimensions; it must be [L, d] or [B, L, d].",
+                         f, t->name, t->rank);
+    if (t->datatype != ref->datatype)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                         field_of(t, "datatype", f, sizeof f),
+                         "%s of input \"%s\" is %s but input \"%s\" is %s; numeric inputs share "
+                         "one datatype.", f, t->name, v2_datatype_name(t->datatype), ref->name,
+                         v2_datatype_name(ref->datatype));
+    return 0;
+}
+
+/* What the rules see of the input in slot s: its last two dimensions are
+ * tokens and features, a third before them the batch. */
+static attention_input input_of(const v2_infer *st, int s)
+{
+    const v2_tensor *t = &st->in[s];
+    attention_input in = {input_names[s], st->place[s], (int)t->rank, 1, 0, 0};
+    if (t->rank >= 2) {
+        in.tokens = t->dims[t->rank - 2];
+        in.features = t->dims[t->rank - 1];
+    }
+    if (t->rank == 3)
+        in.batch = t->dims[0];
+    return in;
+}
+
+/* Checks that the model's required inputs are there and that the numeric
+ * ones agree in datatype and rank; sets the job's precision. */
+static int check_inputs(v2_infer *st, attn_error *err)
+{
+    static const int builtin_req[] = {IN_Q, IN_K, IN_V};
+    static const int set_req[] = {IN_X};
+    int builtin = st->model.set == NULL, rc;
+    const int *req_slots = builtin ? builtin_req : set_req;
+    size_t n_req = builtin ? 3 : 1;
+    for (size_t i = 0; i < n_req; i++)
+        if (!st->have[req_slots[i]])
+            return error_set(err, ERR_BAD_REQUEST, "missing_field", "inputs",
+                             "inputs has no \"%s\"; model \"%s\" needs %s.",
+                             input_names[req_slots[i]], st->model.name,
+                             builtin ? "q, k and v" : "x");
+    const v2_tensor *ref = &st->in[req_slots[0]];
+    for (int s = 0; s < IN_MASK; s++)
+        if (st->have[s] && (rc = check_numeric(&st->in[s], ref, err)) != 0)
+            return rc;
+    st->dtype = ref->datatype;
+    st->ar.job.dtype = ref->datatype == V2_FP32 ? ATTN_FLOAT32 : ATTN_FLOAT64;
+    /* FP32 outputs are sent as the kernels formed them (v2_answer.c) */
+    st->ar.job.output_f32 = ref->datatype == V2_FP32;
+    return 0;
+}
+
+/* Shapes the job from q, k and v, or from x and context with the model's
+ * stored set bound. */
+static int shape_job(v2_infer *st, attn_error *err)
+{
+    if (st->model.set == NULL) {
+        attention_input qkv[3] = {input_of(st, IN_Q), input_of(st, IN_K), input_of(st, IN_V)};
+        return attention_request_shape_qkv(&st->ar, qkv, err);
+    }
+    const weight_set *set = st->model.set;
+    attention_input x = input_of(st, IN_X), ctx = input_of(st, IN_CONTEXT);
+    int rc = attention_request_shape_x(&st->ar, &x, st->have[IN_CONTEXT] ? &ctx : NULL, err);
+    if (rc != 0)
+        return rc;
+    return attention_request_bind_set(&st->ar, set->name, &set->w, set->heads, err);
+}
+
+/* Checks the mask's datatype and rank here, its shape by the rules. */
+static int shape_mask(v2_infer *st, attn_error *err)
+{
+    const v2_tensor *m = &st->in[IN_MASK];
+    char f[64];
+    if (m->datatype != V2_BOOL)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                         field_of(m, "datatype", f, sizeof f),
+                         "%s of input \"mask\" is %s; it must be BOOL.", f,
+                         v2_datatype_name(m->datatype));
+    if (m->rank != 2 && m->rank != 3)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field_of(m, "shape", f, sizeof f),
+                         "%s of input \"mask\" has %zu dimensions; it must be [Lq, Lk] or "
+                         "[B, Lq, Lk].", f, m->rank);
+    attention_input in = input_of(st, IN_MASK);
+    return attention_request_shape_mask(&st->ar, &in, err);
+}
+
+/* Describes the inputs and checks shapes and parameters into st->ar (no
+ * array allocated yet); with a stored set the job is bound to it. */
+static int infer_describe(v2_infer *st, const v2_env *env, v2_body *body, attn_error *err)
+{
+    int rc;
+    attention_request_init(&st->ar);
+    st->ar.heads_field = "parameters.heads";
+    if ((rc = describe_head(st, err)) != 0 || (rc = describe_inputs(st, env, body, err)) != 0 ||
+        (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
+        (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0))
+        return rc;
+    return attention_request_check_pool(&st->ar, err);
+}
+
+/* Allocates and reads a numeric input. */
+static int read_input(const v2_tensor *t, double **out, attn_error *err)
+{
+    *out = mem_malloc(t->count * sizeof(double));
+    if (*out == NULL)
+        return error_nomem(err);
+    return v2_tensor_read_numbers(t, *out, err);
+}
+
+/* Reads q, k or v: binary FP32 data as float into *f32 (a float32 job then computes on
+ * it as it came), anything else as double into *f64; the job points at the one read. */
+static int read_qkv(const v2_tensor *t, double **f64, float **f32, const double **job64,
+                    const float **job32, attn_error *err)
+{
+    if (t->bytes == NULL || t->datatype != V2_FP32) {
+        int rc = read_input(t, f64, err);
+        *job64 = *f64;
+        return rc;
+    }
+    /* Read where they are in the body when they can be: no copy, no memory of their own. */
+    int rc = v2_tensor_view_floats(t, job32, err);
+    if (rc != 0 || *job32 != NULL)
+        return rc;
+    *f32 = mem_malloc(t->count * sizeof(float));
+    if (*f32 == NULL)
+        return error_nomem(err);
+    *job32 = *f32;
+    return v2_tensor_read_floats(t, *f32, err);
+}
+
+/* Reads every input's numbers into arrays owned by st->ar. */
+static int infer_read(v2_infer *st, attn_error *err)
+{
+    attention_request *ar = &st->ar;
+    attn_job *job = &ar->job;
+    int rc;
+    if (st->model.set == NULL) {
+        if ((rc = read_qkv(&st->in[IN_Q], &ar->q, &ar->q32, &job->q, &job->q32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_K], &ar->k, &ar->k32, &job->k, &job->k32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_V], &ar->v, &ar->v32, &job->v, &job->v32, err)) != 0)
+            return rc;
+    } else {
+        if ((rc = read_input(&st->in[IN_X], &ar->x, err)) != 0)
+            return rc;
+        job->x = ar->x;
+        if (st->have[IN_CONTEXT]) {
+            if ((rc = read_input(&st->in[IN_CONTEXT], &ar->context, err)) != 0)
+                return rc;
+            job->context = ar->context;
+        }
+    }
+    if (st->have[IN_MASK]) {
+        ar->mask = mem_malloc(st->in[IN_MASK].count);
+        if (ar->mask == NULL)
+            return error_nomem(err);
+        if ((rc = v2_tensor_read_bools(&st->in[IN_MASK], ar->mask, err)) != 0)
+            return rc;
+        job->mask = ar->mask;
+    }
+    return 0;
+}
+
+/* Parses the JSON header of body into st->root, in the JSON arena (which
+ * the caller ends once the numbers are read, also on failure). */
+static int parse_header(const api_request *req, const v2_body *body, v2_infer *st,
+                        attn_error *err)
+{
+    if (body->json_len == 0)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The JSON header is empty; send an object with \"inputs\".");
+    json_error_t jerr;
+    memset(&jerr, 0, sizeof jerr);
+    mem_json_arena_begin();
+    st->arena = 1;
+    /* Integers as reals, as on v1: a JSON number is a number however it is
+     * written (json_in_whole reads the integer fields). */
+    st->root = json_fast_load(body->json, body->json_len,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
+                              v2_tensor_data_field, &jerr);
+    if (st->root != NULL)
+        return 0;
+    if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
+        return error_nomem(err);
+    if (json_error_code(&jerr) == json_error_stack_overflow)
+        /* Nesting is the fault whatever the framing, so no hint about it. */
+        return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                         "The JSON header nests arrays or objects too deeply: %s (line %d, "
+                         "column %d); a tensor has at most a few dimensions.", jerr.text,
+                         jerr.line, jerr.column);
+    return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
+                     "The JSON header is not valid JSON: %s (line %d, column %d)%s.", jerr.text,
+                     jerr.line, jerr.column,
+                     req->inference_header_length ? "" : "; a body with binary tensors needs the "
+                     "header Inference-Header-Content-Length");
+}
+
+/* Frees the header's tree and closes the arena it was made in. */
+static void drop_header(v2_infer *st)
+{
+    json_decref(st->root);
+    st->root = NULL;
+    if (st->arena)
+        mem_json_arena_end();
+    st->arena = 0;
+}
+
+/* Reads and checks the request up to a job ready to run: path, model,
+ * framing, header, inputs, limits (reserving the job's memory in
+ * *reserved), numbers.  Returns 0, ADMISSION_DEFER, or an ERR_* code. */
+static int infer_prepare(const api_request *req, const v2_env *env, v2_infer *st,
+                         size_t *response_bytes, size_t *reserved, attn_error *err)
+{
+    v2_path vp;
+    v2_body body;
+    int rc;
+    if (!v2_parse_path(req->path, &vp))
+        return error_set(err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
+                         req->path);
+    if ((rc = v2_model_open(env, &vp, &st->model, err)) != 0 ||
+        (rc = v2_body_split(req->body, req->body_len, req->inference_header_length, &body,
+                            err)) != 0 ||
+        (rc = parse_header(req, &body, st, err)) != 0 ||
+        (rc = infer_describe(st, env, &body, err)) != 0)
+        return rc;
+    int any_json = 0;
+    for (size_t i = 0; i < st->outs.n; i++)
+        any_json |= !st->outs.binary[i];
+    size_t result_elements = attention_request_result_elements(&st->ar);
+    if (req->io_thread && (rc = admission_io_thread_fits(&st->ar.job, result_elements)) != 0)
+        return rc;
+    if ((rc = admission_admit(env->cfg, &st->ar.job, result_elements,
+                              any_json ? V2_JSON_BYTES_PER_NUMBER : v2_datatype_size(st->dtype),
+                              "ask only for the output \"output\"", response_bytes, reserved,
+                              err)) != 0)
+        return rc;
+    if (!any_json)
+        *response_bytes = 0;
+    rc = infer_read(st, err);
+    drop_header(st);
+    return rc;
+}
+
+void v2_handle_infer(const api_request *req, const v2_env *env, api_response *resp)
+{
+    attn_error err;
+    error_clear(&err);
+    v2_infer st;
+    memset(&st, 0, sizeof st);
+    size_t reserved_bytes = 0, response_bytes = 0;
+    attn_result result;
+    /* The request's phases, for the statistics of its model (model_stats.h). */
+    double started = compute_now();
+    model_stats_sample sample = {req->queued_at > 0 ? started - req->queued_at : 0, 0, 0, 0, 1};
+    int rc = infer_prepare(req, env, &st, &response_bytes, &reserved_bytes, &err);
+    if (rc == 0) {
+        double start = compute_now();
+        sample.input = start - started;
+        rc = admission_run(&st.ar.job, req->io_thread, &result, &err);
+        if (rc == 0) {
+            double ran = compute_now();
+            model_stats_computed(&sample, start, ran, result.compute_ms);
+            /* The computation's own time, without the wait for a compute slot. */
+            v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs};
+            v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2, resp);
+            attention_result_free(&result);
+            sample.output = compute_now() - ran;
+            sample.batch = st.ar.job.batch;
+            model_stats_success(st.model.name, &sample);
+        }
+    }
+    /* A request whose model is unknown is counted nowhere; a deferred one
+     * is counted by its worker. */
+    if (rc != 0 && rc != ADMISSION_DEFER && st.model.name != NULL)
+        model_stats_failure(st.model.name, sample.queue + compute_now() - started);
+    admission_release(reserved_bytes);
+    drop_header(&st);
+    attention_request_free(&st.ar);
+    v2_model_close(&st.model);
+    if (rc == ADMISSION_DEFER)
+        resp->deferred = 1; /* for a worker */
+    else if (rc != 0)
+        answer_error(resp, &err);
+}

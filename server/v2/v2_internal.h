@@ -1,0 +1,77 @@
+/*
+ * v2_internal.h - what the files of the v2 protocol share, and nobody else
+ * includes: the parsed path, the model a path names, the outputs a request
+ * asks for, and the helpers that fill an answer.
+ *
+ * v2.c holds the routes, the models and the metadata answers; v2_infer.c
+ * reads an inference request into an attention_request; v2_answer.c writes
+ * the inference answer (JSON, or JSON then binary bytes).
+ */
+#ifndef ATTN_V2_INTERNAL_H
+#define ATTN_V2_INTERNAL_H
+
+#include "message/api_message.h"
+#include "kernel/attention.h"
+#include "request/attention_request.h"
+#include "core/error.h"
+#include "json/jsonw.h"
+#include "store/store.h"
+#include "v2.h"
+#include "v2_tensor.h"
+
+#define V2_MODEL_VERSION "1"
+
+enum v2_kind {
+    V2P_SERVER, V2P_LIVE, V2P_READY, V2P_MODEL, V2P_MODEL_READY, V2P_CONFIG, V2P_INFER,
+    V2P_STATS_ALL, V2P_STATS, V2P_REPO_INDEX, V2P_REPO_CONTROL
+};
+
+typedef struct v2_path {
+    enum v2_kind kind;
+    char model[200];
+    char version[40];       /* "" when the path names none */
+} v2_path;
+
+/* Parses a /v2 path into out; returns 1, or 0 when path is no v2 route. */
+int v2_parse_path(const char *path, v2_path *out);
+
+/* A model resolved from the path: the built-in attention, or a stored set
+ * (a reference the caller drops with v2_model_close). */
+typedef struct v2_model {
+    const char *name;
+    weight_set *set;        /* NULL for the built-in model */
+} v2_model;
+
+/* Resolves the model and version of vp.  Returns 0, or ERR_NOT_FOUND with
+ * err naming "model" or "version"; m holds nothing then. */
+int v2_model_open(const v2_env *env, const v2_path *vp, v2_model *m, attn_error *err);
+
+/* Drops the reference m holds (harmless when it holds none). */
+void v2_model_close(v2_model *m);
+
+/* The outputs a model answers: q and k (after the projections) only when asked for. */
+enum { V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_Q, V2_OUT_K, V2_OUT_COUNT };
+
+/* The outputs asked for, in the order asked, each as JSON or binary. */
+typedef struct v2_outputs {
+    size_t n;
+    int which[V2_OUT_COUNT];
+    int binary[V2_OUT_COUNT];
+} v2_outputs;
+
+/* What the inference answer says besides the result. */
+typedef struct v2_answer_head {
+    const char *model;      /* the model's name */
+    const char *id;         /* the request's id, or NULL */
+    v2_datatype dtype;      /* of the numeric inputs, and so of the outputs */
+    const v2_outputs *outs;
+} v2_answer_head;
+
+/* Writes the 200 answer of an inference: the JSON header with the outputs
+ * asked for (JSON data, or binary_data_size with the bytes after the
+ * header), the scale, heads and compute_ms.  hint is the expected size of
+ * the JSON numbers.  On out of memory resp holds the 503 error instead. */
+void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
+                     const attn_result *res, double compute_ms, size_t hint, api_response *resp);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * v2_stats.h - the statistics and model repository extensions of the v2
+ * protocol, in Triton's shapes.
+ *
+ * GET /v2/models/stats and GET /v2/models/{m}[/versions/1]/stats answer
+ * {"model_stats": [...]} from model_stats.h; POST /v2/repository/index
+ * lists "attention" and every stored set as READY.  The models of this
+ * server are its weight sets, so loading and unloading through the
+ * repository extension answer an error that says how to store or delete
+ * one.  v2.c routes here.
+ */
+#ifndef ATTN_V2_STATS_H
+#define ATTN_V2_STATS_H
+
+#include "message/api_message.h"
+#include "v2.h"
+
+/* Answers the statistics of model (borrowed, known to exist), or of every
+ * model when model is NULL, into resp. */
+void v2_stats_answer(const char *model, const v2_env *env, api_response *resp);
+
+/* Answers POST /v2/repository/index into resp. */
+void v2_repository_index(const v2_env *env, api_response *resp);
+
+#endif

@@ -1,0 +1,573 @@
+/*
+ * v2_tensor.c - framing of v2 bodies and decoding/encoding of one tensor.
+ *
+ * A tensor is described first (name, datatype, shape, where its numbers are)
+ * without reading a number, so the caller can check shapes against each
+ * other and against the limits before it allocates.  Binary numbers are then
+ * read as little-endian IEEE numbers and checked to be finite: copied, or,
+ * for FP32 bytes on a float's alignment, used where they are in the body.
+ */
+#include "v2_tensor.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json/json_in.h"
+#include "core/mem.h"
+
+int v2_header_length(const char *text, unsigned long long *n)
+{
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    char *end;
+    *n = strtoull(p, &end, 10);     /* past ULLONG_MAX: ULLONG_MAX, longer than any body */
+    while (*end == ' ' || *end == '\t')
+        end++;
+    return *end == '\0' ? 0 : -1;
+}
+
+int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
+                  attn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->json = body;
+    out->json_len = len;
+    if (header_length == NULL)
+        return 0;
+    unsigned long long n;
+    if (v2_header_length(header_length, &n) != 0)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
+                         "The header Inference-Header-Content-Length is \"%.40s\"; it must be the "
+                         "byte length of the JSON part of the body, a decimal integer.",
+                         header_length);
+    if (n > len)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
+                         "The header Inference-Header-Content-Length says the JSON part has %llu "
+                         "bytes but the whole body has only %zu.", n, len);
+    out->json_len = (size_t)n;
+    out->bin = (const unsigned char *)body + n;
+    out->bin_len = len - (size_t)n;
+    return 0;
+}
+
+int v2_body_check_consumed(const v2_body *body, attn_error *err)
+{
+    if (body->bin_used != body->bin_len)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
+                         "The body has %zu bytes after the JSON part (Inference-Header-Content-"
+                         "Length) but the inputs' parameters.binary_data_size add up to %zu; "
+                         "they must be equal.", body->bin_len, body->bin_used);
+    return 0;
+}
+
+size_t v2_datatype_size(v2_datatype t)
+{
+    return t == V2_FP64 ? 8 : t == V2_FP32 ? 4 : 1;
+}
+
+const char *v2_datatype_name(v2_datatype t)
+{
+    return t == V2_FP64 ? "FP64" : t == V2_FP32 ? "FP32" : "BOOL";
+}
+
+/* Datatypes the protocol defines that this server does not take as input. */
+static int is_protocol_datatype(const char *s)
+{
+    static const char *const known[] = {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                                        "INT32", "INT64", "FP16", "BF16", "BYTES"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(s, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Reads parameters.binary_data_size of input (absent: *present = 0). */
+static int read_binary_size(const json_t *input, size_t index, int *present, size_t *size,
+                            attn_error *err)
+{
+    char field[64];
+    *present = 0;
+    const json_t *params = json_object_get(input, "parameters");
+    if (params == NULL)
+        return 0;
+    if (!json_is_object(params)) {
+        snprintf(field, sizeof field, "inputs[%zu].parameters", index);
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s must be an object.", field);
+    }
+    const json_t *bs = json_object_get(params, "binary_data_size");
+    if (bs == NULL)
+        return 0;
+    snprintf(field, sizeof field, "inputs[%zu].parameters.binary_data_size", index);
+    double bytes;
+    if (!json_in_whole(bs, 0, 9007199254740992.0, &bytes))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s must be a non-negative integer (the byte count of the input's "
+                         "binary data).", field);
+    *present = 1;
+    *size = (size_t)bytes;
+    return 0;
+}
+
+/* The name of the input: 1 to sizeof t->name - 1 characters. */
+static int describe_name(const json_t *input, v2_tensor *t, attn_error *err)
+{
+    char field[64];
+    const json_t *name = json_object_get(input, "name");
+    snprintf(field, sizeof field, "inputs[%zu].name", t->index);
+    if (!json_is_string(name) || json_string_length(name) == 0 ||
+        json_string_length(name) >= sizeof t->name)
+        return error_set(err, ERR_BAD_REQUEST, name ? "wrong_type" : "missing_field", field,
+                         "%s must be the input's name, a string of 1 to %zu characters.", field,
+                         sizeof t->name - 1);
+    snprintf(t->name, sizeof t->name, "%s", json_string_value(name));
+    return 0;
+}
+
+/* The datatype: FP32, FP64 or BOOL. */
+static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
+{
+    char field[64];
+    const json_t *dt = json_object_get(input, "datatype");
+    snprintf(field, sizeof field, "inputs[%zu].datatype", t->index);
+    if (!json_is_string(dt))
+        return error_set(err, ERR_BAD_REQUEST, dt ? "wrong_type" : "missing_field", field,
+                         "%s (input \"%s\") must be a string: FP32, FP64 or BOOL.", field, t->name);
+    const char *dts = json_string_value(dt);
+    if (strcmp(dts, "FP32") == 0)
+        t->datatype = V2_FP32;
+    else if (strcmp(dts, "FP64") == 0)
+        t->datatype = V2_FP64;
+    else if (strcmp(dts, "BOOL") == 0)
+        t->datatype = V2_BOOL;
+    else
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                         "%s (input \"%s\") is \"%.20s\", %s; this server takes FP32, FP64 "
+                         "and BOOL.", field, t->name, dts,
+                         is_protocol_datatype(dts) ? "which this server does not take"
+                                                   : "which is not a datatype of the protocol");
+    return 0;
+}
+
+/* The shape: 1 to V2_MAX_RANK dimensions, each >= 1; its element count,
+ * added to *elements, must stay within max_elements. */
+static int describe_shape(const json_t *input, size_t max_elements, size_t *elements,
+                          v2_tensor *t, attn_error *err)
+{
+    char field[64];
+    const json_t *shape = json_object_get(input, "shape");
+    snprintf(field, sizeof field, "inputs[%zu].shape", t->index);
+    if (!json_is_array(shape))
+        return error_set(err, ERR_BAD_REQUEST, shape ? "wrong_type" : "missing_field", field,
+                         "%s (input \"%s\") must be an array of dimensions.", field, t->name);
+    size_t rank = json_array_size(shape);
+    if (rank < 1 || rank > V2_MAX_RANK)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field,
+                         "%s (input \"%s\") has %zu dimensions; it must have 1 to %d.", field,
+                         t->name, rank, V2_MAX_RANK);
+    t->rank = rank;
+    size_t count = 1;
+    for (size_t i = 0; i < rank; i++) {
+        double dv;
+        if (!json_in_whole(json_array_get(shape, i), 1, HUGE_VAL, &dv))
+            return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field,
+                             "%s[%zu] (input \"%s\") must be an integer >= 1.", field, i, t->name);
+        /* A dimension past what size_t holds makes the count too large. */
+        size_t v = dv < 18446744073709549568.0 ? (size_t)dv : SIZE_MAX;
+        if (v == SIZE_MAX || mem_mul(count, v, 1, &count) != 0)
+            count = SIZE_MAX;
+        t->dims[i] = v;
+    }
+    t->count = count;
+    if (count > max_elements || *elements + count > max_elements)
+        return error_set(err, ERR_TOO_LARGE, "request_too_large", field,
+                         "The inputs hold more than the server's limit of %zu numbers "
+                         "(--max-elements) once %s (input \"%s\") is counted; send fewer tokens.",
+                         max_elements, field, t->name);
+    *elements += count;
+    return 0;
+}
+
+/* Claims the next `size` bytes of the binary section for t, which must be
+ * what its shape and datatype need. */
+static int claim_binary(const json_t *input, size_t size, v2_body *body, v2_tensor *t,
+                        attn_error *err)
+{
+    char field[64];
+    if (json_object_get(input, "data") != NULL) {
+        snprintf(field, sizeof field, "inputs[%zu].data", t->index);
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
+                         "Input \"%s\" has both data and parameters.binary_data_size; give "
+                         "its numbers one way.", t->name);
+    }
+    snprintf(field, sizeof field, "inputs[%zu].parameters.binary_data_size", t->index);
+    size_t want = t->count * v2_datatype_size(t->datatype);
+    if (size != want)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
+                         "%s of input \"%s\" is %zu but its shape and datatype %s need %zu "
+                         "bytes.", field, t->name, size, v2_datatype_name(t->datatype), want);
+    if (size > body->bin_len - body->bin_used)
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
+                         "%s of input \"%s\" is %zu but only %zu bytes of binary data are "
+                         "left after the JSON part and the inputs before it.", field, t->name,
+                         size, body->bin_len - body->bin_used);
+    t->bytes = body->bin + body->bin_used;
+    body->bin_used += size;
+    return 0;
+}
+
+/* Where the numbers are: binary bytes (parameters.binary_data_size) or a
+ * JSON array "data". */
+static int describe_data(const json_t *input, v2_body *body, v2_tensor *t, attn_error *err)
+{
+    char field[64];
+    int binary;
+    size_t size = 0;
+    int rc = read_binary_size(input, t->index, &binary, &size, err);
+    if (rc != 0)
+        return rc;
+    if (binary)
+        return claim_binary(input, size, body, t, err);
+    const json_t *data = json_object_get(input, "data");
+    snprintf(field, sizeof field, "inputs[%zu].data", t->index);
+    if (data == NULL)
+        return error_set(err, ERR_BAD_REQUEST, "missing_field", field,
+                         "Input \"%s\" has neither data nor parameters.binary_data_size.", t->name);
+    if (!json_is_array(data))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s (input \"%s\") must be an array, flat in row-major order or nested "
+                         "as the shape says.", field, t->name);
+    t->data = data;
+    return 0;
+}
+
+int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
+                       size_t *elements, v2_tensor *t, attn_error *err)
+{
+    memset(t, 0, sizeof *t);
+    t->index = index;
+    if (!json_is_object(input)) {
+        char field[64];
+        snprintf(field, sizeof field, "inputs[%zu]", index);
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s must be an object with name, shape, datatype and data.", field);
+    }
+    int rc;
+    if ((rc = describe_name(input, t, err)) != 0 || (rc = describe_datatype(input, t, err)) != 0 ||
+        (rc = describe_shape(input, max_elements, elements, t, err)) != 0)
+        return rc;
+    return describe_data(input, body, t, err);
+}
+
+/* One JSON element into out[pos]: a number (FP) or a boolean (BOOL). */
+static int read_leaf(const v2_tensor *t, const json_t *v, size_t pos, double *num,
+                     unsigned char *flag, const char *where, attn_error *err)
+{
+    char field[96];
+    if (t->datatype == V2_BOOL) {
+        if (json_is_boolean(v)) {
+            flag[pos] = json_is_true(v);
+            return 0;
+        }
+        snprintf(field, sizeof field, "inputs[%zu].data%s", t->index, where);
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "%s (input \"%s\", BOOL) must be true or false.", field, t->name);
+    }
+    if (json_is_number(v)) {
+        num[pos] = json_number_value(v);
+        return 0;
+    }
+    snprintf(field, sizeof field, "inputs[%zu].data%s", t->index, where);
+    return error_set(err, ERR_BAD_REQUEST, "wrong_type", field, "%s (input \"%s\", %s) must be a "
+                     "number.", field, t->name, v2_datatype_name(t->datatype));
+}
+
+/* Walks nested JSON data at depth `depth`, checking each level against the
+ * shape, writing leaves in row-major order at *pos. */
+static int read_nested(const v2_tensor *t, const json_t *v, size_t depth, size_t *pos,
+                       double *num, unsigned char *flag, char *where, size_t where_len,
+                       attn_error *err)
+{
+    if (depth == t->rank) {
+        int rc = read_leaf(t, v, *pos, num, flag, where, err);
+        (*pos)++;
+        return rc;
+    }
+    if (!json_is_array(v) || json_array_size(v) != t->dims[depth]) {
+        char field[96];
+        snprintf(field, sizeof field, "inputs[%zu].data%s", t->index, where);
+        return error_set(err, ERR_BAD_REQUEST, "shape_mismatch", field,
+                         "%s (input \"%s\") must be an array of %zu (its shape says so), or the "
+                         "data must be flat with %zu elements.", field, t->name, t->dims[depth],
+                         t->count);
+    }
+    size_t used = strlen(where);
+    for (size_t i = 0; i < t->dims[depth]; i++) {
+        snprintf(where + used, where_len - used, "[%zu]", i);
+        int rc = read_nested(t, json_array_get(v, i), depth + 1, pos, num, flag, where, where_len,
+                             err);
+        if (rc != 0)
+            return rc;
+    }
+    where[used] = '\0';
+    return 0;
+}
+
+int v2_tensor_data_field(const char *name, size_t len)
+{
+    return len == 4 && memcmp(name, "data", 4) == 0;
+}
+
+/* JSON data, flat or nested, into num (FP) or flag (BOOL). */
+static int read_json(const v2_tensor *t, double *num, unsigned char *flag, attn_error *err)
+{
+    const json_t *d = t->data;
+    const json_fast_array *a = json_fast_get(d);
+    json_t *tree = NULL;
+    if (a != NULL) {
+        /* Read without jansson (json_fast.h): copied when it is flat or
+         * nested as the shape says; else decoded from the tree, for its error. */
+        int fits = num != NULL && (a->depth == 1 || a->depth == (int)t->rank) &&
+                   a->count == t->count;
+        for (size_t i = 0; fits && a->depth > 1 && i < t->rank; i++)
+            fits = a->dims[i] == t->dims[i];
+        if (fits) {
+            memcpy(num, a->data, a->count * sizeof(double));
+            return 0;
+        }
+        if ((tree = json_fast_materialize(a)) == NULL)
+            return error_nomem(err);
+        d = tree;
+    }
+    size_t n = json_array_size(d);
+    char where[64] = "";
+    if (n == t->count && (n == 0 || !json_is_array(json_array_get(d, 0)))) {
+        for (size_t i = 0; i < n; i++) {
+            snprintf(where, sizeof where, "[%zu]", i);
+            int rc = read_leaf(t, json_array_get(d, i), i, num, flag, where, err);
+            if (rc != 0) {
+                json_decref(tree);
+                return rc;
+            }
+        }
+        json_decref(tree);
+        return 0;
+    }
+    size_t pos = 0;
+    int rc = read_nested(t, d, 0, &pos, num, flag, where, sizeof where, err);
+    json_decref(tree);
+    return rc;
+}
+
+static inline uint32_t load_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t load_le64(const unsigned char *p)
+{
+    return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
+}
+
+static int not_finite(const v2_tensor *t, size_t i, attn_error *err)
+{
+    char field[64];
+    snprintf(field, sizeof field, "inputs[%zu]", t->index);
+    return error_set(err, ERR_BAD_REQUEST, "not_finite", field,
+                     "%s (input \"%s\") holds %s at element %zu of its binary data; every number "
+                     "must be finite.", field, t->name, "NaN or Inf", i);
+}
+
+/* Binary numbers as the machine holds them.  On a little-endian machine the
+ * bytes are the numbers: they are copied (or used where they are, by
+ * v2_tensor_view_floats) 16 bytes at a time, and the test for Inf and NaN is
+ * one OR over the lot, so that the first such number is looked for only when
+ * there is one.  (Per-number compares, as before, are a loop GCC's -O2 leaves
+ * scalar.)  Elsewhere the numbers are assembled byte by byte. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define V2_HOST_LE 1
+typedef uint64_t v2_u64x2 __attribute__((vector_size(16)));
+#else
+#define V2_HOST_LE 0
+#endif
+
+/* Inf and NaN have every exponent bit set, and (bits & exponent) + one unit of the
+ * exponent carries into the sign bit exactly then.  A 64-bit word holds one FP64 or two
+ * FP32 numbers; each FP32 half carries into its own sign bit (0x7f800000 + 0x00800000 is
+ * 0x80000000: nothing carries out), so one test serves a word of either width. */
+typedef struct fp_bits {
+    uint64_t exponent, unit, sign;
+} fp_bits;
+static const fp_bits fp32_bits = {0x7f8000007f800000ull, 0x0080000000800000ull,
+                                  0x8000000080000000ull};
+static const fp_bits fp64_bits = {0x7ff0000000000000ull, 0x0010000000000000ull,
+                                  0x8000000000000000ull};
+
+/* The sign bits of b set where the numbers in w are Inf or NaN. */
+static inline uint64_t fp_nonfinite(uint64_t w, const fp_bits *b)
+{
+    return ((w & b->exponent) + b->unit) & b->sign;
+}
+
+/* Copies the n numbers of `size` bytes (4: FP32, 8: FP64) at p, little-endian, into out
+ * in the machine's order (NULL: only tests them); 1 when every one is finite. */
+static int copy_finite(void *out, const unsigned char *p, size_t n, size_t size)
+{
+    const fp_bits *b = size == 4 ? &fp32_bits : &fp64_bits;
+    unsigned char *o = out;
+    size_t bytes = n * size, i = 0;
+    uint64_t bad = 0;
+#if V2_HOST_LE
+    v2_u64x2 acc = {0};
+    for (; i + sizeof acc <= bytes; i += sizeof acc) {
+        v2_u64x2 w;
+        memcpy(&w, p + i, sizeof w);
+        acc |= (w & b->exponent) + b->unit;
+        if (o != NULL)
+            memcpy(o + i, &w, sizeof w);
+    }
+    bad = (acc[0] | acc[1]) & b->sign;
+#endif
+    for (; i < bytes; i += size) {  /* the rest, a number at a time */
+        uint32_t u32 = size == 4 ? load_le32(p + i) : 0;
+        uint64_t u = size == 4 ? u32 : load_le64(p + i);
+        bad |= fp_nonfinite(u, b);
+        if (o != NULL && size == 4)
+            memcpy(o + i, &u32, sizeof u32);
+        else if (o != NULL)
+            memcpy(o + i, &u, sizeof u);
+    }
+    return bad == 0;
+}
+
+/* The first element of t's binary numbers that is NaN or Inf, as its error. */
+static int first_not_finite(const v2_tensor *t, attn_error *err)
+{
+    int fp32 = t->datatype == V2_FP32;
+    for (size_t i = 0; i < t->count; i++) {
+        uint64_t u = fp32 ? load_le32(t->bytes + 4 * i) : load_le64(t->bytes + 8 * i);
+        if (fp_nonfinite(u, fp32 ? &fp32_bits : &fp64_bits))
+            return not_finite(t, i, err);
+    }
+    assert(!"first_not_finite: every number is finite");
+    return not_finite(t, 0, err);
+}
+
+int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err)
+{
+    if (t->bytes == NULL)
+        return read_json(t, out, NULL, err);
+    const unsigned char *p = t->bytes;
+    size_t n = t->count;
+    if (t->datatype == V2_FP64)
+        return copy_finite(out, p, n, 8) ? 0 : first_not_finite(t, err);
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = load_le32(p + 4 * i);
+        float f;
+        memcpy(&f, &u, sizeof f);
+        bad |= fp_nonfinite(u, &fp32_bits);
+        out[i] = f;
+    }
+    return bad != 0 ? first_not_finite(t, err) : 0;
+}
+
+int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err)
+{
+    assert(t->bytes != NULL && t->datatype == V2_FP32);
+    return copy_finite(out, t->bytes, t->count, 4) ? 0 : first_not_finite(t, err);
+}
+
+int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *err)
+{
+    assert(t->bytes != NULL && t->datatype == V2_FP32);
+    *view = NULL;
+    if (!V2_HOST_LE || (uintptr_t)t->bytes % _Alignof(float) != 0)
+        return 0;
+    if (!copy_finite(NULL, t->bytes, t->count, 4))
+        return first_not_finite(t, err);
+    *view = (const float *)(const void *)t->bytes;
+    return 0;
+}
+
+int v2_tensor_read_bools(const v2_tensor *t, unsigned char *out, attn_error *err)
+{
+    if (t->bytes == NULL)
+        return read_json(t, NULL, out, err);
+    for (size_t i = 0; i < t->count; i++) {
+        if (t->bytes[i] > 1) {
+            char field[64];
+            snprintf(field, sizeof field, "inputs[%zu]", t->index);
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                             "%s (input \"%s\", BOOL) has the byte %u at element %zu of its "
+                             "binary data; BOOL elements are one byte, 0 or 1.", field, t->name,
+                             t->bytes[i], i);
+        }
+        out[i] = t->bytes[i];
+    }
+    return 0;
+}
+
+static inline void store_le32(unsigned char *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    p[0] = (unsigned char)u;
+    p[1] = (unsigned char)(u >> 8);
+    p[2] = (unsigned char)(u >> 16);
+    p[3] = (unsigned char)(u >> 24);
+}
+
+void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_datatype t)
+{
+    if (t == V2_FP32) {
+        for (size_t i = 0; i < n; i++)
+            store_le32(dst + 4 * i, (float)src[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t u;
+            memcpy(&u, &src[i], sizeof u);
+            unsigned char *p = dst + 8 * i;
+            for (int b = 0; b < 8; b++)
+                p[b] = (unsigned char)(u >> (8 * b));
+        }
+    }
+}
+
+void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t)
+{
+    jw_char(w, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jw_char(w, ',');
+        if (t == V2_FP32)
+            jw_float(w, src[i]);
+        else
+            jw_double(w, src[i]);
+    }
+    jw_char(w, ']');
+}
+
+void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        store_le32(dst + 4 * i, src[i]);
+}
+
+void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n)
+{
+    jw_char(w, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jw_char(w, ',');
+        jw_float(w, src[i]);
+    }
+    jw_char(w, ']');
+}

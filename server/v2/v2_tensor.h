@@ -1,0 +1,127 @@
+/*
+ * v2_tensor.h - tensors of the Open Inference Protocol v2: the framing of a
+ * body (a JSON header, then raw tensor bytes) and the decoding and encoding
+ * of one tensor, whether its numbers are JSON `data` or binary bytes.
+ *
+ * The binary tensor data extension puts the length of the JSON header in the
+ * Inference-Header-Content-Length request header; every input whose
+ * parameters carry `binary_data_size` has that many little-endian,
+ * row-major bytes after the header, in input order.  Binary numbers are
+ * copied straight from those bytes into the arrays the math reads: they never
+ * become JSON numbers.  This module knows JSON (the header) but not HTTP.
+ */
+#ifndef ATTN_V2_TENSOR_H
+#define ATTN_V2_TENSOR_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "core/error.h"
+#include "json/jsonw.h"
+
+#define V2_MAX_RANK 4
+
+typedef enum v2_datatype { V2_FP32, V2_FP64, V2_BOOL } v2_datatype;
+
+/* A body split into its JSON header and its binary section.  Every pointer
+ * borrows from the body handed to v2_body_split. */
+typedef struct v2_body {
+    const char *json;
+    size_t json_len;
+    const unsigned char *bin;
+    size_t bin_len;
+    size_t bin_used;        /* bytes of bin claimed by inputs so far */
+} v2_body;
+
+/* One input as described by its JSON object, before its numbers are read.
+ * `data` and `bytes` borrow from the parsed header and from the body. */
+typedef struct v2_tensor {
+    char name[32];
+    size_t index;           /* position in "inputs" (for error paths) */
+    v2_datatype datatype;
+    size_t rank;
+    size_t dims[V2_MAX_RANK];
+    size_t count;           /* product of dims */
+    const json_t *data;     /* JSON data, or NULL when binary */
+    const unsigned char *bytes; /* binary data (count * element size bytes), or NULL */
+} v2_tensor;
+
+/* Reads the text of an Inference-Header-Content-Length header: a decimal
+ * integer, spaces and tabs around it allowed, into *n (ULLONG_MAX when larger).
+ * Returns 0, or -1 when it is not one.  v2_body_split and http_body.c read it. */
+int v2_header_length(const char *text, unsigned long long *n);
+
+/* Splits body (len bytes, borrowed) at header_length, the text of the
+ * Inference-Header-Content-Length header (NULL when absent: the whole body is
+ * JSON).  Returns 0, or ERR_BAD_REQUEST with err naming the header when it is
+ * not a decimal integer or points past the body. */
+int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
+                  attn_error *err);
+
+/* Checks that the inputs claimed every byte of the binary section.  Returns 0
+ * or ERR_BAD_REQUEST. */
+int v2_body_check_consumed(const v2_body *body, attn_error *err);
+
+/* Bytes of one element of datatype t: 4, 8 or 1. */
+size_t v2_datatype_size(v2_datatype t);
+
+/* The protocol's name of t ("FP32", "FP64", "BOOL"). */
+const char *v2_datatype_name(v2_datatype t);
+
+/* Describes inputs[index] (the JSON object `input`) into t: its name, a
+ * datatype among FP32, FP64 and BOOL, a shape of 1 to V2_MAX_RANK
+ * dimensions each >= 1, and where its numbers are.  With
+ * parameters.binary_data_size the next bytes of body are claimed for it and
+ * the size must equal the shape times the element size.  Adds the element
+ * count to *elements and fails with ERR_TOO_LARGE past max_elements (before
+ * anything is allocated).  Returns 0, or a negative ERR_* code with err
+ * naming the field (inputs[i].shape, inputs[i].datatype, ...). */
+int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
+                       size_t *elements, v2_tensor *t, attn_error *err);
+
+/* 1 when the member called name[0..len) holds a tensor's JSON numbers
+ * ("data"): what json_fast_load is given for a v2 header. */
+int v2_tensor_data_field(const char *name, size_t len);
+
+/* Reads the numbers of t (FP32 or FP64) into out (t->count doubles, caller's
+ * buffer): JSON data flat in row-major order or nested as the shape says;
+ * binary bytes as little-endian IEEE numbers.  NaN and Inf are refused.
+ * Returns 0 or ERR_BAD_REQUEST naming the element; out is then partly
+ * written. */
+int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err);
+
+/* Reads the numbers of t, binary FP32 data (t->bytes set, datatype FP32), into out
+ * (t->count floats, caller's buffer) as they are: what a float32 job computes on, with
+ * no double in between.  NaN and Inf are refused as by v2_tensor_read_numbers. */
+int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err);
+
+/* The numbers of t, binary FP32 data, read where they are: *view is t->bytes
+ * itself when the machine is little-endian and the bytes lie on a float's
+ * alignment (http_body.c places a v2 body so that its binary section starts on
+ * a cache line), after the same refusal of NaN and Inf; otherwise *view is
+ * NULL, nothing is read, and the caller copies with v2_tensor_read_floats.
+ * The view lives as long as the body.  Returns 0 or ERR_BAD_REQUEST. */
+int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *err);
+
+/* Reads the booleans of t (BOOL) into out (t->count bytes of 0 or 1).  JSON
+ * data holds true/false; binary data one byte per element, 0 or 1.  Returns 0
+ * or ERR_BAD_REQUEST naming the element. */
+int v2_tensor_read_bools(const v2_tensor *t, unsigned char *out, attn_error *err);
+
+/* Writes n numbers of src as little-endian FP32 (rounded) or FP64 bytes at
+ * dst, which has room for n * v2_datatype_size(t) bytes. */
+void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_datatype t);
+
+/* Appends n numbers of src to w as a flat JSON array, each in the shortest
+ * form that reads back to the same float (FP32) or double (FP64). */
+void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t);
+
+/* Writes the n float32 numbers of src as little-endian FP32 bytes at dst
+ * (room for 4 n bytes): the same bytes, with no rounding on the way. */
+void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n);
+
+/* Appends the n float32 numbers of src to w as a flat JSON array, each in the
+ * shortest form that reads back to the same float. */
+void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n);
+
+#endif
