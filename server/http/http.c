@@ -140,7 +140,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     hr->conn = conn;
     hr->mhd_method = method;
     hr->mhd_url = url;
-    hr->route = route_find(url);
+    hr->route = route_find(url, &hr->args);
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hr->hc = info != NULL ? info->socket_context : NULL;
@@ -226,8 +226,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     route_cost cost = route_request_cost(hr->route, method);
     if (cost != ROUTE_CHEAP && srv->worker_count > 0)
         return hand_over(srv, conn, hr, cost);
-    api_request req = {method, url, hr->body, hr->len, hr->inference_header_length,
-                       hr->if_match, 0, hr->route, http_query_arg, conn, 0.0};
+    api_request req = {.method = method, .path = url, .body = hr->body, .body_len = hr->len,
+                       .inference_header_length = hr->inference_header_length,
+                       .if_match = hr->if_match, .route = hr->route, .args = &hr->args,
+                       .query_arg = http_query_arg, .query_ctx = conn};
     api_response resp;
     api_handle(&req, &resp);
     return http_queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);

@@ -324,14 +324,16 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
         hr->too_large = 1; /* the body is dropped unread */
         return http_queue_error(srv, conn, hr, &err, NULL);
     }
-    /* A safetensors upload is read in place, not parsed into a tree: its
-     * arrays are reserved by the handler once their size is known. */
+    /* The route's body column says how its body is read (route.h): a
+     * safetensors upload is read in place, not parsed into a tree (its arrays
+     * are reserved by the handler once their size is known); only a v2 body
+     * is framed as a JSON header and binary tensors, elsewhere the whole body
+     * is JSON whatever the headers say. */
     const char *format = http_query_arg(conn, "format");
-    hr->parses_body = (!strcmp(method, "POST") || !strcmp(method, "PUT")) &&
-                      !(format != NULL && !strcmp(format, "safetensors"));
-    /* Only the v2 inference route reads a body by its binary framing: elsewhere the whole
-     * body is JSON, whatever the header says. */
-    hr->binary_at = hr->route->id == ROUTE_V2_INFER
+    int in_place = hr->route->body == ROUTE_BODY_SET && format != NULL &&
+                   !strcmp(format, "safetensors");
+    hr->parses_body = (!strcmp(method, "POST") || !strcmp(method, "PUT")) && !in_place;
+    hr->binary_at = hr->route->body == ROUTE_BODY_V2
                         ? binary_section_at(hr->inference_header_length) : 0;
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);

@@ -97,6 +97,7 @@ struct http_request {
     size_t announced;           /* Content-Length; 0 when none or chunked */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte (http_body.c) */
     const route *route;         /* its row of the route table, found once */
+    route_args args;            /* what the row's placeholders captured of the path */
     char method[12];            /* for the access log */
     char path[96];
     /* Hand-off to a worker (fields below under srv->lock while queued or running). */

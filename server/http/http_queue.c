@@ -37,9 +37,12 @@ void http_request_handle(http_request *hr, int io_thread)
     if (compute_stop_error(&err) != 0) {
         http_error_response(&hr->resp, hr, &err);
     } else {
-        api_request req = {hr->mhd_method, hr->mhd_url, hr->body, hr->len,
-                           hr->inference_header_length, hr->if_match, io_thread, hr->route,
-                           http_query_arg, hr->conn, io_thread ? 0.0 : hr->queued_at};
+        api_request req = {.method = hr->mhd_method, .path = hr->mhd_url, .body = hr->body,
+                           .body_len = hr->len,
+                           .inference_header_length = hr->inference_header_length,
+                           .if_match = hr->if_match, .io_thread = io_thread,
+                           .route = hr->route, .args = &hr->args, .query_arg = http_query_arg,
+                           .query_ctx = hr->conn, .queued_at = io_thread ? 0.0 : hr->queued_at};
         api_handle(&req, &hr->resp);
     }
     compute_bind(NULL);

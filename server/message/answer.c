@@ -1,6 +1,7 @@
 /*
  * answer.c - the bodies every handler answers with: JSON, the two forms of
- * error body, the draining 503.
+ * error body (chosen by the route's id), the 404 of no endpoint, the
+ * draining 503.
  */
 #include "answer.h"
 
@@ -103,6 +104,14 @@ void answer_error(api_response *resp, const attn_error *err)
                                     : "{\"error\":{\"code\":\"overloaded\",\"message\":\"The "
                                       "server ran out of memory; retry later.\"}}\n");
     }
+}
+
+void answer_not_found(api_response *resp, const char *path)
+{
+    attn_error err;
+    error_set(&err, ERR_NOT_FOUND, "not_found", NULL,
+              "There is no endpoint %.200s; see GET /v1/info and the API description.", path);
+    answer_error(resp, &err);
 }
 
 void answer_draining_error(attn_error *err)

@@ -39,6 +39,10 @@ void answer_json(api_response *resp, int status, json_t *value);
  * here, the answer is a static 503 "overloaded". */
 void answer_error(api_response *resp, const attn_error *err);
 
+/* Answers the 404 of a path that is no endpoint (borrowed, named in the
+ * sentence). */
+void answer_not_found(api_response *resp, const char *path);
+
 /* Fills err with the 503 shutting_down error of a server that drains. */
 void answer_draining_error(attn_error *err);
 

@@ -1,16 +1,21 @@
 /*
- * api_message.h - the request a handler is given and the answer it fills in.
+ * api_message.h - the request a handler is given, what it may use of the
+ * server, and the answer it fills in.
  *
  * The HTTP layer builds an api_request from a complete request and sends the
- * api_response a handler filled in; the router (api.c) and the handlers below
- * it (api_*.c; v2.c and v2_infer.c) share these types without depending on each other.
+ * api_response a handler filled in; the router (router/api.c) and the
+ * handlers below it (v1/, v2/, viz/) share these types without depending on
+ * each other.  A handler learns the server's state only from the api_env the
+ * router gives it.
  */
 #ifndef ATTN_API_MESSAGE_H
 #define ATTN_API_MESSAGE_H
 
 #include <stddef.h>
 
+#include "core/config.h"
 #include "route/route.h"
+#include "store/store.h"
 
 typedef struct api_request {
     const char *method;
@@ -23,9 +28,11 @@ typedef struct api_request {
      * long: a computation that would is not answered (api_response.deferred)
      * and goes to a worker instead. */
     int io_thread;
-    /* The request's row of the route table, route_find(path), found once by
-     * the HTTP layer when the headers arrived; NULL: api_handle finds it. */
+    /* The request's row of the route table and what its path captured,
+     * route_find(path, args), found once by the HTTP layer when the headers
+     * arrived; route NULL: api_handle finds both. */
     const route *route;
+    const route_args *args;
     /* The query's arguments, decoded: query_arg(query_ctx, "format") is the
      * value of format=, or NULL when absent.  query_arg NULL: no query. */
     const char *(*query_arg)(const void *query_ctx, const char *key);
@@ -49,6 +56,18 @@ typedef struct api_response {
     route_id route;             /* for /metrics and the form of an error body */
     int deferred;               /* io_thread request left unanswered: hand it to a worker */
 } api_response;
+
+/* What a handler may use of the server, for one request: the router's
+ * configuration and weight-set store (borrowed), and whether it drains. */
+typedef struct api_env {
+    const server_config *cfg;
+    weight_store *store;
+    int draining;
+} api_env;
+
+/* Answers req into resp, which the router zeroed and gave its route and
+ * Allow; always fills resp. */
+typedef void api_handler(const api_request *req, const api_env *env, api_response *resp);
 
 /* Frees the body of resp (resp may be NULL). */
 void api_response_free(api_response *resp);

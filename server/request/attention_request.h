@@ -29,6 +29,12 @@
 #include "kernel/weights.h"
 
 /* Longest place of an input a decoder gives ("inputs[12].shape"). */
+/* The model every server has whatever its store holds: the attention of
+ * inline inputs (and inline weights).  Its statistics count every request
+ * that names no stored set; v2 serves it under this name, and a stored set
+ * of the same name is hidden there. */
+#define ATTENTION_MODEL_BUILTIN "attention"
+
 #define ATTENTION_FIELD_MAX 48
 
 /* One token matrix (q, k, v, x, context) or the mask, as its decoder found

@@ -2,96 +2,123 @@
  * route.c - the route table and the matching of a path against it.
  *
  * The rows are tried in order and the first that matches wins, so a
- * specific path comes before a pattern that would also match it (the v2
- * health probes before the v2 metadata routes).  The v2 model paths are
- * matched by v2_route, which owns their grammar (model and version names).
+ * specific path comes before a pattern that would also match it
+ * (/v2/models/stats before /v2/models/{model}).  The table holds every
+ * route's grammar, v2's model and version names included: the handlers get
+ * what a path captured and never parse it.
  */
 #include "route.h"
 
 #include <string.h>
 
-#include "router/api_private.h"
-#include "v2/v2.h"
-
 static const char ALLOW_GET[] = "GET, HEAD, OPTIONS";
 static const char ALLOW_POST[] = "POST, OPTIONS";
 static const char ALLOW_SET[] = "GET, HEAD, PUT, DELETE, OPTIONS";
 
-static int v2_metadata_path(const char *path)
-{
-    int infer;
-    return v2_route(path, &infer) && !infer;
-}
-
-static int v2_infer_path(const char *path)
-{
-    int infer;
-    return v2_route(path, &infer) && infer;
-}
-
 #define V1 ROUTE_ERRORS_V1
 #define V2 ROUTE_ERRORS_V2
+#define JSON ROUTE_BODY_JSON
+
+/* The five routes of one v2 model, at any version or at the one given. */
+#define V2_MODEL_ROWS(prefix)                                                                  \
+    {prefix, ENDPOINT_V2_MODEL, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON,  \
+     V2, "/v2"},                                                                               \
+    {prefix "/ready", ENDPOINT_V2_MODEL_READY, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP,              \
+     ROUTE_DRAIN_SERVE, 0, JSON, V2, "/v2"},                                                   \
+    {prefix "/config", ENDPOINT_V2_CONFIG, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, \
+     0, JSON, V2, "/v2"},                                                                      \
+    {prefix "/stats", ENDPOINT_V2_STATS, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE,  \
+     0, JSON, V2, "/v2"},                                                                      \
+    {prefix "/infer", ENDPOINT_V2_INFER, ROUTE_V2_INFER, ALLOW_POST, ROUTE_INLINE,             \
+     ROUTE_DRAIN_REFUSE, 0, ROUTE_BODY_V2, V2, "/v2/models/{model}/infer"}
 
 static const route routes[] = {
-    /* pattern, match, id, allow, handler, cost, drain, probe, errors, label */
-    {"/v1/attention", NULL, ROUTE_ATTENTION, ALLOW_POST, api_attention_handle, ROUTE_INLINE,
-     ROUTE_DRAIN_REFUSE, 0, V1, "/v1/attention"},
-    {"/healthz", NULL, ROUTE_HEALTHZ, ALLOW_GET, api_probe_healthz, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 1, V1, "/healthz"},
-    {"/readyz", NULL, ROUTE_READYZ, ALLOW_GET, api_probe_readyz, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 1, V1, "/readyz"},
-    {"/v1/info", NULL, ROUTE_INFO, ALLOW_GET, api_info_handle, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 0, V1, "/v1/info"},
-    {"/metrics", NULL, ROUTE_METRICS, ALLOW_GET, api_metrics_handle, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 0, V1, "/metrics"},
-    {"/v1/weight-sets", NULL, ROUTE_WEIGHT_SETS, ALLOW_GET, api_sets_list, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 0, V1, "/v1/weight-sets"},
-    /* One segment: a path with more below it is no endpoint (see api_not_found). */
-    {"/v1/weight-sets/{}", NULL, ROUTE_WEIGHT_SET, ALLOW_SET, api_set_handle, ROUTE_WORKER,
-     ROUTE_DRAIN_READS, 0, V1, "/v1/weight-sets/{name}"},
+    /* pattern, endpoint, id, allow, cost, drain, probe, body, errors, label */
+    {"/v1/attention", ENDPOINT_V1_ATTENTION, ROUTE_ATTENTION, ALLOW_POST, ROUTE_INLINE,
+     ROUTE_DRAIN_REFUSE, 0, JSON, V1, "/v1/attention"},
+    {"/healthz", ENDPOINT_HEALTHZ, ROUTE_HEALTHZ, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
+     JSON, V1, "/healthz"},
+    {"/readyz", ENDPOINT_READYZ, ROUTE_READYZ, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
+     JSON, V1, "/readyz"},
+    {"/v1/info", ENDPOINT_V1_INFO, ROUTE_INFO, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0,
+     JSON, V1, "/v1/info"},
+    {"/metrics", ENDPOINT_METRICS, ROUTE_METRICS, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0,
+     JSON, V1, "/metrics"},
+    {"/v1/weight-sets", ENDPOINT_V1_SETS, ROUTE_WEIGHT_SETS, ALLOW_GET, ROUTE_CHEAP,
+     ROUTE_DRAIN_SERVE, 0, JSON, V1, "/v1/weight-sets"},
+    {"/v1/weight-sets/{name}", ENDPOINT_V1_SET, ROUTE_WEIGHT_SET, ALLOW_SET, ROUTE_WORKER,
+     ROUTE_DRAIN_READS, 0, ROUTE_BODY_SET, V1, "/v1/weight-sets/{name}"},
+    /* No endpoint (a path below a set is none), but a PUT there chose a name
+     * with a slash, which its handler refuses as a name. */
+    {"/v1/weight-sets/*", ENDPOINT_V1_SET_BELOW, ROUTE_OTHER, NULL, ROUTE_CHEAP,
+     ROUTE_DRAIN_SERVE, 0, ROUTE_BODY_SET, V1, "other"},
     /* The visualizer's page and files. */
-    {"/", NULL, ROUTE_OTHER, ALLOW_GET, api_viz_handle, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, V1,
+    {"/", ENDPOINT_VIZ, ROUTE_OTHER, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V1,
      "other"},
-    {"/viz", NULL, ROUTE_OTHER, ALLOW_GET, api_viz_handle, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, V1,
+    {"/viz", ENDPOINT_VIZ, ROUTE_OTHER, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V1,
      "other"},
-    {"/viz/*", NULL, ROUTE_OTHER, ALLOW_GET, api_viz_handle, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0,
-     V1, "other"},
-    /* Triton's statistics (per model: the v2 model rows below) and model
+    {"/viz/*", ENDPOINT_VIZ, ROUTE_OTHER, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V1,
+     "other"},
+    /* The Open Inference Protocol, with Triton's statistics and model
      * repository; loading and unloading answer an error, whatever the model. */
-    {"/v2/models/stats", NULL, ROUTE_V2, ALLOW_GET, api_v2_get, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0,
-     V2, "/v2"},
-    {"/v2/repository/index", NULL, ROUTE_V2, ALLOW_POST, api_v2_repository, ROUTE_CHEAP,
-     ROUTE_DRAIN_SERVE, 0, V2, "/v2"},
-    {"/v2/repository/models/{}/load", NULL, ROUTE_V2, ALLOW_POST, api_v2_repository, ROUTE_CHEAP,
-     ROUTE_DRAIN_REFUSE, 0, V2, "/v2"},
-    {"/v2/repository/models/{}/unload", NULL, ROUTE_V2, ALLOW_POST, api_v2_repository,
-     ROUTE_CHEAP, ROUTE_DRAIN_REFUSE, 0, V2, "/v2"},
-    {"/v2/health/live", NULL, ROUTE_V2, ALLOW_GET, api_v2_get, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
-     V2, "/v2"},
-    {"/v2/health/ready", NULL, ROUTE_V2, ALLOW_GET, api_v2_get, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
-     V2, "/v2"},
-    {NULL, v2_metadata_path, ROUTE_V2, ALLOW_GET, api_v2_get, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0,
-     V2, "/v2"},
-    {NULL, v2_infer_path, ROUTE_V2_INFER, ALLOW_POST, api_v2_infer, ROUTE_INLINE,
-     ROUTE_DRAIN_REFUSE, 0, V2, "/v2/models/{model}/infer"},
+    {"/v2", ENDPOINT_V2_SERVER, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V2,
+     "/v2"},
+    {"/v2/", ENDPOINT_V2_SERVER, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V2,
+     "/v2"},
+    {"/v2/health/live", ENDPOINT_V2_LIVE, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
+     JSON, V2, "/v2"},
+    {"/v2/health/ready", ENDPOINT_V2_READY, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE,
+     1, JSON, V2, "/v2"},
+    {"/v2/models/stats", ENDPOINT_V2_STATS_ALL, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP,
+     ROUTE_DRAIN_SERVE, 0, JSON, V2, "/v2"},
+    {"/v2/repository/index", ENDPOINT_V2_REPO_INDEX, ROUTE_V2, ALLOW_POST, ROUTE_CHEAP,
+     ROUTE_DRAIN_SERVE, 0, JSON, V2, "/v2"},
+    {"/v2/repository/models/{model}/load", ENDPOINT_V2_REPO_CONTROL, ROUTE_V2, ALLOW_POST,
+     ROUTE_CHEAP, ROUTE_DRAIN_REFUSE, 0, JSON, V2, "/v2"},
+    {"/v2/repository/models/{model}/unload", ENDPOINT_V2_REPO_CONTROL, ROUTE_V2, ALLOW_POST,
+     ROUTE_CHEAP, ROUTE_DRAIN_REFUSE, 0, JSON, V2, "/v2"},
+    V2_MODEL_ROWS("/v2/models/{model}"),
+    V2_MODEL_ROWS("/v2/models/{model}/versions/{version}"),
 };
 
 /* Every path no row matches. */
-static const route unknown = {NULL, NULL, ROUTE_OTHER, NULL, api_not_found, ROUTE_CHEAP,
-                              ROUTE_DRAIN_SERVE, 0, V1, "other"};
+static const route unknown = {NULL, ENDPOINT_NOT_FOUND, ROUTE_OTHER, NULL, ROUTE_CHEAP,
+                              ROUTE_DRAIN_SERVE, 0, JSON, V1, "other"};
 
-/* 1 when path matches pattern: "{}" takes one non-empty segment, a final "*"
- * any rest, every other byte itself. */
-static int pattern_matches(const char *pattern, const char *path)
+/* Where a placeholder named name (as "{model}" spells it, of length len)
+ * keeps its segment, and how much room it has; NULL when it keeps none. */
+static char *capture_of(const char *name, size_t len, route_args *args, size_t *cap)
+{
+    if (len == 7 && !strncmp(name, "{model}", len)) {
+        *cap = sizeof args->model;
+        return args->model;
+    }
+    if (len == 9 && !strncmp(name, "{version}", len)) {
+        *cap = sizeof args->version;
+        return args->version;
+    }
+    return NULL;
+}
+
+/* 1 when path matches pattern, filling args (whose fields the caller emptied):
+ * "{...}" takes one non-empty segment, a final "*" any rest, every other
+ * byte itself. */
+static int pattern_matches(const char *pattern, const char *path, route_args *args)
 {
     while (*pattern != '\0') {
         if (pattern[0] == '*' && pattern[1] == '\0')
             return 1;
-        if (pattern[0] == '{' && pattern[1] == '}') {
-            size_t n = strcspn(path, "/");
-            if (n == 0)
+        if (pattern[0] == '{') {
+            size_t len = strcspn(pattern, "}") + 1;
+            size_t n = strcspn(path, "/"), cap = 0;
+            char *into = capture_of(pattern, len, args, &cap);
+            if (n == 0 || (into != NULL && n >= cap))
                 return 0;
-            pattern += 2;
+            if (into != NULL) {
+                memcpy(into, path, n);
+                into[n] = '\0';
+            }
+            pattern += len;
             path += n;
             continue;
         }
@@ -101,13 +128,17 @@ static int pattern_matches(const char *pattern, const char *path)
     return *path == '\0';
 }
 
-const route *route_find(const char *path)
+const route *route_find(const char *path, route_args *args)
 {
+    route_args scratch;
+    if (args == NULL)
+        args = &scratch;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        const route *r = &routes[i];
-        if (r->pattern != NULL ? pattern_matches(r->pattern, path) : r->match(path))
-            return r;
+        args->model[0] = args->version[0] = '\0';
+        if (pattern_matches(routes[i].pattern, path, args))
+            return &routes[i];
     }
+    args->model[0] = args->version[0] = '\0';
     return &unknown;
 }
 
@@ -129,7 +160,7 @@ route_cost route_request_cost(const route *r, const char *method)
     return r->cost;
 }
 
-/* The first row of id (each id has one; the unit tests check it). */
+/* The first row of id (the rows of one id agree; the unit tests check it). */
 static const route *row_of(route_id id)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)

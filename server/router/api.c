@@ -1,14 +1,16 @@
 /*
  * api.c - the router: from a request and its row of the route table to the
- * handler of its resource, independent of the HTTP library.
+ * handler of its endpoint, independent of the HTTP library.
  *
- * Everything every route shares is decided here, in this order: OPTIONS, an
- * unknown path (404), a method the route does not allow (405 with Allow),
- * what draining refuses (503 shutting_down), and for a computation one of
- * the --max-inflight slots (503 overloaded when none is free).  The handlers
- * live in one file per resource: api_attention.c, api_sets.c, api_info.c
- * (info and probes), api_viz.c, api_v2.c.  This file also keeps the state
- * they share: the configuration, the weight-set store, the draining flag.
+ * Everything every route shares is decided here, in this order: OPTIONS, a
+ * path with no endpoint (its handler answers, whatever the method), a method
+ * the route does not allow (405 with Allow), what draining refuses (503
+ * shutting_down), and for a computation one of the --max-inflight slots (503
+ * overloaded when none is free).  The handlers are the modules above the
+ * request: v1/ (v1.h), v2/ (v2.h) and viz/ (viz_page.h); the table below is
+ * the only place that names them.  This file also keeps the state they are
+ * given (api_env): the configuration, the weight-set store, the draining
+ * flag.
  */
 #include "api.h"
 
@@ -16,9 +18,11 @@
 #include <string.h>
 
 #include "message/answer.h"
-#include "api_private.h"
 #include "route/route.h"
 #include "store/store.h"
+#include "v1/v1.h"
+#include "v2/v2.h"
+#include "viz/viz_page.h"
 
 static const server_config *api_cfg;
 static weight_store *api_store;
@@ -65,36 +69,46 @@ long api_busy(void)
     return atomic_load(&api_computing) + atomic_load(&api_computing_io);
 }
 
-const server_config *api_config(void)
+static void not_found(const api_request *req, const api_env *env, api_response *resp)
 {
-    return api_cfg;
+    (void)env;
+    answer_not_found(resp, req->path);
 }
 
-weight_store *api_weight_store(void)
-{
-    return api_store;
-}
+/* The handler of each endpoint of the route table. */
+static api_handler *const handlers[ENDPOINT_COUNT] = {
+    [ENDPOINT_NOT_FOUND] = not_found,
+    [ENDPOINT_V1_ATTENTION] = v1_attention_handle,
+    [ENDPOINT_HEALTHZ] = v1_probe_healthz,
+    [ENDPOINT_READYZ] = v1_probe_readyz,
+    [ENDPOINT_V1_INFO] = v1_info_handle,
+    [ENDPOINT_METRICS] = v1_metrics_handle,
+    [ENDPOINT_V1_SETS] = v1_sets_list,
+    [ENDPOINT_V1_SET] = v1_set_handle,
+    [ENDPOINT_V1_SET_BELOW] = v1_set_below_handle,
+    [ENDPOINT_VIZ] = viz_page_handle,
+    [ENDPOINT_V2_SERVER] = v2_handle_get,
+    [ENDPOINT_V2_LIVE] = v2_handle_get,
+    [ENDPOINT_V2_READY] = v2_handle_get,
+    [ENDPOINT_V2_STATS_ALL] = v2_handle_get,
+    [ENDPOINT_V2_REPO_INDEX] = v2_handle_repository,
+    [ENDPOINT_V2_REPO_CONTROL] = v2_handle_repository,
+    [ENDPOINT_V2_MODEL] = v2_handle_get,
+    [ENDPOINT_V2_MODEL_READY] = v2_handle_get,
+    [ENDPOINT_V2_CONFIG] = v2_handle_get,
+    [ENDPOINT_V2_STATS] = v2_handle_get,
+    [ENDPOINT_V2_INFER] = v2_handle_infer,
+};
 
-int api_is_draining(void)
+api_handler *api_handler_of(route_endpoint endpoint)
 {
-    return atomic_load(&api_draining);
-}
-
-void api_not_found(const api_request *req, api_response *resp)
-{
-    if (api_sets_put_bad_name(req, resp))
-        return;
-    attn_error err;
-    error_set(&err, ERR_NOT_FOUND, "not_found", NULL,
-              "There is no endpoint %.200s; see GET /v1/info and the API description.",
-              req->path);
-    answer_error(resp, &err);
+    return endpoint < ENDPOINT_COUNT ? handlers[endpoint] : NULL;
 }
 
 /* 1 when draining refuses method on r. */
 static int drain_refuses(const route *r, const char *method)
 {
-    if (!api_is_draining())
+    if (!atomic_load(&api_draining))
         return 0;
     int read = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     return r->drain == ROUTE_DRAIN_REFUSE || (r->drain == ROUTE_DRAIN_READS && !read);
@@ -103,7 +117,8 @@ static int drain_refuses(const route *r, const char *method)
 /* Runs the handler of a computation in one of its slots.  --max-inflight
  * counts the workers' computations; those of I/O threads are bounded by the
  * number of threads and never wait. */
-static void compute_in_slot(const route *r, const api_request *req, api_response *resp)
+static void compute_in_slot(api_handler *handle, const api_request *req, const api_env *env,
+                            api_response *resp)
 {
     atomic_long *counter = req->io_thread ? &api_computing_io : &api_computing;
     long running = atomic_fetch_add(counter, 1);
@@ -116,14 +131,24 @@ static void compute_in_slot(const route *r, const api_request *req, api_response
         answer_error(resp, &err);
         return;
     }
-    r->handle(req, resp);
+    handle(req, env, resp);
     atomic_fetch_sub(counter, 1);
 }
 
 void api_handle(const api_request *req, api_response *resp)
 {
     memset(resp, 0, sizeof *resp);
-    const route *r = req->route != NULL ? req->route : route_find(req->path);
+    api_request found;
+    route_args args;
+    if (req->route == NULL) {
+        found = *req;
+        found.route = route_find(req->path, &args);
+        found.args = &args;
+        req = &found;
+    }
+    const route *r = req->route;
+    api_handler *handle = handlers[r->endpoint];
+    api_env env = {api_cfg, api_store, atomic_load(&api_draining)};
     resp->route = r->id;
     resp->allow = r->allow;
     if (!strcmp(req->method, "OPTIONS") && !strcmp(req->path, "*")) {
@@ -132,7 +157,7 @@ void api_handle(const api_request *req, api_response *resp)
         return;
     }
     if (r->allow == NULL) {
-        r->handle(req, resp);           /* the unknown path */
+        handle(req, &env, resp);        /* no endpoint: 404, or what its handler says */
         return;
     }
     if (!strcmp(req->method, "OPTIONS")) {
@@ -151,7 +176,7 @@ void api_handle(const api_request *req, api_response *resp)
         return;
     }
     if (r->cost == ROUTE_INLINE)
-        compute_in_slot(r, req, resp);
+        compute_in_slot(handle, req, &env, resp);
     else
-        r->handle(req, resp);
+        handle(req, &env, resp);
 }

@@ -6,8 +6,8 @@
  * headers the API reads, and its row of the route table, route.h);
  * api_handle answers with a status, a body and the few headers that depend
  * on the route (Allow, Retry-After, Location, ETag).  Errors take the form
- * of the route (answer.h).  The handlers are in one file per resource:
- * api_attention.c, api_sets.c, api_info.c, api_viz.c and, for v2, api_v2.c.
+ * of the route (message/answer.h).  The handlers are the v1, v2 and viz
+ * modules, each endpoint's named once, in api.c's table.
  */
 #ifndef ATTN_API_H
 #define ATTN_API_H
@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "message/api_message.h"
+#include "route/route.h"
 #include "core/error.h"
 
 /* Keeps cfg (borrowed for the life of the server) and opens the weight-set
@@ -31,6 +32,10 @@ void api_set_draining(int draining);
 
 /* Attention computations under way now. */
 long api_busy(void);
+
+/* The handler of endpoint (every endpoint has one), or NULL for a value
+ * that is no endpoint. */
+api_handler *api_handler_of(route_endpoint endpoint);
 
 /* Answers req (borrowed) into resp, which is always filled, even when
  * memory runs out; the caller frees it with api_response_free.  The store

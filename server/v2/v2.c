@@ -1,7 +1,7 @@
 /*
- * v2.c - the routes of the Open Inference Protocol v2, its models, and the
- * answers that are not inference: server and model metadata, liveness,
- * readiness and the model configuration.
+ * v2.c - the models of the Open Inference Protocol v2 and the answers that
+ * are not inference: server and model metadata, liveness, readiness, the
+ * model configuration, and the repository's load and unload.
  *
  * A model is either the built-in "attention" (q, k, v, optional mask) or a
  * stored weight set (x, optional context and mask), held by reference for
@@ -21,103 +21,25 @@
 #define V2_PLATFORM "attention-server"
 
 
-/* Copies one path segment (up to '/' or the end) into out; returns its end or NULL
- * when it is empty or does not fit. */
-static const char *take_segment(const char *p, char *out, size_t cap)
-{
-    size_t n = strcspn(p, "/");
-    if (n == 0 || n >= cap)
-        return NULL;
-    memcpy(out, p, n);
-    out[n] = '\0';
-    return p + n;
-}
-
-int v2_parse_path(const char *path, v2_path *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!strcmp(path, "/v2") || !strcmp(path, "/v2/")) {
-        out->kind = V2P_SERVER;
-        return 1;
-    }
-    if (!strcmp(path, "/v2/health/live")) {
-        out->kind = V2P_LIVE;
-        return 1;
-    }
-    if (!strcmp(path, "/v2/health/ready")) {
-        out->kind = V2P_READY;
-        return 1;
-    }
-    if (!strcmp(path, "/v2/models/stats")) {
-        out->kind = V2P_STATS_ALL;
-        return 1;
-    }
-    if (!strcmp(path, "/v2/repository/index")) {
-        out->kind = V2P_REPO_INDEX;
-        return 1;
-    }
-    static const char repo[] = "/v2/repository/models/";
-    if (!strncmp(path, repo, sizeof repo - 1)) {
-        const char *p = take_segment(path + sizeof repo - 1, out->model, sizeof out->model);
-        out->kind = V2P_REPO_CONTROL;
-        return p != NULL && (!strcmp(p, "/load") || !strcmp(p, "/unload"));
-    }
-    static const char prefix[] = "/v2/models/";
-    if (strncmp(path, prefix, sizeof prefix - 1) != 0)
-        return 0;
-    const char *p = take_segment(path + sizeof prefix - 1, out->model, sizeof out->model);
-    if (p == NULL)
-        return 0;
-    if (!strncmp(p, "/versions/", 10)) {
-        p = take_segment(p + 10, out->version, sizeof out->version);
-        if (p == NULL)
-            return 0;
-    }
-    if (*p == '\0')
-        out->kind = V2P_MODEL;
-    else if (!strcmp(p, "/ready"))
-        out->kind = V2P_MODEL_READY;
-    else if (!strcmp(p, "/config"))
-        out->kind = V2P_CONFIG;
-    else if (!strcmp(p, "/infer"))
-        out->kind = V2P_INFER;
-    else if (!strcmp(p, "/stats"))
-        out->kind = V2P_STATS;
-    else
-        return 0;
-    return 1;
-}
-
-int v2_route(const char *path, int *infer)
-{
-    v2_path vp;
-    if (!v2_parse_path(path, &vp))
-        return 0;
-    /* The repository's paths and /v2/models/stats have rows of their own in
-     * route.c, before the rows that ask here. */
-    *infer = vp.kind == V2P_INFER;
-    return 1;
-}
-
 /* ---- models ------------------------------------------------------------ */
 
-int v2_model_open(const v2_env *env, const v2_path *vp, v2_model *m, attn_error *err)
+int v2_model_open(const api_env *env, const route_args *args, v2_model *m, attn_error *err)
 {
     memset(m, 0, sizeof *m);
-    if (vp->version[0] && strcmp(vp->version, V2_MODEL_VERSION) != 0)
+    if (args->version[0] && strcmp(args->version, V2_MODEL_VERSION) != 0)
         return error_set(err, ERR_NOT_FOUND, "unknown_version", "version",
                          "Model \"%.64s\" has no version \"%.32s\"; its only version is \"%s\".",
-                         vp->model, vp->version, V2_MODEL_VERSION);
-    if (!strcmp(vp->model, V2_ATTENTION_MODEL)) {
-        m->name = V2_ATTENTION_MODEL;
+                         args->model, args->version, V2_MODEL_VERSION);
+    if (!strcmp(args->model, ATTENTION_MODEL_BUILTIN)) {
+        m->name = ATTENTION_MODEL_BUILTIN;
         return 0;
     }
-    if (weights_valid_name(vp->model))
-        m->set = store_get(env->store, vp->model);
+    if (weights_valid_name(args->model))
+        m->set = store_get(env->store, args->model);
     if (m->set == NULL)
         return error_set(err, ERR_NOT_FOUND, "unknown_model", "model",
                          "There is no model \"%.64s\": the models are \"attention\" and the "
-                         "stored weight sets (GET /v1/weight-sets).", vp->model);
+                         "stored weight sets (GET /v1/weight-sets).", args->model);
     m->name = m->set->name;
     return 0;
 }
@@ -207,19 +129,20 @@ static void write_config_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
     jw_char(w, ']');
 }
 
-/* GET /v2/models/{m}, /ready and /config. */
-static void handle_model(const v2_path *vp, const v2_env *env, api_response *resp)
+/* GET /v2/models/{m}, /ready and /config: the endpoint says which. */
+static void handle_model(route_endpoint endpoint, const route_args *args, const api_env *env,
+                         api_response *resp)
 {
     attn_error err;
     error_clear(&err);
     v2_model m;
-    if (v2_model_open(env, vp, &m, &err) != 0) {
+    if (v2_model_open(env, args, &m, &err) != 0) {
         answer_error(resp, &err);
         return;
     }
     jw_buf w;
     jw_init(&w, 1024);
-    if (vp->kind == V2P_MODEL_READY) {
+    if (endpoint == ENDPOINT_V2_MODEL_READY) {
         if (env->draining) {
             v2_model_close(&m);
             jw_discard(&w);
@@ -237,7 +160,7 @@ static void handle_model(const v2_path *vp, const v2_env *env, api_response *res
     size_t n_in, n_out = model_tensors(&m, in, &n_in, out);
     jw_raw(&w, "{\"name\":");
     jw_string(&w, m.name);
-    if (vp->kind == V2P_CONFIG) {
+    if (endpoint == ENDPOINT_V2_CONFIG) {
         jw_raw(&w, ",\"platform\":\"" V2_PLATFORM "\",\"max_batch_size\":0,\"input\":");
         write_config_tensors(&w, in, n_in);
         jw_raw(&w, ",\"output\":");
@@ -254,20 +177,13 @@ static void handle_model(const v2_path *vp, const v2_env *env, api_response *res
     answer_jw(resp, 200, &w);
 }
 
-void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp)
+void v2_handle_get(const api_request *req, const api_env *env, api_response *resp)
 {
-    v2_path vp;
     attn_error err;
     error_clear(&err);
-    if (!v2_parse_path(req->path, &vp)) {
-        error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
-                  req->path);
-        answer_error(resp, &err);
-        return;
-    }
     jw_buf w;
-    switch (vp.kind) {
-    case V2P_SERVER:
+    switch (req->route->endpoint) {
+    case ENDPOINT_V2_SERVER:
         jw_init(&w, 256);
         jw_raw(&w, "{\"name\":\"attention-server\",\"version\":");
         jw_string(&w, ATTN_VERSION);
@@ -275,11 +191,11 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
                    "\"model_repository\"]}\n");
         answer_jw(resp, 200, &w);
         return;
-    case V2P_LIVE:
+    case ENDPOINT_V2_LIVE:
         resp->status = 200;
         resp->body = "{\"live\":true}\n";
         break;
-    case V2P_READY:
+    case ENDPOINT_V2_READY:
         if (env->draining) {
             /* the protocol's readiness body, with the draining sentence of every route */
             resp->status = 503;
@@ -291,12 +207,12 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
             resp->body = "{\"ready\":true}\n";
         }
         break;
-    case V2P_STATS_ALL:
+    case ENDPOINT_V2_STATS_ALL:
         v2_stats_answer(NULL, env, resp);
         return;
-    case V2P_STATS: {
+    case ENDPOINT_V2_STATS: {
         v2_model m;
-        if (v2_model_open(env, &vp, &m, &err) != 0) {
+        if (v2_model_open(env, req->args, &m, &err) != 0) {
             answer_error(resp, &err);
             return;
         }
@@ -305,7 +221,7 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
         return;
     }
     default:
-        handle_model(&vp, env, resp);
+        handle_model(req->route->endpoint, req->args, env, resp);
         return;
     }
     resp->body_len = strlen(resp->body);
@@ -313,21 +229,14 @@ void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp
     resp->content_type = "application/json";
 }
 
-void v2_handle_repository(const api_request *req, const v2_env *env, api_response *resp)
+void v2_handle_repository(const api_request *req, const api_env *env, api_response *resp)
 {
-    v2_path vp;
-    attn_error err;
-    error_clear(&err);
-    if (!v2_parse_path(req->path, &vp) ||
-        (vp.kind != V2P_REPO_INDEX && vp.kind != V2P_REPO_CONTROL))
-        error_set(&err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
-                  req->path);
-    else if (vp.kind == V2P_REPO_CONTROL)
+    if (req->route->endpoint == ENDPOINT_V2_REPO_CONTROL) {
+        attn_error err;
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "model",
                   "This server's models are \"attention\" and its stored weight sets, "
                   "always loaded: store one with PUT /v1/weight-sets/%.64s and remove it "
-                  "with DELETE.", vp.model);
-    if (err.kind != 0) {
+                  "with DELETE.", req->args->model);
         answer_error(resp, &err);
         return;
     }

@@ -2,49 +2,37 @@
  * v2.h - the Open Inference Protocol v2 (KServe / Triton HTTP) beside v1.
  *
  * Routes under /v2: server and model metadata, liveness and readiness, a
- * minimal Triton-style model configuration, and inference.  Two kinds of
- * model answer: "attention" (inputs q, k, v and an optional mask) and every
- * stored weight set by its name (input x, optional context and mask).  The
- * datatype of the inputs (FP32 or FP64) decides the precision of the
- * computation.  Errors take the protocol's form {"error": "sentence"}, and the
- * sentence names the field at fault.  api.c routes here and admits inference
- * under the same limits and draining rules as v1.
+ * minimal Triton-style model configuration, Triton's statistics and model
+ * repository, and inference.  Two kinds of model answer: the built-in
+ * "attention" (inputs q, k, v and an optional mask) and every stored weight
+ * set by its name (input x, optional context and mask).  The datatype of the
+ * inputs (FP32 or FP64) decides the precision of the computation.  Errors
+ * take the protocol's form {"error": "sentence"}, and the sentence names the
+ * field at fault.  The route table (route/route.h) holds the paths and
+ * captures the model and version; the router (router/api.c) calls these
+ * handlers for the v2 endpoints and admits inference under the same limits
+ * and draining rules as v1.
  */
 #ifndef ATTN_V2_H
 #define ATTN_V2_H
 
 #include "message/api_message.h"
-#include "core/config.h"
-#include "store/store.h"
 
-/* The model every server has; a stored set of the same name is hidden. */
-#define V2_ATTENTION_MODEL "attention"
-
-/* Returns 1 if path is a v2 route, setting *infer to 1 for an inference route
- * (POST) and 0 for the others (GET); returns 0 for any other path. */
-int v2_route(const char *path, int *infer);
-
-/* What the v2 handlers borrow from the API module for one request. */
-typedef struct v2_env {
-    const server_config *cfg;
-    weight_store *store;
-    int draining;
-} v2_env;
-
-/* Answers a GET route of v2 (metadata, health, readiness, config) into resp,
- * which api_handle has zeroed and given its route.  Always fills resp. */
-void v2_handle_get(const api_request *req, const v2_env *env, api_response *resp);
+/* Answers a GET endpoint of v2 (server and model metadata, health,
+ * readiness, config, statistics) into resp, which api_handle has zeroed and
+ * given its route.  Always fills resp. */
+void v2_handle_get(const api_request *req, const api_env *env, api_response *resp);
 
 /* Answers POST .../infer into resp; the caller has admitted the request (not
  * draining, under --max-inflight).  Decodes the JSON header and any binary
  * tensors, checks shapes and the element and memory limits, computes, and
  * answers in JSON or, for outputs asked in binary, with
  * resp->inference_header_length set.  Always fills resp. */
-void v2_handle_infer(const api_request *req, const v2_env *env, api_response *resp);
+void v2_handle_infer(const api_request *req, const api_env *env, api_response *resp);
 
 /* Answers POST /v2/repository/index (every model, READY) and POST
  * /v2/repository/models/{m}/load or /unload (an error that says how to
  * store or delete a set: the models are always loaded) into resp. */
-void v2_handle_repository(const api_request *req, const v2_env *env, api_response *resp);
+void v2_handle_repository(const api_request *req, const api_env *env, api_response *resp);
 
 #endif

@@ -260,7 +260,7 @@ static int input_slot(int builtin, const char *name)
 }
 
 /* Describes each of "inputs" into its slot, without reading a number. */
-static int describe_inputs(v2_infer *st, const v2_env *env, v2_body *body, attn_error *err)
+static int describe_inputs(v2_infer *st, const api_env *env, v2_body *body, attn_error *err)
 {
     int builtin = st->model.set == NULL, rc;
     const json_t *inputs = json_object_get(st->root, "inputs");
@@ -397,7 +397,7 @@ static int shape_mask(v2_infer *st, attn_error *err)
 
 /* Describes the inputs and checks shapes and parameters into st->ar (no
  * array allocated yet); with a stored set the job is bound to it. */
-static int infer_describe(v2_infer *st, const v2_env *env, v2_body *body, attn_error *err)
+static int infer_describe(v2_infer *st, const api_env *env, v2_body *body, attn_error *err)
 {
     int rc;
     attention_request_init(&st->ar);
@@ -515,19 +515,15 @@ static void drop_header(v2_infer *st)
     st->arena = 0;
 }
 
-/* Reads and checks the request up to a job ready to run: path, model,
+/* Reads and checks the request up to a job ready to run: model,
  * framing, header, inputs, limits (reserving the job's memory in
  * *reserved), numbers.  Returns 0, ADMISSION_DEFER, or an ERR_* code. */
-static int infer_prepare(const api_request *req, const v2_env *env, v2_infer *st,
+static int infer_prepare(const api_request *req, const api_env *env, v2_infer *st,
                          size_t *response_bytes, size_t *reserved, attn_error *err)
 {
-    v2_path vp;
     v2_body body;
     int rc;
-    if (!v2_parse_path(req->path, &vp))
-        return error_set(err, ERR_NOT_FOUND, "not_found", NULL, "There is no endpoint %.200s.",
-                         req->path);
-    if ((rc = v2_model_open(env, &vp, &st->model, err)) != 0 ||
+    if ((rc = v2_model_open(env, req->args, &st->model, err)) != 0 ||
         (rc = v2_body_split(req->body, req->body_len, req->inference_header_length, &body,
                             err)) != 0 ||
         (rc = parse_header(req, &body, st, err)) != 0 ||
@@ -551,7 +547,7 @@ static int infer_prepare(const api_request *req, const v2_env *env, v2_infer *st
     return rc;
 }
 
-void v2_handle_infer(const api_request *req, const v2_env *env, api_response *resp)
+void v2_handle_infer(const api_request *req, const api_env *env, api_response *resp)
 {
     attn_error err;
     error_clear(&err);

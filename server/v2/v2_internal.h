@@ -1,9 +1,9 @@
 /*
  * v2_internal.h - what the files of the v2 protocol share, and nobody else
- * includes: the parsed path, the model a path names, the outputs a request
+ * includes: the model a path names, the outputs a request
  * asks for, and the helpers that fill an answer.
  *
- * v2.c holds the routes, the models and the metadata answers; v2_infer.c
+ * v2.c holds the models and the metadata answers; v2_infer.c
  * reads an inference request into an attention_request; v2_answer.c writes
  * the inference answer (JSON, or JSON then binary bytes).
  */
@@ -21,20 +21,6 @@
 
 #define V2_MODEL_VERSION "1"
 
-enum v2_kind {
-    V2P_SERVER, V2P_LIVE, V2P_READY, V2P_MODEL, V2P_MODEL_READY, V2P_CONFIG, V2P_INFER,
-    V2P_STATS_ALL, V2P_STATS, V2P_REPO_INDEX, V2P_REPO_CONTROL
-};
-
-typedef struct v2_path {
-    enum v2_kind kind;
-    char model[200];
-    char version[40];       /* "" when the path names none */
-} v2_path;
-
-/* Parses a /v2 path into out; returns 1, or 0 when path is no v2 route. */
-int v2_parse_path(const char *path, v2_path *out);
-
 /* A model resolved from the path: the built-in attention, or a stored set
  * (a reference the caller drops with v2_model_close). */
 typedef struct v2_model {
@@ -42,9 +28,10 @@ typedef struct v2_model {
     weight_set *set;        /* NULL for the built-in model */
 } v2_model;
 
-/* Resolves the model and version of vp.  Returns 0, or ERR_NOT_FOUND with
- * err naming "model" or "version"; m holds nothing then. */
-int v2_model_open(const v2_env *env, const v2_path *vp, v2_model *m, attn_error *err);
+/* Resolves the model and version a path captured (args, borrowed; version
+ * "" for any).  Returns 0, or ERR_NOT_FOUND with err naming "model" or
+ * "version"; m holds nothing then. */
+int v2_model_open(const api_env *env, const route_args *args, v2_model *m, attn_error *err);
 
 /* Drops the reference m holds (harmless when it holds none). */
 void v2_model_close(v2_model *m);

@@ -9,6 +9,7 @@
 #include "message/answer.h"
 #include "json/jsonw.h"
 #include "metrics/model_stats.h"
+#include "request/attention_request.h"
 #include "store/store.h"
 
 static void write_u64(jw_buf *w, uint64_t v)
@@ -77,16 +78,16 @@ static void write_model(jw_buf *w, const char *name)
 
 /* Writes "attention" and every stored set through each(w, name), separated
  * by commas.  Returns 0, or -1 when memory runs out. */
-static int each_model(const v2_env *env, jw_buf *w, void (*each)(jw_buf *, const char *))
+static int each_model(const api_env *env, jw_buf *w, void (*each)(jw_buf *, const char *))
 {
     weight_set **sets = NULL;
     size_t count = 0;
     attn_error err;
     if (store_list(env->store, &sets, &count, &err) != 0)
         return -1;
-    each(w, V2_ATTENTION_MODEL);
+    each(w, ATTENTION_MODEL_BUILTIN);
     for (size_t i = 0; i < count; i++) {
-        if (!strcmp(sets[i]->name, V2_ATTENTION_MODEL))
+        if (!strcmp(sets[i]->name, ATTENTION_MODEL_BUILTIN))
             continue; /* hidden by the built-in model */
         jw_char(w, ',');
         each(w, sets[i]->name);
@@ -99,7 +100,7 @@ static int each_model(const v2_env *env, jw_buf *w, void (*each)(jw_buf *, const
  * each, then close. */
 static void answer_models(const char *open, const char *model,
                           void (*each)(jw_buf *, const char *), const char *close,
-                          const v2_env *env, api_response *resp)
+                          const api_env *env, api_response *resp)
 {
     jw_buf w;
     jw_init(&w, 1024);
@@ -117,7 +118,7 @@ static void answer_models(const char *open, const char *model,
     answer_jw(resp, 200, &w);
 }
 
-void v2_stats_answer(const char *model, const v2_env *env, api_response *resp)
+void v2_stats_answer(const char *model, const api_env *env, api_response *resp)
 {
     answer_models("{\"model_stats\":[", model, write_model, "]}\n", env, resp);
 }
@@ -129,7 +130,7 @@ static void write_index_entry(jw_buf *w, const char *name)
     jw_raw(w, ",\"version\":\"1\",\"state\":\"READY\",\"reason\":\"\"}");
 }
 
-void v2_repository_index(const v2_env *env, api_response *resp)
+void v2_repository_index(const api_env *env, api_response *resp)
 {
     answer_models("[", NULL, write_index_entry, "]\n", env, resp);
 }

@@ -17,9 +17,9 @@
 
 /* Answers the statistics of model (borrowed, known to exist), or of every
  * model when model is NULL, into resp. */
-void v2_stats_answer(const char *model, const v2_env *env, api_response *resp);
+void v2_stats_answer(const char *model, const api_env *env, api_response *resp);
 
 /* Answers POST /v2/repository/index into resp. */
-void v2_repository_index(const v2_env *env, api_response *resp);
+void v2_repository_index(const api_env *env, api_response *resp);
 
 #endif

@@ -5,7 +5,8 @@
  * (tests/fixtures/NAME.json, served as examples/NAME.json) are turned into
  * byte arrays at build time by server/viz/viz_embed.c, so the server and its
  * container image serve exactly the files of the repository, offline.  This
- * module finds them by path and lists the examples; the routes are in api.c.
+ * module finds them by path and lists the examples; its routes are answered
+ * by viz_page.c (viz_page.h).
  */
 #ifndef ATTN_VIZ_H
 #define ATTN_VIZ_H

@@ -145,8 +145,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
      * so the decoders see both kinds of array whatever their length.  Bit 4:
      * answered as on an I/O thread first, and by a "worker" when deferred. */
     json_fast_set_min_numbers(data[0] & 8 ? 1 : 0);
-    api_request req = {methods[which], paths[which], (const char *)data + 1, size - 1, NULL, NULL,
-                       (data[0] & 16) != 0, NULL, NULL, NULL, 0.0};
+    api_request req = {.method = methods[which], .path = paths[which],
+                       .body = (const char *)data + 1, .body_len = size - 1,
+                       .io_thread = (data[0] & 16) != 0};
     char header_length[16];
     if ((which == 5 || which == 7) && size >= 3) {
         snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));

@@ -187,6 +187,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(route_table_rows)                     \
     X(route_find_paths)                     \
     X(route_methods_and_cost)               \
+    X(route_every_endpoint_handled)         \
+    X(route_captures)                       \
+    X(route_body_placement)                 \
     X(api_weight_set_heads)                 \
     X(api_fast_numbers_answer_as_jansson)   \
     X(config_empty_values)                  \

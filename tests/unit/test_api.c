@@ -63,7 +63,7 @@ void test_api_weight_set_paths(void)
     ASSERT_EQ(api_start(&cfg, dir), 0);
     int failed = 0;
     for (size_t p = 0; p < 3 && !failed; p++) {
-        const route *r = route_find(paths[p]);
+        const route *r = route_find(paths[p], NULL);
         if (r->id != ROUTE_OTHER || r->allow != NULL) {
             fprintf(stderr, "  %s is routed\n", paths[p]);
             failed = 1;

@@ -32,7 +32,7 @@ static int check(const guard *g, const char *method, const char *path, const cha
     size_t n = 0;
     for (; pairs[2 * n] != NULL; n++)
         headers[n] = (guard_header){pairs[2 * n], pairs[2 * n + 1]};
-    guard_request rq = {method, path, "HTTP/1.1", headers, n, route_find(path)->probe};
+    guard_request rq = {method, path, "HTTP/1.1", headers, n, route_find(path, NULL)->probe};
     return guard_check(g, &rq, v, err);
 }
 

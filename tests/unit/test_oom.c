@@ -105,8 +105,8 @@ void test_oom_api_handle(void)
         {"GET", "/nowhere", 404}, {"PUT", "/v1/attention", 405}, {"GET", "/v1/weight-sets", 200},
         {"GET", "/v1/weight-sets/s", 200}};
     for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
-        api_request req = {calls[c].method, calls[c].path, body, strlen(body), NULL, NULL, 0, NULL,
-                           NULL, NULL, 0.0};
+        api_request req = {.method = calls[c].method, .path = calls[c].path, .body = body,
+                           .body_len = strlen(body)};
         long n;
         for (n = 0; n < 10000; n++) {
             api_response resp;

@@ -133,12 +133,15 @@ static int v1_fault(const fault_case *c, attn_error *err)
 static int v2_fault(const fault_case *c, const server_config *cfg, char *text, size_t cap)
 {
     char *body = v2_body(c);
+    route_args args;
     api_request req = {.method = "POST", .path = "/v2/models/attention/infer", .body = body,
                        .body_len = strlen(body)};
+    req.route = route_find(req.path, &args);
+    req.args = &args;
     api_response resp;
     memset(&resp, 0, sizeof resp);
     resp.route = ROUTE_V2_INFER;        /* as api_handle sets it: errors in v2's form */
-    v2_env env = {cfg, NULL, 0};
+    api_env env = {cfg, NULL, 0};
     v2_handle_infer(&req, &env, &resp);
     free(body);
     json_t *answer = json_loadb(resp.body, resp.body_len, 0, NULL);

@@ -1,5 +1,5 @@
 /*
- * api_sets.c - the weight-set resource: GET /v1/weight-sets (the list), and
+ * v1_sets.c - the weight-set resource: GET /v1/weight-sets (the list), and
  * GET, HEAD, PUT and DELETE of /v1/weight-sets/{name}, with If-Match and
  * ETag carrying a set's generation.
  *
@@ -7,7 +7,9 @@
  * generation this replica has not seen yet makes it rescan the directory at
  * once rather than answer from a stale view.  A request with
  * ?format=safetensors reads or writes the set as a safetensors file: this
- * file hands it to api_checkpoint.c once the name and If-Match are checked.
+ * file hands it to v1_checkpoint.c once the name and If-Match are checked.
+ * A PUT one segment deeper (the route table's ENDPOINT_V1_SET_BELOW) named
+ * a set with a slash in its name, and is refused as such.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -15,8 +17,9 @@
 #include <string.h>
 
 #include "message/answer.h"
-#include "api_checkpoint.h"
-#include "router/api_private.h"
+#include "v1.h"
+#include "v1_checkpoint.h"
+#include "v1_private.h"
 #include "json/json_in.h"
 #include "core/mem.h"
 #include "store/store.h"
@@ -25,10 +28,10 @@
 
 #define SETS_PREFIX "/v1/weight-sets/"
 
-void api_sets_list(const api_request *req, api_response *resp)
+void v1_sets_list(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
-    weight_store *store = api_weight_store();
+    weight_store *store = env->store;
     size_t count = 0;
     weight_set **sets = NULL;
     attn_error err;
@@ -73,10 +76,9 @@ static long long if_match_generation(const char *value)
     return g;
 }
 
-weight_set *api_sets_get_generation(const char *name, uint64_t want, const char *field,
-                                    int *retry_after, attn_error *err)
+weight_set *v1_sets_get_generation(weight_store *store, const char *name, uint64_t want,
+                                   const char *field, int *retry_after, attn_error *err)
 {
-    weight_store *store = api_weight_store();
     weight_set *set = store_get(store, name);
     if (want == 0 && set != NULL)
         return set;
@@ -115,9 +117,10 @@ static void set_etag(api_response *resp, const weight_set *set)
 /* GET and HEAD: checked (a reference, taken) is the set If-Match was checked
  * on, or NULL when there was no If-Match; the set is answered as JSON, or as
  * a safetensors file. */
-static void get_set(const char *name, weight_set *checked, int safetensors, api_response *resp)
+static void get_set(weight_store *store, const char *name, weight_set *checked, int safetensors,
+                    api_response *resp)
 {
-    weight_set *set = checked != NULL ? checked : store_get(api_weight_store(), name);
+    weight_set *set = checked != NULL ? checked : store_get(store, name);
     if (set == NULL) {
         attn_error err;
         error_set(&err, ERR_NOT_FOUND, "unknown_weight_set", "name",
@@ -126,7 +129,7 @@ static void get_set(const char *name, weight_set *checked, int safetensors, api_
         return;
     }
     if (safetensors) {
-        api_checkpoint_get(set, resp);
+        v1_checkpoint_get(set, resp);
         weightset_release(set);
         return;
     }
@@ -140,7 +143,8 @@ static void get_set(const char *name, weight_set *checked, int safetensors, api_
 
 /* Decodes the body of a PUT into a new set called name.  Returns it (the
  * caller releases it), or NULL with err filled. */
-static weight_set *decode_set(const api_request *req, const char *name, attn_error *err)
+static weight_set *decode_set(const api_request *req, const server_config *cfg, const char *name,
+                              attn_error *err)
 {
     mem_json_arena_begin();
     json_t *root = json_in_parse(req->body, req->body_len, weights_part_named, err);
@@ -151,7 +155,7 @@ static weight_set *decode_set(const api_request *req, const char *name, attn_err
     attn_weights wts;
     size_t heads;
     int out_in;
-    int rc = weights_json_decode_set(root, api_config()->max_elements, &wts, &heads, &out_in,
+    int rc = weights_json_decode_set(root, cfg->max_elements, &wts, &heads, &out_in,
                                      err);
     json_decref(root);
     mem_json_arena_end();
@@ -164,18 +168,19 @@ static weight_set *decode_set(const api_request *req, const char *name, attn_err
 }
 
 /* PUT: 201 with Location for a new name, 200 for a replacement. */
-static void put_set(const api_request *req, const char *name, api_response *resp)
+static void put_set(const api_request *req, const api_env *env, const char *name,
+                    api_response *resp)
 {
     attn_error err;
     error_clear(&err);
-    weight_set *set = decode_set(req, name, &err);
+    weight_set *set = decode_set(req, env->cfg, name, &err);
     if (set == NULL) {
         answer_error(resp, &err);
         return;
     }
     weightset_retain(set); /* ours, for the answer; store_put takes the other */
     int created = 0;
-    if (store_put(api_weight_store(), set, &created, &err) != 0) {
+    if (store_put(env->store, set, &created, &err) != 0) {
         weightset_release(set);
         answer_error(resp, &err);
         return;
@@ -193,8 +198,8 @@ static void put_set(const api_request *req, const char *name, api_response *resp
 /* Checks the name and If-Match of a request on the set called name.
  * Returns 0 with *checked the set the precondition held on (a reference;
  * NULL without If-Match or for a PUT), or -1 with resp answered. */
-static int check_request(const api_request *req, const char *name, weight_set **checked,
-                         api_response *resp)
+static int check_request(const api_request *req, weight_store *store, const char *name,
+                         weight_set **checked, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
@@ -213,7 +218,8 @@ static int check_request(const api_request *req, const char *name, weight_set **
         /* The precondition holds on this replica's view, fresh from the
          * shared directory when it does not match at first; GET answers the
          * very set it was checked on. */
-        *checked = api_sets_get_generation(name, (uint64_t)want, NULL, &resp->retry_after, &err);
+        *checked = v1_sets_get_generation(store, name, (uint64_t)want, NULL, &resp->retry_after,
+                                          &err);
     if (err.kind == 0)
         return 0;
     answer_error(resp, &err);
@@ -221,48 +227,48 @@ static int check_request(const api_request *req, const char *name, weight_set **
 }
 
 /* Answers GET, HEAD, PUT and DELETE of the set called name. */
-static void handle_named(const api_request *req, const char *name, api_response *resp)
+static void handle_named(const api_request *req, const api_env *env, const char *name,
+                         api_response *resp)
 {
     weight_set *checked;
-    if (check_request(req, name, &checked, resp) != 0)
+    if (check_request(req, env->store, name, &checked, resp) != 0)
         return;
     attn_error err;
     error_clear(&err);
-    int safetensors = api_checkpoint_format(req, &err);
+    int safetensors = v1_checkpoint_format(req, &err);
     if (safetensors < 0) {
         weightset_release(checked);
         answer_error(resp, &err);
         return;
     }
     if (!strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")) {
-        get_set(name, checked, safetensors, resp);
+        get_set(env->store, name, checked, safetensors, resp);
         return;
     }
     weightset_release(checked);
     if (!strcmp(req->method, "DELETE")) {
-        if (store_delete(api_weight_store(), name, &err) != 0)
+        if (store_delete(env->store, name, &err) != 0)
             answer_error(resp, &err);
         else
             answer_static(resp, 204, "");
         return;
     }
     if (safetensors)
-        api_checkpoint_put(req, name, api_config(), api_weight_store(), resp);
+        v1_checkpoint_put(req, name, env->cfg, env->store, resp);
     else
-        put_set(req, name, resp);
+        put_set(req, env, name, resp);
 }
 
-void api_set_handle(const api_request *req, api_response *resp)
+void v1_set_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    handle_named(req, req->path + strlen(SETS_PREFIX), resp);
+    handle_named(req, env, req->path + strlen(SETS_PREFIX), resp);
 }
 
-int api_sets_put_bad_name(const api_request *req, api_response *resp)
+void v1_set_below_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    size_t prefix = strlen(SETS_PREFIX);
-    if (strcmp(req->method, "PUT") != 0 || strncmp(req->path, SETS_PREFIX, prefix) != 0 ||
-        req->path[prefix] == '\0')
-        return 0;
-    handle_named(req, req->path + prefix, resp);    /* an invalid name: 400 */
-    return 1;
+    const char *name = req->path + strlen(SETS_PREFIX);    /* the row matched the prefix */
+    if (strcmp(req->method, "PUT") != 0 || *name == '\0')
+        answer_not_found(resp, req->path);
+    else
+        handle_named(req, env, name, resp);                 /* an invalid name: 400 */
 }

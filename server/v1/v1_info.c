@@ -1,53 +1,54 @@
 /*
- * api_info.c - what the server says of itself: GET /healthz and /readyz (the
+ * v1_info.c - what the server says of itself: GET /healthz and /readyz (the
  * probes), /v1/info (version, build, BLAS, limits) and /metrics.
  */
 #include <jansson.h>
 
 #include "message/answer.h"
-#include "router/api_private.h"
 #include "kernel/attention.h"
 #include "kernel/blas_setup.h"
 #include "core/compute.h"
 #include "metrics/metrics.h"
 #include "store/store.h"
 #include "core/version.h"
+#include "v1.h"
 
-void api_probe_healthz(const api_request *req, api_response *resp)
+void v1_probe_healthz(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
+    (void)env;
     answer_static(resp, 200, "{\"status\":\"ok\"}\n");
 }
 
 /* Not ready while draining, nor when the shared weight-set directory has
  * been unreadable for three sync intervals: this replica may serve stale
  * sets then. */
-void api_probe_readyz(const api_request *req, api_response *resp)
+void v1_probe_readyz(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
-    if (api_is_draining()) {
+    if (env->draining) {
         answer_draining(resp);
         return;
     }
     store_status st;
-    store_get_status(api_weight_store(), &st);
+    store_get_status(env->store, &st);
     if (st.interval_ms > 0 && (st.last_ok_age_ms < 0 || st.last_ok_age_ms > 3LL * st.interval_ms)) {
         attn_error err;
         resp->retry_after = (int)(st.interval_ms / 1000) + 1;
         error_set(&err, ERR_UNAVAILABLE, "store_unreachable", NULL,
                   "The weight-set directory %s has not been read for %lld ms (more than "
                   "three --store-sync-interval); sets written elsewhere may be missing here.",
-                  api_config()->data_dir, st.last_ok_age_ms);
+                  env->cfg->data_dir, st.last_ok_age_ms);
         answer_error(resp, &err);
         return;
     }
     answer_static(resp, 200, "{\"status\":\"ready\"}\n");
 }
 
-void api_info_handle(const api_request *req, api_response *resp)
+void v1_info_handle(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
-    const server_config *cfg = api_config();
+    const server_config *cfg = env->cfg;
     char config[256], core[64];
     int threads;
     attention_blas_describe(config, sizeof config, core, sizeof core, &threads);
@@ -75,9 +76,10 @@ void api_info_handle(const api_request *req, api_response *resp)
     answer_json(resp, 200, info);
 }
 
-void api_metrics_handle(const api_request *req, api_response *resp)
+void v1_metrics_handle(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
+    (void)env;
     resp->body = metrics_render(&resp->body_len);
     if (resp->body == NULL) {
         attn_error err;

@@ -1,5 +1,5 @@
 /*
- * api_attention.c - POST /v1/attention: decode, bind a stored weight set,
+ * v1_attention.c - POST /v1/attention: decode, bind a stored weight set,
  * admit against the limits, compute, encode.
  *
  * The JSON tree of the body is freed before the computation starts, so a
@@ -7,28 +7,31 @@
  * (api_request.io_thread) anything that would wait or take long sends the
  * request back for a worker (api_response.deferred) instead of answering.
  * Every request answered is counted in the statistics of its model
- * (model_stats.h): the set it names, else "attention".
+ * (metrics/model_stats.h): the set it names, else the built-in model
+ * (ATTENTION_MODEL_BUILTIN).
  */
 #include <jansson.h>
 #include <string.h>
 
 #include "request/admission.h"
 #include "message/answer.h"
-#include "router/api_private.h"
 #include "attention_json.h"
 #include "core/compute.h"
 #include "json/json_in.h"
 #include "core/mem.h"
 #include "metrics/model_stats.h"
 #include "store/store.h"
-#include "v2/v2.h"
+#include "request/attention_request.h"
+#include "v1.h"
+#include "v1_private.h"
 
 /* Bytes a number takes in the response at most ("-1.2345678901234567e-300,"). */
 #define RESPONSE_BYTES_PER_NUMBER 26
 
 /* Parses and decodes the body into ar.  Returns 0, or a negative ERR_* code
  * with err filled (ar then holds nothing). */
-static int decode_body(const api_request *req, attention_request *ar, attn_error *err)
+static int decode_body(const api_request *req, const server_config *cfg, attention_request *ar,
+                       attn_error *err)
 {
     /* The tree lives only until its numbers are decoded: it is made in the arena. */
     mem_json_arena_begin();
@@ -38,7 +41,7 @@ static int decode_body(const api_request *req, attention_request *ar, attn_error
         memset(ar, 0, sizeof *ar);
         return err->kind;
     }
-    attention_json_limits limits = {api_config()->max_elements};
+    attention_json_limits limits = {cfg->max_elements};
     int rc = attention_json_decode(root, &limits, ar, err);
     json_decref(root);
     mem_json_arena_end();
@@ -49,10 +52,10 @@ static int decode_body(const api_request *req, attention_request *ar, attn_error
  * *set a reference (the caller releases it), ADMISSION_DEFER when an I/O
  * thread would have to rescan the directory, or a negative ERR_* code with
  * err filled. */
-static int find_named_set(const api_request *req, const attention_request *ar,
-                          weight_set **set, api_response *resp, attn_error *err)
+static int find_named_set(const api_request *req, weight_store *store,
+                          const attention_request *ar, weight_set **set, api_response *resp,
+                          attn_error *err)
 {
-    weight_store *store = api_weight_store();
     if (ar->weights_generation != 0 && req->io_thread) {
         /* Another generation would mean rescanning the directory: not on an
          * I/O thread. */
@@ -60,8 +63,8 @@ static int find_named_set(const api_request *req, const attention_request *ar,
         return *set == NULL || (*set)->generation != ar->weights_generation ? ADMISSION_DEFER : 0;
     }
     if (ar->weights_generation != 0) {
-        *set = api_sets_get_generation(ar->weights_name, ar->weights_generation,
-                                       "weights_generation", &resp->retry_after, err);
+        *set = v1_sets_get_generation(store, ar->weights_name, ar->weights_generation,
+                                      "weights_generation", &resp->retry_after, err);
         return *set == NULL ? err->kind : 0;
     }
     *set = store_get(store, ar->weights_name);
@@ -90,14 +93,15 @@ static int bind_named_set(attention_request *ar, const weight_set *set, attn_err
  * the phases after started (compute_now() when the request was taken up).
  * Returns 0 (resp answered), ADMISSION_DEFER, or a negative ERR_* code with
  * err filled. */
-static int compute_and_answer(const api_request *req, attention_request *ar, double started,
+static int compute_and_answer(const api_request *req, const server_config *cfg,
+                              attention_request *ar, double started,
                               model_stats_sample *sample, api_response *resp, attn_error *err)
 {
     size_t result_elements = attention_request_result_elements(ar), response_bytes = 0;
     size_t reserved_bytes = 0;
     if (req->io_thread && admission_io_thread_fits(&ar->job, result_elements) != 0)
         return ADMISSION_DEFER;
-    int rc = admission_admit(api_config(), &ar->job, result_elements, RESPONSE_BYTES_PER_NUMBER,
+    int rc = admission_admit(cfg, &ar->job, result_elements, RESPONSE_BYTES_PER_NUMBER,
                              "set return_attention to false", &response_bytes, &reserved_bytes,
                              err);
     if (rc != 0)
@@ -124,7 +128,7 @@ static int compute_and_answer(const api_request *req, attention_request *ar, dou
     return 0;
 }
 
-void api_attention_handle(const api_request *req, api_response *resp)
+void v1_attention_handle(const api_request *req, const api_env *env, api_response *resp)
 {
     attn_error err;
     error_clear(&err);
@@ -132,17 +136,17 @@ void api_attention_handle(const api_request *req, api_response *resp)
     weight_set *set = NULL;
     double started = compute_now();
     model_stats_sample sample = {req->queued_at > 0 ? started - req->queued_at : 0, 0, 0, 0, 1};
-    int rc = decode_body(req, &ar, &err);
+    int rc = decode_body(req, env->cfg, &ar, &err);
     if (rc == 0 && ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
-        rc = find_named_set(req, &ar, &set, resp, &err);
+        rc = find_named_set(req, env->store, &ar, &set, resp, &err);
         if (rc == 0)
             rc = bind_named_set(&ar, set, &err);
     }
     if (rc == 0)
-        rc = compute_and_answer(req, &ar, started, &sample, resp, &err);
-    const char *model = set != NULL ? set->name : V2_ATTENTION_MODEL;
+        rc = compute_and_answer(req, env->cfg, &ar, started, &sample, resp, &err);
+    const char *model = set != NULL ? set->name : ATTENTION_MODEL_BUILTIN;
     if (rc == 0)
         model_stats_success(model, &sample);
     else if (rc != ADMISSION_DEFER) /* a deferred request is counted by its worker */

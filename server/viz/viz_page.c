@@ -1,5 +1,5 @@
 /*
- * api_viz.c - the visualizer's routes: GET / (a redirect to the page),
+ * viz_page.c - the visualizer's routes: GET / (a redirect to the page),
  * GET /viz (the page) and GET /viz/NAME (its files, and the golden examples
  * under /viz/examples/), all built into the binary (viz.h).
  */
@@ -7,13 +7,14 @@
 #include <string.h>
 
 #include "message/answer.h"
-#include "router/api_private.h"
 #include "viz.h"
+#include "viz_page.h"
 
 #define VIZ_PREFIX "/viz/"
 
-void api_viz_handle(const api_request *req, api_response *resp)
+void viz_page_handle(const api_request *req, const api_env *env, api_response *resp)
 {
+    (void)env;
     const char *path = req->path;
     attn_error err;
     if (!strcmp(path, "/")) {

@@ -1,6 +1,6 @@
 /*
- * api_checkpoint.c - PUT and GET of weight sets as safetensors files (see
- * api_checkpoint.h).
+ * v1_checkpoint.c - PUT and GET of weight sets as safetensors files (see
+ * v1_checkpoint.h).
  *
  * A PUT reads the query (preset, heads, layer, and for preset=names the
  * tensor of each part), parses the body in place (safetensors.h), takes
@@ -10,7 +10,7 @@
  * so that none of the new sets remains.  A GET answers the set's numbers in
  * its own element type: F32 tensors for a float32 set, F64 for a float64 one.
  */
-#include "api_checkpoint.h"
+#include "v1_checkpoint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,7 @@ static const char *query(const api_request *req, const char *key)
     return req->query_arg != NULL ? req->query_arg(req->query_ctx, key) : NULL;
 }
 
-int api_checkpoint_format(const api_request *req, attn_error *err)
+int v1_checkpoint_format(const api_request *req, attn_error *err)
 {
     const char *format = query(req, "format");
     if (format == NULL || !strcmp(format, "json"))
@@ -185,7 +185,7 @@ static void respond_stored(weight_set **sets, size_t n, int all, int created, ap
     answer_jw(resp, created ? 201 : 200, &w);
 }
 
-void api_checkpoint_put(const api_request *req, const char *name, const server_config *cfg,
+void v1_checkpoint_put(const api_request *req, const char *name, const server_config *cfg,
                         weight_store *store, api_response *resp)
 {
     attn_error err;
@@ -220,7 +220,7 @@ void api_checkpoint_put(const api_request *req, const char *name, const server_c
     budget_release(reserved);
 }
 
-void api_checkpoint_get(const weight_set *set, api_response *resp)
+void v1_checkpoint_get(const weight_set *set, api_response *resp)
 {
     static const weights_part order[] = {WEIGHTS_WQ, WEIGHTS_WK, WEIGHTS_WV, WEIGHTS_BQ,
                                          WEIGHTS_BK, WEIGHTS_BV, WEIGHTS_WO, WEIGHTS_BO};
