@@ -2,18 +2,22 @@
  * store_internal.h - what the pieces of the weight-set store share; not for
  * the rest of the server, which sees only store.h.
  *
- * The store is six files, one concern each:
+ * The store is six files, one concern each, each using only those above it
+ * in this list but for store.c, which opens and closes it all:
  *   store.c             opening and closing a store: the data directory,
  *                       the locks, the first scan
- *   store_format.c      the file format: encoding and decoding one stored set
- *   store_table.c       the in-memory table: reference-counted sets, get, put,
- *                       delete, list, generations
- *   store_io.c          the file-system steps of a durable write and delete,
- *                       file paths, and temporary files (naming and clean-up)
- *   store_sync.c        the rescan that follows what other replicas wrote,
- *                       and the background thread that runs it
+ *   store_format.c      the file format, bytes in and bytes out: encoding a
+ *                       set, decoding and checking a header, the checksum
+ *   store_io.c          the file-system steps: loading a set file, the durable
+ *                       write and the delete, file paths and identities, and
+ *                       temporary files (naming and clean-up)
+ *   store_table.c       the in-memory table: reference-counted sets (built
+ *                       from a loaded file too), get, put, delete, list,
+ *                       generations
  *   store_quarantine.c  files that fail to load: reported once, moved to
  *                       quarantine/ when they stay damaged
+ *   store_sync.c        the rescan that follows what other replicas wrote,
+ *                       and the background thread that runs it
  *
  * Locking: sync_lock lets one scan run at a time; write_lock serialises puts,
  * deletes and the short apply step of a scan (file work included); map_lock
@@ -70,6 +74,122 @@ struct weight_store {
     unsigned long sync_errors, syncs, quarantined;
 };
 
+/* ---- store_format.c: bytes in, bytes out ---- */
+
+/* Bytes to be written at offset `at` of a file. */
+typedef struct store_run {
+    const void *data;
+    size_t len;
+    uint64_t at;
+} store_run;
+
+/* The longest header, with its name and padding: where a file's arrays
+ * start at the latest. */
+#define STORE_FORMAT_HEAD_MAX (96 + WEIGHTS_NAME_MAX)
+/* A file ends in the checksum of every byte before it. */
+#define STORE_CHECKSUM_BYTES 8
+#define STORE_CHECKSUM_SEED 0xCBF29CE484222325ull
+
+/* A set as the bytes of its file: the header (with the name) and each array
+ * present, as runs at their offsets, then the checksum at checksum_at. */
+typedef struct store_encoding {
+    unsigned char head[STORE_FORMAT_HEAD_MAX];
+    store_run runs[WEIGHTS_COUNT + 1];  /* borrowed from head and the set */
+    size_t count;
+    uint64_t checksum_at;
+} store_encoding;
+
+/* Encodes set (borrowed, as long as enc is used) into enc.  0, or -1 with
+ * errno EOVERFLOW when a size overflows. */
+int store_format_encode(const weight_set *set, store_encoding *enc);
+/* Folds n bytes into the checksum h (STORE_CHECKSUM_SEED to begin with);
+ * chunks of a multiple of 8 bytes fold as one run. */
+uint64_t store_format_checksum(uint64_t h, const void *data, size_t n);
+/* The checksum of runs[0..n) in their order: the bytes of a whole file. */
+uint64_t store_format_checksum_runs(const store_run *runs, size_t n);
+void store_format_put_checksum(unsigned char tail[STORE_CHECKSUM_BYTES], uint64_t h);
+uint64_t store_format_get_checksum(const unsigned char tail[STORE_CHECKSUM_BYTES]);
+
+/* A header, decoded and checked against the file's size and name. */
+typedef struct store_header {
+    uint32_t version;
+    size_t len;             /* of the header before the name */
+    size_t arrays_at;       /* the header, the name and its padding */
+    size_t file_size;       /* what the header implies, checksum included */
+    unsigned present;       /* which arrays follow (bit p: weights_part p) */
+    int out_in;
+    size_t heads;
+    int64_t stored_at_ms;
+    uint64_t generation;
+    attn_weights dims;      /* dimensions and element type; no arrays */
+} store_header;
+
+/* What store_format_decode_header answers for a file of a later version. */
+#define STORE_FORMAT_NEWER 1
+
+/* Decodes the first `have` bytes of a file of file_size bytes (at least
+ * STORE_FORMAT_HEAD_MAX of them when the file has that many), which should
+ * hold the set called name, into *h.  Returns 0; STORE_FORMAT_NEWER when the
+ * file is of a later format version (h->version set: whether it is whole
+ * only its checksum tells, store_format_newer_why); or -1 with the reason in
+ * why when it is not a set file, a field is out of range, the size does not
+ * match or the name differs. */
+int store_format_decode_header(const unsigned char *bytes, size_t have, uint64_t file_size,
+                               const char *name, store_header *h, char *why, size_t why_len);
+/* The reason a file of a later format version is not loaded: another
+ * server's when whole (its checksum matches), else damage. */
+void store_format_newer_why(uint32_t version, int whole, char *why, size_t why_len);
+/* Bytes of array p of w (whether present or not, in w's element type) into
+ * *bytes; -1 when that overflows. */
+int store_format_array_bytes(const attn_weights *w, int p, size_t *bytes);
+/* The generation in a file's first `have` bytes, or 0 when they are no set
+ * header. */
+uint64_t store_format_generation(const unsigned char *bytes, size_t have);
+/* Bytes of the file that would hold set in the current format, or 0 when
+ * that overflows. */
+size_t store_format_size(const weight_set *set);
+
+/* ---- store_io.c ---- */
+
+/* The file of the set named name: DIR/NAME.wset. */
+void store_path_of(const weight_store *store, const char *name, char *out, size_t len);
+/* Writes set durably to final_path: a temporary file, fsync, rename.  Fills
+ * *sig with the identity of the new file.  0, or -1 with errno set and no
+ * temporary file left behind. */
+int store_io_write_set(weight_store *store, const weight_set *set, const char *final_path,
+                       file_sig *sig);
+/* A set file as read: its header, its arrays (owned: weights_free), the
+ * identity of the file. */
+typedef struct store_loaded {
+    store_header h;
+    attn_weights w;
+    file_sig sig;
+} store_loaded;
+/* Reads the set file open on fd, which should hold the set called name,
+ * and checks it whole (the descriptor stays open).  Returns 0 with *out
+ * filled, or -1 with the reason in why, *nomem set when memory ran out
+ * rather than the file being bad, or *newer set when the file is of a
+ * later format version than this server reads (another server's, not
+ * damage); out then holds nothing. */
+int store_io_load(int fd, const char *name, store_loaded *out, char *why, size_t why_len,
+                  int *nomem, int *newer);
+/* The generation in the header of the file at path, or 0 when there is no
+ * readable set file there. */
+uint64_t store_io_generation(const char *path);
+/* The identity of a file from its stat, and whether two are the same. */
+void store_sig_of(const struct stat *st, file_sig *sig);
+int store_sig_equal(const file_sig *a, const file_sig *b);
+/* Unlinks path (a missing file is fine).  0, or -1 with errno set. */
+int store_io_unlink(const char *path);
+/* fsyncs the directory dir.  0, or -1 with errno set. */
+int store_io_fsync_dir(const char *dir);
+/* Creates dir and its parents as needed.  0, or -1 with errno set. */
+int store_io_make_dirs(const char *dir);
+/* This host's name as temporary file names carry it. */
+void store_io_host_label(char *out, size_t len);
+/* Removes the temporary files in the directory that are certainly abandoned. */
+void store_io_clean_temporaries(weight_store *store);
+
 /* ---- store_table.c ---- */
 
 /* The identity of the file set was loaded from or written to (beside the
@@ -85,61 +205,10 @@ int store_table_reserve(weight_store *store);
  * as it was). */
 int store_grow(void **array, size_t *cap, size_t count, size_t elem);
 int64_t store_monotonic_ms(void);
-void store_sig_of(const struct stat *st, file_sig *sig);
-int store_sig_equal(const file_sig *a, const file_sig *b);
-
-/* ---- store_format.c ---- */
-
-/* Bytes of the file that would hold set in the current format, or 0 when
- * that overflows. */
-size_t store_format_size(const weight_set *set);
-/* Writes set to the open file fd (through store_io_write_runs).  0, or -1
- * with errno set. */
-int store_format_write(int fd, const weight_set *set);
-/* Loads the set file open on fd, which should hold a set named name (the
- * descriptor stays open).  Returns a new set with its generation, size and
- * file identity, or NULL with a reason in why and *nomem set when memory
- * ran out rather than the file being bad, or *newer set when the file is of
- * a format version later than this server reads (another server's, not
- * damage). */
-weight_set *store_format_load(int fd, const char *name, char *why, size_t why_len, int *nomem,
-                              int *newer);
-/* The generation in the header of the file at path, or 0 when there is no
- * readable set file there. */
-uint64_t store_format_generation(const char *path);
-
-/* ---- store_io.c ---- */
-
-/* The file of the set named name: DIR/NAME.wset. */
-void store_path_of(const weight_store *store, const char *name, char *out, size_t len);
-/* Bytes to be written at offset `at` of a file (store_io_write_runs). */
-typedef struct store_run {
-    const void *data;
-    size_t len;
-    uint64_t at;
-} store_run;
-/* Writes the n runs (disjoint) to fd at their offsets, or fails (-1, errno
- * set); the file offset is left where it was.  meanwhile (when not NULL) is
- * called with ctx on the calling thread while a large write's helper thread
- * has begun (before the caller writes too), for work that only reads the
- * runs' data. */
-int store_io_write_runs(int fd, const store_run *runs, size_t n, void (*meanwhile)(void *ctx),
-                        void *ctx);
-/* Writes set durably to final_path: a temporary file, fsync, rename.  Fills
- * *sig with the identity of the new file.  0, or -1 with errno set and no
- * temporary file left behind. */
-int store_io_write_set(weight_store *store, const weight_set *set, const char *final_path,
-                       file_sig *sig);
-/* Unlinks path (a missing file is fine).  0, or -1 with errno set. */
-int store_io_unlink(const char *path);
-/* fsyncs the directory dir.  0, or -1 with errno set. */
-int store_io_fsync_dir(const char *dir);
-/* Creates dir and its parents as needed.  0, or -1 with errno set. */
-int store_io_make_dirs(const char *dir);
-/* This host's name as temporary file names carry it. */
-void store_io_host_label(char *out, size_t len);
-/* Removes the temporary files in the directory that are certainly abandoned. */
-void store_io_clean_temporaries(weight_store *store);
+/* A new set (one reference, the caller's) from a file store_io_load read,
+ * whose arrays it takes whether it succeeds or not; NULL when memory runs
+ * out. */
+weight_set *store_table_set_loaded(const char *name, store_loaded *file);
 
 /* ---- store_quarantine.c ---- */
 

@@ -1,7 +1,8 @@
 /*
- * store_io.c - the file-system steps of the weight-set store: the durable
- * write of a set file, the delete, the directory fsync, and the temporary
- * files (their names and their clean-up at start-up).
+ * store_io.c - the file-system steps of the weight-set store: loading a set
+ * file, the durable write of one, the delete, the directory fsync, file
+ * identities, and the temporary files (their names and their clean-up at
+ * start-up).  What the bytes mean is store_format.c's business.
  *
  * A write goes to ".tmp.HOST.PID.COUNTER", is fsynced and renamed over the
  * set's file, and the directory is fsynced after: so after a crash a set is
@@ -25,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/mem.h"
 
 #ifdef ATTN_TESTING
 #include "core/test_hooks.h"
@@ -64,12 +67,12 @@ void store_path_of(const weight_store *store, const char *name, char *out, size_
 }
 
 /* A large set is written by two threads, the caller and one helper, in
- * chunks of WRITE_CHUNK that each takes in turn: copying 100 MB into the
- * page cache is a good part of a large PUT on one thread, and about half on
- * two (the fsync after it is the disk's).  A set below WRITE_TWO_FROM is
- * written by the caller alone, in the order of its runs.  The caller's
- * meanwhile (the file's checksum) runs while the helper has begun, so that
- * its 25 ms for 100 MB are no longer spent before the first write. */
+ * chunks of WRITE_CHUNK that each takes in turn: copying the arrays into the
+ * page cache is a large part of a large PUT, and two threads copy at once
+ * (the fsync after it is the disk's; docs/performance.md has the figures).
+ * A set below WRITE_TWO_FROM is written by the caller alone, in the order of
+ * its runs.  The caller's meanwhile (the file's checksum) runs while the
+ * helper has begun, so that it is not spent before the first write. */
 #define WRITE_CHUNK ((size_t)8 << 20)
 #define WRITE_TWO_FROM ((size_t)32 << 20)
 
@@ -129,8 +132,13 @@ static void *write_chunks(void *arg)
     return NULL;
 }
 
-int store_io_write_runs(int fd, const store_run *runs, size_t n, void (*meanwhile)(void *ctx),
-                        void *ctx)
+/* Writes the n runs (disjoint) to fd at their offsets, or fails (-1, errno
+ * set); the file offset is left where it was.  meanwhile (when not NULL) is
+ * called with ctx on the calling thread while a large write's helper thread
+ * has begun (before the caller writes too), for work that only reads the
+ * runs' data. */
+static int write_runs(int fd, const store_run *runs, size_t n, void (*meanwhile)(void *ctx),
+                      void *ctx)
 {
     run_writer w = {.fd = fd, .runs = runs, .n = n};
     atomic_init(&w.next, 0);
@@ -153,6 +161,35 @@ int store_io_write_runs(int fd, const store_run *runs, size_t n, void (*meanwhil
     return 0;
 }
 
+/* The checksum of an encoding's runs: write_runs's meanwhile. */
+typedef struct run_checksum {
+    const store_encoding *enc;
+    uint64_t h;
+} run_checksum;
+
+static void checksum_runs(void *ctx)
+{
+    run_checksum *c = ctx;
+    c->h = store_format_checksum_runs(c->enc->runs, c->enc->count);
+}
+
+/* Writes set to the open file fd: every run at its place while the
+ * checksum of the file's bytes, in their order, is computed beside the
+ * writer; the checksum goes last.  0, or -1 with errno set. */
+static int write_file(int fd, const weight_set *set)
+{
+    store_encoding enc;
+    if (store_format_encode(set, &enc) != 0)
+        return -1;
+    run_checksum sum = {&enc, 0};
+    if (write_runs(fd, enc.runs, enc.count, checksum_runs, &sum) != 0)
+        return -1;
+    unsigned char tail[STORE_CHECKSUM_BYTES];
+    store_format_put_checksum(tail, sum.h);
+    store_run last = {tail, sizeof tail, enc.checksum_at};
+    return write_runs(fd, &last, 1, NULL, NULL);
+}
+
 /* The steps are open, the writes, fsync and rename, in that order. */
 int store_io_write_set(weight_store *store, const weight_set *set, const char *final_path,
                        file_sig *sig)
@@ -164,7 +201,7 @@ int store_io_write_set(weight_store *store, const weight_set *set, const char *f
     snprintf(tmp, sizeof tmp, "%s/" STORE_TMP_PREFIX "%s.%ld.%lu", store->dir, store->host,
              (long)getpid(), __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_SEQ_CST));
     int fd = io_step_fails() == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-    int ok = fd >= 0 && store_format_write(fd, set) == 0 && io_step_fails() == 0 && fsync(fd) == 0;
+    int ok = fd >= 0 && write_file(fd, set) == 0 && io_step_fails() == 0 && fsync(fd) == 0;
     struct stat st;
     if (ok && fstat(fd, &st) == 0)
         store_sig_of(&st, sig);
@@ -177,6 +214,144 @@ int store_io_write_set(weight_store *store, const weight_set *set, const char *f
     unlink(tmp);
     errno = saved;
     return -1;
+}
+
+void store_sig_of(const struct stat *st, file_sig *sig)
+{
+    sig->dev = (uint64_t)st->st_dev;
+    sig->ino = (uint64_t)st->st_ino;
+    sig->size = (int64_t)st->st_size;
+    sig->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+int store_sig_equal(const file_sig *a, const file_sig *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns;
+}
+
+/* Reads n bytes from fd; 0, or -1 on an error or a short file. */
+static int read_all(int fd, void *data, size_t n)
+{
+    char *p = data;
+    while (n > 0) {
+        ssize_t done = read(fd, p, n);
+        if (done < 0 && errno == EINTR)
+            continue;
+        if (done <= 0)
+            return -1;
+        p += done;
+        n -= (size_t)done;
+    }
+    return 0;
+}
+
+/* 1 when the last bytes of the file open on fd (of size file_size) are the
+ * checksum of all the bytes before them, as in every version of the format,
+ * else 0. */
+static int whole_file_checks(int fd, uint64_t file_size)
+{
+    enum { CHUNK = 1 << 20 };   /* a multiple of 8, so chunks checksum as one run */
+    if (file_size < STORE_CHECKSUM_BYTES || lseek(fd, 0, SEEK_SET) != 0)
+        return 0;
+    unsigned char *buf = mem_malloc(CHUNK);
+    if (buf == NULL)
+        return 0;
+    uint64_t h = STORE_CHECKSUM_SEED;
+    uint64_t left = file_size - STORE_CHECKSUM_BYTES;
+    int ok = 1;
+    while (ok && left > 0) {
+        size_t n = left < CHUNK ? (size_t)left : CHUNK;
+        ok = read_all(fd, buf, n) == 0;
+        h = store_format_checksum(h, buf, n);
+        left -= n;
+    }
+    ok = ok && read_all(fd, buf, STORE_CHECKSUM_BYTES) == 0 &&
+         store_format_get_checksum(buf) == h;
+    mem_free(buf);
+    return ok;
+}
+
+/* Reads the arrays h names into w (dimensions set), folding them into the
+ * checksum *sum.  0, or -1 with the reason in why and *nomem set when
+ * memory ran out; arrays read so far stay in w. */
+static int read_arrays(int fd, const store_header *h, attn_weights *w, uint64_t *sum, char *why,
+                       size_t why_len, int *nomem)
+{
+    for (int p = 0; p < WEIGHTS_COUNT; p++) {
+        if (!(h->present & (1u << p)))
+            continue;
+        size_t n;
+        store_format_array_bytes(w, p, &n); /* the header's size check has found it fits */
+        void *a = weights_part_alloc(w, (weights_part)p);
+        if (a == NULL) {
+            *nomem = 1;
+            return snprintf(why, why_len, "out of memory loading it"), -1;
+        }
+        if (read_all(fd, a, n) != 0)
+            return snprintf(why, why_len, "read failed"), -1;
+        *sum = store_format_checksum(*sum, a, n);
+    }
+    return 0;
+}
+
+int store_io_load(int fd, const char *name, store_loaded *out, char *why, size_t why_len,
+                  int *nomem, int *newer)
+{
+    *nomem = 0;
+    *newer = 0;
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    unsigned char head[STORE_FORMAT_HEAD_MAX];
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, why_len, "shorter than a header (truncated)");
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    size_t have = size < sizeof head ? (size_t)size : sizeof head;
+    if (read_all(fd, head, have) != 0)
+        have = 0;
+    int rc = store_format_decode_header(head, have, size, name, &out->h, why, why_len);
+    if (rc == STORE_FORMAT_NEWER) {
+        *newer = whole_file_checks(fd, size);
+        store_format_newer_why(out->h.version, *newer, why, why_len);
+        return -1;
+    }
+    if (rc != 0)
+        return -1;
+    out->w = out->h.dims;
+    uint64_t sum = store_format_checksum(STORE_CHECKSUM_SEED, head, out->h.arrays_at);
+    unsigned char tail[STORE_CHECKSUM_BYTES];
+    if (lseek(fd, (off_t)out->h.arrays_at, SEEK_SET) != (off_t)out->h.arrays_at) {
+        snprintf(why, why_len, "read failed");
+        goto fail;
+    }
+    if (read_arrays(fd, &out->h, &out->w, &sum, why, why_len, nomem) != 0)
+        goto fail;
+    if (read_all(fd, tail, sizeof tail) != 0 || store_format_get_checksum(tail) != sum) {
+        snprintf(why, why_len, "checksum mismatch (damaged file)");
+        goto fail;
+    }
+    store_sig_of(&st, &out->sig);
+    return 0;
+fail:
+    weights_free(&out->w);
+    memset(out, 0, sizeof *out);
+    return -1;
+}
+
+uint64_t store_io_generation(const char *path)
+{
+    unsigned char head[STORE_FORMAT_HEAD_MAX];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n;
+    do
+        n = read(fd, head, sizeof head);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    return n > 0 ? store_format_generation(head, (size_t)n) : 0;
 }
 
 int store_io_unlink(const char *path)

@@ -115,10 +115,16 @@ static int scan_file(weight_store *store, scan_state *sc, const char *file, size
     }
     weight_set *set = NULL;
     int nomem = 0, newer = 0;
-    if (!weights_valid_name(name))
+    store_loaded loaded;
+    if (!weights_valid_name(name)) {
         snprintf(why, sizeof why, "the file name is not a valid set name");
-    else
-        set = store_format_load(fd, name, why, sizeof why, &nomem, &newer);
+    } else if (store_io_load(fd, name, &loaded, why, sizeof why, &nomem, &newer) == 0) {
+        set = store_table_set_loaded(name, &loaded);
+        if (set == NULL) {
+            snprintf(why, sizeof why, "out of memory loading it");
+            nomem = 1;
+        }
+    }
     close(fd);
     if (nomem) {
         fprintf(stderr, "store: out of memory loading %s\n", path);

@@ -1,6 +1,7 @@
 /*
  * store_table.c - the in-memory table of the weight-set store: the sets
- * with their reference counts, and get, put, delete and list.
+ * with their reference counts (new ones, and those built from a loaded
+ * file), and get, put, delete and list.
  *
  * Sets are immutable once in the table; a reader takes a reference under
  * map_lock and computes without any lock.  A put or delete first changes
@@ -33,20 +34,6 @@ int64_t store_monotonic_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void store_sig_of(const struct stat *st, file_sig *sig)
-{
-    sig->dev = (uint64_t)st->st_dev;
-    sig->ino = (uint64_t)st->st_ino;
-    sig->size = (int64_t)st->st_size;
-    sig->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
-int store_sig_equal(const file_sig *a, const file_sig *b)
-{
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_ns == b->mtime_ns;
-}
-
 file_sig *store_set_sig(weight_set *set)
 {
     return &((weight_set_box *)set)->sig;
@@ -66,6 +53,18 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
     box->refs = 1;
     memset(w, 0, sizeof *w);
     return &box->set;
+}
+
+weight_set *store_table_set_loaded(const char *name, store_loaded *file)
+{
+    weight_set *set = weightset_new(name, &file->w, file->h.heads, file->h.out_in);
+    if (set == NULL)
+        return NULL;
+    set->stored_at_ms = file->h.stored_at_ms;
+    set->generation = file->h.generation;
+    set->size_bytes = file->h.file_size;
+    *store_set_sig(set) = file->sig;
+    return set;
 }
 
 void weightset_retain(weight_set *set)
@@ -164,7 +163,7 @@ static int put_admit(weight_store *store, const weight_set *set, attn_error *err
 static uint64_t put_generation(weight_store *store, const char *name, const char *path,
                                uint64_t now_us, int *file_existed)
 {
-    uint64_t on_disk = store_format_generation(path);
+    uint64_t on_disk = store_io_generation(path);
     *file_existed = on_disk != 0;
     pthread_mutex_lock(&store->map_lock);
     long old = store_table_find(store, name);
