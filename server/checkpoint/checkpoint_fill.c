@@ -27,12 +27,10 @@
  * once and the writes along a row of the (in, out) copy, both in whole cache lines. */
 #define FILL_BLOCK 16
 /* F32 numbers in a cache line, and how far ahead along its rows a block's reads are
- * prefetched.  The transpose of an F32 tensor waited on memory: perf annotate put 88% of its
- * samples on the load, whose FILL_BLOCK streams of 4 bytes a step the hardware did not
- * prefetch, and each line it wrote was read first.  With the prefetch, and the lines written
- * with streaming stores (fill_line), the copy of a 100 MB torch_mha file took 57 to 64 ms of
- * CPU instead of 113 to 137 (84 to 97 with the prefetch alone; perf over three PUTs to each
- * of three servers, alternating). */
+ * prefetched.  The transpose of an F32 tensor waits on memory: the hardware does not
+ * prefetch its FILL_BLOCK streams of 4 bytes a step, so they are prefetched here, and the
+ * lines of the copy are written whole with streaming stores (fill_line), so that no line is
+ * read before it is written (docs/performance.md has the measurements). */
 #define FILL_LINE 16
 #define FILL_AHEAD 64
 

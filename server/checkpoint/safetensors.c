@@ -1,5 +1,5 @@
 /*
- * safetensors.c - the safetensors parser and F64 writer (see safetensors.h).
+ * safetensors.c - the safetensors parser and writer (see safetensors.h).
  *
  * The header is parsed with jansson; each entry is checked on its own
  * (dtype, shape, offsets, size), then the spans are sorted by their start

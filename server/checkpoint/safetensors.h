@@ -10,7 +10,7 @@
  * the span, spans inside the data and not overlapping) and keeps pointers
  * into the caller's buffer, so a file is read once and never copied whole.
  * F64, F32, F16 and BF16 tensors can be read; all of them widen to double
- * exactly.  The writer makes F64 files.
+ * exactly.  The writer makes files of F64 and F32 tensors.
  *
  * This module knows nothing of HTTP or of weights; errors follow error.h
  * (400 "invalid_safetensors" or "unsupported_dtype", field "body").

@@ -4,7 +4,7 @@
  *
  * A hash table of records keyed by address, under one mutex.  It is taken a
  * few times per request (a body reserves in doubling steps, see
- * http_body.c), so one lock is cheap enough; the process budget is still the
+ * server/http/http_body.c), so one lock is cheap enough; the process budget is still the
  * atomic counter of budget.c.  A record lives while a connection refers to it or it holds
  * bytes, so the table never has more records than open connections.
  */

@@ -1,20 +1,23 @@
 /*
  * compute.h - the compute pool: how many threads do arithmetic at once.
  *
- * The server has one thread per connection, and any number of them may want
- * to compute at the same moment.  If each product also ran on several
- * OpenBLAS threads, two large requests on a 2-core machine would start four
- * or more busy threads and slow each other down.  Instead, the math library
- * is held to one thread per product (main.c sets that, beside starting this
- * pool, which knows nothing of BLAS), and this pool hands out "compute
- * slots": at most compute_threads() threads, connection threads and the
- * pool's own helpers together, compute at any time.
+ * The server's I/O threads (http.c) only move bytes, but up to --max-inflight
+ * workers (http_queue.c), and an I/O thread answering a small request itself,
+ * may want to compute at the same moment.  If each product also ran on
+ * several OpenBLAS threads, two large requests on a 2-core machine would
+ * start four or more busy threads and slow each other down.  Instead, the
+ * math library is held to one thread per product (main.c sets that through
+ * attention_blas_set_threads, beside starting this pool, which knows nothing
+ * of BLAS), and this pool hands out "compute slots": at most
+ * compute_threads() threads, the requests' own threads and the pool's
+ * helpers together, compute at any time.
  *
  * A request splits its work into independent tasks and calls
  * compute_parallel.  The calling thread waits for one slot, then takes as
  * many more as are free right now (up to what the request asked for), and
  * lends them to helper threads that run tasks beside it.  A small request
- * asks for one slot and runs entirely on its own thread, with no hand-off; a
+ * asks for one slot and runs entirely on its own thread, with no hand-off
+ * (an I/O thread takes that slot with compute_slot_try_hold, never waiting); a
  * large one on an idle server gets every core; under load, each request gets
  * what is free, and helpers give their slot back as soon as the tasks run
  * out, so a finishing request makes room for the next at once.

@@ -4,9 +4,10 @@
  * Every fallible function returns 0 on success or a negative ERR_* code, and
  * fills a caller-owned attn_error with a snake_case code the client sees, the
  * path of the field at fault (empty when no single field is), and a sentence
- * the user can act on.  The API layer's error answers (v1's in api.c, v2's
- * in v2.c) turn the struct into a JSON body and the ERR_* code into a status
- * with error_http_status(), the one table from codes to statuses.
+ * the user can act on.  answer_error (server/message/answer.c) turns the
+ * struct into the error body of its route's form (v1's {"error": {"code",
+ * "message", "field"}}, v2's {"error": "sentence"}) and the ERR_* code into
+ * a status with error_http_status(), the one table from codes to statuses.
  *
  * Ownership follows one rule in every header of the server.  A function
  * that takes ownership of an argument takes it whether it succeeds or fails

@@ -20,16 +20,14 @@ void mem_free(void *ptr);
 /* Sets the C library's allocator for a server's repeated large requests, once at start-up:
  * blocks under MEM_MMAP_THRESHOLD come from the heap, and freed heap is kept up to
  * MEM_TRIM_THRESHOLD.  glibc's default maps each block of a few MiB afresh and gives it
- * back when freed, so every request paid a page fault per 4 KiB of its inputs, scratch and
- * result (a batch x heads attention of 4 x 8 x 512 spent half its time there: 59 ms
- * against 31 ms).  The cost is memory a finished request leaves resident, up to the trim
- * threshold.
+ * back when freed, so every request would pay a page fault per 4 KiB of its inputs,
+ * scratch and result, which for a mid-sized attention is a large part of its time.  The
+ * cost is memory a finished request leaves resident, up to the trim threshold.
  *
  * Arenas: one a CPU (at most MEM_ARENA_MAX) instead of glibc's eight a core.  Each arena's
- * heap is faulted in by the first requests that use it, and the server's workers each
- * took one of their own: a fresh server faulted 13,159 pages over its first ten n = 4096
- * v2 requests, and ten requests answered in a median 40 to 50 ms where they took 35 to
- * 40 with two arenas (1,809 to 2,830 faults).  Fewer arenas also keep less freed heap.
+ * heap is faulted in by the first requests that use it, and with glibc's default the
+ * server's workers each take one of their own, so a fresh server's first requests pay
+ * thousands of page faults more.  Fewer arenas also keep less freed heap.
  *
  * An operator's own GLIBC_TUNABLES for malloc win: then nothing is changed; with
  * MALLOC_ARENA_MAX set, glibc's reading of it stands.  Returns 1 when the settings were
@@ -46,10 +44,9 @@ void mem_advise_huge(void *ptr, size_t size);
 /* Makes the whole pages inside [ptr, ptr + size) resident and writable now,
  * without changing what they hold (Linux's MADV_POPULATE_WRITE); from
  * MEM_POPULATE_SPLIT bytes, half of them on a second thread.  For a large
- * buffer about to be written: on this project's virtual machine, memory the
- * host has taken back (a guest's free memory goes back to it after about two
- * seconds) costs about 2 ms a MiB at its first touch, and two threads touch
- * it in about half the time (200 MB: 148 to 162 ms against 234 to 412).
+ * buffer about to be written: on a virtual machine whose host takes a guest's
+ * free memory back (free page reporting), the first touch of such memory is
+ * slow, and two threads touch it in about half the time of one.
  * Returns 0, or -1 when the system cannot, with errno EINVAL from a kernel
  * (or headers) without MADV_POPULATE_WRITE: then nothing was promised, and
  * the pages fault in as they are written, as they would have. */

@@ -1,12 +1,13 @@
 /*
  * test_hooks.h - hooks that exist only in test builds.
  *
- * The unit tests and the fuzzers compile the library with -DATTN_TESTING
- * (the Makefile's TEST_OBJS); the server is built without it, so none of
- * these is in build/attention-server and the code paths they reach cost
+ * The unit tests and the fuzzers link a test build of the library, whose
+ * modules that define hooks (the Makefile's HOOKED) are compiled again with
+ * -DATTN_TESTING (TEST_LIB_OBJS); the server is built without it, so none
+ * of these is in build/attention-server and the code paths they reach cost
  * nothing there.  Each hook is defined beside the code it steers, and a
- * module that defines one is listed in the Makefile's HOOKED (else the
- * unit tests fail to link).
+ * module that defines one is listed in HOOKED (else the unit tests fail to
+ * link).
  */
 #ifndef ATTN_TEST_HOOKS_H
 #define ATTN_TEST_HOOKS_H

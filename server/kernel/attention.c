@@ -3,18 +3,19 @@
  *
  * The kernels live in attention_kernels.inc and are instantiated for double
  * and float.  A float64 job runs on the caller's arrays directly; a float32
- * job first rounds every input to float, runs the float kernels (sgemm,
- * expf), and widens the output back to double, so that all arithmetic is in
- * single precision, as NumPy's float32 would do it; its attention weights are
- * formed and returned in float32.
+ * job takes its float inputs as they are (job->q32, k32, v32) or rounds its
+ * double ones to float, runs the float kernels (sgemm, expf), and keeps the
+ * output as float (job->output_f32) or widens it to double, so that all
+ * arithmetic is in single precision, as NumPy's float32 would do it; its
+ * attention weights are formed and returned in float32.
  *
  * Weights come in either element type (weights.h).  A float32 job uses a
  * float32 set's arrays as they are and rounds a float64 set's; a float64 job
  * uses a float64 set's as they are and widens a float32 set's (exactly), so
  * that its arithmetic is in double whatever the set holds.
  *
- * The block sizes below were chosen by measurement (tests/bench); see the
- * README's section on performance.
+ * The block sizes below were chosen by measurement (tests/bench); see
+ * docs/performance.md.
  */
 #include "attention.h"
 
@@ -33,9 +34,9 @@
 #include "core/mem.h"
 
 /* Query rows per task (at most; fewer when that leaves too few tasks to
- * share among the compute threads) and keys per block.  Larger blocks pack
- * fewer copies of K for OpenBLAS; these were the fastest measured for
- * n = 4096, d = 64 on one core, in both precisions (see the README). */
+ * share among the compute threads) and keys per block.  Larger query blocks
+ * pack fewer copies of K for OpenBLAS, and a 512 x 256 block of scores (1 MiB
+ * in float64) stays within a core's L2 (docs/performance.md, "The kernel"). */
 #define BLOCK_Q_MAX 512
 #define BLOCK_Q_MIN 64
 #define BLOCK_K 256
@@ -61,10 +62,8 @@ typedef struct sdpa_plan {
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
     size_t packed;              /* numbers of the packed K and V of the job */
     /* The pack before the tasks (qblocks > 1) splits each head's keys into this many
-     * pieces of whole tiles, so that with fewer heads than slots no slot waits idle
-     * while another packs: one head of 4096 x 64 float32 keys took 0.50 to 0.59 ms on one
-     * slot, 0.35 to 0.41 on two (medians of bench-kernel's runs, a timed build), of about
-     * 38 ms. */
+     * pieces of whole tiles: packing in pieces keeps every slot busy when there are fewer
+     * heads than slots, where one slot would pack a head while the others waited. */
     size_t pack_pieces, pack_tiles; /* pieces per head; tiles (ATTN_FUSED_BK keys) per piece */
 } sdpa_plan;
 

@@ -5,7 +5,9 @@
  * This module knows nothing of JSON or HTTP.  It receives an attn_job whose
  * shapes the request model (attention_request) has already checked against each
  * other, computes in float64 or float32 through OpenBLAS, and writes into
- * result buffers that the caller frees with attention_result_free.  It is the only module that includes cblas.h.
+ * result buffers that the caller frees with attention_result_free.  Only the
+ * kernel module (server/kernel/) includes cblas.h; the rest of the server
+ * reaches OpenBLAS through the functions declared here and in blas_setup.h.
  */
 #ifndef ATTN_ATTENTION_H
 #define ATTN_ATTENTION_H

@@ -41,8 +41,9 @@
 
 /* Keys between two asks whether the request was stopped (compute_stopped: a
  * clock read when it has a deadline): the BLAS path's key block.  Asked at
- * every tile, the asks took 1% of a server's samples on q, k, v of 4096x64;
- * 256 keys of 48 rows are some 3 MFLOP, tens of microseconds. */
+ * every tile, the clock reads were a visible share of a server's time; 256
+ * keys of 48 rows are some 3 MFLOP, tens of microseconds, so a stop is
+ * still seen at once. */
 #define ATTN_FUSED_STOP_KEYS 256
 _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile starts");
 

@@ -1,9 +1,11 @@
 /*
  * metrics.c - counters behind GET /metrics.
  *
- * One mutex guards fixed-size tables: requests by route and status code,
- * a latency histogram by route, and byte totals.  Observation is a few
- * additions under the lock, cheap next to any request's work.
+ * One mutex guards fixed-size tables (requests by route and status code,
+ * a latency histogram by route, byte totals) and the store's last sync;
+ * the requests in flight, the answering paths and the slow closes are
+ * atomic counters.  Observation is a few additions, cheap next to any
+ * request's work.
  */
 #include "metrics.h"
 

@@ -1,8 +1,10 @@
 /*
- * metrics.h - request counters in Prometheus text format.
+ * metrics.h - the server's counters, in Prometheus text format.
  *
  * The HTTP layer reports every finished request (route, status, duration,
- * bytes in and out) and the number in flight; GET /metrics renders them.
+ * bytes in and out), the number in flight, which thread answered a request
+ * with work (metrics_path) and the slow connections its reaper closed; the
+ * store reports each sync of its directory.  GET /metrics renders them.
  * All functions are thread-safe.
  */
 #ifndef ATTN_METRICS_H

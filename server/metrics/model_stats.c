@@ -97,14 +97,3 @@ void model_stats_get(const char *model, model_stats *out)
         memset(out, 0, sizeof *out);
     pthread_mutex_unlock(&stats_lock);
 }
-
-void model_stats_reset(void)
-{
-    pthread_mutex_lock(&stats_lock);
-    for (size_t i = 0; i < entry_count; i++)
-        mem_free(entries[i].name);
-    mem_free(entries);
-    entries = NULL;
-    entry_count = entry_cap = 0;
-    pthread_mutex_unlock(&stats_lock);
-}

@@ -46,7 +46,4 @@ void model_stats_failure(const char *model, double seconds);
 /* Copies the statistics of model into *out (zeros when it has none). */
 void model_stats_get(const char *model, model_stats *out);
 
-/* Forgets every entry (tests, and shutdown). */
-void model_stats_reset(void);
-
 #endif
