@@ -103,12 +103,15 @@ for profile in "$@"; do add "$profile"; done
 missing_debs=""
 stale_npm_dirs=""
 survey() {
-    local p d stamp
+    local p d stamp installed
+    # One dpkg-query for them all (it names the packages it knows; the others are missing).
+    # shellcheck disable=SC2086
+    installed=" $(dpkg-query -W -f='${Package} ${Status}\n' $debs 2>/dev/null |
+        awk '$3 == "ok" && $4 == "installed" { printf "%s ", $1 }')"
     missing_debs=""
     for p in $debs; do
-        case " $missing_debs " in *" $p "*) continue ;; esac
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-            missing_debs="$missing_debs $p"
+        case " $missing_debs $installed" in *" $p "*) continue ;; esac
+        missing_debs="$missing_debs $p"
     done
     stale_npm_dirs=""
     for d in $npm_dirs; do
