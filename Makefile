@@ -1,20 +1,43 @@
 # attention-server: build, run and test.
 #
-#   make            build build/attention-server
+#   make            build build/attention-server (installs nothing)
+#   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, build (plain and sanitized), run every test;
 #                   SUITES="unit v2" runs only those suites, T=SUBSTR only the tests whose
 #                   name contains SUBSTR (tests/run.sh says which suites take it)
+#   make test-build install what is missing, build everything `make test` runs
 #   make test-browser  the visualizer (GET /viz) in headless chromium
+#   make lint-api, check-api-answers, lint-k8s   the OpenAPI file, the answers against it,
+#                   the Kubernetes manifests (suites of `make test` that also run alone)
 #   make bench      every benchmark against its competing implementation, one table of ratios
-#                   (ONNX Runtime among them: `make ort-deps` installs it, bench does too)
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
-#   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
+#   make fuzz       libFuzzer on everything a request body reaches, for FUZZ_SECONDS
+#   make image, image-balancer, test-container, test-compose   the container image, the
+#                   balancer, and their suites (docker/)
+#   make clean      remove build/
+#
+# Installing: what is missing here (Debian packages through apt-get, the pinned npm folders
+# through npm ci) is installed by scripts/provision.sh PROFILE..., never by a rule of this file.
+# A goal that installs and then compiles runs the script once, as its provision-PROFILE
+# prerequisite, and compiles in a recursive make that starts only when it is done: with -j
+# no compile starts before the packages are there, and no two apt-gets run at once.
+#
+#   provision-build      (make deps)           run, soak, bench-mhd, fuzz
+#   provision-test                             test, test-build
+#   provision-bench                            bench
+#   provision-container  (make container-deps) image, image-balancer, the container suites
+#
+# and the targets that install one part: checkpoint-deps (checkpoint), browser-deps (browser),
+# ort-deps (ort), install-podman (podman), lint-api (api), check-api-answers (build prism),
+# lint-k8s (k8s), test-browser and viz-screenshots (build browser).  When nothing is missing
+# the script returns at once, so the suites that `make test` runs through make (lint-api,
+# check-api-answers, lint-k8s, test-browser) install nothing a second time.
 
 CC      ?= cc
 PKGS    := libmicrohttpd jansson openblas zlib
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev curl valgrind openssl
+PROVISION := bash scripts/provision.sh
 
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
@@ -59,11 +82,20 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
+# provision-PROFILE: installs what PROFILE needs and is missing (scripts/provision.sh); its
+# rule follows `all`.  `make deps` is provision-build under its older name.
+PROVISION_GOALS := provision-build provision-test provision-bench provision-container
+
 .PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
-        check-api-answers
+        check-api-answers $(PROVISION_GOALS)
 all: $(SERVER)
+
+$(PROVISION_GOALS): provision-%:
+	@$(PROVISION) $*
+
+deps: provision-build
 
 $(BUILD)/obj/%.o: server/%.c
 	@mkdir -p $(dir $@)
@@ -160,7 +192,7 @@ build/soak: tests/soak/soak.c tests/integration/rawhttp.c tests/integration/rawh
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests tests/soak/soak.c tests/integration/rawhttp.c \
 		tests/integration/client.c -o $@ -lpthread -lm
 
-soak: deps
+soak: provision-build
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server build/soak
 	build/soak --server build/attention-server --seconds $(SOAK_SECONDS) \
 	    --connections $(SOAK_CONNECTIONS)
@@ -175,45 +207,20 @@ build/ref_check: tests/ref/ref_check.c tests/ref/reference.c tests/ref/reference
 	@mkdir -p build
 	$(CC) $(CSTD) -O2 -g $(WARN) tests/ref/ref_check.c tests/ref/reference.c -o $@ -ljansson -lm
 
-# install_missing PACKAGES: installs those of the Debian packages that are missing (as root,
-# or through sudo).
-define install_missing
-@missing=""; for p in $(1); do \
-  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-done; \
-if [ -n "$$missing" ]; then \
-  echo "installing:$$missing"; \
-  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-fi
-endef
-
-deps:
-	$(call install_missing,$(DEB_PKGS))
-
-# The container tools (docker/, `make image`, `make test-container`): podman with runc
-# (crun cannot run on hosts with hybrid cgroups), debootstrap to make
-# the debian:bookworm-slim base image where no registry can be reached, netavark with
-# aardvark-dns so that containers find each other by name, podman-compose for
-# docker/compose.yaml.  Not installed when a Docker engine answers.  The container tests
-# also need jq and curl, whatever the engine.
-PODMAN_DEB_PKGS := podman runc debootstrap iptables containernetworking-plugins \
-                   netavark aardvark-dns podman-compose
-CONTAINER_TEST_DEB_PKGS := jq curl
-
-container-deps:
-	$(call install_missing,$(CONTAINER_TEST_DEB_PKGS))
-	@if docker info >/dev/null 2>&1; then echo "a Docker engine answers: podman not needed"; \
-	else $(MAKE) --no-print-directory install-podman; fi
+# The container tools (docker/, `make image`, `make test-container`): jq and curl for the
+# container tests, and podman with what it needs where no Docker engine answers
+# (scripts/provision.sh says which packages and why).  install-podman installs podman even
+# where Docker answers.
+container-deps: provision-container
 
 install-podman:
-	$(call install_missing,$(PODMAN_DEB_PKGS))
+	@$(PROVISION) podman
 
 # The image (docker/Dockerfile), built with Docker or podman, whichever is present, and the
 # container suite, which builds it and uses it as a user would (tests/container/image.sh).
 # The suite installs what it needs through container-deps, and skips, saying why, where no
 # engine can run a container.
-image: container-deps
+image: provision-container
 	@bash docker/build-image.sh server
 
 test-container:
@@ -222,25 +229,23 @@ test-container:
 # The nginx load balancer of docker/compose.yaml, and the suite that brings the compose file
 # up, kills a replica under load and checks that clients do not notice
 # (tests/container/compose.sh).
-image-balancer: container-deps
+image-balancer: provision-container
 	@bash docker/build-image.sh balancer
 
 test-compose:
 	@bash tests/container/compose.sh
 
-run: deps
+run: provision-build
 	@$(MAKE) --no-print-directory all
 	@mkdir -p data
 	./$(SERVER) --data-dir data
 
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
-CHECKPOINT_TEST_DEB_PKGS := python3-torch python3-numpy
-
 checkpoint-deps:
-	$(call install_missing,$(CHECKPOINT_TEST_DEB_PKGS))
+	@$(PROVISION) checkpoint
 
-test-build: deps checkpoint-deps
+test-build: provision-test
 	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test \
 	    build/hostile build/sharetest
 	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
@@ -249,8 +254,11 @@ test: test-build
 	@bash tests/run.sh $(if $(T),--filter '$(T)') $(SUITES)
 
 # Benchmarks (tests/bench/): always the optimised build, whatever SANITIZE says; results go to
-# build/bench/results.  The visualizer's benchmark needs chromium and puppeteer-core (browser-deps).  tests/bench/run.sh installs what it needs (python3-numpy, python3-flask,
-# gunicorn, wrk) when it is missing.  BENCH_ARGS=--quick for a smoke run.
+# build/bench/results.  provision-bench installs what `make test` needs, ONNX Runtime
+# (ort-deps), and the Debian packages the benchmark scripts use (python3-numpy,
+# python3-flask, gunicorn, wrk), which tests/bench/run.sh, run alone, installs itself when
+# they are missing.  The visualizer's benchmark needs chromium and puppeteer-core
+# (browser-deps).  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
               build/bench/slow-clients build/bench/bench-gemm
 
@@ -272,18 +280,13 @@ build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $^ -o $@ -lm
 
 # ONNX Runtime for the kernel's peer rows (tests/bench/ort_bench.mjs), pinned by
-# tests/bench/ort/package-lock.json.  --ignore-scripts: the package's install script only fetches
-# GPU libraries from a host these machines cannot reach; the CPU library is in the package.
-ORT_BENCH_STAMP := tests/bench/ort/node_modules/.package-lock.json
+# tests/bench/ort/package-lock.json, installed with --ignore-scripts: the package's install
+# script only fetches GPU libraries from a host these machines cannot reach; the CPU library
+# is in the package.
+ort-deps:
+	@$(PROVISION) ort
 
-$(ORT_BENCH_STAMP): tests/bench/ort/package.json tests/bench/ort/package-lock.json
-	$(need_npm)
-	cd tests/bench/ort && npm ci --ignore-scripts --no-audit --no-fund
-	touch $@
-
-ort-deps: $(ORT_BENCH_STAMP)
-
-bench: deps browser-deps ort-deps
+bench: provision-bench
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
 
@@ -308,7 +311,7 @@ build/bench/mhd/attention-server-%: $(filter-out build/obj/http/http.o,$(LIB_OBJ
 
 .PRECIOUS: build/bench/mhd/http-%.o
 
-bench-mhd: deps
+bench-mhd: provision-build
 	@$(MAKE) --no-print-directory SANITIZE= $(MHD_VARIANTS:%=build/bench/mhd/attention-server-%)
 	@bash tests/bench/bench_mhd.sh $(BENCH_ARGS) $(MHD_VARIANTS)
 
@@ -330,7 +333,8 @@ build/fuzz/fuzz-json-fast: server/json/json_fast.c server/core/mem.c server/json
 	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json/json_fast.c server/core/mem.c \
 	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
 
-fuzz: deps build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
+fuzz: provision-build
+	@$(MAKE) --no-print-directory build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
 	cd build/fuzz && ./fuzz-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	    -print_final_stats=1 corpus ../../tests/fuzz/corpus
 	cd build/fuzz && ./fuzz-json-fast -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
@@ -338,71 +342,42 @@ fuzz: deps build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
 
 # The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
 # api/node_modules/.package-lock.json on every install, so it serves as the stamp:
-# npm ci runs only when node_modules is missing or older than the lock file.
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-API_LINT_STAMP := api/node_modules/.package-lock.json
-
-define need_npm
-@command -v npm >/dev/null 2>&1 || { \
-    echo "npm is missing: installing nodejs and npm from Debian"; \
-    $(SUDO) apt-get update -qq && \
-    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
-endef
-
-$(API_LINT_STAMP): api/package.json api/package-lock.json
-	$(need_npm)
-	cd api && npm ci --no-audit --no-fund
-	touch $@
-
-lint-api: $(API_LINT_STAMP)
+# scripts/provision.sh runs npm ci only when node_modules is missing or older than the lock
+# file, and so for each pinned npm folder below.
+lint-api:
+	@$(PROVISION) api
 	api/node_modules/.bin/spectral lint --ruleset api/.spectral.yaml --fail-severity=warn api/openapi.yaml
 
 # The server's answers checked against api/openapi.yaml: Stoplight Prism, pinned by
 # tests/prism/package-lock.json, runs as a validating proxy in front of the server while
-# tests/prism/conformance.mjs sends v1 and v2 requests through it.  The stamp works as the
-# linter's above.
-API_ANSWERS_STAMP := tests/prism/node_modules/.package-lock.json
-
-$(API_ANSWERS_STAMP): tests/prism/package.json tests/prism/package-lock.json
-	$(need_npm)
-	cd tests/prism && npm ci --no-audit --no-fund
-	touch $@
-
-check-api-answers: $(API_ANSWERS_STAMP) $(SERVER)
+# tests/prism/conformance.mjs sends v1 and v2 requests through it.
+check-api-answers:
+	@$(PROVISION) build prism
+	@$(MAKE) --no-print-directory $(SERVER)
 	@node tests/prism/conformance.mjs $(SERVER)
 
 # The Kubernetes manifests in docker/k8s/, validated against the API schemas carried by the
 # kubernetes-models package (pinned by tests/k8s/package-lock.json), plus the deployment
-# rules in tests/k8s/validate.mjs; every example in tests/k8s/bad/ must be rejected.  The
-# stamp works as the linter's above.
-K8S_CHECK_STAMP := tests/k8s/node_modules/.package-lock.json
-
-$(K8S_CHECK_STAMP): tests/k8s/package.json tests/k8s/package-lock.json
-	$(need_npm)
-	cd tests/k8s && npm ci --no-audit --no-fund
-	touch $@
-
-lint-k8s: $(K8S_CHECK_STAMP)
+# rules in tests/k8s/validate.mjs; every example in tests/k8s/bad/ must be rejected.
+lint-k8s:
+	@$(PROVISION) k8s
 	@node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
 
 # The visualizer's browser tests (tests/browser/viz_test.mjs): Debian's chromium, headless,
 # driven by puppeteer-core (pinned by tests/browser/package-lock.json) against the server
-# built here.  Both are installed when missing; the stamp works as the linter's above.
-BROWSER_TEST_STAMP := tests/browser/node_modules/.package-lock.json
+# built here.  Both are installed when missing.
+browser-deps:
+	@$(PROVISION) browser
 
-$(BROWSER_TEST_STAMP): tests/browser/package.json tests/browser/package-lock.json
-	$(need_npm)
-	cd tests/browser && npm ci --no-audit --no-fund
-	touch $@
-
-browser-deps: $(BROWSER_TEST_STAMP)
-	$(call install_missing,chromium)
-
-test-browser: browser-deps $(SERVER)
+test-browser:
+	@$(PROVISION) build browser
+	@$(MAKE) --no-print-directory $(SERVER)
 	@node tests/browser/viz_test.mjs --server $(SERVER) --fixtures tests/fixtures $(if $(T),--only '$(T)')
 
 # The pictures of docs/visualizer.md, taken from the page as built here.
-viz-screenshots: browser-deps build/attention-server
+viz-screenshots:
+	@$(PROVISION) build browser
+	@$(MAKE) --no-print-directory SANITIZE= build/attention-server
 	@node tests/browser/screenshots.mjs --server build/attention-server --out docs/img
 
 clean:

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# provision.sh - installs what the build, the tests, the benchmarks or the container tools need
+# and is missing here; the Makefile's targets call it (see the top of the Makefile for which
+# target asks for which profile).
+#
+#   scripts/provision.sh PROFILE...
+#
+# Profiles (each includes the ones it names):
+#   build       the compiler, pkg-config and the -dev packages: what `make` and `make run` need
+#   test        build, curl, valgrind, openssl, checkpoint, browser, api, prism and k8s: what
+#               `make test` needs
+#   bench       test, ort, and the Debian packages the benchmark scripts use (python3-flask,
+#               gunicorn, wrk, gzip): what `make bench` needs
+#   container   jq and curl, and podman with its helpers when no Docker engine answers
+#   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint suite)
+#   browser     chromium and the pinned puppeteer-core of tests/browser/
+#   api         the pinned OpenAPI linter (Spectral) of api/
+#   prism       the pinned validating proxy (Stoplight Prism) of tests/prism/
+#   k8s         the pinned Kubernetes schema validator of tests/k8s/
+#   ort         the pinned ONNX Runtime of tests/bench/ort/ (installed with --ignore-scripts)
+#   podman      podman with its helpers, whether or not a Docker engine answers
+#
+# A Debian package is installed only when dpkg-query does not report it installed; all the
+# missing ones of the profiles asked for are installed by one `apt-get update` and one
+# `apt-get install`, as root or through sudo.  nodejs and npm join them when a pinned npm folder
+# is to be installed and npm is missing.  A pinned npm folder is installed by `npm ci` unless
+# its node_modules/.package-lock.json (which npm writes on every install, and which serves as
+# the stamp) is newer than its package.json and package-lock.json.
+#
+# When everything is there the script changes nothing and takes no lock, so that a target can
+# call it every time it runs.  Otherwise it takes a lock (flock on build/.provision.lock) and
+# looks again, so that two copies started at once (two make targets run in parallel) install
+# one after the other and the second finds nothing left to do.
+#
+# PROVISION_DRY_RUN=1 prints the apt-get and npm commands instead of running them.
+set -eu
+cd "$(dirname "$0")/.."
+
+usage() {
+    echo "usage: scripts/provision.sh PROFILE... (build test bench container checkpoint browser api" \
+        "prism k8s ort podman)" >&2
+    exit 2
+}
+
+BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev"
+TEST_DEBS="curl valgrind openssl"
+# The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
+# run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
+CHECKPOINT_DEBS="python3-torch python3-numpy"
+# What the benchmark scripts (tests/bench/run.sh and the scripts it runs) install for themselves
+# when they are run alone: installed here with the rest, they find it there.
+BENCH_DEBS="python3-numpy python3-flask gunicorn wrk curl gzip"
+# The container tools (docker/, `make image`, `make test-container`): podman with runc
+# (crun cannot run on hosts with hybrid cgroups), debootstrap to make the debian:bookworm-slim
+# base image where no registry can be reached, netavark with aardvark-dns so that containers
+# find each other by name, podman-compose for docker/compose.yaml.  Not installed by the
+# container profile when a Docker engine answers.  The container tests also need jq and curl,
+# whatever the engine.
+PODMAN_DEBS="podman runc debootstrap iptables containernetworking-plugins netavark aardvark-dns
+             podman-compose"
+CONTAINER_DEBS="jq curl"
+
+debs=""
+npm_dirs=""
+seen=" "
+
+# add PROFILE: adds the Debian packages and the npm folders of PROFILE (and of the profiles it
+# includes) to debs and npm_dirs.
+add() {
+    case "$seen" in *" $1 "*) return 0 ;; esac
+    seen="$seen$1 "
+    case $1 in
+        build) debs="$debs $BUILD_DEBS" ;;
+        test)
+            add build
+            debs="$debs $TEST_DEBS"
+            add checkpoint; add browser; add api; add prism; add k8s ;;
+        bench)
+            add test; add ort
+            debs="$debs $BENCH_DEBS" ;;
+        container)
+            debs="$debs $CONTAINER_DEBS"
+            if docker info >/dev/null 2>&1; then
+                echo "provision: a Docker engine answers: podman not needed"
+            else
+                add podman
+            fi ;;
+        checkpoint) debs="$debs $CHECKPOINT_DEBS" ;;
+        browser) debs="$debs chromium"; npm_dirs="$npm_dirs tests/browser" ;;
+        api) npm_dirs="$npm_dirs api" ;;
+        prism) npm_dirs="$npm_dirs tests/prism" ;;
+        k8s) npm_dirs="$npm_dirs tests/k8s" ;;
+        ort) npm_dirs="$npm_dirs tests/bench/ort" ;;
+        podman) debs="$debs $PODMAN_DEBS" ;;
+        *) echo "provision: no profile is named '$1'" >&2; usage ;;
+    esac
+}
+
+[ $# -gt 0 ] || usage
+for profile in "$@"; do add "$profile"; done
+
+# missing_debs and stale_npm_dirs: what is still to install, in the order asked, each once.
+missing_debs=""
+stale_npm_dirs=""
+survey() {
+    local p d stamp installed
+    # One dpkg-query for them all (it names the packages it knows; the others are missing).
+    # shellcheck disable=SC2086
+    installed=" $(dpkg-query -W -f='${Package} ${Status}\n' $debs 2>/dev/null |
+        awk '$3 == "ok" && $4 == "installed" { printf "%s ", $1 }')"
+    missing_debs=""
+    for p in $debs; do
+        case " $missing_debs $installed" in *" $p "*) continue ;; esac
+        missing_debs="$missing_debs $p"
+    done
+    stale_npm_dirs=""
+    for d in $npm_dirs; do
+        stamp=$d/node_modules/.package-lock.json
+        if [ ! -e "$stamp" ] || [ "$d/package.json" -nt "$stamp" ] ||
+            [ "$d/package-lock.json" -nt "$stamp" ]; then
+            stale_npm_dirs="$stale_npm_dirs $d"
+        fi
+    done
+    if [ -n "$stale_npm_dirs" ] && ! command -v npm >/dev/null 2>&1; then
+        echo "provision: npm is missing: nodejs and npm come from Debian"
+        for p in nodejs npm; do
+            case " $missing_debs " in *" $p "*) ;; *) missing_debs="$missing_debs $p" ;; esac
+        done
+    fi
+}
+
+# run [-C DIR] COMMAND...: runs it (in DIR), or prints it under PROVISION_DRY_RUN=1.  The lock's
+# descriptor is not passed on: a service that a package starts must not hold the lock.
+run() {
+    local dir=.
+    if [ "$1" = -C ]; then dir=$2; shift 2; fi
+    if [ "${PROVISION_DRY_RUN:-0}" = 1 ]; then
+        if [ "$dir" = . ]; then echo "provision: would run: $*"
+        else echo "provision: would run: (cd $dir && $*)"; fi
+    else
+        (cd "$dir" && "$@") 9>&-
+    fi
+}
+
+survey
+[ -z "$missing_debs$stale_npm_dirs" ] && exit 0
+
+mkdir -p build
+exec 9>build/.provision.lock
+if ! flock -n 9; then
+    echo "provision: another provision.sh is installing; waiting for it"
+    flock 9
+fi
+# What the copy that held the lock installed is not to be installed again.
+survey
+[ -z "$missing_debs$stale_npm_dirs" ] && exit 0
+
+if [ -n "$missing_debs" ]; then
+    echo "provision: installing Debian packages:$missing_debs"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi
+    # shellcheck disable=SC2086  # one word a package
+    run $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    run $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing_debs
+fi
+
+for d in $stale_npm_dirs; do
+    # ONNX Runtime's install script only fetches GPU libraries from a host these machines cannot
+    # reach; the CPU library is in the package.
+    flags="--no-audit --no-fund"
+    [ "$d" = tests/bench/ort ] && flags="--ignore-scripts $flags"
+    echo "provision: installing the pinned npm packages of $d/"
+    # shellcheck disable=SC2086
+    run -C "$d" npm ci $flags
+    run touch "$d/node_modules/.package-lock.json"
+done
