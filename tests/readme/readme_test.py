@@ -221,8 +221,11 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="attn-readme-")
     server = None
-    # A SIGTERM (tests/run.sh interrupted) ends us through the finally below.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    # A SIGTERM (tests/run.sh interrupted) is a failure, and the finally below still stops the
+    # server and removes the directory.
+    def interrupted(*_):
+        raise RuntimeError("interrupted by SIGTERM")
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         work, bindir = os.path.join(tmp, "work"), os.path.join(tmp, "bin")
         os.mkdir(work)
@@ -232,7 +235,8 @@ def main():
         env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
         server = Server(server_path, tmp)
         for n, script, expected, marker, problem in todo:
-            first = script.strip().splitlines()[0] if script.strip() else "(empty block)"
+            first = script.strip().splitlines()[0].rstrip(" \\") if script.strip() \
+                else "(empty block)"
             if problem:
                 report(n, first, False, problem)
                 continue
