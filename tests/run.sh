@@ -65,6 +65,7 @@ every_suite() {
     suite unit-valgrind bash -c 'UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 \
         --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests'
     suite reference build/ref_check "$FIXTURES"
+    suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
     filtered integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
         --cases tests/integration/cases
     filtered integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
