@@ -10,10 +10,31 @@
 #   tests/run.sh unit v2               the suites named (`make test SUITES="unit v2"`)
 #   tests/run.sh --filter drain [SUITE...]
 #                                      only the tests whose name contains "drain"
-#                                      (`make test T=drain`), in the suites that take a
-#                                      filter (the integration programs and the browser
-#                                      suite); those suites are the default then
+#                                      (`make test T=drain`), in every suite (or the
+#                                      suites named); a suite where no test matches
+#                                      prints "0 passed, 0 failed", and starts no server
 #   tests/run.sh --list                the names of the suites, one a line
+#
+# What a name is, suite by suite (each takes --filter SUBSTR, or as noted):
+#   unit, unit-asan, unit-valgrind     the test's name in tests/unit/test.h (UNIT_TESTS)
+#   reference                          "fixture/NAME" of each fixture, "property/..."
+#   integration*, v2, crash*, hostile, shared-store
+#                                      the name printed on the test's "ok" line; the
+#                                      integration-PATH-GROUP suites add it to their own
+#                                      filter (both must match).  The "server/..." checks of
+#                                      a server that was started are reported whatever
+#                                      the filter says; a test that later ones build on
+#                                      runs, unreported, when one of them is chosen
+#   checkpoints*, compression-asan, triton-asan
+#                                      the name of the check function (check_bad_files,
+#                                      check_torch_mha/mha.kdim, ...)
+#   openapi-answers, k8s-manifests     the case's name (as printed), through the
+#                                      environment variable TEST_FILTER
+#   openapi-lint                       its one check, "openapi-lint"
+#   container, compose                 the check's name (image/..., run/..., compose/...);
+#                                      the whole script runs when one matches, reporting
+#                                      only the matching checks
+#   browser                            the test's name (make's T=)
 set -u
 cd "$(dirname "$0")/.."
 
@@ -53,24 +74,26 @@ run_suite() {
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-# every_suite: the suites in the order they run, each through `suite` (plain) or
-# `filtered` (a suite that takes --filter SUBSTR; FILTER_FLAG names another flag, and one
-# ending in "=" takes the pattern in the same word, as make's T=SUBSTR).
+# every_suite: the suites in the order they run, each through `suite NAME COMMAND...`.
+# With --filter the pattern goes to the command as "--filter SUBSTR" after its arguments;
+# FILTER_FLAG names another flag (one ending in "=" takes the pattern in the same word, as
+# make's T=SUBSTR), and FILTER_FLAG=env passes it as TEST_FILTER in the environment.
 every_suite() {
     suite unit build/unit-tests
     suite unit-asan build/asan/unit-tests
     # Under valgrind the kernel tests run the server's paths only: with two paths they took
     # 235 s there, and the tests' avx512-on-avx2 (tests/unit/kernel_avx512_on_avx2.c) would
     # add half as much again; unit-asan runs it.
-    suite unit-valgrind bash -c 'UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 \
-        --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests'
+    suite unit-valgrind env UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 \
+        --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests
     suite reference build/ref_check "$FIXTURES"
+    suite layers /usr/bin/python3 tests/layers/layers_check.py
     suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
-    filtered integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
+    suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
         --cases tests/integration/cases
-    filtered integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
+    suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \
         --cases tests/integration/cases
-    filtered v2 build/v2test --server build/asan/attention-server
+    suite v2 build/v2test --server build/asan/attention-server
     # The answers checked against the reference and the golden files again with each
     # narrower kernel path forced (the suites above run the widest this CPU has; see
     # server/kernel/attention_fused.h).  The unit tests run every path the CPU has already.
@@ -93,15 +116,15 @@ every_suite() {
         --server build/asan/attention-server
     suite triton-asan /usr/bin/python3 tests/triton/triton_test.py \
         --server build/asan/attention-server
-    filtered crash build/crashtest --server build/attention-server
-    filtered hostile build/hostile --server build/attention-server
-    filtered crash-asan build/crashtest --server build/asan/attention-server
-    filtered shared-store build/sharetest --server build/attention-server
+    suite crash build/crashtest --server build/attention-server
+    suite hostile build/hostile --server build/attention-server
+    suite crash-asan build/crashtest --server build/asan/attention-server
+    suite shared-store build/sharetest --server build/attention-server
     suite openapi-lint bash tests/lint-api.sh
-    suite openapi-answers make --no-print-directory check-api-answers
+    FILTER_FLAG=env suite openapi-answers make --no-print-directory check-api-answers
     suite container bash tests/container/image.sh
-    suite k8s-manifests make --no-print-directory lint-k8s
-    FILTER_FLAG=T= filtered browser make --no-print-directory test-browser
+    FILTER_FLAG=env suite k8s-manifests make --no-print-directory lint-k8s
+    FILTER_FLAG=T= suite browser make --no-print-directory test-browser
     suite compose bash tests/container/compose.sh
 }
 
@@ -120,9 +143,7 @@ done
 # A first pass over every_suite only collects the names, so that a mistyped one is refused
 # before anything runs.
 known=()
-takes_filter=()
 suite() { known+=("$1"); }
-filtered() { known+=("$1"); takes_filter+=("$1"); }
 every_suite
 if [ "${mode:-}" = list ]; then printf '%s\n' "${known[@]}"; exit 0; fi
 for name in "${chosen[@]}"; do
@@ -131,18 +152,16 @@ for name in "${chosen[@]}"; do
         exit 2
     fi
 done
-if [ ${#chosen[@]} -eq 0 ]; then
-    if [ -n "$filter" ]; then chosen=("${takes_filter[@]}"); else chosen=("${known[@]}"); fi
-fi
+if [ ${#chosen[@]} -eq 0 ]; then chosen=("${known[@]}"); fi
 
 # selected NAME: true when the suite NAME is to run.
 selected() { printf '%s\n' "${chosen[@]}" | grep -qx -- "$1"; }
-suite() { selected "$1" && run_suite "$@"; return 0; }
-filtered() {
+suite() {
     local name=$1; shift
     selected "$name" || return 0
     local flag=${FILTER_FLAG:---filter}
     if [ -z "$filter" ]; then run_suite "$name" "$@"
+    elif [ "$flag" = env ]; then run_suite "$name" env TEST_FILTER="$filter" "$@"
     elif [ "${flag%=}" != "$flag" ]; then run_suite "$name" "$@" "$flag$filter"
     else run_suite "$name" "$@" "$flag" "$filter"; fi
 }

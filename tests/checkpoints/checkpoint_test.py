@@ -13,11 +13,11 @@ nothing stored, the server still serving) are tried too.  A file of F32, F16
 or BF16 tensors becomes a float32 set (its numbers the file's, exactly; GET
 answers them as F32 tensors), one with an F64 tensor a float64 set.
 
-Usage: checkpoint_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
+Usage: checkpoint_test.py --server PATH [--filter SUBSTR] (only the check
+functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME"
 per check and "N passed, N failed" last.  Run with Debian's /usr/bin/python3,
 which has python3-torch and python3-numpy.
 """
-import argparse
 import json
 import os
 import struct
@@ -425,14 +425,16 @@ def check_bad_files(srv):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", required=True)
-    args = ap.parse_args()
+    args = harness.arguments(__doc__)
     torch.set_num_threads(1)
-    checks = [lambda srv: check_torch_mha(srv, "mha", 8, 2),
-              lambda srv: check_torch_mha(srv, "mha.nobias", 8, 4, bias=False),
-              lambda srv: check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5),
-              lambda srv: check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32),
+    named = harness.named
+    checks = [named("check_torch_mha/mha", lambda srv: check_torch_mha(srv, "mha", 8, 2)),
+              named("check_torch_mha/mha.nobias",
+                    lambda srv: check_torch_mha(srv, "mha.nobias", 8, 4, bias=False)),
+              named("check_torch_mha/mha.kdim",
+                    lambda srv: check_torch_mha(srv, "mha.kdim", 8, 2, kdim=5)),
+              named("check_torch_mha/mha.f32",
+                    lambda srv: check_torch_mha(srv, "mha.f32", 6, 3, dtype=torch.float32)),
               check_bert_and_gpt2, check_large_tensors_read_once, check_half_precision,
               check_float32_sets, check_layer_all_atomic, check_bad_files]
     harness.run(args.server, checks, server_class=Server)

@@ -10,10 +10,10 @@ Accept-Encoding asks and they are over 1 KB, with Vary: Accept-Encoding, and
 decompress to the plain answer, made by a worker as by the I/O thread; a binary answer
 of float weights past 64 KiB, which would barely shrink, is sent uncompressed.
 
-Usage: compression_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME"
+Usage: compression_test.py --server PATH [--filter SUBSTR] (only the check
+functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME"
 per check and "N passed, N failed" last.
 """
-import argparse
 import gzip
 import json
 import os
@@ -197,9 +197,7 @@ def check_incompressible_answer(srv):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", required=True)
-    args = ap.parse_args()
+    args = harness.arguments(__doc__)
     harness.run(args.server, [check_request_bodies, check_answers, check_worker_answers,
                               check_incompressible_answer],
                 server_class=Server)

@@ -4,17 +4,33 @@
 # A suite skips, with "SKIPPED: SUITE: why" and "0 passed, 0 failed", only when no engine can
 # run a container here: no Docker engine and podman cannot be installed, or podman cannot
 # start a container.  Everything after that (building the images included) counts as tests.
+#
+# A suite given --filter SUBSTR runs, when a check named in it (check "NAME", ok "NAME" or
+# fail "NAME" in the suite's file) contains SUBSTR, as a whole, since each step builds on the
+# ones before, and reports only the checks whose name contains SUBSTR; when none does it
+# prints "0 passed, 0 failed" and ends before anything starts.
 
 . "$ROOT/docker/engine.sh"
 
 passed=0
 failed=0
+filter=
+if [ "${1:-}" = --filter ] && [ -n "${2:-}" ]; then
+    filter=$2
+    if ! grep -oE '(check|ok|fail) "[^"$]+"' "$0" | sed -E 's/^[a-z]+ "(.*)"$/\1/' |
+            grep -qF -- "$filter"; then
+        echo "0 passed, 0 failed"
+        exit 0
+    fi
+fi
+# selected NAME: true when --filter leaves the check NAME in.
+selected() { [ -z "$filter" ] || [[ $1 == *"$filter"* ]]; }
 FIXTURES=${FIXTURES:-$ROOT/tests/fixtures}
 tmp=$(mktemp -d)
 
 # ok NAME / fail NAME WHY: records one result in the runner's format.
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+ok() { selected "$1" || return 0; echo "ok   $1"; passed=$((passed + 1)); }
+fail() { selected "$1" || return 0; echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
 # check NAME WHY COMMAND...: ok when COMMAND succeeds, otherwise a failure with WHY.
 check() {

@@ -1049,12 +1049,70 @@ static void check_attention(uint64_t *state)
 /* main                                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
+/* The checks of the phase of PUTs under kills. */
+static void check_put_phase(size_t puts)
+{
+    test_check(g_name_count == puts, "puts/all-sent", "only %zu of %zu sets sent in %.0f s",
+           g_name_count, puts, PUT_PHASE_LIMIT_S);
+    test_check(g_kills >= 5 && g_kills_in_put >= 1, "kills/landed",
+           "only %ld kills (%ld during a PUT): the test did not exercise crashes", g_kills,
+           g_kills_in_put);
+    test_check(g_bad_status == 0, "puts/status", "%ld PUTs answered neither 200/201 nor at all; "
+           "first: %s", g_bad_status, g_first_bad_status);
+    test_check(g_created_mismatch == 0, "puts/created-flag", "%ld; first: %s", g_created_mismatch,
+           g_first_created_mismatch);
+    test_check(g_restart_tmp_failures == 0 && g_restart_quarantine_failures == 0,
+           "restarts/clean-directory", "%ld with .tmp files, %ld with quarantined files; first: %s",
+           g_restart_tmp_failures, g_restart_quarantine_failures, g_first_restart_problem);
+}
+
+/* The final/... checks, when --filter selects one of them: one last clean restart (the
+ * server that runs is stopped with SIGTERM), then the store is verified. */
+static void final_phase(uint64_t *state)
+{
+    static const char *const final_names[] = {"final/start", "final/no-tmp-files", "final/quarantine-empty",
+                                              "final/list", "final/get-bit-exact", "final/attention-by-name",
+                                              "final/sigterm-exit-0", NULL};
+    char why[200];
+    pthread_mutex_lock(&g_lock);
+    int last_killed = g_pid_killed;
+    pthread_mutex_unlock(&g_lock);
+    if (last_killed) {
+        server_reap(1);
+    } else if (server_reap(0) == 0) {
+        int ok = server_stop_gracefully(why, sizeof why);
+        test_check(ok, "server/sigterm-after-crashes", "%s", why);
+    }
+    if (!any_selected(final_names))
+        return;
+    long tmp_before = count_entries(g_data_dir, ".tmp.");
+    if (server_start_once() != 0) {
+        test_check(0, "final/start", "the server did not start for the final check (%s)",
+               g_first_death);
+    } else {
+        char qdir[400];
+        snprintf(qdir, sizeof qdir, "%s/quarantine", g_data_dir);
+        long tmp_after = count_entries(g_data_dir, ".tmp.");
+        long quarantined = count_entries(qdir, "");
+        test_check(tmp_after == 0, "final/no-tmp-files", "%ld .tmp.* files after the restart (%ld before)",
+               tmp_after, tmp_before);
+        test_check(quarantined <= 0, "final/quarantine-empty", "%ld file(s) in quarantine/",
+               quarantined);
+        check_list();
+        check_every_set();
+        check_attention(state);
+        int ok = server_stop_gracefully(why, sizeof why);
+        test_check(ok, "final/sigterm-exit-0", "%s", why);
+    }
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --server PATH [--puts N] [--seed N] [--keep] [--filter SUBSTR]\n"
-            "  one scenario: every run does all of it; --filter reports only the checks whose\n"
-            "  name contains SUBSTR\n",
+            "  one scenario: a run does all of it when --filter selects one of its checks\n"
+            "  (the final verification only for a final/... check) and reports only the\n"
+            "  checks whose name contains SUBSTR\n",
             argv0);
     exit(2);
 }
@@ -1062,7 +1120,6 @@ static void usage(const char *argv0)
 int main(int argc, char **argv)
 {
     size_t puts = 500;
-    const char *filter = NULL;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     int keep = 0;
     for (int i = 1; i < argc; i++) {
@@ -1073,7 +1130,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
-            filter = argv[++i];
+            harness_add_filter(argv[++i]);
         else if (!strcmp(argv[i], "--keep"))
             keep = 1;
         else
@@ -1085,8 +1142,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "crashtest: %s is not executable\n", g_server_path);
         return 2;
     }
-    if (harness_start("crashtest", filter) != 0)
+    if (harness_start("crashtest", NULL) != 0)
         return 2;
+    /* One scenario, which every check needs: it runs when --filter selects one of them. */
+    static const char *const names[] = {"puts/all-sent", "kills/landed", "puts/status", "puts/created-flag",
+                                        "restarts/clean-directory", "final/start", "final/no-tmp-files",
+                                        "final/quarantine-empty", "final/list", "final/get-bit-exact",
+                                        "final/attention-by-name", "final/sigterm-exit-0",
+                                        "server/sigterm-after-crashes", "server/answers-while-alive",
+                                        "server/no-unexpected-deaths", "server/no-sanitizer-reports", NULL};
+    if (!any_selected(names))
+        return harness_finish(keep);
     snprintf(g_data_dir, sizeof g_data_dir, "%s/data", g_tmpdir);
     snprintf(g_stderr_path, sizeof g_stderr_path, "%s/server.stderr", g_tmpdir);
     g_names = calloc(puts, sizeof *g_names);
@@ -1121,49 +1187,8 @@ int main(int argc, char **argv)
            g_kills, g_kills_in_put, g_kills_in_start, g_starts, g_tmp_leftovers_seen);
     printf("# %zu names sent, %ld acknowledged\n", g_name_count, acked_names);
 
-    test_check(g_name_count == puts, "puts/all-sent", "only %zu of %zu sets sent in %.0f s",
-           g_name_count, puts, PUT_PHASE_LIMIT_S);
-    test_check(g_kills >= 5 && g_kills_in_put >= 1, "kills/landed",
-           "only %ld kills (%ld during a PUT): the test did not exercise crashes", g_kills,
-           g_kills_in_put);
-    test_check(g_bad_status == 0, "puts/status", "%ld PUTs answered neither 200/201 nor at all; "
-           "first: %s", g_bad_status, g_first_bad_status);
-    test_check(g_created_mismatch == 0, "puts/created-flag", "%ld; first: %s", g_created_mismatch,
-           g_first_created_mismatch);
-    test_check(g_restart_tmp_failures == 0 && g_restart_quarantine_failures == 0,
-           "restarts/clean-directory", "%ld with .tmp files, %ld with quarantined files; first: %s",
-           g_restart_tmp_failures, g_restart_quarantine_failures, g_first_restart_problem);
-
-    /* One last clean restart: stop whatever runs (SIGTERM), start, verify. */
-    char why[200];
-    pthread_mutex_lock(&g_lock);
-    int last_killed = g_pid_killed;
-    pthread_mutex_unlock(&g_lock);
-    if (last_killed) {
-        server_reap(1);
-    } else if (server_reap(0) == 0) {
-        int ok = server_stop_gracefully(why, sizeof why);
-        test_check(ok, "server/sigterm-after-crashes", "%s", why);
-    }
-    long tmp_before = count_entries(g_data_dir, ".tmp.");
-    if (server_start_once() != 0) {
-        test_check(0, "final/start", "the server did not start for the final check (%s)",
-               g_first_death);
-    } else {
-        char qdir[400];
-        snprintf(qdir, sizeof qdir, "%s/quarantine", g_data_dir);
-        long tmp_after = count_entries(g_data_dir, ".tmp.");
-        long quarantined = count_entries(qdir, "");
-        test_check(tmp_after == 0, "final/no-tmp-files", "%ld .tmp.* files after the restart (%ld before)",
-               tmp_after, tmp_before);
-        test_check(quarantined <= 0, "final/quarantine-empty", "%ld file(s) in quarantine/",
-               quarantined);
-        check_list();
-        check_every_set();
-        check_attention(&state);
-        int ok = server_stop_gracefully(why, sizeof why);
-        test_check(ok, "final/sigterm-exit-0", "%s", why);
-    }
+    check_put_phase(puts);
+    final_phase(&state);
     test_check(g_live_errors == 0, "server/answers-while-alive", "%ld request(s) failed on a live "
            "server; first: %s", g_live_errors, g_first_live_error);
     test_check(g_unexpected_deaths == 0, "server/no-unexpected-deaths", "%ld; first: %s",

@@ -10,7 +10,10 @@
 
 static int g_passed;
 static int g_failed;
-static const char *g_filter; /* --filter SUBSTR, or NULL for every test */
+/* The --filter SUBSTRs given: a test runs when its name contains every one. */
+#define MAX_FILTERS 8
+static const char *g_filters[MAX_FILTERS];
+static int g_filter_count;
 static const char *g_program = "harness";
 
 int test_begin(struct test *t, const char *fmt, ...)
@@ -175,7 +178,8 @@ int any_selected(const char *const *names)
 int harness_start(const char *program, const char *filter)
 {
     g_program = program;
-    g_filter = filter;
+    if (filter != NULL)
+        harness_add_filter(filter);
     client_set_program_name(program);
     signal(SIGPIPE, SIG_IGN);
     char prefix[64];
@@ -189,17 +193,36 @@ int harness_start(const char *program, const char *filter)
     return 0;
 }
 
+void harness_add_filter(const char *filter)
+{
+    if (g_filter_count == MAX_FILTERS) {
+        fprintf(stderr, "%s: more than %d --filter options\n", g_program, MAX_FILTERS);
+        exit(2);
+    }
+    g_filters[g_filter_count++] = filter;
+}
+
+int harness_filtered(void)
+{
+    return g_filter_count > 0;
+}
+
 int harness_selected(const char *name)
 {
-    return g_filter == NULL || strstr(name, g_filter) != NULL;
+    for (int i = 0; i < g_filter_count; i++)
+        if (strstr(name, g_filters[i]) == NULL)
+            return 0;
+    return 1;
 }
 
 int harness_group_wanted(const char *group)
 {
-    if (g_filter == NULL || strchr(g_filter, '/') == NULL)
-        return 1;
     size_t n = strlen(group);
-    return strncmp(g_filter, group, n) == 0 && g_filter[n] == '/';
+    for (int i = 0; i < g_filter_count; i++)
+        if (strchr(g_filters[i], '/') != NULL &&
+            !(strncmp(g_filters[i], group, n) == 0 && g_filters[i][n] == '/'))
+            return 0;
+    return 1;
 }
 
 void test_check(int ok, const char *name, const char *fmt, ...)

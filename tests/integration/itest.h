@@ -122,12 +122,19 @@ struct store_snapshot {
  */
 int harness_start(const char *program, const char *filter);
 
-/* Returns 1 when --filter selects the test of that name. */
+/* Adds one --filter SUBSTR (a program may be given several: a test is selected when its
+ * name contains each; `--filter random/ --filter seed3` runs the random tests of seed 3). */
+void harness_add_filter(const char *filter);
+
+/* Returns 1 when some --filter was given. */
+int harness_filtered(void);
+
+/* Returns 1 when --filter selects the test of that name (every --filter given matches). */
 int harness_selected(const char *name);
 
 /*
  * Returns 1 when the steps of a program's group GROUP (whose tests are named "GROUP/...")
- * are to run: always, unless --filter has a slash and does not start with "GROUP/".  So
+ * are to run: always, unless a --filter has a slash and does not start with "GROUP/".  So
  * "--filter crash/" runs only that group, "--filter torn" every group, reporting only the
  * tests whose name contains "torn".
  */

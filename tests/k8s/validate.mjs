@@ -21,6 +21,10 @@ import { parseAllDocuments } from "yaml";
 
 let passed = 0;
 let failed = 0;
+// TEST_FILTER=SUBSTR in the environment (tests/run.sh --filter): only the checks whose name
+// contains SUBSTR run and are reported.
+const filter = process.env.TEST_FILTER || "";
+const selected = (name) => name.includes(filter);
 const ok = (name) => { console.log(`ok   ${name}`); passed++; };
 const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
 
@@ -120,10 +124,12 @@ async function checkFolder(dir, report) {
     }
     for (const { file, doc } of docs) {
         const name = `schema ${file} ${doc.kind}/${doc.metadata?.name}`;
+        if (report && !selected(name)) continue;
         const err = await schemaError(doc);
         if (err) note(name, err);
         else if (report) ok(name);
     }
+    if (report && !selected(`rules ${dir}`)) return problems;
     const before = problems;
     for (const why of policyErrors(docs.map((d) => d.doc))) note(`rules ${dir}`, why);
     if (report && problems === before) ok(`rules ${dir}`);
@@ -134,6 +140,7 @@ const [goodDir, badDir] = process.argv.slice(2);
 await checkFolder(goodDir, true);
 // Each bad example is the good folder with one file replaced; it must fail somewhere.
 for (const file of readdirSync(badDir).filter((f) => f.endsWith(".yaml")).sort()) {
+    if (!selected(`rejects bad/${file}`)) continue;
     const { mkdtempSync, copyFileSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const dir = mkdtempSync(join(tmpdir(), "k8s-bad-"));

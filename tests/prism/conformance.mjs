@@ -22,6 +22,8 @@
 // whose Content-Type is application/json as JSON and fails with a 500.
 //
 // Usage: node tests/prism/conformance.mjs SERVER [SPEC]   (from the repository root)
+// With TEST_FILTER=SUBSTR in the environment (tests/run.sh --filter) only the cases whose
+// name contains SUBSTR run; with none, it prints "0 passed, 0 failed" and starts nothing.
 
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -324,6 +326,12 @@ async function runCase(base, serverBase, [name, c, expect]) {
 }
 
 async function main() {
+    const filter = process.env.TEST_FILTER || '';
+    const chosen = cases.filter(([name]) => name.includes(filter));
+    if (chosen.length === 0) {
+        console.log('0 passed, 0 failed');
+        return;
+    }
     const dataDir = mkdtempSync(join(tmpdir(), 'attn-conformance-'));
     let server = null;
     let prism = null;
@@ -344,7 +352,7 @@ async function main() {
         prism = p.child;
         await p.promise;
         const base = `http://127.0.0.1:${prismPort}`;
-        for (const c of cases) {
+        for (const c of chosen) {
             let why;
             try {
                 why = await runCase(base, `http://127.0.0.1:${serverPort}`, c);

@@ -6,7 +6,13 @@ check() prints "ok NAME" or "FAIL NAME: why" and counts it; summary() prints
 Server starts the binary with --port 0, reads the address it prints, and
 stop() ends that PID only and counts a check that it exited cleanly (status
 0, no sanitizer report on stderr).
+
+A suite's tests are the check functions it hands to run(); arguments() adds
+--filter SUBSTR to a suite's options, and then run() calls only the check
+functions whose name contains SUBSTR and starts no server when none does, so
+that a suite with no match prints "0 passed, 0 failed".
 """
+import argparse
 import os
 import subprocess
 import tempfile
@@ -14,6 +20,29 @@ import urllib.error
 import urllib.request
 
 RESULTS = {"passed": 0, "failed": 0}
+FILTER = None  # --filter SUBSTR: only the check functions whose name contains it
+
+
+def arguments(doc):
+    """Parses a suite's options: --server PATH and --filter SUBSTR (which sets FILTER)."""
+    global FILTER
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--filter", default=None,
+                    help="run only the check functions whose name contains SUBSTR")
+    args = ap.parse_args()
+    FILTER = args.filter
+    return args
+
+
+def named(name, fn):
+    """fn with the name --filter selects it by (for a check built by a lambda)."""
+    fn.__name__ = name
+    return fn
+
+
+def selected(fn):
+    return FILTER is None or FILTER in fn.__name__
 
 
 def check(name, ok, detail=""):
@@ -25,7 +54,11 @@ def check(name, ok, detail=""):
 def run(binary, checks, *options, server_class=None):
     """Runs each check(server) against one server (of server_class, a
     subclass of Server, or Server) started with options; an exception is a
-    failure, and the server is stopped whatever happens."""
+    failure, and the server is stopped whatever happens.  With --filter only
+    the checks it selects run, and no server starts when it selects none."""
+    checks = [c for c in checks if selected(c)]
+    if not checks:
+        return
     try:
         srv = (server_class or Server)(binary, *options)
     except Exception as e:  # noqa: BLE001 - reported as a failure

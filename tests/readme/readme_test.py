@@ -50,7 +50,12 @@ FENCE = re.compile(r"^```\s*([A-Za-z0-9_-]*)\s*$")
 RESULTS = {"passed": 0, "failed": 0}
 
 
+QUIET = set()   # examples that run only because a chosen one builds on them
+
+
 def report(n, first_line, ok, why=""):
+    if ok and n in QUIET:
+        return
     RESULTS["passed" if ok else "failed"] += 1
     print("%s %d: %s%s" % ("ok" if ok else "FAIL", n, first_line, "" if ok else ": " + why),
           flush=True)
@@ -212,12 +217,27 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True)
     ap.add_argument("--readme", default=None)
+    ap.add_argument("--filter", default=None,
+                    help="run the examples up to the last whose 'N: first line' contains this, "
+                         "and report those that contain it")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     readme = args.readme or os.path.join(root, "README.md")
     server_path = os.path.abspath(args.server)
     with open(readme, encoding="utf-8") as f:
         todo = examples(f.read())
+    if args.filter is not None:
+        def name(example):
+            lines = example[1].strip().splitlines()
+            return "%d: %s" % (example[0], lines[0].rstrip(" \\") if lines else "")
+        chosen = {e[0] for e in todo if args.filter in name(e)}
+        if not chosen:
+            print("0 passed, 0 failed")
+            return 0
+        # The examples build on the ones before them: those run too, reported when they fail.
+        todo = [e for e in todo if e[0] <= max(chosen)]
+    else:
+        chosen = None
 
     tmp = tempfile.mkdtemp(prefix="attn-readme-")
     server = None
@@ -234,6 +254,8 @@ def main():
         os.symlink("/usr/bin/python3", os.path.join(bindir, "python3"))
         env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
         server = Server(server_path, tmp)
+        if chosen is not None:
+            QUIET.update(e[0] for e in todo if e[0] not in chosen)
         for n, script, expected, marker, problem in todo:
             first = script.strip().splitlines()[0].rstrip(" \\") if script.strip() \
                 else "(empty block)"

@@ -9,7 +9,9 @@
  *
  * Build: cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
  *          tests/ref/ref_check.c tests/ref/reference.c -ljansson -lm -o build/ref_check
- * Run:   build/ref_check tests/fixtures
+ * Run:   build/ref_check tests/fixtures [--filter SUBSTR]
+ * --filter runs only the checks whose name (e.g. "fixture/seed001_causal",
+ * "property/large-scores-stable") contains SUBSTR.
  * It prints "ok   NAME" or "FAIL NAME: reason" per check, then "N passed, N failed".
  */
 #include "reference.h"
@@ -24,6 +26,13 @@
 
 static int g_passed;
 static int g_failed;
+static const char *g_filter; /* --filter SUBSTR, or NULL for every check */
+
+/* Returns 1 when --filter selects the check of that name. */
+static int selected(const char *name)
+{
+    return g_filter == NULL || strstr(name, g_filter) != NULL;
+}
 
 /* Records one check: prints ok or FAIL with the printf-style reason. */
 __attribute__((format(printf, 3, 4)))
@@ -149,19 +158,84 @@ static double max_difference(const double *got, size_t rows, size_t cols, int tr
  * the fixture's expectation. Only the single-head, unbatched requests that the golden
  * fixtures use are supported; anything else is reported as a failure of this checker.
  */
+/* What check_fixture works on: q, k and v (read, or projected from x), the weights and biases. */
+struct fixture_work {
+    struct matrix q, k, v, x, w[4];
+    double *bias[4];
+};
+
+static void fixture_work_free(struct fixture_work *fw)
+{
+    matrix_free(&fw->q);
+    matrix_free(&fw->k);
+    matrix_free(&fw->v);
+    matrix_free(&fw->x);
+    for (int i = 0; i < 4; i++) {
+        matrix_free(&fw->w[i]);
+        free(fw->bias[i]);
+        fw->bias[i] = NULL;
+    }
+}
+
+/*
+ * Fills fw->q, fw->k and fw->v from the request: read as they are, or x projected with
+ * the weights (out_in weights turned into in_out first); wo and bo are read into fw->w[3]
+ * and fw->bias[3].  Returns NULL, or what the checker cannot interpret.
+ */
+static const char *fixture_inputs(const json_t *req, int columns, struct fixture_work *fw)
+{
+    const json_t *weights = json_object_get(req, "weights");
+    const char *wlayout = json_string_value(json_object_get(req, "weights_layout"));
+    int out_in = wlayout != NULL && strcmp(wlayout, "out_in") == 0;
+    if (weights == NULL) {
+        if (matrix_from_json(json_object_get(req, "q"), columns, &fw->q) != 0 ||
+            matrix_from_json(json_object_get(req, "k"), columns, &fw->k) != 0 ||
+            matrix_from_json(json_object_get(req, "v"), columns, &fw->v) != 0)
+            return "q, k or v is not a matrix";
+        return NULL;
+    }
+    static const char *const wname[4] = {"wq", "wk", "wv", "wo"};
+    static const char *const bname[4] = {"bq", "bk", "bv", "bo"};
+    struct matrix *x = &fw->x;
+    if (matrix_from_json(json_object_get(req, "x"), columns, x) != 0)
+        return "x is not a matrix";
+    for (int i = 0; i < 4; i++) {
+        const json_t *wj = json_object_get(weights, wname[i]);
+        if (wj == NULL) {
+            if (i < 3)
+                return "weights lack wq, wk or wv";
+            continue;
+        }
+        if (matrix_from_json(wj, out_in, &fw->w[i]) != 0)
+            return "a weight is not a matrix";
+        const json_t *bj = json_object_get(weights, bname[i]);
+        if (bj != NULL && vector_from_json(bj, fw->w[i].cols, &fw->bias[i]) != 0)
+            return "a bias is not a vector of the weight's output width";
+    }
+    struct matrix *dest[3] = {&fw->q, &fw->k, &fw->v};
+    for (int i = 0; i < 3; i++) {
+        if (fw->w[i].rows != x->cols)
+            return "a weight does not fit x";
+        dest[i]->rows = x->rows;
+        dest[i]->cols = fw->w[i].cols;
+        dest[i]->data = calloc(x->rows * fw->w[i].cols, sizeof(double));
+        if (dest[i]->data == NULL)
+            return "out of memory";
+        ref_linear(x->rows, x->cols, fw->w[i].cols, x->data, fw->w[i].data, fw->bias[i], dest[i]->data);
+    }
+    return NULL;
+}
+
 static void check_fixture(const char *name, const json_t *fixture)
 {
     const json_t *req = json_object_get(fixture, "request");
     const json_t *expect = json_object_get(fixture, "expect");
-    const json_t *weights = json_object_get(req, "weights");
     const char *layout = json_string_value(json_object_get(req, "layout"));
-    const char *wlayout = json_string_value(json_object_get(req, "weights_layout"));
     int columns = layout != NULL && strcmp(layout, "columns") == 0;
-    int out_in = wlayout != NULL && strcmp(wlayout, "out_in") == 0;
     int causal = json_is_true(json_object_get(req, "causal"));
     double tolerance = json_number_value(json_object_get(expect, "tolerance"));
-    struct matrix q = {0}, k = {0}, v = {0}, x = {0}, w[4] = {{0}};
-    double *bias[4] = {NULL, NULL, NULL, NULL};
+    struct fixture_work fw = {0};
+    struct matrix *q = &fw.q, *k = &fw.k, *v = &fw.v, *wo = &fw.w[3];
     double *out = NULL, *attn = NULL, *projected = NULL;
     const char *problem = NULL;
 
@@ -170,104 +244,50 @@ static void check_fixture(const char *name, const json_t *fixture)
         problem = "fixture uses heads/mask/context, which this checker does not interpret";
         goto done;
     }
-    if (weights == NULL) {
-        if (matrix_from_json(json_object_get(req, "q"), columns, &q) != 0 ||
-            matrix_from_json(json_object_get(req, "k"), columns, &k) != 0 ||
-            matrix_from_json(json_object_get(req, "v"), columns, &v) != 0) {
-            problem = "q, k or v is not a matrix";
-            goto done;
-        }
-    } else {
-        /* Project x with the weights, turning out_in weights into in_out first. */
-        static const char *const wname[4] = {"wq", "wk", "wv", "wo"};
-        static const char *const bname[4] = {"bq", "bk", "bv", "bo"};
-        if (matrix_from_json(json_object_get(req, "x"), columns, &x) != 0) {
-            problem = "x is not a matrix";
-            goto done;
-        }
-        for (int i = 0; i < 4; i++) {
-            const json_t *wj = json_object_get(weights, wname[i]);
-            if (wj == NULL) {
-                if (i < 3) {
-                    problem = "weights lack wq, wk or wv";
-                    goto done;
-                }
-                continue;
-            }
-            if (matrix_from_json(wj, out_in, &w[i]) != 0) {
-                problem = "a weight is not a matrix";
-                goto done;
-            }
-            const json_t *bj = json_object_get(weights, bname[i]);
-            if (bj != NULL && vector_from_json(bj, w[i].cols, &bias[i]) != 0) {
-                problem = "a bias is not a vector of the weight's output width";
-                goto done;
-            }
-        }
-        struct matrix *dest[3] = {&q, &k, &v};
-        for (int i = 0; i < 3; i++) {
-            if (w[i].rows != x.cols) {
-                problem = "a weight does not fit x";
-                goto done;
-            }
-            dest[i]->rows = x.rows;
-            dest[i]->cols = w[i].cols;
-            dest[i]->data = calloc(x.rows * w[i].cols, sizeof(double));
-            if (dest[i]->data == NULL) {
-                problem = "out of memory";
-                goto done;
-            }
-            ref_linear(x.rows, x.cols, w[i].cols, x.data, w[i].data, bias[i], dest[i]->data);
-        }
-    }
-    if (q.cols != k.cols || k.rows != v.rows) {
+    problem = fixture_inputs(req, columns, &fw);
+    if (problem != NULL)
+        goto done;
+    if (q->cols != k->cols || k->rows != v->rows) {
         problem = "q, k and v do not fit together";
         goto done;
     }
     const json_t *scale_json = json_object_get(req, "scale");
-    double scale = scale_json != NULL ? json_number_value(scale_json) : ref_default_scale(q.cols);
-    out = calloc(q.rows * v.cols, sizeof *out);
-    attn = calloc(q.rows * k.rows, sizeof *attn);
+    double scale = scale_json != NULL ? json_number_value(scale_json) : ref_default_scale(q->cols);
+    out = calloc(q->rows * v->cols, sizeof *out);
+    attn = calloc(q->rows * k->rows, sizeof *attn);
     if (out == NULL || attn == NULL) {
         problem = "out of memory";
         goto done;
     }
-    ref_sdpa(1, 1, q.rows, k.rows, q.cols, v.cols, q.data, k.data, v.data, NULL, causal, scale,
+    ref_sdpa(1, 1, q->rows, k->rows, q->cols, v->cols, q->data, k->data, v->data, NULL, causal, scale,
              out, attn);
-    size_t out_cols = v.cols;
-    if (w[3].data != NULL) {
-        if (w[3].rows != v.cols) {
+    size_t out_cols = v->cols;
+    if (wo->data != NULL) {
+        if (wo->rows != v->cols) {
             problem = "wo does not fit the values";
             goto done;
         }
-        projected = calloc(q.rows * w[3].cols, sizeof *projected);
+        projected = calloc(q->rows * wo->cols, sizeof *projected);
         if (projected == NULL) {
             problem = "out of memory";
             goto done;
         }
-        ref_linear(q.rows, v.cols, w[3].cols, out, w[3].data, bias[3], projected);
+        ref_linear(q->rows, v->cols, wo->cols, out, wo->data, fw.bias[3], projected);
         free(out);
         out = projected;
         projected = NULL;
-        out_cols = w[3].cols;
+        out_cols = wo->cols;
     }
 
-    double out_diff = max_difference(out, q.rows, out_cols, columns, json_object_get(expect, "output"));
-    double attn_diff = max_difference(attn, q.rows, k.rows, 0, json_object_get(expect, "attention"));
+    double out_diff = max_difference(out, q->rows, out_cols, columns, json_object_get(expect, "output"));
+    double attn_diff = max_difference(attn, q->rows, k->rows, 0, json_object_get(expect, "attention"));
     check_report(name, out_diff <= tolerance && attn_diff <= tolerance,
                  "largest difference: output %g, attention %g (tolerance %g)", out_diff,
                  attn_diff, tolerance);
 done:
     if (problem != NULL)
         check_report(name, 0, "%s", problem);
-    matrix_free(&q);
-    matrix_free(&k);
-    matrix_free(&v);
-    matrix_free(&x);
-    for (int i = 0; i < 4; i++) {
-        matrix_free(&w[i]);
-        free(bias[i]);
-    }
+    fixture_work_free(&fw);
     free(out);
     free(attn);
     free(projected);
@@ -279,7 +299,8 @@ static void check_fixture_dir(const char *dir)
     struct dirent **entries = NULL;
     int n = scandir(dir, &entries, NULL, alphasort);
     if (n < 0) {
-        check_report("fixtures/readable", 0, "cannot read directory %s", dir);
+        if (selected("fixtures/readable"))
+            check_report("fixtures/readable", 0, "cannot read directory %s", dir);
         return;
     }
     int seen = 0;
@@ -290,6 +311,11 @@ static void check_fixture_dir(const char *dir)
             char path[4096], name[512];
             snprintf(path, sizeof path, "%s/%s", dir, file);
             snprintf(name, sizeof name, "fixture/%.*s", (int)(len - 5), file);
+            seen++;
+            if (!selected(name)) {
+                free(entries[i]);
+                continue;
+            }
             json_error_t error;
             json_t *fixture = json_load_file(path, 0, &error);
             if (fixture == NULL)
@@ -297,12 +323,12 @@ static void check_fixture_dir(const char *dir)
             else
                 check_fixture(name, fixture);
             json_decref(fixture);
-            seen++;
         }
         free(entries[i]);
     }
     free(entries);
-    check_report("fixtures/present", seen > 0, "no *.json files in %s", dir);
+    if (selected("fixtures/present"))
+        check_report("fixtures/present", seen > 0, "no *.json files in %s", dir);
 }
 
 /* A small deterministic generator of numbers in [-1, 1). */
@@ -330,7 +356,11 @@ static void check_hand_example(void)
              fabs(out[0] - (w0 * 1 + w1 * 3)) < 1e-15 && fabs(out[1] - (w0 * 2 + w1 * 4)) < 1e-15;
     check_report("property/hand-example", ok, "attn = [%.17g, %.17g], out = [%.17g, %.17g]",
                  attn[0], attn[1], out[0], out[1]);
+}
 
+/* The linear map worked by hand. */
+static void check_linear_hand_example(void)
+{
     const double x[] = {1, 2, 3, 4, 5, 6}; /* 2 x 3 */
     const double w[] = {1, 0, 0, 1, 1, 1}; /* 3 x 2 */
     const double b[] = {10, 20};
@@ -436,17 +466,38 @@ static void check_large_scores(void)
                  attn[1], attn[2], out[0]);
 }
 
+/* The property checks, each reporting the one check it is named after. */
+static const struct {
+    const char *name;
+    void (*run)(void);
+} g_properties[] = {
+    {"property/hand-example", check_hand_example},
+    {"property/linear-hand-example", check_linear_hand_example},
+    {"property/rows-sum-to-one-and-masks", check_rows_and_masks},
+    {"property/heads-and-batch-independent", check_heads_and_batch_independent},
+    {"property/large-scores-stable", check_large_scores},
+};
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
+    const char *dir = NULL;
+    int usage_error = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
+            g_filter = argv[++i];
+        else if (dir == NULL && strncmp(argv[i], "--", 2) != 0)
+            dir = argv[i];
+        else
+            usage_error = 1;
+    }
+    if (dir == NULL || usage_error) {
+        fprintf(stderr, "usage: %s FIXTURE_DIR [--filter SUBSTR]\n", argv[0]);
         return 2;
     }
-    check_fixture_dir(argv[1]);
-    check_hand_example();
-    check_rows_and_masks();
-    check_heads_and_batch_independent();
-    check_large_scores();
+    check_fixture_dir(dir);
+    for (size_t i = 0; i < sizeof g_properties / sizeof g_properties[0]; i++)
+        if (selected(g_properties[i].name))
+            g_properties[i].run();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed > 0 ? 1 : 0;
 }

@@ -8,10 +8,10 @@ Triton's shape (v1 and v2 alike, failures apart), that POST
 /v2/repository/index lists "attention" and every stored set as READY, and
 that load and unload answer a clear error.
 
-Usage: triton_test.py --server PATH.  Prints "ok NAME" or "FAIL NAME" per
+Usage: triton_test.py --server PATH [--filter SUBSTR] (only the check
+functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME" per
 check and "N passed, N failed" last.
 """
-import argparse
 import json
 import os
 import sys
@@ -45,12 +45,18 @@ def well_formed(m):
             for t in TIMINGS) and isinstance(m.get("batch_stats"), list)
 
 
+def put_toy(srv):
+    """Stores the weight set "toy" (both checks use it; each stores it, so that either
+    runs alone)."""
+    call(srv, "PUT", "/v1/weight-sets/toy", {"wq": [[1.0, 0.5]], "wk": [[0.5, 1.0]],
+                                             "wv": [[1.0, -1.0]]})
+
+
 def check_statistics(srv):
     status, server = call(srv, "GET", "/v2")
     check("GET /v2 lists statistics and model_repository", status == 200 and
           {"statistics", "model_repository"} <= set(server.get("extensions", [])), server)
-    call(srv, "PUT", "/v1/weight-sets/toy", {"wq": [[1.0, 0.5]], "wk": [[0.5, 1.0]],
-                                             "wv": [[1.0, -1.0]]})
+    put_toy(srv)
     qkv = {"q": [[0.1, 0.2]], "k": [[0.3, 0.4], [0.5, 0.6]], "v": [[1.0], [2.0]]}
     batched = {"q": [[[0.1, 0.2]]] * 3, "k": [[[0.3, 0.4]]] * 3, "v": [[[1.0]]] * 3}
     ok = [call(srv, "POST", "/v1/attention", qkv)[0], call(srv, "POST", "/v1/attention", batched)[0],
@@ -85,6 +91,7 @@ def check_statistics(srv):
 
 
 def check_repository(srv):
+    put_toy(srv)
     status, index = call(srv, "POST", "/v2/repository/index", {})
     check("repository index lists attention and toy as READY", status == 200 and
           sorted((m["name"], m["state"], m["version"]) for m in index) ==
@@ -96,9 +103,7 @@ def check_repository(srv):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", required=True)
-    args = ap.parse_args()
+    args = harness.arguments(__doc__)
     harness.run(args.server, [check_statistics, check_repository])
     return harness.summary()
 
