@@ -4,8 +4,9 @@
 #   make SANITIZE=1 build the AddressSanitizer + UBSan variant into build/asan/
 #   make run        install what is missing, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, build (plain and sanitized), run every test;
-#                   SUITES="unit v2" runs only those suites, T=SUBSTR only the tests whose
-#                   name contains SUBSTR (tests/run.sh says which suites take it)
+#                   SUITES="unit v2" runs only those suites; T=SUBSTR, in every suite, only
+#                   the tests whose name contains SUBSTR (the top of tests/run.sh says what
+#                   a name is in each suite; one with no match prints "0 passed, 0 failed")
 #   make test-build install what is missing, build everything `make test` runs
 #   make test-browser  the visualizer (GET /viz) in headless chromium
 #   make lint-api, check-api-answers, lint-k8s   the OpenAPI file, the answers against it,
