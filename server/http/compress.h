@@ -63,9 +63,9 @@ void compress_inflater_free(compress_inflater *inf);
  * the caller frees with mem_free, with *out_len its size; NULL when memory
  * runs out, or when the data would barely shrink: a body past
  * COMPRESS_SAMPLE_BYTES whose first COMPRESS_SAMPLE_BYTES lose less than a
- * quarter is not compressed (raw float tensors of a binary v2 answer lose
- * about a tenth, at some 40 ms per MB of the answer's latency; JSON numbers
- * lose half and more). */
+ * quarter is not compressed (raw float tensors of a binary v2 answer barely
+ * shrink, and deflating them would add to the answer's latency for little;
+ * JSON numbers lose half and more). */
 #define COMPRESS_SAMPLE_BYTES 65536
 /* From this many bytes, compress_deflate deflates two halves at once, the second on a
  * thread of its own (compress.c). */

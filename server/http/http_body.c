@@ -20,10 +20,10 @@
  * body that could never fit is 413 at its headers.  Everything is released
  * when the request ends (http.c, on_completed, through http_body_release).
  * A large announced body's buffer is made resident ahead of its bytes, as
- * far as its reservation reaches, on two threads (mem_populate): a 100 MB
- * safetensors PUT to a server whose memory the host had taken back took a
- * median 535 ms instead of 602 (with memory it had just freed, 424 against
- * 431: as long).
+ * far as its reservation reaches, on two threads (mem_populate): the page
+ * faults of a large upload are then taken two at a time before its bytes
+ * arrive, not one by one as each page is first written (docs/performance.md
+ * has the figures).
  *
  * A v2 inference body with binary tensors (Inference-Header-Content-Length)
  * is placed in its buffer so that its binary section starts on a cache line
@@ -215,8 +215,8 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
     if (hr->len + n > hr->cap) {
         /* Past HTTP_BODY_WHOLE bytes, an announced body grows to its whole length at
          * once: no more copies as it grows, and a large one is mapped on its own
-         * (mem_tune_allocator), so that none of it stays on the heap once freed (a
-         * 100 MB checkpoint left 16 MB of its growth there).  Its pages count only as
+         * (mem_tune_allocator), so that none of it stays on the heap once freed (the
+         * buffers a doubling body leaves behind would).  Its pages count only as
          * the bytes arrive; the budget is still reserved step by step above, and a
          * slow sender that has not sent HTTP_BODY_WHOLE holds no more than that. */
         size_t cap = hr->cap ? hr->cap : 4096;

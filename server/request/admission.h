@@ -38,8 +38,8 @@ void admission_release(size_t reserved_bytes);
  * hands the request to a worker, which decodes it again. */
 #define ADMISSION_DEFER 1
 
-/* Arithmetic worth of writing one number of the answer (its shortest
- * digits take about 50 ns, the time of some 64 operations of a small
+/* Arithmetic worth of writing one number of the answer (finding its
+ * shortest digits costs about as much as this many operations of a small
  * product on one core), so that a job with a large answer and little
  * arithmetic is not taken for a small one. */
 #define ADMISSION_FLOPS_PER_NUMBER 64.0

@@ -6,9 +6,10 @@
  * Inference runs in the order v1 does: every input is described (name,
  * datatype, shape, where its numbers are) and the shapes checked against
  * each other (attention_request) and against the element and memory limits
- * before any array is allocated; then the numbers are read (binary bytes
- * copied straight into the arrays), the header's JSON tree is freed, and the
- * math runs.  The error of a rule between inputs carries the input's place,
+ * before any array is allocated; then the numbers are read (binary FP32
+ * tensors where they lie in the body, which the HTTP layer placed on a cache
+ * line, other binary tensors copied into the arrays; see v2_tensor.h), the
+ * header's JSON tree is freed, and the math runs.  The error of a rule between inputs carries the input's place,
  * "inputs[1].shape", and v2's error body puts it before v1's words.
  */
 #include "v2_internal.h"
