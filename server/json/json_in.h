@@ -1,8 +1,8 @@
 /*
  * json_in.h - reading numbers and small fields out of a parsed JSON body.
  *
- * The decoders of every resource (v1's attention_json and weights_json,
- * v2's v2_tensor and v2_infer) use these to
+ * The decoders of every resource (v1's attention_json, the request
+ * module's weights_json, v2's v2_tensor and v2_infer) use these to
  * turn jansson values into dense row-major arrays of doubles, with the
  * limits of the server and the path of the field at fault in every error
  * ("q", "q[1]", "weights.wq[0][2]").  Functions here fail with the project's

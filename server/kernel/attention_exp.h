@@ -1,5 +1,6 @@
 /*
- * attention_exp.h - private to the attention module: the vectorised passes
+ * attention_exp.h - the kernel module's own (a "private:" row of
+ * server/LAYERS): the vectorised passes
  * of the softmax over one row of scores (row maximum, exponentials and
  * their sum), with and without a mask.
  *

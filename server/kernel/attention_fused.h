@@ -1,7 +1,8 @@
 /*
- * attention_fused.h - private to the attention module: the fused attention
- * kernel for the case where the attention matrix is not returned, in one
- * copy per instruction set ("path"), and the choice of path.
+ * attention_fused.h - the kernel module's own (a "private:" row of
+ * server/LAYERS; the unit tests use it too): the fused attention kernel for
+ * the case where the attention matrix is not returned, in one copy per
+ * instruction set ("path"), and the choice of path.
  *
  * The kernel is FlashAttention-2's loop on the CPU.  For a block of query
  * rows of one (batch, head) it walks the keys a tile of ATTN_FUSED_BK at a

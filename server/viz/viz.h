@@ -1,7 +1,8 @@
 /*
  * viz.h - the attention visualizer's files, built into the binary.
  *
- * The page (server/viz/page/index.html, viz.css, viz.js) and the golden examples
+ * The page (every .html, .css and .js of server/viz/page/: index.html, its
+ * style sheet and its scripts) and the golden examples
  * (tests/fixtures/NAME.json, served as examples/NAME.json) are turned into
  * byte arrays at build time by server/viz/viz_embed.c, so the server and its
  * container image serve exactly the files of the repository, offline.  This

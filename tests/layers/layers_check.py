@@ -9,7 +9,8 @@ reports each rule broken with the file, the line and the rule:
     can include each other;
   - within a folder a file is included by its bare name, across folders as
     "module/file.h", and the file must exist;
-  - *_internal.h, *_private.h and *.inc are private to their folder;
+  - *_internal.h, *_private.h, *.inc and the headers a "private:" row names are
+    private to their folder;
   - a library header the table assigns (lib: cblas.h kernel) is included by that
     module alone;
   - the modules' include graph has no circle (a circle is also a rule broken, but
@@ -35,10 +36,10 @@ SOURCES = ('.c', '.h', '.inc')
 
 
 def read_table(path):
-    """Returns (order, allowed, libs, problems): the modules bottom to top, what each
-    may include, the library headers and their module, and what is wrong with the
-    table itself."""
-    order, allowed, libs, problems = [], {}, {}, []
+    """Returns (order, allowed, libs, problems, private): the modules bottom to top,
+    what each may include, the library headers and their module, what is wrong with
+    the table itself, and the headers a "private:" row names."""
+    order, allowed, libs, problems, private = [], {}, {}, [], set()
     with open(path) as f:
         for number, line in enumerate(f, 1):
             line = line.split('#', 1)[0].strip()
@@ -50,6 +51,9 @@ def read_table(path):
                     problems.append(f'{path}:{number}: a lib row is "lib: HEADER MODULE"')
                 else:
                     libs[words[1]] = words[2]
+                continue
+            if words[0] == 'private:':
+                private.update(words[1:])
                 continue
             module, deps = words[0], [w for w in words[1:] if w != '-']
             if module in allowed:
@@ -63,7 +67,10 @@ def read_table(path):
     for header, module in libs.items():
         if module not in allowed:
             problems.append(f'{path}: lib {header} names {module}, which has no row')
-    return order, allowed, libs, problems
+    for header in private:
+        if not os.path.exists(os.path.join(os.path.dirname(path), header)):
+            problems.append(f'{path}: private {header} is no file')
+    return order, allowed, libs, problems, private
 
 
 def module_of(root, path):
@@ -82,7 +89,7 @@ def source_files(root):
 def check_tree(root, table):
     """Returns (broken, edges, folders): broken maps a module to the rules its files
     break ("file:line: ..."), edges the module graph the includes make."""
-    order, allowed, libs, _ = table
+    order, allowed, libs, _, private = table
     broken = {m: [] for m in order}
     edges = {m: set() for m in order}
     folders = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -120,7 +127,7 @@ def check_tree(root, table):
                     broken[module].append(f'{where}: no such file')
                     continue
                 edges[module].add(target)
-                if PRIVATE.search(name):
+                if PRIVATE.search(name) or name in private:
                     broken[module].append(f'{where}: private to {target}')
                 if target not in allowed[module]:
                     may = ' '.join(sorted(allowed[module], key=order.index)) or 'nothing'
@@ -236,6 +243,9 @@ def main():
          ['circle: ', 'request', 'store']),
         ('layers: a planted include of a private header is reported', 'v2/v2.c',
          'store/store_internal.h', ['v2/v2.c', 'private to store']),
+        ('layers: a planted include of a header a private: row names is reported',
+         'request/admission.c', 'kernel/attention_fused.h',
+         ['request/admission.c', 'private to kernel']),
         ('layers: a planted include of a missing header is reported', 'json/jsonw.c',
          'core/nowhere.h', ['json/jsonw.c', 'no such file']),
     ]
