@@ -161,9 +161,15 @@ static void replace_reader_answer(struct test *t, struct replace_run *run, struc
 void run_replace_concurrency_tests(const struct itest_paths *paths)
 {
     (void)paths;
+    static const char *const names[] = {"replace-concurrency/answers-are-version-a-or-b",
+                                        "replace-concurrency/still-serving/default", NULL};
+    if (!any_selected(names))
+        return;
+    /* Whatever --filter says: still-serving checks the server after this load. */
     struct test t;
     struct server *s;
-    if (!test_start(&t, SERVER_DEFAULT, &s, "replace-concurrency/answers-are-version-a-or-b"))
+    int report;
+    if (!step_start(&t, SERVER_DEFAULT, &s, "replace-concurrency/answers-are-version-a-or-b", &report))
         return;
     struct replace_run run;
     memset(&run, 0, sizeof run);
@@ -205,7 +211,7 @@ void run_replace_concurrency_tests(const struct itest_paths *paths)
 done:
     if (t.failed)
         detail_stderr_tail(&t, s, 10);
-    test_end(&t);
+    step_end(&t, report);
     free(run.named_text);
     for (int v = 0; v < 2; v++) {
         json_decref(run.versions[v]);
