@@ -133,24 +133,16 @@ static double metric_value(int port, const char *series);
 
 #define SLOW_CLOSED "attn_http_slow_connections_closed_total"
 
-static void test_slow_clients(void)
+/* Opens the slow connections, from SLOW_ADDRESSES addresses: the first send half a
+ * request line, the others the head of a POST and the start of its body.  Returns how
+ * many opened. */
+static int slow_open(const struct server *s, int *fds, int total)
 {
-    char header_timeout[16];
-    snprintf(header_timeout, sizeof header_timeout, "%d", HEADER_TIMEOUT_S);
-    const char *const flags[] = {"--quiet", "--header-timeout", header_timeout, "--min-body-rate", "1K",
-                           "--max-connections-per-ip", "100", NULL};
-    struct server s;
-    struct server_kind kind;
-    if (hostile_server_start(&s, &kind, "slow", flags) != 0)
-        return;
-    int total = SLOW_HEADER_CONNECTIONS + SLOW_BODY_CONNECTIONS;
-    int *fds = client_xcalloc((size_t)total, sizeof *fds);
     int opened = 0;
-    double t_open = client_now_seconds();
     for (int i = 0; i < total; i++) {
         char from[32];
         snprintf(from, sizeof from, "127.0.0.%d", 2 + i % SLOW_ADDRESSES);
-        fds[i] = rawhttp_connect_from(from, s.port);
+        fds[i] = rawhttp_connect_from(from, s->port);
         if (fds[i] < 0)
             continue;
         opened++;
@@ -163,10 +155,13 @@ static void test_slow_clients(void)
             rawhttp_send_all(fds[i], head, sizeof head - 1);
         }
     }
-    double t_opened = client_now_seconds();
-    test_check(opened == total, "slow/open", "opened %d of %d slow connections", opened, total);
+    return opened;
+}
 
-    /* Probes from 127.0.0.1 while the slow ones trickle a byte now and then. */
+/* slow/healthz-answers and slow/post-answers: probes from 127.0.0.1 are answered while
+ * the slow connections trickle a byte now and then. */
+static void slow_probes(const struct server *s, const int *fds, int total)
+{
     int healthz_ok = 0, post_ok = 0, probes = 0;
     double worst = 0;
     for (int round = 0; round < 10; round++) {
@@ -175,10 +170,10 @@ static void test_slow_clients(void)
                 rawhttp_send_all(fds[i], i < SLOW_HEADER_CONNECTIONS ? "s" : "1", 1);
         rawhttp_answer a;
         double t0 = client_now_seconds();
-        if (rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200)
+        if (rawhttp_roundtrip(s->port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200)
             healthz_ok++;
         rawhttp_answer_free(&a);
-        if (rawhttp_roundtrip(s.port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
+        if (rawhttp_roundtrip(s->port, "POST", "/v1/attention", NULL, SMALL_BODY, sizeof SMALL_BODY - 1,
                       5.0, &a) == 0 && a.status == 200)
             post_ok++;
         rawhttp_answer_free(&a);
@@ -192,6 +187,12 @@ static void test_slow_clients(void)
     test_check(post_ok == probes, "slow/post-answers", "%d of %d small POSTs answered 200", post_ok,
           probes);
 
+}
+
+/* slow/closed-by-deadline and slow/closed-counted: the reaper closes every slow
+ * connection in time (fds[i] becomes -1), and /metrics counts each once. */
+static void slow_reaped(const struct server *s, int *fds, int total, int opened, double t_open, double t_opened)
+{
     /* Every slow connection is closed within --header-timeout + 2 s of the last
      * opening (bodies: their rate is checked from the same moment). */
     double deadline = t_opened + HEADER_TIMEOUT_S + 2.0;
@@ -220,16 +221,20 @@ static void test_slow_clients(void)
         if (fds[i] >= 0)
             close(fds[i]);
     /* The reaper closed every one of them, and /metrics counts each once. */
-    double counted = metric_value(s.port, SLOW_CLOSED);
+    double counted = metric_value(s->port, SLOW_CLOSED);
     test_check(closed > 0 && counted == (double)closed, "slow/closed-counted",
                "attn_http_slow_connections_closed_total is %.0f, but the server closed %d slow "
                "connections", counted, closed);
 
-    /* The per-address cap: 100 idle connections from one address are held,
-     * the next is closed at once. */
+}
+
+/* slow/per-address-cap: 100 idle connections from one address are held, the next is
+ * closed at once. */
+static void slow_per_address_cap(const struct server *s)
+{
     int held[101], kept = 0;
     for (int i = 0; i < 101; i++) {
-        held[i] = rawhttp_connect_from("127.0.0.30", s.port);
+        held[i] = rawhttp_connect_from("127.0.0.30", s->port);
     }
     client_sleep_ms(300);
     for (int i = 0; i < 101; i++)
@@ -240,6 +245,27 @@ static void test_slow_clients(void)
     for (int i = 0; i < 101; i++)
         if (held[i] >= 0)
             close(held[i]);
+}
+
+static void test_slow_clients(void)
+{
+    char header_timeout[16];
+    snprintf(header_timeout, sizeof header_timeout, "%d", HEADER_TIMEOUT_S);
+    const char *const flags[] = {"--quiet", "--header-timeout", header_timeout, "--min-body-rate", "1K",
+                           "--max-connections-per-ip", "100", NULL};
+    struct server s;
+    struct server_kind kind;
+    if (hostile_server_start(&s, &kind, "slow", flags) != 0)
+        return;
+    int total = SLOW_HEADER_CONNECTIONS + SLOW_BODY_CONNECTIONS;
+    int *fds = client_xcalloc((size_t)total, sizeof *fds);
+    double t_open = client_now_seconds();
+    int opened = slow_open(&s, fds, total);
+    double t_opened = client_now_seconds();
+    test_check(opened == total, "slow/open", "opened %d of %d slow connections", opened, total);
+    slow_probes(&s, fds, total);
+    slow_reaped(&s, fds, total, opened, t_open, t_opened);
+    slow_per_address_cap(&s);
     rawhttp_answer a;
     test_check(rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a) == 0 && a.status == 200,
           "slow/healthz-after", "status %d", a.status);
@@ -265,22 +291,19 @@ static void send_spaces_round_robin(const int *fds, int count, size_t spaces)
     free(chunk);
 }
 
-static void test_memory(void)
+/* The uploads of the memory tests held open at once. */
+enum { HELD = 8 };
+
+/* Sends HELD uploads that announce 2,000,000-byte bodies from 127.0.0.1 (fds: their
+ * connections, left open): memory/announced-bodies-reserve-nothing, then the bodies
+ * together, memory/uploads-past-the-share-get-503. */
+static void memory_held_uploads(const struct server *s, int *fds)
 {
-    /* 128 MiB budget, of which one address may hold half; a 2,000,000-byte PUT
-     * or POST needs 25 times its body (about 48 MiB) once all of it has come,
-     * so only one of those from one address fits at a time. */
-    const char *const flags[] = {"--quiet", "--max-memory", "128M", NULL};
-    struct server s;
-    struct server_kind kind;
-    if (hostile_server_start(&s, &kind, "memory", flags) != 0)
-        return;
-    enum { HELD = 8, SPACES = 2000000 };
-    int fds[HELD];
+    enum { SPACES = 2000000 };
     int n503 = 0, retry_after = 0, n400 = 0, unanswered = 0;
     static const char open_wq[] = "{\"wq\":[", open_q[] = "{\"q\":[";
     for (int i = 0; i < HELD; i++) {
-        fds[i] = rawhttp_connect_from("127.0.0.1", s.port);
+        fds[i] = rawhttp_connect_from("127.0.0.1", s->port);
         char head[256];
         int n = snprintf(head, sizeof head,
                          i % 2 ? "PUT /v1/weight-sets/held%d HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -319,12 +342,15 @@ static void test_memory(void)
                "memory/uploads-past-the-share-get-503",
                "%d of %d uploads got 503 (%d with Retry-After), %d got 400, %d no answer", n503,
                HELD, retry_after, n400, unanswered);
+}
+
+/* memory/never-fits-413 and memory/chunked-never-fits-413: a body that could never fit
+ * the budget, announced or chunked. */
+static void memory_never_fits(const struct server *s)
+{
     rawhttp_answer a;
-    test_check(rawhttp_roundtrip(s.port, "PUT", "/v1/weight-sets/huge", NULL, "{}", 2, 5.0, &a) == 0,
-          "memory/small-put-answers", "no answer");
-    rawhttp_answer_free(&a);
     /* A body that could never fit the budget is 413 before it is sent. */
-    int fd = rawhttp_connect_from("127.0.0.1", s.port);
+    int fd = rawhttp_connect_from("127.0.0.1", s->port);
     static const char huge[] = "PUT /v1/weight-sets/huge HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                "Content-Length: 10000000\r\n\r\n";
     int status = 0;
@@ -342,7 +368,7 @@ static void test_memory(void)
      * server has completed the request and given back its reservation, so what
      * 127.0.0.1 sent above may still hold part of that address's share. */
     status = 0;
-    fd = rawhttp_connect_from("127.0.0.3", s.port);
+    fd = rawhttp_connect_from("127.0.0.3", s->port);
     static const char chunked[] = "PUT /v1/weight-sets/chunky HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                   "Transfer-Encoding: chunked\r\n\r\n";
     char *chunk = client_xcalloc(65536 + 16, 1);
@@ -362,6 +388,25 @@ static void test_memory(void)
         close(fd);
     test_check(status == 413, "memory/chunked-never-fits-413", "status %d for a chunked body "
                "of 3 MiB against a 64 MiB share", status);
+}
+
+static void test_memory(void)
+{
+    /* 128 MiB budget, of which one address may hold half; a 2,000,000-byte PUT
+     * or POST needs 25 times its body (about 48 MiB) once all of it has come,
+     * so only one of those from one address fits at a time. */
+    const char *const flags[] = {"--quiet", "--max-memory", "128M", NULL};
+    struct server s;
+    struct server_kind kind;
+    if (hostile_server_start(&s, &kind, "memory", flags) != 0)
+        return;
+    int fds[HELD];
+    memory_held_uploads(&s, fds);
+    rawhttp_answer a;
+    test_check(rawhttp_roundtrip(s.port, "PUT", "/v1/weight-sets/huge", NULL, "{}", 2, 5.0, &a) == 0,
+          "memory/small-put-answers", "no answer");
+    rawhttp_answer_free(&a);
+    memory_never_fits(&s);
     long rss = peak_rss_kib(s.pid);
     /* Margin: the program, OpenBLAS and libmicrohttpd's buffers (about 30 MiB
      * at rest) plus allocator slack. */

@@ -190,42 +190,16 @@ static void bounds_tests(void)
     test_end(&t);
 }
 
-void run_inline_tests(const struct itest_paths *paths)
+/* inline/same-answers: small requests, valid and not, v1 and v2, answered alike by a
+ * server that answers them on its I/O thread (on) and one that never does (off).  It runs
+ * whenever these servers do: the counts of the later tests include its requests.  Returns
+ * the number of small requests sent to each. */
+static size_t same_answers(struct server *on, struct server *off, const char *seed)
 {
-    static const char *const names[] = {"inline/option-bounds", "inline/same-answers",
-                                        "inline/counted-inline", "inline/wide-set-deferred",
-                                        "inline/answer-heavy-deferred", "inline/threshold-from-env",
-                                        NULL};
-    if (!any_selected(names))
-        return;
-    bounds_tests();
-
-    static const char *const off_args[] = {"--inline-max-bytes", "0", NULL};
-    static const char *const small_env[] = {"ATTN_INLINE_MAX_BYTES=200", NULL};
-    static const struct server_kind on_kind = {"inline-on", g_no_strings, g_no_strings};
-    static const struct server_kind off_kind = {"inline-off", off_args, g_no_strings};
-    static const struct server_kind small_kind = {"inline-200", g_no_strings, small_env};
-    struct server on, off, small;
-    memset(&on, 0, sizeof on);
-    memset(&off, 0, sizeof off);
-    memset(&small, 0, sizeof small);
-    on.kind = &on_kind;
-    off.kind = &off_kind;
-    small.kind = &small_kind;
-    int up = server_start(&on) == 0;
-    up &= server_start(&off) == 0;
-    up &= server_start(&small) == 0;
-    if (!up) {
-        if (on.running) server_stop(&on);
-        if (off.running) server_stop(&off);
-        if (small.running) server_stop(&small);
-        return;
-    }
     struct test t;
     struct client_response r, r2;
 
     /* Small requests, valid and not, v1 and v2, answered alike by both servers. */
-    char *seed = seed_request(paths->fixtures);
     const char *v2_body =
         "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,0,0,1]},"
         "{\"name\":\"k\",\"shape\":[3,2],\"datatype\":\"FP64\",\"data\":[1,0,0,1,1,1]},"
@@ -251,13 +225,14 @@ void run_inline_tests(const struct itest_paths *paths)
          "{\"inputs\":[{\"name\":\"x\",\"shape\":[2,2],\"datatype\":\"FP64\",\"data\":[1,2,3,4]}]}", NULL, 200},
     };
     size_t n_small = sizeof small_requests / sizeof small_requests[0];
-    if (test_begin(&t, "inline/same-answers")) {
-        json_decref(put_set_text(&t, &on, "tiny", g_tiny_set, 201));
-        json_decref(put_set_text(&t, &off, "tiny", g_tiny_set, 201));
+    test_begin(&t, "inline/same-answers");
+    {
+        json_decref(put_set_text(&t, on, "tiny", g_tiny_set, 201));
+        json_decref(put_set_text(&t, off, "tiny", g_tiny_set, 201));
         for (size_t i = 0; i < n_small && !t.failed; i++) {
             const char *body = small_requests[i].body;
-            post(&on, small_requests[i].path, body, strlen(body), small_requests[i].header, &r);
-            post(&off, small_requests[i].path, body, strlen(body), small_requests[i].header, &r2);
+            post(on, small_requests[i].path, body, strlen(body), small_requests[i].header, &r);
+            post(off, small_requests[i].path, body, strlen(body), small_requests[i].header, &r2);
             blank_compute_ms(&r);
             blank_compute_ms(&r2);
             const char *type = client_header(&r, "Content-Type"), *type2 = client_header(&r2, "Content-Type");
@@ -279,24 +254,41 @@ void run_inline_tests(const struct itest_paths *paths)
         }
         test_end(&t);
     }
+    return n_small;
+}
+
+/* inline/counted-inline: the dispatch counts of both servers after same_answers. */
+static void counted_inline(struct server *on, struct server *off, size_t n_small)
+{
+    struct test t;
+
     /* Every small request above was answered by the I/O thread on one server and by a
      * worker on the other; the PUT of the set went to a worker on both. */
     if (test_begin(&t, "inline/counted-inline")) {
-        expect_dispatch(&t, &on, (long long)n_small, 1, 0);
-        expect_dispatch(&t, &off, 0, (long long)n_small + 1, 0);
+        expect_dispatch(&t, on, (long long)n_small, 1, 0);
+        expect_dispatch(&t, off, 0, (long long)n_small + 1, 0);
         test_end(&t);
     }
 
+}
+
+/* inline/wide-set-deferred: runs whenever the servers do, as later counts include it. */
+static void wide_set_deferred(struct server *on, size_t n_small)
+{
+    struct test t;
+    struct client_response r;
+
     /* A small body naming a set whose projections are wide: computed by a worker, in v1
      * and in v2, with the right answer. */
-    if (test_begin(&t, "inline/wide-set-deferred")) {
+    test_begin(&t, "inline/wide-set-deferred");
+    {
         char *set_text = wide_set_text();
-        json_decref(put_set_text(&t, &on, "wide", set_text, 201));
+        json_decref(put_set_text(&t, on, "wide", set_text, 201));
         free(set_text);
         char *req = wide_request_text();
         expect_true(&t, strlen(req) <= 4096, "the wide request has %zu bytes, over the 4 KB default",
                     strlen(req));
-        post(&on, "/v1/attention", req, strlen(req), NULL, &r);
+        post(on, "/v1/attention", req, strlen(req), NULL, &r);
         if (expect_status(&t, &r, 200)) {
             json_t *body = response_json(&r);
             size_t dims[2] = {WIDE_TOKENS, WIDE_OUT};
@@ -318,20 +310,28 @@ void run_inline_tests(const struct itest_paths *paths)
         for (size_t i = 0; i < WIDE_TOKENS * WIDE_IN; i++)
             used += (size_t)snprintf(v2 + used, sizeof v2 - used, "%s1", i ? "," : "");
         snprintf(v2 + used, sizeof v2 - used, "]}],\"outputs\":[{\"name\":\"output\"}]}");
-        post(&on, "/v2/models/wide/infer", v2, strlen(v2), NULL, &r);
+        post(on, "/v2/models/wide/infer", v2, strlen(v2), NULL, &r);
         expect_status(&t, &r, 200);
         client_response_free(&r);
         /* So far: the small requests inline, the two PUTs by a worker, these two deferred. */
-        expect_dispatch(&t, &on, (long long)n_small, 2, 2);
+        expect_dispatch(&t, on, (long long)n_small, 2, 2);
         test_end(&t);
     }
+
+}
+
+/* inline/answer-heavy-deferred. */
+static void answer_heavy_deferred(struct server *on, struct server *off, size_t n_small)
+{
+    struct test t;
+    struct client_response r, r2;
 
     /* Little arithmetic but 90,000 numbers to write: a worker's. */
     if (test_begin(&t, "inline/answer-heavy-deferred")) {
         char *req = answer_heavy_text();
         expect_true(&t, strlen(req) <= 4096, "the request has %zu bytes, over the 4 KB default", strlen(req));
-        post(&on, "/v1/attention", req, strlen(req), NULL, &r);
-        post(&off, "/v1/attention", req, strlen(req), NULL, &r2);
+        post(on, "/v1/attention", req, strlen(req), NULL, &r);
+        post(off, "/v1/attention", req, strlen(req), NULL, &r2);
         if (expect_status(&t, &r, 200)) {
             blank_compute_ms(&r);
             blank_compute_ms(&r2);
@@ -341,9 +341,26 @@ void run_inline_tests(const struct itest_paths *paths)
         client_response_free(&r);
         client_response_free(&r2);
         free(req);
-        expect_dispatch(&t, &on, (long long)n_small, 2, 3);
+        expect_dispatch(&t, on, (long long)n_small, 2, 3);
         test_end(&t);
     }
+
+}
+
+/* inline/threshold-from-env, on a server of its own (ATTN_INLINE_MAX_BYTES=200). */
+static void threshold_from_env(void)
+{
+    if (!harness_selected("inline/threshold-from-env"))
+        return;
+    static const char *const small_env[] = {"ATTN_INLINE_MAX_BYTES=200", NULL};
+    static const struct server_kind small_kind = {"inline-200", g_no_strings, small_env};
+    struct server small;
+    memset(&small, 0, sizeof small);
+    small.kind = &small_kind;
+    if (server_start(&small) != 0)
+        return;
+    struct test t;
+    struct client_response r;
 
     /* ATTN_INLINE_MAX_BYTES=200: a 57-byte body is answered inline, the same padded to 300
      * bytes is not even tried there. */
@@ -362,8 +379,39 @@ void run_inline_tests(const struct itest_paths *paths)
         expect_dispatch(&t, &small, 1, 1, 0);
         test_end(&t);
     }
+    server_stop(&small);
+}
+
+void run_inline_tests(const struct itest_paths *paths)
+{
+    bounds_tests();
+    threshold_from_env();
+    static const char *const names[] = {"inline/same-answers", "inline/counted-inline",
+                                        "inline/wide-set-deferred", "inline/answer-heavy-deferred",
+                                        NULL};
+    if (!any_selected(names))
+        return;
+    static const char *const off_args[] = {"--inline-max-bytes", "0", NULL};
+    static const struct server_kind on_kind = {"inline-on", g_no_strings, g_no_strings};
+    static const struct server_kind off_kind = {"inline-off", off_args, g_no_strings};
+    struct server on, off;
+    memset(&on, 0, sizeof on);
+    memset(&off, 0, sizeof off);
+    on.kind = &on_kind;
+    off.kind = &off_kind;
+    int up = server_start(&on) == 0;
+    up &= server_start(&off) == 0;
+    if (!up) {
+        if (on.running) server_stop(&on);
+        if (off.running) server_stop(&off);
+        return;
+    }
+    char *seed = seed_request(paths->fixtures);
+    size_t n_small = same_answers(&on, &off, seed);
+    counted_inline(&on, &off, n_small);
+    wide_set_deferred(&on, n_small);
+    answer_heavy_deferred(&on, &off, n_small);
     free(seed);
     server_stop(&on);
     server_stop(&off);
-    server_stop(&small);
 }

@@ -7,37 +7,19 @@
  */
 #include "itest.h"
 
-/*
- * PUT (new and replacing), GET bit for bit in the layout sent, the list, DELETE and
- * the 404s after it, on the default server.
- */
-void run_weight_set_tests(const struct itest_paths *paths)
-{
-    (void)paths;
-    static const char *const names[] = {
-        "weight-sets/put-new-201",
-        "weight-sets/get-bit-for-bit",
-        "weight-sets/put-replace-200",
-        "weight-sets/get-after-replace",
-        "weight-sets/out-in-round-trip",
-        "weight-sets/negative-zero-round-trip",
-        "weight-sets/get-body-put-back-unchanged",
-        "weight-sets/list",
-        "weight-sets/delete-then-404",
-        NULL};
-    if (!any_selected(names))
-        return;
-    int report;
+/* What the steps share: the sets sent, the answer to the replacing PUT, the data directory. */
+struct crud {
+    json_t *awkward, *replacement, *out_in, *put_summary;
+    const char *data_dir;
+};
 
+/* weight-sets/put-new-201: a new set answers 201, its Location and its summary. */
+static void step_put_new_201(struct crud *c)
+{
     struct test t;
     struct server *s;
     struct client_response r;
-    json_t *awkward = json_from_text(g_awkward_set);
-    json_t *replacement = json_from_text(g_replacement_set);
-    json_t *out_in = json_from_text(g_out_in_set);
-    json_t *put_summary = NULL;
-    const char *data_dir = g_servers[SERVER_DEFAULT].data_dir;
-
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-new-201", &report)) {
         http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_awkward_set, &r);
         if (expect_status(&t, &r, 201)) {
@@ -48,38 +30,60 @@ void run_weight_set_tests(const struct itest_paths *paths)
                         "Location is %s, expected /v1/weight-sets/crud.Set_1", location ? location : "missing");
             expect_header_contains(&t, &r, "Content-Type", "application/json");
             json_t *body = response_json(&r);
-            expect_set_summary(&t, body, "crud.Set_1", awkward, data_dir);
+            expect_set_summary(&t, body, "crud.Set_1", c->awkward, c->data_dir);
             json_decref(body);
         }
         client_response_free(&r);
         step_end(&t, report);
     }
-    step_expect_stored_set("weight-sets/get-bit-for-bit", SERVER_DEFAULT, "crud.Set_1", awkward);
+}
+
+/* weight-sets/put-replace-200: replacing answers 200; stored_at never goes back. */
+static void step_put_replace_200(struct crud *c)
+{
+    struct test t;
+    struct server *s;
+    struct client_response r;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/put-replace-200", &report)) {
         json_t *before = get_set(&t, s, "crud.Set_1", 200);
         http_text(s, "PUT", "/v1/weight-sets/crud.Set_1", g_replacement_set, &r);
         if (expect_status(&t, &r, 200)) {
-            put_summary = response_json(&r);
-            expect_set_summary(&t, put_summary, "crud.Set_1", replacement, data_dir);
+            c->put_summary = response_json(&r);
+            expect_set_summary(&t, c->put_summary, "crud.Set_1", c->replacement, c->data_dir);
             double was = parse_utc_time(json_string_value(json_object_get(before, "stored_at")));
-            double now = parse_utc_time(json_string_value(json_object_get(put_summary, "stored_at")));
+            double now = parse_utc_time(json_string_value(json_object_get(c->put_summary, "stored_at")));
             expect_true(&t, was < 0 || now >= was, "stored_at went back in time on replacement");
         }
         json_decref(before);
         client_response_free(&r);
         step_end(&t, report);
     }
-    step_expect_stored_set("weight-sets/get-after-replace", SERVER_DEFAULT, "crud.Set_1", replacement);
+}
+
+/* weight-sets/out-in-round-trip: a set sent as out_in comes back as sent. */
+static void step_out_in_round_trip(struct crud *c)
+{
+    struct test t;
+    struct server *s;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/out-in-round-trip", &report)) {
         json_t *summary = put_set_text(&t, s, "crud-outin", g_out_in_set, 201);
         if (summary != NULL) {
-            expect_set_summary(&t, summary, "crud-outin", out_in, data_dir);
-            expect_stored_set(&t, s, "crud-outin", out_in);
+            expect_set_summary(&t, summary, "crud-outin", c->out_in, c->data_dir);
+            expect_stored_set(&t, s, "crud-outin", c->out_in);
         }
         json_decref(summary);
         step_end(&t, report);
     }
-    /* -0.0 is a double of its own; "-0" reads back as the integer 0 in most JSON parsers. */
+}
+
+/* -0.0 is a double of its own; "-0" reads back as the integer 0 in most JSON parsers. */
+static void step_negative_zero_round_trip(void)
+{
+    struct test t;
+    struct server *s;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/negative-zero-round-trip", &report)) {
         static const char text[] = "{\"wq\": [[-0.0, 0.0]], \"wk\": [[1, 2]], \"wv\": [[-0.0]], \"bq\": [-0.0, 1]}";
         json_t *sent = json_from_text(text);
@@ -96,17 +100,32 @@ void run_weight_set_tests(const struct itest_paths *paths)
         json_decref(body);
         step_end(&t, report);
     }
-    /* api/openapi.yaml: GET returns the set "in the form PUT accepts, so that the body can be
-     * sent back unchanged". */
+}
+
+/* api/openapi.yaml: GET returns the set "in the form PUT accepts, so that the body can be
+ * sent back unchanged". */
+static void step_get_body_put_back_unchanged(struct crud *c)
+{
+    struct test t;
+    struct server *s;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/get-body-put-back-unchanged", &report)) {
         json_t *body = get_set(&t, s, "crud-outin", 200);
         json_t *summary = body ? put_set(&t, s, "crud-outin-copy", body, 201) : NULL;
         if (summary != NULL)
-            expect_stored_set(&t, s, "crud-outin-copy", out_in);
+            expect_stored_set(&t, s, "crud-outin-copy", c->out_in);
         json_decref(body);
         json_decref(summary);
         step_end(&t, report);
     }
+}
+
+/* weight-sets/list: every entry has its fields, sorted by name, summaries as PUT answered. */
+static void step_list(struct crud *c)
+{
+    struct test t;
+    struct server *s;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/list", &report)) {
         static const char *const extra[] = {"Zeta", "alpha", "m.id-1_x", "0-first"};
         json_t *tiny = json_from_text(g_tiny_set);
@@ -129,18 +148,27 @@ void run_weight_set_tests(const struct itest_paths *paths)
         for (size_t i = 0; list != NULL && i < sizeof extra / sizeof extra[0]; i++) {
             const json_t *e = list_find(list, extra[i]);
             if (expect_true(&t, e != NULL, "the list lacks %s", extra[i]))
-                expect_set_summary(&t, e, extra[i], tiny, data_dir);
+                expect_set_summary(&t, e, extra[i], tiny, c->data_dir);
         }
         const json_t *e = list ? list_find(list, "crud.Set_1") : NULL;
-        if (list != NULL && expect_true(&t, e != NULL, "the list lacks crud.Set_1") && put_summary != NULL)
-            expect_same(&t, e, put_summary, 0, "the list entry of crud.Set_1 against the PUT answer");
+        if (list != NULL && expect_true(&t, e != NULL, "the list lacks crud.Set_1") && c->put_summary != NULL)
+            expect_same(&t, e, c->put_summary, 0, "the list entry of crud.Set_1 against the PUT answer");
         json_decref(list);
         json_decref(tiny);
         step_end(&t, report);
     }
+}
+
+/* weight-sets/delete-then-404: DELETE removes the file; GET and DELETE then answer 404. */
+static void step_delete_then_404(struct crud *c)
+{
+    struct test t;
+    struct server *s;
+    struct client_response r;
+    int report;
     if (step_start(&t, SERVER_DEFAULT, &s, "weight-sets/delete-then-404", &report)) {
         char path[PATH_MAX];
-        set_file_path(path, sizeof path, data_dir, "crud.Set_1");
+        set_file_path(path, sizeof path, c->data_dir, "crud.Set_1");
         expect_true(&t, file_size(path) > 0, "%s does not exist before the DELETE", path);
         http_simple(s, "DELETE", "/v1/weight-sets/crud.Set_1", &r);
         if (expect_status(&t, &r, 204))
@@ -158,9 +186,42 @@ void run_weight_set_tests(const struct itest_paths *paths)
         json_decref(list);
         step_end(&t, report);
     }
+}
 
-    json_decref(put_summary);
-    json_decref(awkward);
-    json_decref(replacement);
-    json_decref(out_in);
+/*
+ * PUT (new and replacing), GET bit for bit in the layout sent, the list, DELETE and
+ * the 404s after it, on the default server.
+ */
+void run_weight_set_tests(const struct itest_paths *paths)
+{
+    (void)paths;
+    static const char *const names[] = {
+        "weight-sets/put-new-201",
+        "weight-sets/get-bit-for-bit",
+        "weight-sets/put-replace-200",
+        "weight-sets/get-after-replace",
+        "weight-sets/out-in-round-trip",
+        "weight-sets/negative-zero-round-trip",
+        "weight-sets/get-body-put-back-unchanged",
+        "weight-sets/list",
+        "weight-sets/delete-then-404",
+        NULL};
+    if (!any_selected(names))
+        return;
+    struct crud c = {json_from_text(g_awkward_set), json_from_text(g_replacement_set),
+                     json_from_text(g_out_in_set), NULL, g_servers[SERVER_DEFAULT].data_dir};
+    step_put_new_201(&c);
+    step_expect_stored_set("weight-sets/get-bit-for-bit", SERVER_DEFAULT, "crud.Set_1", c.awkward);
+    step_put_replace_200(&c);
+    step_expect_stored_set("weight-sets/get-after-replace", SERVER_DEFAULT, "crud.Set_1", c.replacement);
+    step_out_in_round_trip(&c);
+    step_negative_zero_round_trip();
+    step_get_body_put_back_unchanged(&c);
+    step_list(&c);
+    step_delete_then_404(&c);
+
+    json_decref(c.put_summary);
+    json_decref(c.awkward);
+    json_decref(c.replacement);
+    json_decref(c.out_in);
 }

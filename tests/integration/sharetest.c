@@ -573,74 +573,71 @@ static int removals_only_of_dead(const struct replica *r, const pid_t *killed, s
     return ok;
 }
 
-static void test_crash(const char *work, uint64_t seed)
+/* Each writer has names of its own here, so that its acknowledged writes of a name are
+ * ordered: the newest must survive.  What was acknowledged, per writer and name. */
+struct acked_writes {
+    long version[2][NAMES];
+    long long gen[2][NAMES];
+};
+
+/* One round: two writers and a reader for 1.5 s, one or both writers' servers killed at a
+ * random moment mid-writes and started again.  Returns 0 when a server did not restart. */
+static int crash_round(int round, uint64_t *seed, struct reader *rd, struct acked_writes *acked, pid_t *killed,
+                       size_t *n_killed)
 {
     int ok = 1;
-    pid_t killed[64];
-    size_t n_killed = 0;
-    struct reader rd;
-    memset(&rd, 0, sizeof rd);
-    rd.replica = 2;
-    make_work(rd.work, sizeof rd.work, "crash-r");
-    /* Each writer has names of its own here, so that its acknowledged
-     * writes of a name are ordered: the newest must survive. */
-    long acked[2][NAMES];
-    long long acked_gen[2][NAMES];
-    memset(acked, 0, sizeof acked);
-    memset(acked_gen, 0, sizeof acked_gen);
-    for (int round = 0; round < 6 && ok; round++) {
-        struct writer w[2];
-        pthread_t wt[2], rt;
-        double until = client_now_seconds() + 1.5;
-        g_stop_writers = 0;
-        rd.until = until;
-        for (int i = 0; i < 2; i++) {
-            memset(&w[i], 0, sizeof w[i]);
-            w[i].replica = i;
-            w[i].prefix = i ? "crB" : "crA";
-            w[i].base = 100001 + 100000L * round;
-            w[i].until = until;
-            make_work(w[i].work, sizeof w[i].work, i ? "crash-b" : "crash-a");
-            pthread_create(&wt[i], NULL, writer_main, &w[i]);
+    struct writer w[2];
+    pthread_t wt[2], rt;
+    double until = client_now_seconds() + 1.5;
+    g_stop_writers = 0;
+    rd->until = until;
+    for (int i = 0; i < 2; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].replica = i;
+        w[i].prefix = i ? "crB" : "crA";
+        w[i].base = 100001 + 100000L * round;
+        w[i].until = until;
+        make_work(w[i].work, sizeof w[i].work, i ? "crash-b" : "crash-a");
+        pthread_create(&wt[i], NULL, writer_main, &w[i]);
+    }
+    pthread_create(&rt, NULL, reader_main, rd);
+    /* Kill one or both writers' servers at a random moment mid-writes. */
+    client_sleep_ms(150 + (long)(client_rng_next(seed) % 900));
+    int which = (int)(client_rng_next(seed) % 3); /* 0: A, 1: B, 2: both */
+    for (int i = 0; i < 2; i++)
+        if ((which == 2 || which == i) && *n_killed < 64) {
+            killed[(*n_killed)++] = g_rep[i].srv.pid;
+            kill(g_rep[i].srv.pid, SIGKILL);
         }
-        pthread_create(&rt, NULL, reader_main, &rd);
-        /* Kill one or both writers' servers at a random moment mid-writes. */
-        client_sleep_ms(150 + (long)(client_rng_next(&seed) % 900));
-        int which = (int)(client_rng_next(&seed) % 3); /* 0: A, 1: B, 2: both */
+    g_stop_writers = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(wt[i], NULL);
+    pthread_join(rt, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (which != 2 && which != i)
+            continue;
+        replica_kill(&g_rep[i]);
+        if (replica_start(&g_rep[i]) != 0)
+            ok = 0;
+    }
+    for (int n = 0; n < NAMES; n++)
         for (int i = 0; i < 2; i++)
-            if ((which == 2 || which == i) && n_killed < 64) {
-                killed[n_killed++] = g_rep[i].srv.pid;
-                kill(g_rep[i].srv.pid, SIGKILL);
+            if (w[i].last_gen[n] > 0) {
+                acked->gen[i][n] = w[i].last_gen[n];
+                acked->version[i][n] = w[i].last[n];
             }
-        g_stop_writers = 1;
-        for (int i = 0; i < 2; i++)
-            pthread_join(wt[i], NULL);
-        pthread_join(rt, NULL);
-        for (int i = 0; i < 2; i++) {
-            if (which != 2 && which != i)
-                continue;
-            replica_kill(&g_rep[i]);
-            if (replica_start(&g_rep[i]) != 0)
-                ok = 0;
-        }
-        for (int n = 0; n < NAMES; n++)
-            for (int i = 0; i < 2; i++)
-                if (w[i].last_gen[n] > 0) {
-                    acked_gen[i][n] = w[i].last_gen[n];
-                    acked[i][n] = w[i].last[n];
-                }
-        /* The readers read the other writers' names too. */
-    }
-    if (rd.torn) {
-        detail("%ld torn answers on C", rd.torn);
-        ok = 0;
-    }
-    /* Every acknowledged set is there, identical everywhere, and at least as
-     * new as the newest acknowledged write of its name. */
+    return ok;
+}
+
+/* Every acknowledged set is there, identical everywhere, and at least as new as the
+ * newest acknowledged write of its name.  Returns 1 when so. */
+static int crash_acknowledged_survive(const char *work, const struct acked_writes *acked)
+{
+    int ok = 1;
     long present = 0;
     for (int k = 0; k < 2 * NAMES && ok; k++) {
         int i = k / NAMES, n = k % NAMES;
-        if (acked_gen[i][n] == 0)
+        if (acked->gen[i][n] == 0)
             continue;
         char path[64], *body = NULL;
         snprintf(path, sizeof path, "/v1/weight-sets/cr%c%d", i ? 'B' : 'A', n);
@@ -651,9 +648,9 @@ static void test_crash(const char *work, uint64_t seed)
             json_decref(j);
             long v = whole_version(body, "after the crashes");
             /* An unacknowledged later write may have landed before the kill. */
-            if (v < acked[i][n] || gen < acked_gen[i][n]) {
+            if (v < acked->version[i][n] || gen < acked->gen[i][n]) {
                 detail("%s holds %ld at generation %lld, older than the acknowledged %ld at %lld",
-                       path, v, gen, acked[i][n], acked_gen[i][n]);
+                       path, v, gen, acked->version[i][n], acked->gen[i][n]);
                 ok = 0;
             }
             present++;
@@ -664,6 +661,27 @@ static void test_crash(const char *work, uint64_t seed)
         detail("no write was acknowledged at all");
         ok = 0;
     }
+    return ok;
+}
+
+static void test_crash(const char *work, uint64_t seed)
+{
+    int ok = 1;
+    pid_t killed[64];
+    size_t n_killed = 0;
+    struct reader rd;
+    memset(&rd, 0, sizeof rd);
+    rd.replica = 2;
+    make_work(rd.work, sizeof rd.work, "crash-r");
+    struct acked_writes acked;
+    memset(&acked, 0, sizeof acked);
+    for (int round = 0; round < 6 && ok; round++)
+        ok = crash_round(round, &seed, &rd, &acked, killed, &n_killed);
+    if (rd.torn) {
+        detail("%ld torn answers on C", rd.torn);
+        ok = 0;
+    }
+    ok = ok && crash_acknowledged_survive(work, &acked);
     char qdir[400];
     snprintf(qdir, sizeof qdir, "%s/quarantine", g_data_dir);
     struct stat st;

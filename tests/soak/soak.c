@@ -133,6 +133,63 @@ static char *make_body(size_t l, size_t d, size_t *len)
     return b;
 }
 
+/* One run: `connections` clients for `seconds`; then the server's RSS and open
+ * descriptors.  Reports soak/run-N-no-errors; returns 1 when it passed. */
+static int soak_run(int run, pid_t pid, pthread_t *threads, long connections, long seconds, long *rss, long *fds)
+{
+    atomic_store(&g_ok, 0);
+    atomic_store(&g_busy, 0);
+    atomic_store(&g_errors, 0);
+    g_first_error[0] = '\0';
+    g_until = client_now_seconds() + (double)seconds;
+    long started = 0;
+    for (long c = 0; c < connections; c++)
+        if (pthread_create(&threads[c], NULL, client_main, (void *)(intptr_t)c) == 0)
+            started++;
+        else
+            break;
+    for (long c = 0; c < started; c++)
+        pthread_join(threads[c], NULL);
+    client_sleep_ms(500); /* the server sees the closes */
+    *rss = proc_rss_kib(pid);
+    *fds = proc_fds(pid);
+    long errors = atomic_load(&g_errors);
+    printf("run %d: %ld ok, %ld documented 503, %ld errors; %.0f answers/s; RSS %ld KiB, "
+           "%ld fds\n", run + 1, atomic_load(&g_ok), atomic_load(&g_busy), errors,
+           (double)(atomic_load(&g_ok) + atomic_load(&g_busy)) / (double)seconds, *rss,
+           *fds);
+    int ok = errors == 0 && started == connections && atomic_load(&g_ok) > 0;
+    if (ok)
+        printf("ok   soak/run-%d-no-errors\n", run + 1);
+    else
+        printf("FAIL soak/run-%d-no-errors: %ld errors, %ld of %ld clients; first: %s\n",
+               run + 1, errors, started, connections, g_first_error);
+    fflush(stdout);
+    return ok;
+}
+
+/* soak/rss-growth-under-5% and soak/fds-flat, from what the three runs left; adds to
+ * the counts. */
+static void soak_leaks(const long *rss, const long *fds, int *passed, int *failed)
+{
+    if (rss[1] > 0 && rss[2] <= rss[1] + rss[1] / 20) {
+        (*passed)++;
+        printf("ok   soak/rss-growth-under-5%%\n");
+    } else {
+        (*failed)++;
+        printf("FAIL soak/rss-growth-under-5%%: %ld KiB after run 2, %ld KiB after run 3\n",
+               rss[1], rss[2]);
+    }
+    if (fds[0] > 0 && fds[0] == fds[1] && fds[1] == fds[2]) {
+        (*passed)++;
+        printf("ok   soak/fds-flat\n");
+    } else {
+        (*failed)++;
+        printf("FAIL soak/fds-flat: %ld, %ld, %ld open descriptors after the runs\n", fds[0],
+               fds[1], fds[2]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     client_set_program_name("soak");
@@ -171,53 +228,12 @@ int main(int argc, char **argv)
     long rss[3] = {0}, fds[3] = {0};
     pthread_t *threads = client_xcalloc((size_t)connections, sizeof *threads);
     for (int run = 0; run < 3; run++) {
-        atomic_store(&g_ok, 0);
-        atomic_store(&g_busy, 0);
-        atomic_store(&g_errors, 0);
-        g_first_error[0] = '\0';
-        g_until = client_now_seconds() + (double)seconds;
-        long started = 0;
-        for (long c = 0; c < connections; c++)
-            if (pthread_create(&threads[c], NULL, client_main, (void *)(intptr_t)c) == 0)
-                started++;
-            else
-                break;
-        for (long c = 0; c < started; c++)
-            pthread_join(threads[c], NULL);
-        client_sleep_ms(500); /* the server sees the closes */
-        rss[run] = proc_rss_kib(pid);
-        fds[run] = proc_fds(pid);
-        long errors = atomic_load(&g_errors);
-        printf("run %d: %ld ok, %ld documented 503, %ld errors; %.0f answers/s; RSS %ld KiB, "
-               "%ld fds\n", run + 1, atomic_load(&g_ok), atomic_load(&g_busy), errors,
-               (double)(atomic_load(&g_ok) + atomic_load(&g_busy)) / (double)seconds, rss[run],
-               fds[run]);
-        if (errors == 0 && started == connections && atomic_load(&g_ok) > 0) {
+        if (soak_run(run, pid, threads, connections, seconds, &rss[run], &fds[run]))
             passed++;
-            printf("ok   soak/run-%d-no-errors\n", run + 1);
-        } else {
+        else
             failed++;
-            printf("FAIL soak/run-%d-no-errors: %ld errors, %ld of %ld clients; first: %s\n",
-                   run + 1, errors, started, connections, g_first_error);
-        }
-        fflush(stdout);
     }
-    if (rss[1] > 0 && rss[2] <= rss[1] + rss[1] / 20) {
-        passed++;
-        printf("ok   soak/rss-growth-under-5%%\n");
-    } else {
-        failed++;
-        printf("FAIL soak/rss-growth-under-5%%: %ld KiB after run 2, %ld KiB after run 3\n",
-               rss[1], rss[2]);
-    }
-    if (fds[0] > 0 && fds[0] == fds[1] && fds[1] == fds[2]) {
-        passed++;
-        printf("ok   soak/fds-flat\n");
-    } else {
-        failed++;
-        printf("FAIL soak/fds-flat: %ld, %ld, %ld open descriptors after the runs\n", fds[0],
-               fds[1], fds[2]);
-    }
+    soak_leaks(rss, fds, &passed, &failed);
     kill(pid, SIGTERM);
     int status = 0;
     int exited = client_wait_exit(pid, 30.0, &status);

@@ -225,22 +225,21 @@ static void both_ways(const char *method, const char *path, const char *body, si
     json_decref(answer[1]);
 }
 
-/* Every request of the integration case files and of the fixtures that the
- * default server takes, and v2 requests with JSON data of every shape,
- * answered with their arrays read by json_fast and by jansson alone: the
- * same status and, but for timings, the same body. */
-void test_api_fast_numbers_answer_as_jansson(void)
-{
-    server_config cfg;
-    char dir[] = "/tmp/attn-api-XXXXXX";
-    ASSERT_EQ(api_start(&cfg, dir), 0);
-    size_t compared = 0, differ = 0;
+/* The requests compared by both_ways so far, those answered differently (the first five
+ * are shown), and the last difference. */
+struct both_counts {
+    size_t compared, differ;
     char why[400];
+};
+
+/* Every POST or PUT of the integration case files that the default server takes. */
+static void both_ways_case_files(struct both_counts *n)
+{
     DIR *d = opendir("tests/integration/cases");
     struct dirent *e;
     while (d != NULL && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0)
             continue;
         char file[512];
         snprintf(file, sizeof file, "tests/integration/cases/%s", e->d_name);
@@ -265,18 +264,24 @@ void test_api_fast_numbers_answer_as_jansson(void)
                 text = json_dumps(full, JSON_COMPACT | JSON_ENCODE_ANY);
                 json_decref(full);
             }
-            both_ways(method, path, text, strlen(text), why, sizeof why);
-            compared++;
-            if (why[0] && differ++ < 5)
+            both_ways(method, path, text, strlen(text), n->why, sizeof n->why);
+            n->compared++;
+            if (n->why[0] && n->differ++ < 5)
                 fprintf(stderr, "  %s %s: %s\n", e->d_name,
-                        json_string_value(json_object_get(c, "name")), why);
+                        json_string_value(json_object_get(c, "name")), n->why);
             free(text);
         }
         json_decref(cases);
     }
     if (d != NULL)
         closedir(d);
-    d = opendir("tests/fixtures");
+}
+
+/* The request of every fixture. */
+static void both_ways_fixtures(struct both_counts *n)
+{
+    struct dirent *e;
+    DIR *d = opendir("tests/fixtures");
     while (d != NULL && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
@@ -286,17 +291,21 @@ void test_api_fast_numbers_answer_as_jansson(void)
         json_t *fixture = json_load_file(file, 0, &jerr);
         char *text = json_dumps(json_object_get(fixture, "request"), JSON_COMPACT);
         if (text != NULL) {
-            both_ways("POST", "/v1/attention", text, strlen(text), why, sizeof why);
-            compared++;
-            if (why[0] && differ++ < 5)
-                fprintf(stderr, "  fixture %s: %s\n", e->d_name, why);
+            both_ways("POST", "/v1/attention", text, strlen(text), n->why, sizeof n->why);
+            n->compared++;
+            if (n->why[0] && n->differ++ < 5)
+                fprintf(stderr, "  fixture %s: %s\n", e->d_name, n->why);
         }
         free(text);
         json_decref(fixture);
     }
     if (d != NULL)
         closedir(d);
-    /* v2: data flat, nested, of the wrong shape or type, for each datatype. */
+}
+
+/* v2 requests with JSON data flat, nested, of the wrong shape or type, for each datatype. */
+static void both_ways_v2_data(struct both_counts *n)
+{
     static const char *const datas[] = {
         "[1,2,3,4,5,6]", "[[1,2,3],[4,5,6]]", "[[1,2],[3,4],[5,6]]", "[[1,2,3],[4,5]]",
         "[1,2,3,4,5]", "[[[1,2,3],[4,5,6]]]", "[[1,2,3],[4,5,1e400]]", "[1,2,3,4,5,\"6\"]",
@@ -306,7 +315,7 @@ void test_api_fast_numbers_answer_as_jansson(void)
     for (size_t i = 0; i < sizeof datas / sizeof datas[0]; i++)
         for (size_t t = 0; t < 3; t++) {
             char text[1024];
-            int n = snprintf(text, sizeof text,
+            int len = snprintf(text, sizeof text,
                              "{\"inputs\":[{\"name\":\"q\",\"shape\":[2,3],\"datatype\":\"%s\","
                              "\"data\":%s},{\"name\":\"k\",\"shape\":[2,3],\"datatype\":\"%s\","
                              "\"data\":[1,2,3,4,5,6]},{\"name\":\"v\",\"shape\":[2,3],"
@@ -315,11 +324,26 @@ void test_api_fast_numbers_answer_as_jansson(void)
                              t == 2 ? "FP64" : types[t], datas[i],
                              t == 2 ? ",{\"name\":\"mask\",\"shape\":[2,2],\"datatype\":\"BOOL\","
                                       "\"data\":[true,true,false,true]}" : "");
-            both_ways("POST", "/v2/models/attention/infer", text, (size_t)n, why, sizeof why);
-            compared++;
-            if (why[0] && differ++ < 5)
-                fprintf(stderr, "  v2 %s %s: %s\n", types[t], datas[i], why);
+            both_ways("POST", "/v2/models/attention/infer", text, (size_t)len, n->why, sizeof n->why);
+            n->compared++;
+            if (n->why[0] && n->differ++ < 5)
+                fprintf(stderr, "  v2 %s %s: %s\n", types[t], datas[i], n->why);
         }
+}
+
+/* Every request of the integration case files and of the fixtures that the
+ * default server takes, and v2 requests with JSON data of every shape,
+ * answered with their arrays read by json_fast and by jansson alone: the
+ * same status and, but for timings, the same body. */
+void test_api_fast_numbers_answer_as_jansson(void)
+{
+    server_config cfg;
+    char dir[] = "/tmp/attn-api-XXXXXX";
+    ASSERT_EQ(api_start(&cfg, dir), 0);
+    struct both_counts counts = {0, 0, ""}, *n = &counts;
+    both_ways_case_files(n);
+    both_ways_fixtures(n);
+    both_ways_v2_data(n);
     /* The sets the PUT cases stored go the way they came. */
     json_t *list = NULL;
     call("GET", "/v1/weight-sets", NULL, &list);
@@ -334,7 +358,7 @@ void test_api_fast_numbers_answer_as_jansson(void)
     api_shutdown();
     if (rmdir(dir) != 0)
         fprintf(stderr, "  %s is not empty after the test\n", dir);
-    if (differ)
-        FAIL_AT("%zu of %zu requests answered differently with numbers read fast", differ, compared);
-    ASSERT(compared > 150);
+    if (n->differ)
+        FAIL_AT("%zu of %zu requests answered differently with numbers read fast", n->differ, n->compared);
+    ASSERT(n->compared > 150);
 }

@@ -79,6 +79,8 @@ void test_v2_tensor_framing_split(void)
     ASSERT_EQ(v2_body_check_consumed(&b, &err), 0);
 }
 
+/* binary_data_size: a size that fits is claimed from the binary section; one that
+ * disagrees with shape x datatype, or that is past the bytes left, is refused. */
 void test_v2_tensor_size_checks(void)
 {
     unsigned char bytes[64] = {0};
@@ -121,7 +123,17 @@ void test_v2_tensor_size_checks(void)
     ASSERT_EQ(rc, ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "inputs[2].parameters.binary_data_size");
     ASSERT_EQ(b.bin_used, 8);
+}
 
+/* Inputs refused while they are described: the code and field of each error, and the
+ * element budget counted over inputs. */
+void test_v2_tensor_describe_errors(void)
+{
+    unsigned char bytes[64] = {0};
+    v2_tensor t;
+    attn_error err;
+    json_t *in;
+    int rc;
     struct {
         const char *json;
         int rc;
