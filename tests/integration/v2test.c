@@ -1147,10 +1147,9 @@ static void memory_budget_limits(void)
     test_end(&t);
     test_begin(&t, "limits/budget-counts-v1-body-as-json");
     /* The server refuses this body at its headers and closes the connection: a client
-     * still sending the 3 MiB meets a broken pipe and may never read the 413 (curl exits
-     * with 55 about one time in three under load).  "Expect: 100-continue" makes curl
-     * wait for the verdict before it sends the body, as a client should for a body it
-     * may not be allowed to send. */
+     * still sending the 3 MiB may meet a broken pipe and never read the 413.
+     * "Expect: 100-continue" makes curl wait for the verdict before it sends the body, as
+     * a client should for a body it may not be allowed to send. */
     char hl_header[64];
     snprintf(hl_header, sizeof hl_header, "Inference-Header-Content-Length: %zu", b.json_len);
     struct client_request rq = {.method = "POST", .path = "/v1/attention", .body = b.data, .body_len = b.len,
