@@ -87,16 +87,16 @@ static api_handler *const handlers[ENDPOINT_COUNT] = {
     [ENDPOINT_V1_SET] = v1_set_handle,
     [ENDPOINT_V1_SET_BELOW] = v1_set_below_handle,
     [ENDPOINT_VIZ] = viz_page_handle,
-    [ENDPOINT_V2_SERVER] = v2_handle_get,
-    [ENDPOINT_V2_LIVE] = v2_handle_get,
-    [ENDPOINT_V2_READY] = v2_handle_get,
-    [ENDPOINT_V2_STATS_ALL] = v2_handle_get,
-    [ENDPOINT_V2_REPO_INDEX] = v2_handle_repository,
-    [ENDPOINT_V2_REPO_CONTROL] = v2_handle_repository,
-    [ENDPOINT_V2_MODEL] = v2_handle_get,
-    [ENDPOINT_V2_MODEL_READY] = v2_handle_get,
-    [ENDPOINT_V2_CONFIG] = v2_handle_get,
-    [ENDPOINT_V2_STATS] = v2_handle_get,
+    [ENDPOINT_V2_SERVER] = v2_handle_server,
+    [ENDPOINT_V2_LIVE] = v2_handle_live,
+    [ENDPOINT_V2_READY] = v2_handle_ready,
+    [ENDPOINT_V2_STATS_ALL] = v2_handle_stats,
+    [ENDPOINT_V2_REPO_INDEX] = v2_handle_repository_index,
+    [ENDPOINT_V2_REPO_CONTROL] = v2_handle_repository_control,
+    [ENDPOINT_V2_MODEL] = v2_handle_model,
+    [ENDPOINT_V2_MODEL_READY] = v2_handle_model_ready,
+    [ENDPOINT_V2_CONFIG] = v2_handle_config,
+    [ENDPOINT_V2_STATS] = v2_handle_stats,
     [ENDPOINT_V2_INFER] = v2_handle_infer,
 };
 
@@ -105,10 +105,10 @@ api_handler *api_handler_of(route_endpoint endpoint)
     return endpoint < ENDPOINT_COUNT ? handlers[endpoint] : NULL;
 }
 
-/* 1 when draining refuses method on r. */
-static int drain_refuses(const route *r, const char *method)
+/* 1 when a server that drains (draining) refuses method on r. */
+static int drain_refuses(const route *r, const char *method, int draining)
 {
-    if (!atomic_load(&api_draining))
+    if (!draining)
         return 0;
     int read = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     return r->drain == ROUTE_DRAIN_REFUSE || (r->drain == ROUTE_DRAIN_READS && !read);
@@ -171,7 +171,7 @@ void api_handle(const api_request *req, api_response *resp)
         answer_error(resp, &err);
         return;
     }
-    if (drain_refuses(r, req->method)) {
+    if (drain_refuses(r, req->method, env.draining)) {
         answer_draining(resp);
         return;
     }

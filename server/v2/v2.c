@@ -129,38 +129,32 @@ static void write_config_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
     jw_char(w, ']');
 }
 
-/* GET /v2/models/{m}, /ready and /config: the endpoint says which. */
-static void handle_model(route_endpoint endpoint, const route_args *args, const api_env *env,
-                         api_response *resp)
+/* Opens the model the path names into m; answers the 404 into resp and
+ * returns -1 when there is none. */
+static int open_or_answer(const api_request *req, const api_env *env, v2_model *m,
+                          api_response *resp)
 {
     attn_error err;
-    error_clear(&err);
+    if (v2_model_open(env, req->args, m, &err) == 0)
+        return 0;
+    answer_error(resp, &err);
+    return -1;
+}
+
+/* The model's metadata (config 0) or its Triton-style configuration (1). */
+static void answer_model(const api_request *req, const api_env *env, int config,
+                         api_response *resp)
+{
     v2_model m;
-    if (v2_model_open(env, args, &m, &err) != 0) {
-        answer_error(resp, &err);
+    if (open_or_answer(req, env, &m, resp) != 0)
         return;
-    }
-    jw_buf w;
-    jw_init(&w, 1024);
-    if (endpoint == ENDPOINT_V2_MODEL_READY) {
-        if (env->draining) {
-            v2_model_close(&m);
-            jw_discard(&w);
-            answer_draining(resp);
-            return;
-        }
-        jw_raw(&w, "{\"name\":");
-        jw_string(&w, m.name);
-        jw_raw(&w, ",\"ready\":true}\n");
-        v2_model_close(&m);
-        answer_jw(resp, 200, &w);
-        return;
-    }
     v2_meta_tensor in[4], out[2];
     size_t n_in, n_out = model_tensors(&m, in, &n_in, out);
+    jw_buf w;
+    jw_init(&w, 1024);
     jw_raw(&w, "{\"name\":");
     jw_string(&w, m.name);
-    if (endpoint == ENDPOINT_V2_CONFIG) {
+    if (config) {
         jw_raw(&w, ",\"platform\":\"" V2_PLATFORM "\",\"max_batch_size\":0,\"input\":");
         write_config_tensors(&w, in, n_in);
         jw_raw(&w, ",\"output\":");
@@ -177,68 +171,95 @@ static void handle_model(route_endpoint endpoint, const route_args *args, const 
     answer_jw(resp, 200, &w);
 }
 
-void v2_handle_get(const api_request *req, const api_env *env, api_response *resp)
+void v2_handle_model(const api_request *req, const api_env *env, api_response *resp)
 {
-    attn_error err;
-    error_clear(&err);
-    jw_buf w;
-    switch (req->route->endpoint) {
-    case ENDPOINT_V2_SERVER:
-        jw_init(&w, 256);
-        jw_raw(&w, "{\"name\":\"attention-server\",\"version\":");
-        jw_string(&w, ATTN_VERSION);
-        jw_raw(&w, ",\"extensions\":[\"binary_tensor_data\",\"statistics\","
-                   "\"model_repository\"]}\n");
-        answer_jw(resp, 200, &w);
-        return;
-    case ENDPOINT_V2_LIVE:
-        resp->status = 200;
-        resp->body = "{\"live\":true}\n";
-        break;
-    case ENDPOINT_V2_READY:
-        if (env->draining) {
-            /* the protocol's readiness body, with the draining sentence of every route */
-            resp->status = 503;
-            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
-            resp->body = "{\"ready\":false,\"error\":\"The server is shutting down and takes "
-                         "no new work; retry on another instance.\"}\n";
-        } else {
-            resp->status = 200;
-            resp->body = "{\"ready\":true}\n";
-        }
-        break;
-    case ENDPOINT_V2_STATS_ALL:
-        v2_stats_answer(NULL, env, resp);
-        return;
-    case ENDPOINT_V2_STATS: {
-        v2_model m;
-        if (v2_model_open(env, req->args, &m, &err) != 0) {
-            answer_error(resp, &err);
-            return;
-        }
-        v2_stats_answer(m.name, env, resp);
-        v2_model_close(&m);
-        return;
-    }
-    default:
-        handle_model(req->route->endpoint, req->args, env, resp);
-        return;
-    }
-    resp->body_len = strlen(resp->body);
-    resp->body_static = 1;
-    resp->content_type = "application/json";
+    answer_model(req, env, 0, resp);
 }
 
-void v2_handle_repository(const api_request *req, const api_env *env, api_response *resp)
+void v2_handle_config(const api_request *req, const api_env *env, api_response *resp)
 {
-    if (req->route->endpoint == ENDPOINT_V2_REPO_CONTROL) {
-        attn_error err;
-        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "model",
-                  "This server's models are \"attention\" and its stored weight sets, "
-                  "always loaded: store one with PUT /v1/weight-sets/%.64s and remove it "
-                  "with DELETE.", req->args->model);
-        answer_error(resp, &err);
+    answer_model(req, env, 1, resp);
+}
+
+void v2_handle_model_ready(const api_request *req, const api_env *env, api_response *resp)
+{
+    v2_model m;
+    if (open_or_answer(req, env, &m, resp) != 0)
+        return;
+    if (env->draining) {
+        v2_model_close(&m);
+        answer_draining(resp);
         return;
     }
+    jw_buf w;
+    jw_init(&w, 64 + strlen(m.name));
+    jw_raw(&w, "{\"name\":");
+    jw_string(&w, m.name);
+    jw_raw(&w, ",\"ready\":true}\n");
+    v2_model_close(&m);
+    answer_jw(resp, 200, &w);
+}
+
+void v2_handle_server(const api_request *req, const api_env *env, api_response *resp)
+{
+    (void)req;
+    (void)env;
+    jw_buf w;
+    jw_init(&w, 256);
+    jw_raw(&w, "{\"name\":\"attention-server\",\"version\":");
+    jw_string(&w, ATTN_VERSION);
+    jw_raw(&w, ",\"extensions\":[\"binary_tensor_data\",\"statistics\","
+               "\"model_repository\"]}\n");
+    answer_jw(resp, 200, &w);
+}
+
+void v2_handle_live(const api_request *req, const api_env *env, api_response *resp)
+{
+    (void)req;
+    (void)env;
+    answer_static(resp, 200, "{\"live\":true}\n");
+}
+
+void v2_handle_ready(const api_request *req, const api_env *env, api_response *resp)
+{
+    (void)req;
+    if (!env->draining) {
+        answer_static(resp, 200, "{\"ready\":true}\n");
+        return;
+    }
+    /* the protocol's readiness body, with the draining sentence of every route */
+    resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
+    answer_static(resp, 503, "{\"ready\":false,\"error\":\"The server is shutting down and "
+                             "takes no new work; retry on another instance.\"}\n");
+}
+
+void v2_handle_stats(const api_request *req, const api_env *env, api_response *resp)
+{
+    if (req->args->model[0] == '\0') {     /* /v2/models/stats: every model */
+        v2_stats_answer(NULL, env, resp);
+        return;
+    }
+    v2_model m;
+    if (open_or_answer(req, env, &m, resp) != 0)
+        return;
+    v2_stats_answer(m.name, env, resp);
+    v2_model_close(&m);
+}
+
+void v2_handle_repository_index(const api_request *req, const api_env *env, api_response *resp)
+{
+    (void)req;
     v2_repository_index(env, resp);
+}
+
+void v2_handle_repository_control(const api_request *req, const api_env *env,
+                                  api_response *resp)
+{
+    (void)env;
+    attn_error err;
+    error_set(&err, ERR_BAD_REQUEST, "invalid_value", "model",
+              "This server's models are \"attention\" and its stored weight sets, "
+              "always loaded: store one with PUT /v1/weight-sets/%.64s and remove it "
+              "with DELETE.", req->args->model);
+    answer_error(resp, &err);
 }
