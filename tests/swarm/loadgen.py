@@ -133,7 +133,7 @@ def load(args):
                 else:
                     good = status in (200, 201)
             except ValueError:
-                error = error or "the answer is not JSON"
+                error = error or "the answer is not JSON: " + answer[:80].decode("utf-8", "replace")
             record["ok"] = good
             if not good:
                 record["error"] = error or answer[:200].decode("utf-8", "replace")

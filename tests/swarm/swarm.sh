@@ -74,7 +74,7 @@ trap cleanup EXIT
 
 make -C "$ROOT" --no-print-directory container-deps >"$tmp/deps.log" 2>&1 ||
     skip "the container tools could not be installed: $(tail -n 1 "$tmp/deps.log")"
-command -v dockerd >/dev/null 2>&1 || skip "dockerd is not installed (Debian's docker.io)"
+dockerd=$(command -v dockerd) || skip "dockerd is not installed (Debian's docker.io)"
 
 # The images: built by the engine that answers now (podman unless a Docker engine does),
 # as the container suites build them, under tags of this run, so that another run's
@@ -85,6 +85,9 @@ if ! base_image_ensure; then
     fail "swarm/base-image" "could not make $BASE_IMAGE (debootstrap from $(debian_mirror))"
     summary
     exit 1
+fi
+if ! err=$($ENGINE run --rm --network none "$BASE_IMAGE" true 2>&1); then
+    skip "$ENGINE cannot start a container here: $(echo "$err" | tail -n 1)"
 fi
 t0=$(now)
 for image in server balancer; do
@@ -104,7 +107,7 @@ if [ "$ENGINE" != docker ]; then
     for bridge in $DOCKER_BRIDGES; do
         ip link show "$bridge" >/dev/null 2>&1 && bridges_before="$bridges_before $bridge"
     done
-    /usr/sbin/dockerd --host "$DOCKER_HOST" --pidfile "$tmp/dockerd.pid" >"$tmp/dockerd.log" 2>&1 &
+    "$dockerd" --host "$DOCKER_HOST" --pidfile "$tmp/dockerd.pid" >"$tmp/dockerd.log" 2>&1 &
     started_dockerd=$!
     for ((i = 0; i < 60; i++)); do
         docker info >/dev/null 2>&1 && break
