@@ -15,8 +15,8 @@
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make fuzz       libFuzzer on everything a request body reaches, for FUZZ_SECONDS
-#   make image, image-balancer, test-container, test-compose   the container image, the
-#                   balancer, and their suites (docker/)
+#   make image, image-balancer, test-container, test-compose, test-swarm   the container
+#                   image, the balancer, and their suites (docker/)
 #   make clean      remove build/
 #
 # Installing: what is missing here (Debian packages through apt-get, the pinned npm folders
@@ -88,7 +88,7 @@ ITEST   := build/itest
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
 
 .PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd fuzz clean container-deps soak \
-        install-podman image image-balancer test-container test-compose lint-k8s \
+        install-podman image image-balancer test-container test-compose test-swarm lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers $(PROVISION_GOALS)
 all: $(SERVER)
@@ -235,6 +235,11 @@ image-balancer: provision-container
 
 test-compose:
 	@bash tests/container/compose.sh
+
+# docker/compose.yaml on a single-node Docker swarm under load: a rolling update, a replica
+# killed, scaling 3 -> 5 -> 2, no request failed (tests/swarm/swarm.sh).
+test-swarm:
+	@bash tests/swarm/swarm.sh
 
 run: provision-build
 	@$(MAKE) --no-print-directory all

@@ -11,7 +11,8 @@
 #               `make test` needs
 #   bench       test, ort, and the Debian packages the benchmark scripts use (python3-flask,
 #               gunicorn, wrk, gzip): what `make bench` needs
-#   container   jq and curl, and podman with its helpers when no Docker engine answers
+#   container   jq, curl and docker.io (the swarm suite), and podman with its helpers when no
+#               Docker engine answers
 #   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint suite)
 #   browser     chromium and the pinned puppeteer-core of tests/browser/
 #   api         the pinned OpenAPI linter (Spectral) of api/
@@ -59,6 +60,9 @@ BENCH_DEBS="python3-numpy python3-flask gunicorn wrk curl gzip"
 PODMAN_DEBS="podman runc debootstrap iptables containernetworking-plugins netavark aardvark-dns
              podman-compose"
 CONTAINER_DEBS="jq curl"
+# The swarm suite's engine (tests/swarm/swarm.sh): Debian's Docker Engine, whose daemon the
+# suite starts itself when none runs, beside podman, which builds the images it loads.
+SWARM_DEBS="docker.io"
 
 debs=""
 npm_dirs=""
@@ -79,7 +83,7 @@ add() {
             add test; add ort
             debs="$debs $BENCH_DEBS" ;;
         container)
-            debs="$debs $CONTAINER_DEBS"
+            debs="$debs $CONTAINER_DEBS $SWARM_DEBS"
             if docker info >/dev/null 2>&1; then
                 echo "provision: a Docker engine answers: podman not needed"
             else

@@ -31,7 +31,8 @@
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
 #                                      environment variable TEST_FILTER
 #   openapi-lint                       its one check, "openapi-lint"
-#   container, compose                 the check's name (image/..., run/..., compose/...);
+#   container, compose, swarm          the check's name (image/..., run/..., compose/...,
+#                                      swarm/...);
 #                                      the whole script runs when one matches, reporting
 #                                      only the matching checks
 #   browser                            the test's name (make's T=)
@@ -126,6 +127,7 @@ every_suite() {
     FILTER_FLAG=env suite k8s-manifests make --no-print-directory lint-k8s
     FILTER_FLAG=T= suite browser make --no-print-directory test-browser
     suite compose bash tests/container/compose.sh
+    suite swarm bash tests/swarm/swarm.sh
 }
 
 filter=

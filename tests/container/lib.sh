@@ -1,5 +1,6 @@
-# lib.sh - sourced by the container suites (tests/container/*.sh): counting, the skip rule,
-# the engine and the base image, and curl wrappers.  The caller sets ROOT and SUITE.
+# lib.sh - sourced by the container suites (tests/container/*.sh, tests/swarm/swarm.sh):
+# counting, the skip rule, the engine and the base image, and curl wrappers.  The caller sets
+# ROOT and SUITE.
 #
 # A suite skips, with "SKIPPED: SUITE: why" and "0 passed, 0 failed", only when no engine can
 # run a container here: no Docker engine and podman cannot be installed, or podman cannot

@@ -10,13 +10,20 @@
 // replicas share the directory), and that the Service and the HorizontalPodAutoscaler point
 // at the Deployment.
 //
-// Every file in tests/k8s/bad/ must be rejected, so that a validator that accepts
-// everything fails this suite.  Output: "ok NAME" or "FAIL NAME: why" per check, then
+// The subfolders hold the manifests of operators a cluster may lack (keda/: a KEDA
+// ScaledObject; monitoring/: a prometheus-operator ServiceMonitor), validated against the
+// schemas of @kubernetes-models/keda and @kubernetes-models/prometheus-operator and checked
+// with the rest: the ScaledObject scales the Deployment, takes over its HPA, scales on the
+// queue wait with a CPU trigger as the fallback; the ServiceMonitor scrapes /metrics through
+// a port the Service has.
+//
+// Every file in tests/k8s/bad/ (and its subfolders) must be rejected, so that a validator
+// that accepts everything fails this suite.  Output: "ok NAME" or "FAIL NAME: why" per check, then
 // "N passed, N failed".
 //
 //   node tests/k8s/validate.mjs docker/k8s tests/k8s/bad
 import { readFileSync, readdirSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { parseAllDocuments } from "yaml";
 
 let passed = 0;
@@ -28,10 +35,15 @@ const selected = (name) => name.includes(filter);
 const ok = (name) => { console.log(`ok   ${name}`); passed++; };
 const fail = (name, why) => { console.log(`FAIL ${name}: ${why}`); failed++; };
 
-// Reads every *.yaml document of DIR as [{file, doc}].
+// The *.yaml files under DIR, subfolders included, as paths relative to DIR.
+function yamlFiles(dir) {
+    return readdirSync(dir, { recursive: true }).filter((f) => f.endsWith(".yaml")).sort();
+}
+
+// Reads every *.yaml document under DIR as [{file, doc}].
 function readManifests(dir) {
     const out = [];
-    for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml")).sort()) {
+    for (const file of yamlFiles(dir)) {
         for (const d of parseAllDocuments(readFileSync(join(dir, file), "utf8"))) {
             if (d.errors.length) throw new Error(`${file}: ${d.errors[0].message}`);
             const doc = d.toJSON();
@@ -41,12 +53,21 @@ function readManifests(dir) {
     return out;
 }
 
+// The packages that carry the schemas of the custom resources, by API group; the others
+// are Kubernetes' own, in kubernetes-models.
+const crdPackages = {
+    "keda.sh": "@kubernetes-models/keda",
+    "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
+};
+
 // Validates one document against its schema; returns null or the reason it is invalid.
 async function schemaError(doc) {
     const [group, version] = doc.apiVersion.includes("/") ? doc.apiVersion.split("/") : [null, doc.apiVersion];
     let models;
     try {
-        models = await import(group ? `kubernetes-models/${group}/${version}` : `kubernetes-models/${version}`);
+        const pkg = crdPackages[group];
+        models = await import(pkg ? `${pkg}/${group}/${version}` :
+            group ? `kubernetes-models/${group}/${version}` : `kubernetes-models/${version}`);
     } catch {
         return `unknown apiVersion ${doc.apiVersion}`;
     }
@@ -100,6 +121,45 @@ function policyErrors(docs) {
     const ref = hpas[0]?.spec?.scaleTargetRef;
     if (hpas.length !== 1 || ref?.kind !== "Deployment" || ref?.name !== dep.metadata?.name)
         errors.push("no HorizontalPodAutoscaler scales the Deployment");
+    for (const so of byKind("ScaledObject")) errors.push(...scaledObjectErrors(so, dep, hpas[0]));
+    for (const sm of byKind("ServiceMonitor")) errors.push(...serviceMonitorErrors(sm, services[0]));
+    return errors;
+}
+
+// The rules of a KEDA ScaledObject: it scales the Deployment, adopts the HPA (two
+// autoscalers on one Deployment would undo each other's changes), scales on the queue wait
+// and keeps CPU as the fallback.
+function scaledObjectErrors(so, dep, hpa) {
+    const errors = [];
+    const name = `ScaledObject ${so.metadata?.name}`;
+    const ref = so.spec?.scaleTargetRef ?? {};
+    if ((ref.kind ?? "Deployment") !== "Deployment" || ref.name !== dep.metadata?.name)
+        errors.push(`${name} does not scale the Deployment`);
+    if (so.metadata?.annotations?.["scaledobject.keda.sh/transfer-hpa-ownership"] !== "true" ||
+        so.spec?.advanced?.horizontalPodAutoscalerConfig?.name !== hpa?.metadata?.name)
+        errors.push(`${name} does not take over the HorizontalPodAutoscaler ${hpa?.metadata?.name}`);
+    const triggers = so.spec?.triggers ?? [];
+    const wait = triggers.find((t) => t.type === "prometheus");
+    if (!/attention_queue_wait_seconds_(sum|count|bucket)\b/.test(wait?.metadata?.query ?? ""))
+        errors.push(`${name} has no prometheus trigger on attention_queue_wait_seconds`);
+    if (!triggers.some((t) => t.type === "cpu"))
+        errors.push(`${name} has no cpu trigger to fall back on`);
+    return errors;
+}
+
+// The rules of a ServiceMonitor: it selects the Service and scrapes /metrics on one of its
+// named ports.
+function serviceMonitorErrors(sm, service) {
+    const errors = [];
+    const name = `ServiceMonitor ${sm.metadata?.name}`;
+    const want = sm.spec?.selector?.matchLabels ?? {};
+    const labels = service?.metadata?.labels ?? {};
+    if (!Object.keys(want).length || !Object.entries(want).every(([k, v]) => labels[k] === v))
+        errors.push(`${name} does not select the Service`);
+    const ports = (service?.spec?.ports ?? []).map((p) => p.name);
+    const endpoints = sm.spec?.endpoints ?? [];
+    if (!endpoints.length || !endpoints.every((e) => ports.includes(e.port) && (e.path ?? "/metrics") === "/metrics"))
+        errors.push(`${name} does not scrape /metrics on a port of the Service (${ports.join(", ")})`);
     return errors;
 }
 
@@ -138,14 +198,15 @@ async function checkFolder(dir, report) {
 
 const [goodDir, badDir] = process.argv.slice(2);
 await checkFolder(goodDir, true);
-// Each bad example is the good folder with one file replaced; it must fail somewhere.
-for (const file of readdirSync(badDir).filter((f) => f.endsWith(".yaml")).sort()) {
+// Each bad example is the good folder with one file replaced (bad/keda/scaledobject--x.yaml
+// replaces keda/scaledobject.yaml); it must fail somewhere.
+for (const file of yamlFiles(badDir)) {
     if (!selected(`rejects bad/${file}`)) continue;
-    const { mkdtempSync, copyFileSync, rmSync } = await import("node:fs");
+    const { mkdtempSync, copyFileSync, cpSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const dir = mkdtempSync(join(tmpdir(), "k8s-bad-"));
-    for (const f of readdirSync(goodDir).filter((f) => f.endsWith(".yaml"))) copyFileSync(join(goodDir, f), join(dir, f));
-    const target = file.split("--")[0] + ".yaml";
+    cpSync(goodDir, dir, { recursive: true });
+    const target = join(dirname(file), file.split("/").pop().split("--")[0] + ".yaml");
     copyFileSync(join(badDir, file), join(dir, target));
     const problems = await checkFolder(dir, false);
     rmSync(dir, { recursive: true });
