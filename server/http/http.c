@@ -274,16 +274,13 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-/* The number of I/O threads: --io-threads, else one per available CPU, at
- * least two so that one busy socket never holds up the rest. */
+/* The number of I/O threads: --io-threads, which main.c's sizing_resolve
+ * (core/sizing.h) has set from the CPUs when it was 0. */
 static unsigned io_thread_count(const server_config *cfg)
 {
     if (HTTP_POOL_THREADS > 0)
         return HTTP_POOL_THREADS;
-    if (cfg->io_threads > 0)
-        return (unsigned)cfg->io_threads;
-    unsigned cpus = compute_available_cpus();
-    return cpus < 2 ? 2 : cpus;
+    return cfg->io_threads > 0 ? (unsigned)cfg->io_threads : 1;
 }
 
 /* Room for the daemon's options, the terminating MHD_OPTION_END included. */
