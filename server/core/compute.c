@@ -375,3 +375,12 @@ void compute_slot_release(void)
     pthread_cond_broadcast(&pool.slot_free);
     pthread_mutex_unlock(&pool.lock);
 }
+
+void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots)
+{
+    pthread_mutex_lock(&pool.lock);
+    *slots = pool.slots;
+    *busy = pool.slots - pool.free_slots;
+    *waiting = pool.waiting;
+    pthread_mutex_unlock(&pool.lock);
+}

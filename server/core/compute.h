@@ -131,4 +131,9 @@ int compute_slot_try_hold(void);
 /* Gives back the slot compute_slot_try_hold took (nothing when none is held). */
 void compute_slot_release(void);
 
+/* How the slots are used now: *busy taken (by callers and their helpers),
+ * *waiting callers waiting for their first one, *slots in all.  A snapshot
+ * for /metrics; without compute_init: 0, 0 and 1. */
+void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots);
+
 #endif
