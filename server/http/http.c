@@ -271,6 +271,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     const http_server *srv = cls;
     if (srv->cfg->quiet)
         return;
+    if (!strcmp(srv->cfg->log_format, "json")) {
+        http_trace_log_library(fmt, ap);
+        return;
+    }
     fputs("libmicrohttpd: ", stderr);
     vfprintf(stderr, fmt, ap);
 }

@@ -20,6 +20,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <time.h>
@@ -162,6 +163,9 @@ void http_trace_headers(struct MHD_Response *r, const http_request *hr);
 void http_trace_phase(http_request *hr, http_phase phase, double seconds);
 void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
                     const char *served, int aborted);
+/* http_trace.c: one of libmicrohttpd's own messages as a JSON line, for
+ * --log-format json (a line of text otherwise, http.c). */
+void http_trace_log_library(const char *fmt, va_list ap);
 
 /* http_conn.c: sets the phase of the connection record hc (NULL is fine)
  * and its start to now, under srv->lock. */

@@ -251,6 +251,29 @@ static void log_json(const http_request *hr, struct MHD_Connection *conn, double
     json_decref(line);
 }
 
+void http_trace_log_library(const char *fmt, va_list ap)
+{
+    char text[512], when[64];
+    vsnprintf(text, sizeof text, fmt, ap);
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    /* The message may quote a client's bytes: JSON strings must be UTF-8. */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+    utc_now(when, sizeof when);
+    json_t *line = json_pack("{s:s, s:s, s:s}", "time", when, "source", "libmicrohttpd",
+                             "message", text);
+    if (line == NULL)
+        return;
+    flockfile(stderr);
+    json_dumpf(line, stderr, JSON_COMPACT);
+    fputc('\n', stderr);
+    funlockfile(stderr);
+    json_decref(line);
+}
+
 void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
                     const char *served, int aborted)
 {

@@ -17,7 +17,8 @@ Starts servers on free loopback ports (stopped by their PIDs) and checks:
 - Server-Timing names the phases that happened (read only for a probe; read,
   parse, queue, compute, encode for a computation; compress for a gzipped answer);
 - 64 concurrent requests get 64 different request ids, trace ids and span ids,
-  and the JSON access log has exactly one line for each, with the same ids;
+  and the JSON access log has exactly one line for each, with the same ids, and
+  libmicrohttpd's own complaints are JSON lines as well;
 - /v1/info shows each sized setting with its source (flag, env, cores/cgroup).
 
 The burst's checks rest on the work it asks for, never on timing: six
@@ -33,6 +34,7 @@ import gzip
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import urllib.request
@@ -251,11 +253,25 @@ def check_ids_unique_and_logged(srv):
     check("ids/64 concurrent requests: 64 request ids, trace ids, span ids",
           len(results) == 64 and len(set(ids)) == 64 and len(set(traces)) == 64 and
           len(set(spans)) == 64, (len(set(ids)), len(set(traces)), len(set(spans))))
+    # Two connections libmicrohttpd itself complains about: its message is a JSON line too.
+    host, port = srv.base.split("//")[1].rsplit(":", 1)
+    for raw in (b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nContent-Length: x\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=30) as c:
+            c.sendall(raw)
+            c.shutdown(socket.SHUT_WR)
+            while c.recv(4096):
+                pass
     srv.stop_quietly = True
     srv.proc.terminate()
     srv.proc.wait(timeout=60)
     with open(os.path.join(srv.dir.name, "stderr")) as f:
-        lines = [json.loads(l) for l in f if l.startswith("{")]
+        text = f.read().splitlines()
+    objects = [json.loads(l) for l in text if l.startswith("{")]
+    library = [o for o in objects if o.get("source") == "libmicrohttpd"]
+    check("ids/libmicrohttpd's messages are JSON lines too",
+          library and not any(l.startswith("libmicrohttpd") for l in text),
+          [l for l in text if not l.startswith("{")][:5])
+    lines = [o for o in objects if "request_id" in o]
     by_id = {}
     for line in lines:
         by_id.setdefault(line["request_id"], []).append(line)
