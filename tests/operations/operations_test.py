@@ -172,6 +172,12 @@ def check_headers_on_every_route(srv):
     exposed = h.get("Access-Control-Expose-Headers") or ""
     check("headers/CORS exposes them", all(x in exposed for x in (
         "Server-Timing", "traceresponse", "X-Request-Id")), exposed)
+    _, _, h = srv.request("OPTIONS", "/v1/attention", None, {
+        "Origin": "https://page.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "traceparent, tracestate, x-request-id"})
+    allowed = (h.get("Access-Control-Allow-Headers") or "").lower()
+    check("headers/a page may send trace context", all(x in allowed for x in (
+        "traceparent", "tracestate", "x-request-id")), allowed)
 
 
 def check_trace_context(srv):
