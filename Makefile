@@ -13,6 +13,8 @@
 #                   the Kubernetes manifests (suites of `make test` that also run alone)
 #   make bench      every benchmark against its competing implementation, one table of ratios
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
+#   make bench-sizing  the shipped defaults held to CPU sets with taskset, wrk on others
+#                   (SIZING_CPUS="0-1 0-3 0-7" SIZING_WRK_CPUS=8-15 on a 16-core machine)
 #   make soak       three minutes at 256 connections: no errors, memory and descriptors flat
 #   make fuzz       libFuzzer on everything a request body reaches, for FUZZ_SECONDS
 #   make image, image-balancer, test-container, test-compose, test-swarm   the container
@@ -87,7 +89,7 @@ ITEST   := build/itest
 # rule follows `all`.  `make deps` is provision-build under its older name.
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
 
-.PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd fuzz clean container-deps soak \
+.PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd bench-sizing fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose test-swarm lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers $(PROVISION_GOALS)
@@ -295,6 +297,17 @@ ort-deps:
 bench: provision-bench
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
+
+# The server with its shipped defaults (no sizing flag) held to each CPU set of SIZING_CPUS,
+# wrk to SIZING_WRK_CPUS (all CPUs when empty): tests/bench/bench_sizing.sh.
+SIZING_CPUS ?= 0 0-1
+SIZING_WRK_CPUS ?=
+SIZING_SECONDS ?= 10
+SIZING_CONNECTIONS ?= 16
+bench-sizing: provision-bench
+	@$(MAKE) --no-print-directory SANITIZE= build/attention-server
+	@tests/bench/bench_sizing.sh $(SIZING_CPUS) -- $(or $(SIZING_WRK_CPUS),0-$$(($$(nproc --all) - 1))) \
+	    $(SIZING_SECONDS) $(SIZING_CONNECTIONS)
 
 # The server with a fixed number of epoll I/O threads (1, 2, 4, 8), each built with its own
 # http.c (HTTP_POOL_THREADS fixes the number, which --io-threads otherwise chooses);

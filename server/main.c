@@ -29,6 +29,7 @@
 #include "core/budget_client.h"
 #include "core/compute.h"
 #include "core/config.h"
+#include "core/sizing.h"
 #include "http/http.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
@@ -108,7 +109,7 @@ static void signals_take(sigset_t *signals)
     signal(SIGPIPE, SIG_IGN);
 }
 
-/* Starts the compute pool (--compute-threads, else one per available CPU).
+/* Starts the compute pool (--compute-threads, resolved by sizing_resolve).
  * Returns 0, or -1 with the reason printed. */
 static int compute_start(const server_config *cfg)
 {
@@ -118,14 +119,17 @@ static int compute_start(const server_config *cfg)
      * so that the pool needs to know nothing of BLAS.  After the signal mask,
      * so that the pool's threads inherit it. */
     attention_blas_set_threads(1);
-    unsigned cpus = compute_available_cpus();
-    unsigned threads = cfg->compute_threads > 0 ? (unsigned)cfg->compute_threads : cpus;
+    const server_sizing *sz = sizing_get();
+    unsigned threads = (unsigned)cfg->compute_threads;
     if (compute_init(threads) != 0) {
         fprintf(stderr, "attention-server: cannot start %u compute threads\n", threads);
         return -1;
     }
-    fprintf(stderr, "attention-server: %u compute thread%s (%u CPU%s available)\n", threads,
-            threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    fprintf(stderr, "attention-server: %u CPU%s available (%s); %u compute thread%s (%s), "
+            "%ld I/O threads (%s), --max-inflight %ld (%s)\n", sz->cpus, sz->cpus == 1 ? "" : "s",
+            sz->cpus_source, threads, threads == 1 ? "" : "s", sz->compute_threads.source,
+            sz->io_threads.value, sz->io_threads.source, sz->max_inflight.value,
+            sz->max_inflight.source);
     char blas_config[256], blas_core[64];
     int blas_threads;
     attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
@@ -223,6 +227,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention-server: --kernel: %s\n", errbuf);
         return 2;
     }
+    /* The settings that follow the machine, before anything is sized by them. */
+    sizing_resolve(&cfg, compute_available_cpus(), compute_cpus_source());
     mem_install_jansson();
     mem_tune_allocator();
     rlim_t files = raise_file_limit();

@@ -25,7 +25,7 @@
 #                                      a server that was started are reported whatever
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
-#   checkpoints*, compression-asan, triton-asan
+#   checkpoints*, compression-asan, triton-asan, operations-asan
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -116,6 +116,8 @@ every_suite() {
     suite compression-asan /usr/bin/python3 tests/compression/compression_test.py \
         --server build/asan/attention-server
     suite triton-asan /usr/bin/python3 tests/triton/triton_test.py \
+        --server build/asan/attention-server
+    suite operations-asan /usr/bin/python3 tests/operations/operations_test.py \
         --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server

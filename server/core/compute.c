@@ -261,16 +261,32 @@ static unsigned cgroup_cpu_quota(void)
     return (unsigned)((q + period - 1) / period);
 }
 
-unsigned compute_available_cpus(void)
+/* The CPUs this process may use, and in *by_cgroup whether the cgroup quota
+ * is what set the number. */
+static unsigned available_cpus(int *by_cgroup)
 {
     unsigned cpus = 1;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
         cpus = (unsigned)CPU_COUNT(&set);
     unsigned quota = cgroup_cpu_quota();
-    if (quota > 0 && quota < cpus)
+    *by_cgroup = quota > 0 && quota < cpus;
+    if (*by_cgroup)
         cpus = quota;
     return cpus;
+}
+
+unsigned compute_available_cpus(void)
+{
+    int by_cgroup;
+    return available_cpus(&by_cgroup);
+}
+
+const char *compute_cpus_source(void)
+{
+    int by_cgroup;
+    available_cpus(&by_cgroup);
+    return by_cgroup ? "cgroup" : "cores";
 }
 
 double compute_slot_wait(void)
@@ -357,5 +373,14 @@ void compute_slot_release(void)
     pthread_mutex_lock(&pool.lock);
     pool.free_slots++;
     pthread_cond_broadcast(&pool.slot_free);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots)
+{
+    pthread_mutex_lock(&pool.lock);
+    *slots = pool.slots;
+    *busy = pool.slots - pool.free_slots;
+    *waiting = pool.waiting;
     pthread_mutex_unlock(&pool.lock);
 }

@@ -103,6 +103,10 @@ unsigned compute_threads(void);
  * cpu.cfs_quota_us), as in a container with a CPU limit; at least 1. */
 unsigned compute_available_cpus(void);
 
+/* What set compute_available_cpus: "cgroup" when the cgroup CPU quota
+ * lowered it, else "cores" (the CPUs of the affinity mask).  A static string. */
+const char *compute_cpus_source(void);
+
 /* Runs fn(ctx, t, slot) for every t in [0, tasks) on at most `max_slots`
  * threads (the caller's included; 0 counts as 1), and returns when all have
  * finished.  Tasks are handed out in increasing order of t.  Blocks while
@@ -126,5 +130,10 @@ int compute_slot_try_hold(void);
 
 /* Gives back the slot compute_slot_try_hold took (nothing when none is held). */
 void compute_slot_release(void);
+
+/* How the slots are used now: *busy taken (by callers and their helpers),
+ * *waiting callers waiting for their first one, *slots in all.  A snapshot
+ * for /metrics; without compute_init: 0, 0 and 1. */
+void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots);
 
 #endif

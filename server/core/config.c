@@ -53,8 +53,9 @@ static const config_option config_table[] = {
     {"max-request-memory", "ATTN_MAX_REQUEST_MEMORY", OPT_SIZE, OFF(max_request_memory), 0, "1G",
      1024, (double)(1ULL << 44),
      "most working memory one attention request may need; 413 past it"},
-    {"max-inflight", "ATTN_MAX_INFLIGHT", OPT_LONG, OFF(max_inflight), 0, "8", 1, 4096,
-     "requests with a body worked on at once; more wait up to --queue-wait-ms, then 503"},
+    {"max-inflight", "ATTN_MAX_INFLIGHT", OPT_LONG, OFF(max_inflight), 0, "0", 0, 4096,
+     "requests with a body worked on at once; more wait up to --queue-wait-ms, then 503; "
+     "0: four per available CPU, at least 8"},
     {"queue-wait-ms", "ATTN_QUEUE_WAIT_MS", OPT_LONG, OFF(queue_wait_ms), 0, "2000", 0, 600000,
      "milliseconds a request waits for a free --max-inflight place before 503 with Retry-After"},
     {"deadline", "ATTN_DEADLINE", OPT_LONG, OFF(deadline), 0, "60", 1, 86400,
@@ -109,6 +110,8 @@ static const config_option config_table[] = {
      "and is removed at start-up; 0: never"},
     {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
      "no access log on stderr"},
+    {"log-format", "ATTN_LOG_FORMAT", OPT_STRING, OFF(log_format), LEN(log_format), "text", 0,
+     0, "access log on stderr: text (one line of words) or json (one JSON object a line)"},
     {"allowed-hosts", "ATTN_ALLOWED_HOSTS", OPT_TEXT, OFF(allowed_hosts), LEN(allowed_hosts), "", 0, 0,
      "Host header values answered (comma-separated, port ignored, .example.com for a domain); "
      "empty: localhost, 127.0.0.1, [::1] on a loopback --host, any otherwise; * for any"},
@@ -127,6 +130,17 @@ static const config_option config_table[] = {
 };
 
 #define CONFIG_COUNT (sizeof config_table / sizeof config_table[0])
+
+_Static_assert(CONFIG_COUNT <= sizeof(((server_config *)0)->sources),
+               "server_config.sources has a place for every row of the table");
+
+config_origin config_source(const server_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < CONFIG_COUNT; i++)
+        if (!strcmp(config_table[i].name, name))
+            return (config_origin)cfg->sources[i];
+    return CONFIG_FROM_DEFAULT;
+}
 
 int config_parse_size(const char *text, size_t *out)
 {
@@ -270,6 +284,8 @@ int config_load(server_config *cfg, int argc, char **argv, char **envp,
         if (value != NULL &&
             config_apply(cfg, &config_table[i], value, config_table[i].env, errbuf, errlen) != CONFIG_OK)
             return CONFIG_ERROR;
+        if (value != NULL)
+            cfg->sources[i] = CONFIG_FROM_ENV;
     }
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];
@@ -307,6 +323,10 @@ int config_load(server_config *cfg, int argc, char **argv, char **envp,
         snprintf(source, sizeof source, "--%s", opt->name);
         if (config_apply(cfg, opt, value, source, errbuf, errlen) != CONFIG_OK)
             return CONFIG_ERROR;
+        cfg->sources[opt - config_table] = CONFIG_FROM_FLAG;
     }
+    if (strcmp(cfg->log_format, "text") != 0 && strcmp(cfg->log_format, "json") != 0)
+        return config_fail(errbuf, errlen, "--log-format must be text or json, not \"%s\"",
+                           cfg->log_format);
     return CONFIG_OK;
 }

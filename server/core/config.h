@@ -49,7 +49,17 @@ typedef struct server_config {
     long queue_wait_ms;         /* how long a request waits for a free worker */
     long io_threads;            /* threads polling the sockets; 0: one per available CPU */
     size_t inline_max_bytes;    /* bodies up to this size may be answered on the I/O thread; 0: never */
+    char log_format[8];         /* access log: "text" or "json" */
+    /* Where each setting's value came from (config_source), by row of the table. */
+    unsigned char sources[64];
 } server_config;
+
+/* Where a setting's value came from. */
+typedef enum config_origin {
+    CONFIG_FROM_DEFAULT = 0,    /* the table's default */
+    CONFIG_FROM_ENV,            /* its environment variable */
+    CONFIG_FROM_FLAG            /* its command-line flag */
+} config_origin;
 
 enum {
     CONFIG_OK = 0,
@@ -63,6 +73,11 @@ enum {
  * cfg holds a mix of values and must not be used. */
 int config_load(server_config *cfg, int argc, char **argv, char **envp,
                 FILE *out, char *errbuf, size_t errlen);
+
+/* Where the value of the setting whose flag is name (without "--") came
+ * from in cfg, as config_load filled it; CONFIG_FROM_DEFAULT for a name the
+ * table does not have. */
+config_origin config_source(const server_config *cfg, const char *name);
 
 /* Writes the generated --help text. */
 void config_print_help(FILE *out, const char *argv0);

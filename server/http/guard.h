@@ -31,7 +31,8 @@
 
 /* The headers the API reads from a browser; a preflight allows these only. */
 #define GUARD_CORS_ALLOW_HEADERS \
-    "Authorization, Content-Type, If-Match, Inference-Header-Content-Length"
+    "Authorization, Content-Type, If-Match, Inference-Header-Content-Length, traceparent, " \
+    "tracestate, X-Request-Id"
 
 typedef struct guard guard;
 

@@ -151,6 +151,9 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     for (char *p = hr->path; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
+    http_trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));
     *con_cls = hr;
     metrics_inflight_add(1);
     attn_error err;
@@ -220,6 +223,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->job != JOB_NONE)
         return MHD_YES; /* still with a worker (spurious call) */
+    http_trace_phase(hr, HTTP_PHASE_READ, seconds_since(&hr->start));
     attn_error err;
     if (http_body_refused(srv, hr, &err))
         return http_queue_error(srv, conn, hr, &err, NULL);
@@ -229,7 +233,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     api_request req = {.method = method, .path = url, .body = hr->body, .body_len = hr->len,
                        .inference_header_length = hr->inference_header_length,
                        .if_match = hr->if_match, .route = hr->route, .args = &hr->args,
-                       .query_arg = http_query_arg, .query_ctx = conn};
+                       .query_arg = http_query_arg, .query_ctx = conn, .protocol = "http"};
     api_response resp;
     api_handle(&req, &resp);
     return http_queue_answer(srv, conn, hr, &resp, !strcmp(method, "OPTIONS"), NULL);
@@ -238,7 +242,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     http_server *srv = cls;
     http_request *hr = *con_cls;
     if (hr == NULL)
@@ -250,10 +253,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_inflight_add(-1);
     static const char *const via[PATH_COUNT] = {"inline", "worker", "deferred"};
     if (!srv->cfg->quiet)
-        fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s%s\n", hr->method,
-                hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
-                hr->handed ? via[hr->answered_by] : "io",
-                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted");
+        http_trace_log(hr, conn, seconds, hr->handed ? via[hr->answered_by] : "io",
+                       toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     http_conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
     http_body_release(hr);
     api_response_free(&hr->resp);
@@ -270,20 +271,21 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     const http_server *srv = cls;
     if (srv->cfg->quiet)
         return;
+    if (!strcmp(srv->cfg->log_format, "json")) {
+        http_trace_log_library(fmt, ap);
+        return;
+    }
     fputs("libmicrohttpd: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
 
-/* The number of I/O threads: --io-threads, else one per available CPU, at
- * least two so that one busy socket never holds up the rest. */
+/* The number of I/O threads: --io-threads, which main.c's sizing_resolve
+ * (core/sizing.h) has set from the CPUs when it was 0. */
 static unsigned io_thread_count(const server_config *cfg)
 {
     if (HTTP_POOL_THREADS > 0)
         return HTTP_POOL_THREADS;
-    if (cfg->io_threads > 0)
-        return (unsigned)cfg->io_threads;
-    unsigned cpus = compute_available_cpus();
-    return cpus < 2 ? 2 : cpus;
+    return cfg->io_threads > 0 ? (unsigned)cfg->io_threads : 1;
 }
 
 /* Room for the daemon's options, the terminating MHD_OPTION_END included. */

@@ -2,7 +2,8 @@
  * http_answer.c - turning an api_response into libmicrohttpd's response:
  * the body and every header the server adds (Content-Type, Location, ETag,
  * the visualizer's Content-Security-Policy, CORS, Cache-Control, Allow,
- * WWW-Authenticate, Retry-After), compressing the body for a client whose
+ * WWW-Authenticate, Retry-After, and http_trace.c's traceresponse,
+ * X-Request-Id and Server-Timing), compressing the body for a client whose
  * Accept-Encoding asks for it (compress.h).
  */
 #include <stdio.h>
@@ -65,7 +66,10 @@ static void encode_answer(http_request *hr, api_response *resp, const char *acce
 {
     /* Answers of this size vary with Accept-Encoding, whether compressed or not. */
     hr->answer_varies = resp->body_len >= COMPRESS_MIN_BYTES;
+    double from = compute_now();
     hr->answer_coding = compress_answer(resp, accept_encoding);
+    if (hr->answer_coding != NULL)
+        http_trace_phase(hr, HTTP_PHASE_COMPRESS, compute_now() - from);
     hr->answer_encoded = 1;
 }
 
@@ -88,7 +92,8 @@ static void add_cors_headers(struct MHD_Response *r, const http_server *srv,
     if (origin != NULL) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Access-Control-Expose-Headers",
-                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag");
+                                "Allow, Retry-After, WWW-Authenticate, Inference-Header-Content-Length, ETag, "
+                                "Server-Timing, traceresponse, X-Request-Id");
     }
     if (vary || varies_encoding)
         MHD_add_response_header(r, "Vary", vary && varies_encoding ? "Origin, Accept-Encoding"
@@ -129,6 +134,30 @@ static void add_exchange_headers(struct MHD_Response *r, const api_response *res
     }
 }
 
+/* Keeps in hr what the handler noted in resp (its model, its phases) for
+ * Server-Timing and the access log; an answer given before the body was
+ * read whole (a refusal at the headers) reads until now. */
+_Static_assert(sizeof(((http_request *)0)->model) == sizeof(((api_response *)0)->model),
+               "the model is copied whole");
+_Static_assert(HTTP_PHASE_PARSE == 1 && HTTP_PHASE_COUNT == API_PHASE_COUNT + 2,
+               "api_phase p is http_phase p + 1");
+
+static void note_handler(http_request *hr, const api_response *resp)
+{
+    if (!(hr->phases_timed & (1u << HTTP_PHASE_READ))) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        http_trace_phase(hr, HTTP_PHASE_READ,
+                         (double)(now.tv_sec - hr->start.tv_sec) +
+                             (double)(now.tv_nsec - hr->start.tv_nsec) * 1e-9);
+    }
+    for (int p = 0; p < API_PHASE_COUNT; p++)
+        if (resp->phases_timed & (1u << p))
+            http_trace_phase(hr, (http_phase)(p + 1), resp->phase_seconds[p]);
+    if (resp->model[0])
+        memcpy(hr->model, resp->model, sizeof hr->model);
+}
+
 /* Builds the MHD response for resp (consuming its body) with the common
  * headers, compressed when the client asks and it is large enough, and
  * queues it.  OPTIONS answers get the preflight headers; a request the
@@ -140,6 +169,7 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
     if (!(resp == &hr->resp && hr->answer_encoded))
         encode_answer(hr, resp,
                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding"));
+    note_handler(hr, resp);
     int varies_encoding = hr->answer_varies;
     const char *coding = hr->answer_coding;
     http_conn_set_phase(srv, hr->hc, CONN_BUSY);
@@ -159,6 +189,7 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
     if (coding != NULL)
         MHD_add_response_header(r, "Content-Encoding", coding);
     add_exchange_headers(r, resp, preflight, v);
+    http_trace_headers(r, hr);
     hr->status = resp->status;
     hr->bytes_out = resp->body_len;
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);

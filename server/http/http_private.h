@@ -11,6 +11,7 @@
  *   http_conn.c    the record of every open connection and the reaper of
  *                  slow or vanished clients
  *   http_answer.c  the response and its headers (CORS, Allow, Retry-After ...)
+ *   http_trace.c   trace context, request ids, Server-Timing, the access log
  *
  * Nothing outside these files includes this header.
  */
@@ -19,6 +20,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <time.h>
@@ -51,6 +53,32 @@ typedef struct http_conn {
 } http_conn;
 
 typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+/* The longest X-Request-Id of a client that is echoed (http_trace.c). */
+#define HTTP_REQUEST_ID_MAX 64
+
+/* Who a request is in the trace it belongs to (http_trace.c): ids as
+ * lowercase hex, NUL-terminated. */
+typedef struct http_trace {
+    char trace_id[33];
+    char span_id[17];           /* the server's span */
+    char parent_id[17];         /* the caller's span; "" when the trace is new */
+    char flags[3];
+    char request_id[HTTP_REQUEST_ID_MAX + 1];
+    const char *tracestate;     /* libmicrohttpd's, valid until completion; NULL: none */
+} http_trace;
+
+/* The phases of Server-Timing and the access log, in the order they happen;
+ * parse to encode are api_phase's (api_message.h), one place further. */
+typedef enum http_phase {
+    HTTP_PHASE_READ,            /* from the first byte to the whole body */
+    HTTP_PHASE_PARSE,
+    HTTP_PHASE_QUEUE,
+    HTTP_PHASE_COMPUTE,
+    HTTP_PHASE_ENCODE,
+    HTTP_PHASE_COMPRESS,        /* compressing the answer for Accept-Encoding */
+    HTTP_PHASE_COUNT
+} http_phase;
 
 typedef struct http_request http_request;
 
@@ -117,7 +145,27 @@ struct http_request {
     api_response resp;
     int handed;                 /* answered_by is set (else: its I/O thread, as a cheap request) */
     metrics_path answered_by;
+    /* Its identity and timeline (http_trace.c). */
+    http_trace trace;
+    char model[72];             /* the handler's api_response.model */
+    unsigned phases_timed;      /* bit 1 << http_phase */
+    double phase_seconds[HTTP_PHASE_COUNT];
 };
+
+/* http_trace.c: the trace of a new request from its traceparent,
+ * tracestate and X-Request-Id (each NULL when absent; tracestate borrowed
+ * until completion); the headers every answer carries (traceresponse,
+ * X-Request-Id, Server-Timing); noting a phase's seconds; the access line
+ * (served: which thread answered; aborted: the answer did not go out whole). */
+void http_trace_begin(http_trace *t, const char *traceparent, const char *tracestate,
+                      const char *request_id);
+void http_trace_headers(struct MHD_Response *r, const http_request *hr);
+void http_trace_phase(http_request *hr, http_phase phase, double seconds);
+void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
+                    const char *served, int aborted);
+/* http_trace.c: one of libmicrohttpd's own messages as a JSON line, for
+ * --log-format json (a line of text otherwise, http.c). */
+void http_trace_log_library(const char *fmt, va_list ap);
 
 /* http_conn.c: sets the phase of the connection record hc (NULL is fine)
  * and its start to now, under srv->lock. */

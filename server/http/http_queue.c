@@ -42,7 +42,8 @@ void http_request_handle(http_request *hr, int io_thread)
                            .inference_header_length = hr->inference_header_length,
                            .if_match = hr->if_match, .io_thread = io_thread,
                            .route = hr->route, .args = &hr->args, .query_arg = http_query_arg,
-                           .query_ctx = hr->conn, .queued_at = io_thread ? 0.0 : hr->queued_at};
+                           .query_ctx = hr->conn, .queued_at = io_thread ? 0.0 : hr->queued_at,
+                           .protocol = "http"};
         api_handle(&req, &hr->resp);
     }
     compute_bind(NULL);
@@ -79,6 +80,7 @@ void http_dispatch(http_server *srv, http_request *hr)
     else
         srv->queue_head = hr;
     srv->queue_tail = hr;
+    metrics_queue_add(1);
     pthread_cond_signal(&srv->work);
     pthread_mutex_unlock(&srv->lock);
 }
@@ -92,6 +94,7 @@ void http_finish_unrun(http_server *srv, http_request *hr, const attn_error *err
                        http_request **resume)
 {
     queue_remove(srv, hr);
+    metrics_queue_add(-1);
     http_error_response(&hr->resp, hr, err);
     hr->job = JOB_DONE;
     hr->qnext = *resume;
@@ -121,6 +124,7 @@ static void *http_worker_main(void *arg)
             break;
         http_request *hr = srv->queue_head;
         queue_remove(srv, hr);
+        metrics_queue_add(-1);
         hr->job = JOB_RUNNING;
         hr->qnext = srv->running;
         if (srv->running != NULL)

@@ -1,13 +1,14 @@
 /*
  * answer.c - the bodies every handler answers with: JSON, the two forms of
  * error body (chosen by the route's id), the 404 of no endpoint, the
- * draining 503.
+ * draining 503; and what an attention handler notes beside its body.
  */
 #include "answer.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "metrics/metrics.h"
 #include "route/route.h"
 
 void answer_static(api_response *resp, int status, const char *body)
@@ -126,4 +127,25 @@ void answer_draining(api_response *resp)
     answer_draining_error(&err);
     resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
     answer_error(resp, &err);
+}
+
+void answer_note_attention(api_response *resp, const api_request *req, const char *model,
+                           const model_stats_sample *sample, int computed, double handled)
+{
+    api_response_model(resp, model);
+    if (sample->queue > 0)
+        api_response_phase(resp, API_PHASE_QUEUE, sample->queue);
+    double compute = -1;
+    if (computed) {
+        api_response_phase(resp, API_PHASE_PARSE, sample->input);
+        compute = sample->infer;
+        api_response_phase(resp, API_PHASE_COMPUTE, compute);
+        api_response_phase(resp, API_PHASE_ENCODE, sample->output);
+    } else if (sample->input > 0) {
+        api_response_phase(resp, API_PHASE_PARSE, sample->input);
+        api_response_phase(resp, API_PHASE_COMPUTE, handled - sample->input);
+    } else {
+        api_response_phase(resp, API_PHASE_PARSE, handled);
+    }
+    metrics_attention_observe(model, req->protocol, sample->queue, compute, req->body_len);
 }

@@ -1,6 +1,6 @@
 /*
  * answer.h - filling an api_response: a JSON body, an error body, the
- * draining 503.
+ * draining 503, what an attention request's handler learned of it.
  *
  * The handlers answer through these, so that an out-of-memory
  * while writing an answer, the shape of an error body and the Retry-After of
@@ -16,6 +16,7 @@
 #include "api_message.h"
 #include "core/error.h"
 #include "json/jsonw.h"
+#include "metrics/model_stats.h"
 
 /* Seconds a client is told to wait (Retry-After) before it retries a server
  * that is shutting down: long enough for a balancer to notice /readyz. */
@@ -49,5 +50,16 @@ void answer_draining_error(attn_error *err);
 /* Answers the 503 shutting_down of a server that drains, with
  * Retry-After: ANSWER_DRAINING_RETRY_AFTER. */
 void answer_draining(api_response *resp);
+
+/* Notes what an attention handler learned of its request, whichever wire
+ * brought it: in resp, the model (borrowed, copied) and the phases that
+ * happened, for Server-Timing and the access log; in the metrics, the
+ * autoscaling signals under req's protocol (metrics_attention_observe).
+ * sample holds the phases (model_stats.h); computed says the computation
+ * ran to its end (sample then has all four); otherwise the request failed
+ * after handled seconds in the handler: that time is its parsing, or past
+ * sample->input its (stopped) computation. */
+void answer_note_attention(api_response *resp, const api_request *req, const char *model,
+                           const model_stats_sample *sample, int computed, double handled);
 
 #endif

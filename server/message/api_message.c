@@ -1,7 +1,10 @@
 /*
- * api_message.c - freeing an answer.
+ * api_message.c - what a handler notes in an answer beside its body, and
+ * freeing an answer.
  */
 #include "api_message.h"
+
+#include <stdio.h>
 
 #include "core/mem.h"
 
@@ -14,4 +17,17 @@ void api_response_free(api_response *resp)
     resp->body = NULL;
     resp->body_len = 0;
     resp->body_static = 0;
+}
+
+void api_response_phase(api_response *resp, api_phase phase, double seconds)
+{
+    if (phase >= API_PHASE_COUNT)
+        return;
+    resp->phases_timed |= 1u << phase;
+    resp->phase_seconds[phase] = seconds > 0 ? seconds : 0;
+}
+
+void api_response_model(api_response *resp, const char *model)
+{
+    snprintf(resp->model, sizeof resp->model, "%s", model != NULL ? model : "");
 }

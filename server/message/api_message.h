@@ -40,7 +40,20 @@ typedef struct api_request {
     /* When the request was queued for a worker (seconds of compute_now()),
      * 0 when it was not: the statistics' queue time. */
     double queued_at;
+    /* The protocol that brought it ("http", "grpc"; a static string, NULL
+     * read as unknown): a label of the autoscaling metrics. */
+    const char *protocol;
 } api_request;
+
+/* The phases of a request a handler times, for Server-Timing and the
+ * access log (the HTTP layer times reading and compressing itself). */
+typedef enum api_phase {
+    API_PHASE_PARSE,            /* decoding the body and admitting the work */
+    API_PHASE_QUEUE,            /* waiting for a worker and a compute slot */
+    API_PHASE_COMPUTE,          /* the computation's own time */
+    API_PHASE_ENCODE,           /* writing the answer */
+    API_PHASE_COUNT
+} api_phase;
 
 typedef struct api_response {
     int status;
@@ -55,6 +68,12 @@ typedef struct api_response {
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     route_id route;             /* for /metrics and the form of an error body */
     int deferred;               /* io_thread request left unanswered: hand it to a worker */
+    /* What the handler learned, for the access log and Server-Timing: the
+     * model ("" for none) and the phases that happened (bit 1 << phase set
+     * in phases_timed), in seconds. */
+    char model[72];             /* a set name is at most 64 bytes (weights.h) */
+    unsigned phases_timed;
+    double phase_seconds[API_PHASE_COUNT];
 } api_response;
 
 /* What a handler may use of the server, for one request: the router's
@@ -68,6 +87,12 @@ typedef struct api_env {
 /* Answers req into resp, which the router zeroed and gave its route and
  * Allow; always fills resp. */
 typedef void api_handler(const api_request *req, const api_env *env, api_response *resp);
+
+/* Notes in resp that phase took seconds. */
+void api_response_phase(api_response *resp, api_phase phase, double seconds);
+
+/* Notes in resp the request's model (borrowed, copied; cut to fit). */
+void api_response_model(api_response *resp, const char *model);
 
 /* Frees the body of resp (resp may be NULL). */
 void api_response_free(api_response *resp);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "json/jsonw.h"
+#include "metrics_internal.h"
 
 #define STATUS_SLOTS 600
 
@@ -37,7 +38,7 @@ static double store_last_ok;        /* monotonic seconds */
 static size_t store_sets, store_bytes;
 static unsigned long long store_sync_errors;
 
-static double monotonic_seconds(void)
+double metrics_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -46,7 +47,7 @@ static double monotonic_seconds(void)
 
 void metrics_store_observe(int ok, size_t sets, size_t bytes)
 {
-    double now = monotonic_seconds();
+    double now = metrics_now();
     pthread_mutex_lock(&metrics_lock);
     store_observed = 1;
     if (ok)
@@ -161,7 +162,7 @@ char *metrics_render(size_t *len)
         jw_raw(&w, "\n# HELP attn_store_last_sync_age_seconds Seconds since the weight-set "
                    "directory was last scanned successfully.\n"
                    "# TYPE attn_store_last_sync_age_seconds gauge\nattn_store_last_sync_age_seconds ");
-        jw_double(&w, monotonic_seconds() - store_last_ok);
+        jw_double(&w, metrics_now() - store_last_ok);
         jw_raw(&w, "\n# HELP attn_store_sets Weight sets loaded.\n"
                    "# TYPE attn_store_sets gauge\nattn_store_sets ");
         jw_size(&w, store_sets);
@@ -194,5 +195,6 @@ char *metrics_render(size_t *len)
                "attn_http_slow_connections_closed_total ");
     put_ulong(&w, atomic_load(&slow_closed));
     jw_char(&w, '\n');
+    autoscale_render(&w);
     return jw_finish(&w, len);
 }

@@ -4,7 +4,9 @@
  * The HTTP layer reports every finished request (route, status, duration,
  * bytes in and out), the number in flight, which thread answered a request
  * with work (metrics_path) and the slow connections its reaper closed; the
- * store reports each sync of its directory.  GET /metrics renders them.
+ * store reports each sync of its directory; the handlers report each
+ * attention request's waits, computation and size, the signals an autoscaler
+ * follows.  GET /metrics renders them.
  * All functions are thread-safe.
  */
 #ifndef ATTN_METRICS_H
@@ -40,6 +42,17 @@ void metrics_slow_closed_add(void);
  * what is loaded after it; /metrics shows the age of the last good one, the
  * sets and bytes, and the failures. */
 void metrics_store_observe(int ok, size_t sets, size_t bytes);
+
+/* Counts one attention request under its model (the stored set's name, or
+ * "attention") and protocol ("http", "grpc", ...; both borrowed): the time
+ * it waited for a worker and a compute slot, its computation's own time
+ * (compute < 0: it did not compute, as when it failed first) and its body's
+ * size.  These are the autoscaling signals (autoscale.c). */
+void metrics_attention_observe(const char *model, const char *protocol, double queue_wait,
+                               double compute, size_t request_bytes);
+
+/* Counts requests joining (+1) or leaving (-1) the queue for a worker. */
+void metrics_queue_add(int delta);
 
 /* Renders all metrics; returns text the caller frees with mem_free, and its
  * length in *len, or NULL when out of memory. */

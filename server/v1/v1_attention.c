@@ -147,10 +147,13 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     if (rc == 0)
         rc = compute_and_answer(req, env->cfg, &ar, started, &sample, resp, &err);
     const char *model = set != NULL ? set->name : ATTENTION_MODEL_BUILTIN;
+    double handled = compute_now() - started;
     if (rc == 0)
         model_stats_success(model, &sample);
     else if (rc != ADMISSION_DEFER) /* a deferred request is counted by its worker */
-        model_stats_failure(model, sample.queue + compute_now() - started);
+        model_stats_failure(model, sample.queue + handled);
+    if (rc != ADMISSION_DEFER)
+        answer_note_attention(resp, req, model, &sample, rc == 0, handled);
     attention_request_free(&ar);
     weightset_release(set);
     if (rc == ADMISSION_DEFER)

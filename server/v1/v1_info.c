@@ -8,6 +8,7 @@
 #include "kernel/attention.h"
 #include "kernel/blas_setup.h"
 #include "core/compute.h"
+#include "core/sizing.h"
 #include "metrics/metrics.h"
 #include "store/store.h"
 #include "core/version.h"
@@ -45,6 +46,21 @@ void v1_probe_readyz(const api_request *req, const api_env *env, api_response *r
     answer_static(resp, 200, "{\"status\":\"ready\"}\n");
 }
 
+/* The settings that follow the machine, each with its value and where it
+ * came from ("flag", "env", "cores", "cgroup"), as sizing_resolve chose them. */
+static json_t *sizing_json(void)
+{
+    const server_sizing *sz = sizing_get();
+    return json_pack("{s:i, s:s, s:{s:I, s:s}, s:{s:I, s:s}, s:{s:I, s:s}}",
+                     "cpus", (int)sz->cpus, "cpus_source", sz->cpus_source ? sz->cpus_source : "",
+                     "compute_threads", "value", (json_int_t)sz->compute_threads.value, "source",
+                     sz->compute_threads.source ? sz->compute_threads.source : "",
+                     "io_threads", "value", (json_int_t)sz->io_threads.value, "source",
+                     sz->io_threads.source ? sz->io_threads.source : "",
+                     "max_inflight", "value", (json_int_t)sz->max_inflight.value, "source",
+                     sz->max_inflight.source ? sz->max_inflight.source : "");
+}
+
 void v1_info_handle(const api_request *req, const api_env *env, api_response *resp)
 {
     (void)req;
@@ -73,6 +89,7 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
         "max_request_memory_bytes", (json_int_t)cfg->max_request_memory,
         "max_inflight", (json_int_t)cfg->max_inflight,
         "max_connections", (json_int_t)cfg->max_connections);
+    json_object_set_new(info, "sizing", sizing_json());
     answer_json(resp, 200, info);
 }
 

@@ -578,8 +578,12 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
     }
     /* A request whose model is unknown is counted nowhere; a deferred one
      * is counted by its worker. */
+    double handled = compute_now() - started;
     if (rc != 0 && rc != ADMISSION_DEFER && st.model.name != NULL)
-        model_stats_failure(st.model.name, sample.queue + compute_now() - started);
+        model_stats_failure(st.model.name, sample.queue + handled);
+    if (rc != ADMISSION_DEFER)
+        answer_note_attention(resp, req, st.model.name != NULL ? st.model.name : "", &sample,
+                              rc == 0, handled);
     admission_release(reserved_bytes);
     drop_header(&st);
     attention_request_free(&st.ar);

@@ -207,6 +207,16 @@ for (const fx of fixtures)
     for (const [i, f, text] of outCells) close(Number(text), out[i][f], fx.expect.tolerance, `output[${i}][${f}]`);
   });
 
+test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {
+  await openView(page, 'example=seed004_toy&view=values');
+  const phases = (await page.$eval('body', (b) => b.dataset.serverPhases || '')).split(',');
+  for (const want of ['read', 'parse', 'compute', 'encode'])
+    assert(phases.includes(want), `Server-Timing phase ${want} not read by the page: ${phases}`);
+  const text = await page.$eval('#timings', (e) => (e.hidden ? '' : e.textContent));
+  assert(/^page: request [0-9.]+ ms, decode [0-9.]+ ms, draw [0-9.]+ ms · server: read [0-9.]+ ms, parse [0-9.]+ ms/.test(text) &&
+    /compute [0-9.]+ ms/.test(text), 'timings shown: ' + text);
+});
+
 test('heatmap: pixels follow the colour scale; causally masked cells are hatched', async (page) => {
   const fx = fixture('seed001_causal');
   await openView(page, 'example=seed001_causal&view=heatmap');

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/sizing.h"
 #include "router/api.h"
 #include "core/config.h"
 #include "json/json_fast.h"
@@ -65,6 +66,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FILE *sink = fopen("/dev/null", "w");
     int rc = config_load(&fuzz_cfg, 9, args, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(&fuzz_cfg, 1, "cores"); /* as main.c does */
     char dir[] = "/tmp/attn-fuzz-XXXXXX";
     if (rc != CONFIG_OK || mkdtemp(dir) == NULL)
         abort();

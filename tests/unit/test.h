@@ -182,6 +182,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(config_env_and_flags)                 \
     X(config_rejects_bad_values)            \
     X(config_sizes)                         \
+    X(config_sizing)                        \
     X(config_help_lists_every_option)       \
     X(api_weight_set_paths)                 \
     X(route_table_rows)                     \

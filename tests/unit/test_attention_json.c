@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 
+#include "core/sizing.h"
 #include "v1/attention_json.h"
 #include "core/config.h"
 #include "json/json_in.h"
@@ -244,6 +245,7 @@ void test_attention_json_integration_cases(void)
     FILE *sink = fopen("/dev/null", "w");
     config_load(&cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(&cfg, 1, "cores"); /* as main.c does */
     DIR *d = opendir(CASES_DIR);
     if (d == NULL)
         FAIL_AT("cannot open %s (run the unit tests from the repository root)", CASES_DIR);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/config.h"
+#include "core/sizing.h"
 #include "test.h"
 
 static int load(server_config *cfg, char **argv, char **envp, char *errbuf, size_t errlen)
@@ -29,7 +30,8 @@ void test_config_defaults(void)
     ASSERT_EQ(cfg.max_body, 64u << 20);
     ASSERT_EQ(cfg.max_elements, 8u << 20);
     ASSERT_EQ(cfg.max_request_memory, 1u << 30);
-    ASSERT_EQ(cfg.max_inflight, 8);
+    ASSERT_EQ(cfg.max_inflight, 0); /* follows the CPUs: sizing_resolve */
+    ASSERT_STR_EQ(cfg.log_format, "text");
     ASSERT_EQ(cfg.compute_threads, 0);
     ASSERT_EQ(cfg.quiet, 0);
 }
@@ -63,7 +65,8 @@ void test_config_rejects_bad_values(void)
         {"--port", "70000", "--port must be between 0 and 65535"},
         {"--port", "80x", "--port must be a whole number"},
         {"--max-body", "lots", "--max-body must be a size"},
-        {"--max-inflight", "0", "--max-inflight must be between 1"},
+        {"--max-inflight", "-1", "--max-inflight must be between 0"},
+        {"--log-format", "xml", "--log-format must be text or json"},
         {"--quiet=maybe", NULL, "--quiet must be true or false"},
         {"--no-such-flag", NULL, "unknown option \"--no-such-flag\""},
         {"--host", "", "--host must not be empty"},
@@ -119,7 +122,8 @@ void test_config_help_lists_every_option(void)
         "--allowed-hosts", "--auth-tokens", "ATTN_AUTH_TOKENS", "--auth-token-file", "--auth-writes",
         "--auth-all", "--tls-cert", "--tls-key",
         "--max-memory", "ATTN_MAX_MEMORY", "--max-connections-per-ip", "--header-timeout",
-        "--min-body-rate", "--deadline", "--queue-wait-ms", "--io-threads"};
+        "--min-body-rate", "--deadline", "--queue-wait-ms", "--io-threads", "--log-format",
+        "ATTN_LOG_FORMAT"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         if (strstr(text, expected[i]) == NULL) {
             free(text);
@@ -148,4 +152,36 @@ void test_config_empty_values(void)
     ASSERT_STR_EQ(cfg.cors_origin, "https://a.example,https://b.example");
     char *argv3[] = {"attention-server", "--data-dir", "", NULL};
     ASSERT_EQ(load(&cfg, argv3, NULL, err, sizeof err), CONFIG_ERROR);
+}
+
+/* Where each value came from, and the settings that follow the CPUs: a 0
+ * becomes the rule's number with the CPUs' source, a value given keeps its
+ * own source. */
+void test_config_sizing(void)
+{
+    server_config cfg;
+    char err[256];
+    char *envp[] = {"ATTN_IO_THREADS=3", NULL};
+    char *argv[] = {"attention-server", "--compute-threads", "5", NULL};
+    ASSERT_EQ(load(&cfg, argv, envp, err, sizeof err), CONFIG_OK);
+    ASSERT_EQ(config_source(&cfg, "compute-threads"), CONFIG_FROM_FLAG);
+    ASSERT_EQ(config_source(&cfg, "io-threads"), CONFIG_FROM_ENV);
+    ASSERT_EQ(config_source(&cfg, "max-inflight"), CONFIG_FROM_DEFAULT);
+    sizing_resolve(&cfg, 16, "cgroup");
+    const server_sizing *sz = sizing_get();
+    ASSERT_EQ(cfg.compute_threads, 5);
+    ASSERT_STR_EQ(sz->compute_threads.source, "flag");
+    ASSERT_EQ(cfg.io_threads, 3);
+    ASSERT_STR_EQ(sz->io_threads.source, "env");
+    ASSERT_EQ(cfg.max_inflight, 16 * SIZING_INFLIGHT_PER_CPU);
+    ASSERT_STR_EQ(sz->max_inflight.source, "cgroup");
+    ASSERT_EQ(sz->cpus, 16);
+    /* On one CPU every rule's floor holds. */
+    char *argv1[] = {"attention-server", NULL};
+    ASSERT_EQ(load(&cfg, argv1, NULL, err, sizeof err), CONFIG_OK);
+    sizing_resolve(&cfg, 1, "cores");
+    ASSERT_EQ(cfg.compute_threads, 1);
+    ASSERT_EQ(cfg.io_threads, SIZING_IO_THREADS_MIN);
+    ASSERT_EQ(cfg.max_inflight, SIZING_INFLIGHT_MIN);
+    ASSERT_STR_EQ(sizing_get()->max_inflight.source, "cores");
 }

@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 
+#include "core/sizing.h"
 #include "http/guard.h"
 #include "core/mem.h"
 #include "route/route.h"
@@ -21,6 +22,7 @@ static void base_config(server_config *cfg)
     FILE *sink = fopen("/dev/null", "w");
     config_load(cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(cfg, 1, "cores"); /* as main.c does */
 }
 
 /* Runs guard_check on a request with the given header lines ("Name", "value"

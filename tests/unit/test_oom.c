@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/sizing.h"
 #include "router/api.h"
 #include "core/mem.h"
 #include "v1/attention_json.h"
@@ -86,6 +87,7 @@ void test_oom_api_handle(void)
     FILE *sink = fopen("/dev/null", "w");
     config_load(&cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(&cfg, 1, "cores"); /* as main.c does */
     char dir[] = "/tmp/attn-unit-XXXXXX";
     ASSERT(mkdtemp(dir) != NULL);
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", dir);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sizing.h"
 #include "v1/attention_json.h"
 #include "core/config.h"
 #include "json/json_in.h"
@@ -161,6 +162,7 @@ void test_request_faults_same_words(void)
     FILE *sink = fopen("/dev/null", "w");
     config_load(&cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(&cfg, 1, "cores"); /* as main.c does */
     for (size_t i = 0; i < sizeof fault_cases / sizeof fault_cases[0]; i++) {
         const fault_case *c = &fault_cases[i];
         attn_error err;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/sizing.h"
 #include "router/api.h"
 #include "core/mem.h"
 #include "test.h"
@@ -23,6 +24,7 @@ static int viz_api_start(char *dir)
     FILE *sink = fopen("/dev/null", "w");
     config_load(&cfg, 1, argv, NULL, sink, errbuf, sizeof errbuf);
     fclose(sink);
+    sizing_resolve(&cfg, 1, "cores"); /* as main.c does */
     if (mkdtemp(dir) == NULL)
         return -1;
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", dir);

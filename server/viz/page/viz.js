@@ -157,6 +157,27 @@
     document.body.dataset.status = status;
   }
 
+  /* The phases of the server's Server-Timing header on answer r ("read;dur=0.05, parse;dur=0.1"):
+   * [{name, ms}], in the server's order; [] without the header. */
+  function serverTiming(r) {
+    return (r.headers.get('Server-Timing') || '').split(',').map((part) => {
+      const [name, ...params] = part.split(';').map((x) => x.trim());
+      const dur = params.find((x) => x.startsWith('dur='));
+      return { name, ms: dur ? Number(dur.slice(4)) : 0 };
+    }).filter((p) => p.name);
+  }
+
+  /* Shows where the last request's time went: the page's own steps beside the server's phases. */
+  function showTimings(t) {
+    const el = $('timings');
+    const server = t.server || [];
+    el.textContent = `page: request ${t.transferMs.toFixed(1)} ms, decode ${t.decodeMs.toFixed(1)} ms, ` +
+      `draw ${(t.drawMs || 0).toFixed(1)} ms` +
+      (server.length ? ' · server: ' + server.map((p) => `${p.name} ${p.ms.toFixed(2)} ms`).join(', ') : '');
+    el.hidden = false;
+    document.body.dataset.serverPhases = server.map((p) => p.name).join(',');
+  }
+
   function clearError() {
     $('error').hidden = true;
     $('error').textContent = '';
@@ -1356,7 +1377,7 @@
       mask: requestMask(req, B, Lq, Lk),
       qTokens: parseTokens($('q-tokens').value),
       kTokens: parseTokens($('k-tokens').value) || parseTokens($('q-tokens').value),
-      header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1 },
+      header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
     };
     return d;
   }
@@ -1378,7 +1399,7 @@
       return { error: { code: 'no_attention', field: 'return_attention',
         message: 'The answer has no attention matrix (is "return_attention" false?).' } };
     }
-    d.timing = { transferMs: t1 - t0, decodeMs: performance.now() - t1 };
+    d.timing = { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) };
     return { data: d };
   }
 
@@ -1446,6 +1467,7 @@
       currentRequest = req;
       setData(d);
       d.timing.drawMs = performance.now() - t2;
+      showTimings(d.timing);
     } catch (e) {
       showError('failed', 'No answer could be shown: ' + e.message, null);
     }

@@ -1,0 +1,288 @@
+/*
+ * http_trace.c - the identity and the timeline of every request: W3C Trace
+ * Context in and out, X-Request-Id, Server-Timing, and the access log line.
+ *
+ * A request that brings a valid traceparent (W3C Trace Context, version 00,
+ * or a later version read as 00 says) joins that trace: the server's span
+ * gets a new id and the caller's span becomes its parent, and tracestate,
+ * when well formed, is kept for the log.  A malformed traceparent is
+ * ignored, never refused: the request starts a new trace, as the
+ * specification asks, and its tracestate is dropped with it.  Ids come from
+ * getrandom(2), the kernel's CSPRNG, so that ids of concurrent requests and
+ * of replicas never collide in practice.  Every answer carries traceresponse
+ * (Trace Context Level 2: the trace and the server's span), X-Request-Id
+ * (the client's own when it sent a usable one, else a new one) and
+ * Server-Timing with the phases that happened.  The access log prints one
+ * line per request at its completion, as text or as a JSON object
+ * (--log-format), written with jansson.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_private.h"
+
+/* Fills buf with n random bytes from the kernel.  getrandom blocks only
+ * until the kernel's pool is first seeded at boot; should it fail all the
+ * same, the clock and a counter make the bytes, which are still unique in
+ * this process (never the same ids twice), if guessable. */
+static void random_bytes(unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, 0);
+        if (r > 0)
+            got += (size_t)r;
+        else if (r < 0 && errno != EINTR)
+            break;
+    }
+    if (got == n)
+        return;
+    static atomic_ullong counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long x = (unsigned long long)ts.tv_sec * 1000000007ULL ^
+                           (unsigned long long)ts.tv_nsec ^ (atomic_fetch_add(&counter, 1) << 40);
+    for (size_t i = got; i < n; i++) {
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdULL;
+        x ^= x >> 29;
+        buf[i] = (unsigned char)(x >> 24);
+    }
+}
+
+/* Writes n random bytes as 2n lowercase hex digits and a NUL into out,
+ * never all zeros (an id W3C reads as invalid). */
+static void random_hex(char *out, size_t n)
+{
+    unsigned char bytes[32];
+    static const char digits[] = "0123456789abcdef";
+    int zero;
+    do {
+        random_bytes(bytes, n);
+        zero = 1;
+        for (size_t i = 0; i < n; i++)
+            zero &= bytes[i] == 0;
+    } while (zero);
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* Is s[0..n) lowercase hex, and (nonzero) not all zeros? */
+static int is_hex(const char *s, size_t n, int nonzero)
+{
+    int all_zero = 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return 0;
+        all_zero &= c == '0';
+    }
+    return !(nonzero && all_zero);
+}
+
+/* Reads a traceparent into t (trace, parent, flags); 0 when valid, -1 with
+ * t unchanged otherwise.  Version 00 is exactly 55 characters; a later
+ * version (never ff) may carry more after a '-', which is ignored. */
+static int traceparent_parse(const char *v, http_trace *t)
+{
+    size_t len = strlen(v);
+    if (len < 55 || !is_hex(v, 2, 0) || !strncmp(v, "ff", 2) || v[2] != '-' ||
+        !is_hex(v + 3, 32, 1) || v[35] != '-' || !is_hex(v + 36, 16, 1) || v[52] != '-' ||
+        !is_hex(v + 53, 2, 0))
+        return -1;
+    if (!strncmp(v, "00", 2) ? len != 55 : len > 55 && v[55] != '-')
+        return -1;
+    memcpy(t->trace_id, v + 3, 32);
+    t->trace_id[32] = '\0';
+    memcpy(t->parent_id, v + 36, 16);
+    t->parent_id[16] = '\0';
+    /* Only the sampled bit is defined; the others are not passed on. */
+    int sampled = (v[54] >= '0' && v[54] <= '9' ? v[54] - '0' : v[54] - 'a' + 10) & 1;
+    snprintf(t->flags, sizeof t->flags, "0%d", sampled);
+    return 0;
+}
+
+/* A client's X-Request-Id is echoed when it is 1 to HTTP_REQUEST_ID_MAX
+ * characters of letters, digits and ._:- (what balancers and clients
+ * generate); anything else is replaced, so that a log line never holds what
+ * a client chose to smuggle into it. */
+static int request_id_usable(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > HTTP_REQUEST_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = v[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* tracestate is kept when it fits W3C's 512 characters and is printable
+ * ASCII; its list members are the vendors' business. */
+static int tracestate_usable(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 512)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+void http_trace_begin(http_trace *t, const char *traceparent, const char *tracestate,
+                      const char *request_id)
+{
+    memset(t, 0, sizeof *t);
+    if (traceparent != NULL && traceparent_parse(traceparent, t) == 0) {
+        if (tracestate != NULL && tracestate_usable(tracestate))
+            t->tracestate = tracestate;
+    } else {
+        random_hex(t->trace_id, 16);
+        snprintf(t->flags, sizeof t->flags, "00");
+    }
+    random_hex(t->span_id, 8);
+    if (request_id != NULL && request_id_usable(request_id))
+        snprintf(t->request_id, sizeof t->request_id, "%s", request_id);
+    else
+        random_hex(t->request_id, 16);
+}
+
+static const char *const phase_names[HTTP_PHASE_COUNT] = {
+    "read", "parse", "queue", "compute", "encode", "compress"};
+
+void http_trace_headers(struct MHD_Response *r, const http_request *hr)
+{
+    char text[96];
+    snprintf(text, sizeof text, "00-%s-%s-%s", hr->trace.trace_id, hr->trace.span_id,
+             hr->trace.flags);
+    MHD_add_response_header(r, "traceresponse", text);
+    MHD_add_response_header(r, "X-Request-Id", hr->trace.request_id);
+    char timing[256];
+    size_t n = 0;
+    for (int p = 0; p < HTTP_PHASE_COUNT; p++)
+        if (hr->phases_timed & (1u << p))
+            n += (size_t)snprintf(timing + n, sizeof timing - n, "%s%s;dur=%.3f",
+                                  n ? ", " : "", phase_names[p], hr->phase_seconds[p] * 1000.0);
+    if (n > 0)
+        MHD_add_response_header(r, "Server-Timing", timing);
+}
+
+void http_trace_phase(http_request *hr, http_phase phase, double seconds)
+{
+    hr->phases_timed |= 1u << phase;
+    hr->phase_seconds[phase] = seconds > 0 ? seconds : 0;
+}
+
+/* The client's address as text ("" when unknown). */
+static void client_address(struct MHD_Connection *conn, char *out, size_t size)
+{
+    out[0] = '\0';
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL || info->client_addr == NULL)
+        return;
+    const struct sockaddr *sa = info->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
+                  (socklen_t)size);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
+                  (socklen_t)size);
+}
+
+/* Now as RFC 3339 UTC with milliseconds. */
+static void utc_now(char *out, size_t size)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, size, "%s.%03dZ", day, (int)(ts.tv_nsec / 1000000));
+}
+
+/* The JSON access line: one object, written whole under the stream's lock
+ * so that lines of concurrent requests never mix. */
+static void log_json(const http_request *hr, struct MHD_Connection *conn, double seconds,
+                     const char *served, int aborted)
+{
+    char when[64], client[INET6_ADDRSTRLEN];
+    utc_now(when, sizeof when);
+    client_address(conn, client, sizeof client);
+    json_t *phases = json_object();
+    for (int p = 0; p < HTTP_PHASE_COUNT; p++)
+        if (hr->phases_timed & (1u << p))
+            json_object_set_new(phases, phase_names[p], json_real(hr->phase_seconds[p] * 1000.0));
+    json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f, s:o, "
+                             "s:s, s:s, s:b}",
+                             "time", when, "request_id", hr->trace.request_id, "trace_id",
+                             hr->trace.trace_id, "span_id", hr->trace.span_id, "method",
+                             hr->method, "route", route_label(hr->route->id), "path", hr->path,
+                             "status", hr->status, "bytes_in", (json_int_t)hr->bytes_in,
+                             "bytes_out", (json_int_t)hr->bytes_out, "duration_ms",
+                             seconds * 1000.0, "phases_ms", phases, "client", client, "served",
+                             served, "aborted", aborted);
+    if (line == NULL)
+        return; /* out of memory: the line is lost, the request is not */
+    if (hr->trace.parent_id[0])
+        json_object_set_new(line, "parent_id", json_string(hr->trace.parent_id));
+    if (hr->trace.tracestate != NULL)
+        json_object_set_new(line, "tracestate", json_string(hr->trace.tracestate));
+    if (hr->model[0])
+        json_object_set_new(line, "model", json_string(hr->model));
+    flockfile(stderr);
+    json_dumpf(line, stderr, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    fputc('\n', stderr);
+    funlockfile(stderr);
+    json_decref(line);
+}
+
+void http_trace_log_library(const char *fmt, va_list ap)
+{
+    char text[512], when[64];
+    vsnprintf(text, sizeof text, fmt, ap);
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    /* The message may quote a client's bytes: JSON strings must be UTF-8. */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+    utc_now(when, sizeof when);
+    json_t *line = json_pack("{s:s, s:s, s:s}", "time", when, "source", "libmicrohttpd",
+                             "message", text);
+    if (line == NULL)
+        return;
+    flockfile(stderr);
+    json_dumpf(line, stderr, JSON_COMPACT);
+    fputc('\n', stderr);
+    funlockfile(stderr);
+    json_decref(line);
+}
+
+void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
+                    const char *served, int aborted)
+{
+    if (!strcmp(hr->srv->cfg->log_format, "json")) {
+        log_json(hr, conn, seconds, served, aborted);
+        return;
+    }
+    fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s id=%s trace=%s%s%s%s\n",
+            hr->method, hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
+            served, hr->trace.request_id, hr->trace.trace_id, hr->model[0] ? " model=" : "",
+            hr->model, aborted ? " aborted" : "");
+}

@@ -1,0 +1,344 @@
+#!/usr/bin/python3
+"""What an operator relies on: autoscaling signals, a trace of every request, and
+the settings that follow the machine.
+
+Starts servers on free loopback ports (stopped by their PIDs) and checks:
+- a burst of attention requests at --max-inflight 1 and one compute thread
+  queues, and /metrics follows it: attention_requests_queued and
+  attention_estimated_wait_seconds rise while it lasts and fall to 0 after,
+  attention_compute_slots_busy never passes the one slot, and the queue-wait,
+  compute and request-size histograms count every request of the burst (the
+  sizes to the byte);
+- every answer (v1, v2, probes, metrics, the page, errors, a 503) carries
+  traceresponse, X-Request-Id and Server-Timing, and the CORS answer exposes them;
+- a valid traceparent is joined (same trace, new span, the caller's span as
+  parent, tracestate kept), a malformed one is ignored (200, a new trace);
+- X-Request-Id is echoed when usable and replaced otherwise;
+- Server-Timing names the phases that happened (read only for a probe; read,
+  parse, queue, compute, encode for a computation; compress for a gzipped answer);
+- 64 concurrent requests get 64 different request ids, trace ids and span ids,
+  and the JSON access log has exactly one line for each, with the same ids, and
+  libmicrohttpd's own complaints are JSON lines as well;
+- /v1/info shows each sized setting with its source (flag, env, cores/cgroup).
+
+The burst's checks rest on the work it asks for, never on timing: six
+requests of 2 GFLOP each behind one worker and one compute thread must wait
+for one another, and the poll of /metrics stops when the burst has been
+answered (at most POLLS polls).
+
+Usage: operations_test.py --server PATH [--filter SUBSTR] (only the check
+functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME" per
+check and "N passed, N failed" last.
+"""
+import gzip
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+
+BURST = 6
+POLLS = 20000
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT = "b7ad6b7169203331"
+TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def matrix(n, d, salt=0):
+    return [[((i * 7 + j * 3 + salt) % 11) / 10.0 - 0.5 for j in range(d)] for i in range(n)]
+
+
+def attention_body(n, d, salt=0):
+    x = matrix(n, d, salt)
+    return json.dumps({"q": x, "k": x, "v": x, "return_attention": False}).encode()
+
+
+TINY = json.dumps({"q": [[1, 2]], "k": [[1, 2], [3, 4]], "v": [[1, 0], [0, 1]]}).encode()
+V2_BODY = json.dumps({"inputs": [
+    {"name": n, "shape": [2, 2], "datatype": "FP64", "data": [1, 2, 3, 4]}
+    for n in ("q", "k", "v")]}).encode()
+
+
+def metrics(srv):
+    """The samples of /metrics as {name{labels}: value}."""
+    status, body, _ = srv.request("GET", "/metrics")
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def series(name, model="attention"):
+    return '%s{model="%s",protocol="http"}' % (name, model)
+
+
+def check_metrics_burst(srv):
+    bodies = [attention_body(1024, 64, salt) for salt in range(BURST)]
+    before = metrics(srv)
+    answers = [None] * BURST
+
+    def send(i):
+        answers[i] = srv.request("POST", "/v1/attention", bodies[i])[0]
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(BURST)]
+    for t in threads:
+        t.start()
+    most_queued = most_busy = 0
+    most_wait = 0.0
+    for _ in range(POLLS):
+        m = metrics(srv)
+        most_queued = max(most_queued, m["attention_requests_queued"])
+        most_busy = max(most_busy, m["attention_compute_slots_busy"])
+        most_wait = max(most_wait, m["attention_estimated_wait_seconds"])
+        if not any(t.is_alive() for t in threads):
+            break
+    for t in threads:
+        t.join()
+    after = metrics(srv)
+    check("metrics/burst answered", answers == [200] * BURST, answers)
+    check("metrics/requests queued rose during the burst", most_queued >= 1, most_queued)
+    check("metrics/estimated wait rose during the burst", most_wait > 0, most_wait)
+    check("metrics/slots busy within the one compute thread",
+          most_busy == 1 and after["attention_compute_slots"] == 1, (most_busy, after))
+    check("metrics/gauges back to 0 after the burst",
+          after["attention_requests_queued"] == 0 and after["attention_compute_slots_busy"] == 0
+          and after["attention_estimated_wait_seconds"] == 0,
+          {k: v for k, v in after.items() if "_bucket" not in k and k.startswith("attention_")})
+
+    def grew(name):
+        return after.get(series(name), 0) - before.get(series(name), 0)
+
+    for h in ("attention_queue_wait_seconds", "attention_compute_seconds",
+              "attention_request_size_bytes"):
+        check("metrics/%s counts the burst" % h, grew(h + "_count") == BURST, grew(h + "_count"))
+    check("metrics/request sizes add up to the bodies sent",
+          grew("attention_request_size_bytes_sum") == sum(len(b) for b in bodies),
+          (grew("attention_request_size_bytes_sum"), sum(len(b) for b in bodies)))
+    # Five of the six waited behind at least one whole computation of another.
+    check("metrics/queue wait exceeds the shortest computation",
+          grew("attention_queue_wait_seconds_sum") > grew("attention_compute_seconds_sum") / BURST,
+          (grew("attention_queue_wait_seconds_sum"), grew("attention_compute_seconds_sum")))
+    label = 'attention_queue_wait_seconds_bucket{model="attention",protocol="http",le="+Inf"}'
+    check("metrics/histogram has HELP, TYPE and +Inf",
+          label in after and "# TYPE attention_queue_wait_seconds histogram" in
+          srv.request("GET", "/metrics")[1].decode(), label)
+
+
+def trace_of(headers):
+    m = TRACEPARENT_RE.match(headers.get("traceresponse") or "")
+    return m.groups() if m else None
+
+
+def check_headers_on_every_route(srv):
+    cases = [
+        ("GET", "/healthz", None, {}, 200),
+        ("GET", "/readyz", None, {}, 200),
+        ("GET", "/v1/info", None, {}, 200),
+        ("GET", "/metrics", None, {}, 200),
+        ("GET", "/v1/weight-sets", None, {}, 200),
+        ("POST", "/v1/attention", TINY, {}, 200),
+        ("POST", "/v1/attention", attention_body(64, 16), {}, 200),
+        ("POST", "/v1/attention", b"{", {}, 400),
+        ("PUT", "/v1/weight-sets/bad", b"{}", {}, 400),
+        ("GET", "/no/such/path", None, {}, 404),
+        ("DELETE", "/healthz", None, {}, 405),
+        ("OPTIONS", "/v1/attention", None, {"Origin": "https://page.example",
+                                           "Access-Control-Request-Method": "POST"}, 204),
+        ("GET", "/v2/health/live", None, {}, 200),
+        ("GET", "/v2/health/ready", None, {}, 200),
+        ("GET", "/v2/models/attention", None, {}, 200),
+        ("POST", "/v2/models/attention/infer", V2_BODY, {}, 200),
+        ("POST", "/v2/models/nope/infer", V2_BODY, {}, 404),
+        ("GET", "/viz", None, {}, 200),
+        # 2 GFLOP cannot be computed within the 1 ms the request allows itself.
+        ("POST", "/v1/attention", attention_body(2048, 64), {"X-Deadline-Ms": "1"}, 503),
+    ]
+    for method, path, body, headers, want in cases:
+        status, _, h = srv.request(method, path, body, headers)
+        name = "headers/%s %s %d" % (method, path, want)
+        check(name + " status", status == want, status)
+        check(name + " traceresponse, X-Request-Id, Server-Timing",
+              trace_of(h) is not None and h.get("X-Request-Id") and
+              "read;dur=" in (h.get("Server-Timing") or ""), dict(h))
+    _, _, h = srv.request("GET", "/healthz", None, {"Origin": "https://page.example"})
+    exposed = h.get("Access-Control-Expose-Headers") or ""
+    check("headers/CORS exposes them", all(x in exposed for x in (
+        "Server-Timing", "traceresponse", "X-Request-Id")), exposed)
+    _, _, h = srv.request("OPTIONS", "/v1/attention", None, {
+        "Origin": "https://page.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "traceparent, tracestate, x-request-id"})
+    allowed = (h.get("Access-Control-Allow-Headers") or "").lower()
+    check("headers/a page may send trace context", all(x in allowed for x in (
+        "traceparent", "tracestate", "x-request-id")), allowed)
+
+
+def check_trace_context(srv):
+    parent = "00-%s-%s-01" % (TRACE, PARENT)
+    status, _, h = srv.request("POST", "/v1/attention", TINY,
+                               {"traceparent": parent, "tracestate": "vendor=abc,other=1"})
+    t = trace_of(h)
+    check("trace/valid traceparent joined",
+          status == 200 and t is not None and t[0] == TRACE and t[1] != PARENT and t[2] == "01",
+          (status, h.get("traceresponse")))
+    bad = ["garbage", "00-%s-%s-01-extra" % (TRACE, PARENT), "00-%s-%s-01" % ("0" * 32, PARENT),
+           "00-%s-%s-01" % (TRACE, "0" * 16), "ff-%s-%s-01" % (TRACE, PARENT),
+           "00-%s-%s-01" % (TRACE.upper(), PARENT), "00-%s-%s-0" % (TRACE, PARENT), ""]
+    for i, value in enumerate(bad):
+        status, _, h = srv.request("POST", "/v1/attention", TINY,
+                                   {"traceparent": value, "tracestate": "vendor=bad"})
+        t = trace_of(h)
+        check("trace/malformed traceparent %d ignored, a new trace" % i,
+              status == 200 and t is not None and t[0] != TRACE and t[0] != "0" * 32,
+              (value, status, h.get("traceresponse")))
+    # A later version may carry more fields; they are ignored.
+    status, _, h = srv.request("GET", "/healthz", None,
+                               {"traceparent": "01-%s-%s-01-what-comes" % (TRACE, PARENT)})
+    t = trace_of(h)
+    check("trace/a later version is read as 00", t is not None and t[0] == TRACE, h.get("traceresponse"))
+
+
+def check_request_id(srv):
+    _, _, h = srv.request("GET", "/healthz", None, {"X-Request-Id": "client-42.a_b:c"})
+    check("request-id/usable one echoed", h.get("X-Request-Id") == "client-42.a_b:c",
+          h.get("X-Request-Id"))
+    for value in ("has space", "x" * 65, "quote\"d"):
+        _, _, h = srv.request("GET", "/healthz", None, {"X-Request-Id": value})
+        check("request-id/unusable one replaced (%s)" % value[:10],
+              re.match(r"^[0-9a-f]{32}$", h.get("X-Request-Id") or "") is not None,
+              h.get("X-Request-Id"))
+
+
+def phases(headers):
+    return [p.split(";")[0].strip() for p in (headers.get("Server-Timing") or "").split(",")]
+
+
+def check_server_timing(srv):
+    _, _, h = srv.request("GET", "/healthz")
+    check("server-timing/probe: read only", phases(h) == ["read"], h.get("Server-Timing"))
+    _, _, h = srv.request("POST", "/v1/attention", attention_body(64, 16))
+    check("server-timing/computation: its phases",
+          phases(h) == ["read", "parse", "queue", "compute", "encode"], h.get("Server-Timing"))
+    _, body, h = srv.request("POST", "/v1/attention", attention_body(64, 16),
+                             {"Accept-Encoding": "gzip"})
+    check("server-timing/gzipped answer: compress too",
+          h.get("Content-Encoding") == "gzip" and "compress" in phases(h) and
+          json.loads(gzip.decompress(body))["output"], h.get("Server-Timing"))
+    _, _, h = srv.request("POST", "/v1/attention", b"{")
+    check("server-timing/refused body: read and parse",
+          phases(h) == ["read", "parse"], h.get("Server-Timing"))
+
+
+def check_ids_unique_and_logged(srv):
+    results = []
+    lock = threading.Lock()
+
+    def client(k):
+        for i in range(8):
+            rid = "conc-%d-%d" % (k, i) if i % 2 else None
+            _, _, h = srv.request("POST", "/v1/attention", TINY,
+                                  {"X-Request-Id": rid} if rid else {})
+            with lock:
+                results.append((h.get("X-Request-Id"), trace_of(h)))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [r[0] for r in results]
+    traces = [r[1][0] for r in results if r[1]]
+    spans = [r[1][1] for r in results if r[1]]
+    check("ids/64 concurrent requests: 64 request ids, trace ids, span ids",
+          len(results) == 64 and len(set(ids)) == 64 and len(set(traces)) == 64 and
+          len(set(spans)) == 64, (len(set(ids)), len(set(traces)), len(set(spans))))
+    # Two connections libmicrohttpd itself complains about: its message is a JSON line too.
+    host, port = srv.base.split("//")[1].rsplit(":", 1)
+    for raw in (b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nContent-Length: x\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=30) as c:
+            c.sendall(raw)
+            c.shutdown(socket.SHUT_WR)
+            while c.recv(4096):
+                pass
+    srv.stop_quietly = True
+    srv.proc.terminate()
+    srv.proc.wait(timeout=60)
+    with open(os.path.join(srv.dir.name, "stderr")) as f:
+        text = f.read().splitlines()
+    objects = [json.loads(l) for l in text if l.startswith("{")]
+    library = [o for o in objects if o.get("source") == "libmicrohttpd"]
+    check("ids/libmicrohttpd's messages are JSON lines too",
+          library and not any(l.startswith("libmicrohttpd") for l in text),
+          [l for l in text if not l.startswith("{")][:5])
+    lines = [o for o in objects if "request_id" in o]
+    by_id = {}
+    for line in lines:
+        by_id.setdefault(line["request_id"], []).append(line)
+    ok = True
+    for rid, (trace, span, _) in results:
+        got = by_id.get(rid, [])
+        if len(got) != 1 or got[0]["trace_id"] != trace or got[0]["span_id"] != span:
+            ok = False
+            check("ids/log line of %s" % rid, False, got)
+            break
+    check("ids/one JSON log line per request, with the same ids", ok, len(lines))
+    sample = by_id.get(results[0][0], [{}])[0]
+    fields = ("time", "request_id", "trace_id", "span_id", "method", "route", "model", "status",
+              "bytes_in", "bytes_out", "duration_ms", "phases_ms", "client", "served")
+    check("ids/log line fields", all(f in sample for f in fields) and
+          sample["route"] == "/v1/attention" and sample["model"] == "attention" and
+          sample["client"] == "127.0.0.1" and "compute" in sample["phases_ms"], sample)
+
+
+def check_sizing_info(srv):
+    _, body, _ = srv.request("GET", "/v1/info")
+    sizing = json.loads(body)["sizing"]
+    check("sizing/flag named as the source",
+          sizing["max_inflight"] == {"value": 5, "source": "flag"}, sizing)
+    check("sizing/environment named as the source",
+          sizing["io_threads"] == {"value": 3, "source": "env"}, sizing)
+    cpus = sizing["cpus"]
+    check("sizing/compute threads follow the CPUs",
+          sizing["compute_threads"] == {"value": cpus, "source": sizing["cpus_source"]} and
+          sizing["cpus_source"] in ("cores", "cgroup") and cpus == len(os.sched_getaffinity(0))
+          or sizing["cpus_source"] == "cgroup", sizing)
+
+
+class Server(harness.Server):
+    """A server whose stop() may find it already stopped by its check (which
+    read its log), and then counts only its exit status."""
+    stop_quietly = False
+
+    def stop(self):
+        if not self.stop_quietly:
+            return super().stop()
+        rc = self.proc.wait(timeout=60)
+        check("server exited cleanly", rc == 0, rc)
+        self.dir.cleanup()
+
+
+def main():
+    args = harness.arguments(__doc__)
+    harness.run(args.server, [check_metrics_burst], "--quiet", "--max-inflight", "1",
+                "--compute-threads", "1", "--queue-wait-ms", "60000", "--inline-max-bytes", "0")
+    harness.run(args.server, [check_headers_on_every_route, check_trace_context, check_request_id,
+                              check_server_timing], "--quiet")
+    harness.run(args.server, [check_ids_unique_and_logged], "--log-format", "json",
+                server_class=Server)
+    os.environ["ATTN_IO_THREADS"] = "3"
+    try:
+        harness.run(args.server, [check_sizing_info], "--quiet", "--max-inflight", "5")
+    finally:
+        del os.environ["ATTN_IO_THREADS"]
+    return harness.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
