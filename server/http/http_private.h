@@ -48,6 +48,7 @@ typedef struct http_conn {
     double phase_start;
     atomic_size_t body_bytes;   /* of the current request */
     int shut;                   /* the reaper has shut it down */
+    size_t target_bytes;        /* the current request's target as sent (on_uri) */
 } http_conn;
 
 typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;

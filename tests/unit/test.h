@@ -204,6 +204,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(guard_host_allow_list)                \
     X(guard_framing)                        \
     X(guard_control_bytes_in_path)          \
+    X(guard_query)                          \
     X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
@@ -259,6 +260,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(compress_round_trips)                 \
     X(compress_split_round_trips)           \
     X(compress_bomb_and_damage)         \
+    X(compress_gzip_members)            \
     X(compress_raw_deflate_accepted)    \
     X(compress_header_values)           \
     X(compress_out_of_memory)           \
