@@ -366,6 +366,9 @@ static void daemon_options(http_server *srv, const struct sockaddr *addr,
 
 static void server_free(http_server *srv)
 {
+    for (size_t i = 0; i < srv->static_z_count; i++)
+        mem_free(srv->static_z[i].z);
+    pthread_mutex_destroy(&srv->static_lock);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->work);
     pthread_cond_destroy(&srv->reaper_wake);
@@ -448,6 +451,7 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     }
     srv->cfg = cfg;
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->static_lock, NULL);
     pthread_cond_init(&srv->work, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
     srv->guard = guard_new(cfg, err);
