@@ -119,6 +119,13 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
  * client to retry, which is harmless). */
 int store_put(weight_store *store, weight_set *set, int *created, attn_error *err);
 
+/* Puts back set, a set this store held before a store_put that the caller
+ * undoes, with the generation and time it had (store_put would give it new
+ * ones, and a client that pinned the old generation would be refused for
+ * content that never changed).  Takes ownership of the caller's reference as
+ * store_put does, and fails as it does. */
+int store_restore(weight_store *store, weight_set *set, attn_error *err);
+
 /* Returns a new reference to the set named name (borrowed), which the caller
  * drops with weightset_release, or NULL if there is none. */
 weight_set *store_get(weight_store *store, const char *name);
