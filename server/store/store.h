@@ -87,6 +87,21 @@ void store_close(weight_store *store);
  * left as it was.  Safe to call from any thread, at any time. */
 int store_sync(weight_store *store, attn_error *err);
 
+/* At most one rescan per name and generation in this many milliseconds is
+ * forced by pins (store_sync_for_pin); the answer meanwhile carries
+ * Retry-After: 1, so a client that honours it is served after one wait. */
+#define STORE_PIN_SYNC_MIN_MS 1000
+
+/* For a request pinned to generation want of the set named name, which the
+ * table does not hold: reads the generation of the set's file in the shared
+ * directory into *on_disk (0 when there is none, or no readable set there)
+ * and rescans the directory (store_sync) only when that file holds want and
+ * no rescan was forced for the same name and generation in the last
+ * STORE_PIN_SYNC_MIN_MS.  So a pin costs one read of a file's header, and
+ * rescans follow writes, not requests.  Returns 0, or store_sync's error. */
+int store_sync_for_pin(weight_store *store, const char *name, uint64_t want, uint64_t *on_disk,
+                       attn_error *err);
+
 /* Starts the background thread that runs store_sync every interval_ms
  * (> 0) until store_close.  Returns 0, or ERR_INTERNAL with err filled. */
 int store_sync_start(weight_store *store, long interval_ms, attn_error *err);
