@@ -298,8 +298,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     api_response_free(&hr->resp);
     compress_inflater_free(hr->inflater);
     http_body_free(hr);
+    int large = hr->bytes_in >= MEM_GIVE_BACK_FROM || hr->bytes_out >= MEM_GIVE_BACK_FROM;
     mem_free(hr);
     *con_cls = NULL;
+    if (large)
+        mem_give_back(); /* whatever the outcome: a refused body is as large */
 }
 
 /* libmicrohttpd's own messages (a client that sent garbage, a failed TLS

@@ -197,6 +197,8 @@ void v1_checkpoint_put(const api_request *req, const char *name, const server_co
     int created = 0;
     int rc = read_query(req, &rq, &heads, &err);
     if (rc == 0)
+        rc = checkpoint_header_admit(req->body, req->body_len, &err);
+    if (rc == 0)
         rc = safetensors_parse(req->body, req->body_len, &file, &err);
     if (rc == 0)
         rc = checkpoint_extract(&file, &rq, reserve_arrays, &reserved, &layers, &n, &err);
