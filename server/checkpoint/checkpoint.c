@@ -34,7 +34,8 @@ static const char *const MHA_ANCHOR = "out_proj.weight";
 int checkpoint_header_admit(const void *buf, size_t len, attn_error *err)
 {
     unsigned long long n = safetensors_header_length(buf, len);
-    if (n <= CKPT_MAX_HEADER_BYTES)
+    /* A length past the body is a damaged file, which safetensors_parse names as such. */
+    if (n <= CKPT_MAX_HEADER_BYTES || n > len - 8)
         return 0;
     return error_set(err, ERR_TOO_LARGE, "header_too_large", "body",
                      "The safetensors header takes %llu bytes; the server reads at most %zu "

@@ -67,7 +67,8 @@ typedef struct ckpt_layer {
 #define CKPT_MAX_HEADER_BYTES ((size_t)1 << 20)
 
 /* Refuses buf[0..len) when its safetensors header is longer than
- * CKPT_MAX_HEADER_BYTES, read from the length word alone: returns 0, or
+ * CKPT_MAX_HEADER_BYTES, read from the length word alone (a length past the
+ * body is left to safetensors_parse, as a damaged file): returns 0, or
  * ERR_TOO_LARGE ("header_too_large", field "body") with err filled. */
 int checkpoint_header_admit(const void *buf, size_t len, attn_error *err);
 

@@ -253,6 +253,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_torch_mha_stacked)     \
     X(checkpoint_gpt2_layers)           \
     X(checkpoint_bert_errors)           \
+    X(checkpoint_header_admit)          \
     X(checkpoint_names_and_limits)      \
     X(checkpoint_float32_tensors)       \
     X(checkpoint_spans_on_pool)         \
