@@ -31,6 +31,18 @@ static const layer_pattern BERT_PATTERN = {"encoder.layer.", ".attention.self.qu
 static const layer_pattern GPT2_PATTERN = {"h.", ".attn.c_attn.weight"};
 static const char *const MHA_ANCHOR = "out_proj.weight";
 
+int checkpoint_header_admit(const void *buf, size_t len, attn_error *err)
+{
+    unsigned long long n = safetensors_header_length(buf, len);
+    /* A length past the body is a damaged file, which safetensors_parse names as such. */
+    if (n <= CKPT_MAX_HEADER_BYTES || n > len - 8)
+        return 0;
+    return error_set(err, ERR_TOO_LARGE, "header_too_large", "body",
+                     "The safetensors header takes %llu bytes; the server reads at most %zu "
+                     "(a model's header takes about 100 bytes a tensor).", n,
+                     CKPT_MAX_HEADER_BYTES);
+}
+
 int checkpoint_preset_parse(const char *name, ckpt_preset *preset, attn_error *err)
 {
     static const struct { const char *name; ckpt_preset preset; } presets[] = {

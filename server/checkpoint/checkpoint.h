@@ -56,6 +56,22 @@ typedef struct ckpt_layer {
     attn_weights w;                     /* owned: arrays freed by checkpoint_layers_free */
 } ckpt_layer;
 
+/* The longest safetensors header a checkpoint may have.  jansson makes an
+ * object of a few hundred bytes per tensor, so a header is refused before
+ * it is parsed when it lists far more tensors than any preset reads from a
+ * real model: the presets read at most eight tensors a layer, and the
+ * largest model their layered patterns name, GPT-2 XL (48 layers, 628
+ * tensors with its feed-forward and norm tensors), has a header of 58,652
+ * bytes, about 93 bytes a tensor; this is some 11,000 such tensors, 17
+ * times that. */
+#define CKPT_MAX_HEADER_BYTES ((size_t)1 << 20)
+
+/* Refuses buf[0..len) when its safetensors header is longer than
+ * CKPT_MAX_HEADER_BYTES, read from the length word alone (a length past the
+ * body is left to safetensors_parse, as a damaged file): returns 0, or
+ * ERR_TOO_LARGE ("header_too_large", field "body") with err filled. */
+int checkpoint_header_admit(const void *buf, size_t len, attn_error *err);
+
 /* The preset named name into *preset.  Returns 0, or ERR_BAD_REQUEST
  * ("invalid_value", field "preset") with err filled. */
 int checkpoint_preset_parse(const char *name, ckpt_preset *preset, attn_error *err);

@@ -225,6 +225,11 @@ int safetensors_parse(const void *buf, size_t len, st_file *f, attn_error *err)
     return rc;
 }
 
+unsigned long long safetensors_header_length(const void *buf, size_t len)
+{
+    return len < 8 ? 0 : (unsigned long long)read_le64(buf);
+}
+
 void safetensors_free(st_file *f)
 {
     if (f == NULL)

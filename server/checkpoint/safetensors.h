@@ -48,6 +48,10 @@ typedef struct st_file {
  * message) or ERR_UNAVAILABLE (out of memory) with err filled and *f zeroed. */
 int safetensors_parse(const void *buf, size_t len, st_file *f, attn_error *err);
 
+/* The header length that buf[0..len) declares in its first 8 bytes, or 0
+ * when it has fewer: what a caller may check before anything is parsed. */
+unsigned long long safetensors_header_length(const void *buf, size_t len);
+
 /* Frees what safetensors_parse made (f may be NULL) and zeroes it. */
 void safetensors_free(st_file *f);
 

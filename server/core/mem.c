@@ -18,11 +18,13 @@
 #include "mem.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -319,8 +321,56 @@ void mem_release(const void *ptr, size_t size)
 /* Arenas at most: one a CPU, as many as there are threads that can run at once. */
 #define MEM_ARENA_MAX 64
 
+/* What the allocator kept resident beyond its live bytes at start-up (mem_tune_allocator),
+ * and whether a trim is running. */
+static atomic_size_t kept_at_start;
+static pthread_mutex_t trim_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Resident bytes of this process from /proc/self/statm, or 0 when it cannot be read. */
+static size_t resident_bytes(void)
+{
+    char text[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    unsigned long long size = 0, resident = 0;
+    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Resident bytes that are not the allocator's live blocks: freed memory it keeps, plus
+ * what is not the allocator's at all (code, stacks, libraries' own mappings). */
+static size_t kept_bytes(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    size_t rss = resident_bytes();
+    struct mallinfo2 mi = mallinfo2();
+    size_t live = mi.uordblks + mi.hblkhd;
+    return rss > live ? rss - live : 0;
+#else
+    return 0;
+#endif
+}
+
+void mem_give_back(void)
+{
+    /* One at a time, each looking after the last trim: a request that ends during a trim
+     * may have freed its memory after that trim looked. */
+    pthread_mutex_lock(&trim_lock);
+    if (kept_bytes() > atomic_load(&kept_at_start) + MEM_TRIM_THRESHOLD)
+        malloc_trim(0);
+    pthread_mutex_unlock(&trim_lock);
+}
+
 int mem_tune_allocator(void)
 {
+    atomic_store(&kept_at_start, kept_bytes());
     const char *tunables = getenv("GLIBC_TUNABLES");
     if (tunables != NULL && strstr(tunables, "glibc.malloc.") != NULL)
         return 0;

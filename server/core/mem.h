@@ -34,6 +34,19 @@ void mem_free(void *ptr);
  * applied. */
 int mem_tune_allocator(void);
 
+/* Requests that moved at least this many bytes call mem_give_back when they end. */
+#define MEM_GIVE_BACK_FROM ((size_t)1 << 20)
+
+/* Gives freed memory back to the kernel (malloc_trim) when the allocator keeps more of it
+ * resident than the trim threshold above what it kept at start-up.  The trim threshold
+ * alone does not bound it: it acts only on the top of each heap, while a request that
+ * made many small objects (the JSON tree of a large safetensors header) or a large body
+ * in a worker's arena leaves free memory in the middle of a heap, which glibc keeps.
+ * What is kept is the resident set less the allocator's live bytes (mallinfo2); a call
+ * costs a read of /proc/self/statm and a walk of the free lists, and a trim only when
+ * the threshold is passed.  Safe from any thread: calls take turns. */
+void mem_give_back(void);
+
 /* Asks the kernel to back the 2 MiB-aligned part of the block [ptr, ptr + size)
  * with huge pages (Linux's MADV_HUGEPAGE, which transparent huge pages in
  * their "madvise" mode wait for): a large result written once then costs one

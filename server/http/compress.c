@@ -87,18 +87,38 @@ int compress_encoding_parse(const char *value, compress_kind *kind)
     return 0;
 }
 
+/* The weight a parsed Accept-Encoding gives one coding: its own entry's q
+ * (the highest, should it be listed twice), else the q of "*", else -1 (not
+ * named at all). */
+typedef struct accept_weights {
+    double gzip, deflate, identity, any;
+} accept_weights;
+
 compress_kind compress_accepted(const char *accept_encoding)
 {
-    int gzip = 0, deflate = 0;
+    accept_weights w = {-1, -1, -1, -1};
     char name[32];
     double q;
     for (const char *s = accept_encoding; s != NULL && (s = next_coding(s, name, sizeof name, &q));) {
-        if (!strcmp(name, "gzip") || !strcmp(name, "x-gzip") || !strcmp(name, "*"))
-            gzip = q > 0;
-        else if (!strcmp(name, "deflate"))
-            deflate = q > 0;
+        double *slot = !strcmp(name, "gzip") || !strcmp(name, "x-gzip") ? &w.gzip
+                       : !strcmp(name, "deflate")                      ? &w.deflate
+                       : !strcmp(name, "identity")                     ? &w.identity
+                       : !strcmp(name, "*")                            ? &w.any
+                                                                       : NULL;
+        if (slot != NULL && q > *slot)
+            *slot = q;
     }
-    return gzip ? COMPRESS_GZIP : deflate ? COMPRESS_DEFLATE : COMPRESS_NONE;
+    /* RFC 9110 12.5.3: a coding's own entry decides over "*", and q=0 means
+     * "not acceptable" whatever "*" says.  Of the acceptable codings the one
+     * with the highest q is used, gzip on a tie; identity wins only when the
+     * client names it (or "*") with a higher q than either. */
+    double gzip = w.gzip >= 0 ? w.gzip : w.any;
+    double deflate = w.deflate >= 0 ? w.deflate : w.any;
+    double identity = w.identity >= 0 ? w.identity : w.any;
+    double best = gzip > deflate ? gzip : deflate;
+    if (best <= 0 || identity > best)
+        return COMPRESS_NONE;
+    return gzip >= deflate ? COMPRESS_GZIP : COMPRESS_DEFLATE;
 }
 
 const char *compress_name(compress_kind kind)
@@ -137,8 +157,14 @@ int compress_inflate(compress_inflater *inf, const void *in, size_t n, compress_
 {
     if (n == 0)
         return 0;
-    if (inf->done)
-        return COMPRESS_CORRUPT; /* bytes after the end of the stream */
+    if (inf->done) {
+        /* More bytes after a gzip member are the next member (RFC 1952 2.2: a
+         * file is a series of members, as `cat a.gz b.gz` makes); after a
+         * zlib stream they are garbage. */
+        if (inf->kind != COMPRESS_GZIP || inflateReset(&inf->z) != Z_OK)
+            return COMPRESS_CORRUPT;
+        inf->done = 0;
+    }
     int rc = inf->started ? 0 : inflater_start(inf, in, n);
     if (rc != 0)
         return rc;
@@ -159,7 +185,12 @@ int compress_inflate(compress_inflater *inf, const void *in, size_t n, compress_
             return rc;
         if (z == Z_STREAM_END) {
             inf->done = 1;
-            return inf->z.avail_in > 0 || n > 0 ? COMPRESS_CORRUPT : 0;
+            if (inf->z.avail_in == 0 && n == 0)
+                return 0;
+            if (inf->kind != COMPRESS_GZIP || inflateReset(&inf->z) != Z_OK)
+                return COMPRESS_CORRUPT; /* bytes after the end of the stream */
+            inf->done = 0; /* the next gzip member */
+            continue;
         }
         if (z == Z_MEM_ERROR)
             return COMPRESS_NOMEM;

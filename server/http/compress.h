@@ -27,9 +27,10 @@ typedef enum { COMPRESS_NONE, COMPRESS_GZIP, COMPRESS_DEFLATE } compress_kind;
  * read (the caller answers 415). */
 int compress_encoding_parse(const char *value, compress_kind *kind);
 
-/* The coding to answer with for an Accept-Encoding value (NULL: none):
- * gzip when acceptable, else deflate, else NONE.  A coding with q=0 is not
- * acceptable. */
+/* The coding to answer with for an Accept-Encoding value (NULL: none), by
+ * its q-values (RFC 9110 12.5.3): the acceptable coding of highest q, gzip on
+ * a tie, NONE when neither is acceptable or identity is named with a higher
+ * q.  A coding's own entry overrides "*"; q=0 makes it unacceptable. */
 compress_kind compress_accepted(const char *accept_encoding);
 
 /* The Content-Encoding name of kind ("gzip", "deflate"; NULL for NONE). */
@@ -45,15 +46,17 @@ typedef int (*compress_sink)(void *ctx, const char *data, size_t n);
  * compress_inflater_free; NULL when memory runs out. */
 compress_inflater *compress_inflater_new(compress_kind kind);
 
-/* Inflates in[0..n) into sink.  Returns 0, the sink's non-zero value,
- * COMPRESS_CORRUPT when the data is not of the coding (or goes on after the
- * end of the stream), or COMPRESS_NOMEM. */
+/* Inflates in[0..n) into sink.  A gzip body may hold several members, one
+ * after the other (RFC 1952), inflated in turn.  Returns 0, the sink's
+ * non-zero value, COMPRESS_CORRUPT when the data is not of the coding (or a
+ * deflate stream goes on after its end), or COMPRESS_NOMEM. */
 #define COMPRESS_CORRUPT (-1001)
 #define COMPRESS_NOMEM (-1002)
 int compress_inflate(compress_inflater *inf, const void *in, size_t n, compress_sink sink,
                      void *ctx);
 
-/* 1 when the stream has ended properly (a body cut short has not). */
+/* 1 when the stream has ended properly, at the end of a member for gzip (a
+ * body cut short has not). */
 int compress_inflater_done(const compress_inflater *inf);
 
 /* Frees inf (NULL is fine). */

@@ -429,7 +429,7 @@ static int framing_error(guard_verdict *v, attn_error *err, const char *fmt, con
 
 /* What guard_check reads of the headers, in one pass. */
 typedef struct header_scan {
-    size_t lengths, encodings, hosts, inference_lengths, header_bytes;
+    size_t lengths, encodings, content_encodings, hosts, inference_lengths, header_bytes;
     const char *length, *encoding, *host, *authorization, *origin;
 } header_scan;
 
@@ -454,6 +454,8 @@ static void scan_headers(const guard_request *rq, header_scan *s)
             s->origin = h->value;
         } else if (strcasecmp(h->name, "Inference-Header-Content-Length") == 0) {
             s->inference_lengths++;
+        } else if (strcasecmp(h->name, "Content-Encoding") == 0) {
+            s->content_encodings++;
         }
     }
 }
@@ -482,6 +484,31 @@ static int check_framing(const guard_request *rq, const header_scan *s, guard_ve
     if (s->inference_lengths > 1)
         return framing_error(v, err, "The request has several %s headers; send one.",
                              "Inference-Header-Content-Length");
+    /* Content-Encoding says which bytes the body holds as much as Content-Length says how
+     * many: a proxy that reads the other header would check a different body. */
+    if (s->content_encodings > 1) {
+        v->close = 1;
+        return error_set(err, ERR_BAD_REQUEST, "ambiguous_framing", "Content-Encoding",
+                         "The request has several Content-Encoding headers; send one.");
+    }
+    return 0;
+}
+
+/* The query's parameters: each at most once (which of two would count is a guess, and a
+ * proxy or a log may guess the other way), and at most GUARD_MAX_ARGS of them.  Names
+ * compare without case, as libmicrohttpd looks them up.  Returns 0 or ERR_BAD_REQUEST. */
+static int check_args(const guard_request *rq, attn_error *err)
+{
+    if (rq->arg_count > GUARD_MAX_ARGS)
+        return error_set(err, ERR_BAD_REQUEST, "too_many_parameters", NULL,
+                         "The query has %zu parameters; the server reads at most %d.",
+                         rq->arg_count, GUARD_MAX_ARGS);
+    for (size_t i = 0; i < rq->arg_count; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcasecmp(rq->args[i].name, rq->args[j].name) == 0)
+                return error_set(err, ERR_BAD_REQUEST, "duplicate_parameter", rq->args[i].name,
+                                 "The query gives %.100s more than once; give it once.",
+                                 rq->args[i].name);
     return 0;
 }
 
@@ -503,11 +530,12 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
     const char *authorization = hs.authorization, *origin = hs.origin;
     size_t header_bytes = hs.header_bytes, hosts = hs.hosts;
 
-    if (strlen(rq->path) > GUARD_MAX_TARGET) {
+    size_t target_bytes = rq->target_bytes != 0 ? rq->target_bytes : strlen(rq->path);
+    if (target_bytes > GUARD_MAX_TARGET) {
         v->close = 1;
         return error_set(err, ERR_URI_TOO_LONG, "uri_too_long", NULL,
                          "The request target has %zu bytes; the server reads at most %d.",
-                         strlen(rq->path), GUARD_MAX_TARGET);
+                         target_bytes, GUARD_MAX_TARGET);
     }
     if (header_bytes > GUARD_MAX_HEADER_BYTES) {
         v->close = 1;
@@ -532,6 +560,10 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
                              "The path holds a control character (such as %%00) at byte %zu; "
                              "no name may contain one.", (size_t)(p - (const unsigned char *)rq->path));
         }
+    if (check_args(rq, err) != 0) {
+        v->close = has_body;
+        return err->kind;
+    }
 
     if (cors_check(&g->writes, rq->method, origin, host, err) != 0) {
         v->close = has_body;

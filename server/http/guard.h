@@ -28,6 +28,9 @@
 #define GUARD_MAX_HEADER_BYTES 16384
 /* Most header lines one request may carry. */
 #define GUARD_MAX_HEADERS 100
+/* Query parameters read from one request: the API names a handful, so more
+ * is a mistake or an attack, and a short list keeps the duplicate check cheap. */
+#define GUARD_MAX_ARGS 64
 
 /* The headers the API reads from a browser; a preflight allows these only. */
 #define GUARD_CORS_ALLOW_HEADERS \
@@ -45,10 +48,15 @@ typedef struct guard_header {
 typedef struct guard_request {
     const char *method;
     const char *path;           /* decoded (see guard_unescape) */
+    size_t target_bytes;        /* the request target as sent, query included
+                                   (0: unknown, the path's length is used) */
     const char *version;        /* "HTTP/1.1", "HTTP/1.0" */
     const guard_header *headers;
     size_t header_count;        /* header lines the request had; only the first
                                    GUARD_MAX_HEADERS of them are in headers */
+    const guard_header *args;   /* the query's parameters, decoded */
+    size_t arg_count;           /* parameters the query had; only the first
+                                   GUARD_MAX_ARGS of them are in args */
     int probe;                  /* the route is a probe (route.h): no token needed */
 } guard_request;
 
@@ -73,9 +81,11 @@ void guard_free(guard *g);
 
 /* Decides whether rq may reach the endpoints.  Returns 0 (v says nothing
  * then), or a negative ERR_* code with err filled and v saying what else to
- * do: ERR_BAD_REQUEST for ambiguous framing (two Content-Length or
- * Inference-Header-Content-Length headers...; v->close set), a Host outside
- * the allow-list, or a control byte in the path; ERR_URI_TOO_LONG and
+ * do: ERR_BAD_REQUEST for ambiguous framing (two Content-Length,
+ * Content-Encoding or Inference-Header-Content-Length headers...; v->close
+ * set), a Host outside the allow-list, a control byte in the path, a query
+ * parameter given twice (err->field names it) or more than GUARD_MAX_ARGS of
+ * them; ERR_URI_TOO_LONG (the whole target, query included) and
  * ERR_HEADERS_TOO_LARGE past the limits above (v->close set);
  * ERR_UNAUTHORIZED with v->www_authenticate filled when a token is needed and
  * missing or wrong; ERR_FORBIDDEN for a write from a page of a foreign

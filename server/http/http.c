@@ -70,16 +70,55 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* The query parameters of a request, gathered for guard_check. */
+typedef struct arg_list {
+    guard_header items[GUARD_MAX_ARGS];
+    size_t count;
+} arg_list;
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    arg_list *list = cls;
+    if (list->count < GUARD_MAX_ARGS)
+        list->items[list->count] = (guard_header){key, value != NULL ? value : ""};
+    list->count++;
+    return MHD_YES;
+}
+
+/* libmicrohttpd hands the access handler the path without its query; the
+ * target as the client sent it, which the guard limits, is seen only here,
+ * before it is split.  Kept on the connection; returns NULL, leaving the
+ * request's state to request_begin. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    http_conn *hc = info != NULL ? info->socket_context : NULL;
+    if (hc != NULL)
+        hc->target_bytes = strlen(uri);
+    return NULL;
+}
+
 /* Runs the guard over a new request; returns 0 when it may go on, else the
  * ERR_* code with err and v filled. */
-static int guard_request_check(http_server *srv, struct MHD_Connection *conn, const char *url,
-                               const char *method, const char *version, int probe,
-                               guard_verdict *v, attn_error *err)
+static int guard_request_check(http_server *srv, struct MHD_Connection *conn,
+                               const http_conn *hc, const char *url, const char *method,
+                               const char *version, int probe, guard_verdict *v,
+                               attn_error *err)
 {
     header_list headers;
     headers.count = 0;
     MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &headers);
-    guard_request rq = {method, url, version, headers.items, headers.count, probe};
+    arg_list args;
+    args.count = 0;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &args);
+    guard_request rq = {.method = method, .path = url, .version = version,
+                        .target_bytes = hc != NULL ? hc->target_bytes : 0,
+                        .headers = headers.items, .header_count = headers.count,
+                        .args = args.items, .arg_count = args.count, .probe = probe};
     return guard_check(srv->guard, &rq, v, err);
 }
 
@@ -158,8 +197,8 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     metrics_inflight_add(1);
     attn_error err;
     guard_verdict verdict;
-    if (guard_request_check(srv, conn, url, method, version, hr->route->probe, &verdict,
-                            &err) != 0) {
+    if (guard_request_check(srv, conn, hr->hc, url, method, version, hr->route->probe,
+                            &verdict, &err) != 0) {
         hr->too_large = 1; /* whatever body follows is dropped unread */
         return http_queue_error(srv, conn, hr, &err, &verdict);
     }
@@ -260,8 +299,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     api_response_free(&hr->resp);
     compress_inflater_free(hr->inflater);
     http_body_free(hr);
+    int large = hr->bytes_in >= MEM_GIVE_BACK_FROM || hr->bytes_out >= MEM_GIVE_BACK_FROM;
     mem_free(hr);
     *con_cls = NULL;
+    if (large)
+        mem_give_back(); /* whatever the outcome: a refused body is as large */
 }
 
 /* libmicrohttpd's own messages (a client that sent garbage, a failed TLS
@@ -314,7 +356,10 @@ static void daemon_options(http_server *srv, const struct sockaddr *addr,
                                            (intptr_t)cfg->max_connections_per_ip, NULL};
     options[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
                                            (intptr_t)cfg->timeout, NULL};
-    options[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL};
+    /* No SO_REUSEPORT: a second server on a busy port must fail to start, not
+     * take half of the connections (libmicrohttpd's default, SO_REUSEADDR,
+     * still lets a restart bind while old connections are in TIME_WAIT). */
+    options[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)&on_uri, NULL};
     options[n++] = (struct MHD_OptionItem){MHD_OPTION_UNESCAPE_CALLBACK,
                                            (intptr_t)&unescape_path, NULL};
     if (srv->tls_cert != NULL) {
@@ -326,6 +371,9 @@ static void daemon_options(http_server *srv, const struct sockaddr *addr,
 
 static void server_free(http_server *srv)
 {
+    for (size_t i = 0; i < srv->static_z_count; i++)
+        mem_free(srv->static_z[i].z);
+    pthread_mutex_destroy(&srv->static_lock);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->work);
     pthread_cond_destroy(&srv->reaper_wake);
@@ -408,6 +456,7 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     }
     srv->cfg = cfg;
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->static_lock, NULL);
     pthread_cond_init(&srv->work, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
     srv->guard = guard_new(cfg, err);

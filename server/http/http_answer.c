@@ -42,14 +42,52 @@ static void add_content_headers(struct MHD_Response *r, const api_response *resp
     }
 }
 
+/* A static body (a string literal, one of the visualizer's files) is the same
+ * bytes on every request: it is compressed once per coding and the copy kept
+ * for the server's life.  Returns 1 with resp pointing at the kept copy (still
+ * static), 0 when there is no room left or the body was not compressed (too
+ * little gain, or memory ran out): the caller then goes on as for any body. */
+static int compress_static(http_server *srv, api_response *resp, compress_kind kind,
+                           const char **coding)
+{
+    const http_static_z *found = NULL;
+    pthread_mutex_lock(&srv->static_lock);
+    for (size_t i = 0; i < srv->static_z_count && found == NULL; i++)
+        if (srv->static_z[i].body == resp->body && srv->static_z[i].kind == kind)
+            found = &srv->static_z[i];
+    if (found == NULL && srv->static_z_count < HTTP_STATIC_Z_MAX) {
+        /* Compressed under the lock: it happens once per body and coding, and a
+         * second request for the same file would otherwise do the same work. */
+        size_t len = 0;
+        char *z = compress_deflate(kind, resp->body, resp->body_len, &len);
+        if (z != NULL) {
+            metrics_static_compressed_add();
+            http_static_z *slot = &srv->static_z[srv->static_z_count++];
+            *slot = (http_static_z){resp->body, kind, z, len};
+            found = slot;
+        }
+    }
+    pthread_mutex_unlock(&srv->static_lock);
+    if (found == NULL)
+        return 0;
+    resp->body = found->z;
+    resp->body_len = found->len;
+    *coding = compress_name(kind);
+    return 1;
+}
+
 /* Compresses the body of resp for a client whose Accept-Encoding (NULL:
  * none) asks for it, when the body is large enough to gain.  Returns the
  * coding used (NULL: none; the body is then unchanged). */
-static const char *compress_answer(api_response *resp, const char *accept_encoding)
+static const char *compress_answer(http_server *srv, api_response *resp,
+                                   const char *accept_encoding)
 {
     compress_kind kind = compress_accepted(accept_encoding);
     if (kind == COMPRESS_NONE || resp->body_len < COMPRESS_MIN_BYTES)
         return NULL;
+    const char *coding = NULL;
+    if (resp->body_static && compress_static(srv, resp, kind, &coding))
+        return coding;
     size_t len;
     char *z = compress_deflate(kind, resp->body, resp->body_len, &len);
     if (z == NULL)
@@ -67,7 +105,7 @@ static void encode_answer(http_request *hr, api_response *resp, const char *acce
     /* Answers of this size vary with Accept-Encoding, whether compressed or not. */
     hr->answer_varies = resp->body_len >= COMPRESS_MIN_BYTES;
     double from = compute_now();
-    hr->answer_coding = compress_answer(resp, accept_encoding);
+    hr->answer_coding = compress_answer(hr->srv, resp, accept_encoding);
     if (hr->answer_coding != NULL)
         http_trace_phase(hr, HTTP_PHASE_COMPRESS, compute_now() - from);
     hr->answer_encoded = 1;

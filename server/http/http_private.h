@@ -50,6 +50,7 @@ typedef struct http_conn {
     double phase_start;
     atomic_size_t body_bytes;   /* of the current request */
     int shut;                   /* the reaper has shut it down */
+    size_t target_bytes;        /* the current request's target as sent (on_uri) */
 } http_conn;
 
 typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
@@ -82,6 +83,19 @@ typedef enum http_phase {
 
 typedef struct http_request http_request;
 
+/* Room for compressed copies of static bodies: the visualizer's files, in
+ * two codings, with room to spare; past it a static body is compressed per
+ * request, as any other. */
+#define HTTP_STATIC_Z_MAX 64
+
+/* One static body compressed once (http_answer.c). */
+typedef struct http_static_z {
+    const char *body;           /* the static body, by address */
+    compress_kind kind;
+    char *z;                    /* owned; freed with the server */
+    size_t len;
+} http_static_z;
+
 struct http_server {
     struct MHD_Daemon *daemon;
     const server_config *cfg;
@@ -99,6 +113,9 @@ struct http_server {
     int reaper_started;
     pthread_cond_t reaper_wake;
     int stopping;
+    pthread_mutex_t static_lock; /* guards static_z */
+    http_static_z static_z[HTTP_STATIC_Z_MAX];
+    size_t static_z_count;
 };
 
 /* State of one request, from its first byte to its completion. */

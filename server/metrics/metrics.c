@@ -32,6 +32,7 @@ static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
 static atomic_ulong path_counts[PATH_COUNT];
 static atomic_ulong slow_closed;
+static atomic_ulong static_compressed;
 static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferred"};
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
@@ -98,6 +99,11 @@ long metrics_inflight(void)
 void metrics_slow_closed_add(void)
 {
     atomic_fetch_add(&slow_closed, 1);
+}
+
+void metrics_static_compressed_add(void)
+{
+    atomic_fetch_add(&static_compressed, 1);
 }
 
 static void put_ulong(jw_buf *w, unsigned long long v)
@@ -194,6 +200,11 @@ char *metrics_render(size_t *len)
                "# TYPE attn_http_slow_connections_closed_total counter\n"
                "attn_http_slow_connections_closed_total ");
     put_ulong(&w, atomic_load(&slow_closed));
+    jw_raw(&w, "\n# HELP attn_http_static_compressions_total Static bodies (the visualizer's "
+               "files) compressed for answers; each is compressed once per coding and kept.\n"
+               "# TYPE attn_http_static_compressions_total counter\n"
+               "attn_http_static_compressions_total ");
+    put_ulong(&w, atomic_load(&static_compressed));
     jw_char(&w, '\n');
     autoscale_render(&w);
     return jw_finish(&w, len);

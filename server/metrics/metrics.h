@@ -38,6 +38,10 @@ long metrics_inflight(void);
  * body too slowly. */
 void metrics_slow_closed_add(void);
 
+/* Counts one static body (a visualizer file) compressed for the answer
+ * cache: once per body and coding while the server runs. */
+void metrics_static_compressed_add(void);
+
 /* Records the outcome of one weight-store sync (ok non-zero: it worked) and
  * what is loaded after it; /metrics shows the age of the last good one, the
  * sets and bytes, and the failures. */

@@ -47,6 +47,7 @@ weight_store *store_open(const char *dir, const store_limits *limits, attn_error
     pthread_mutex_init(&store->write_lock, NULL);
     pthread_mutex_init(&store->map_lock, NULL);
     pthread_mutex_init(&store->sync_lock, NULL);
+    pthread_mutex_init(&store->pin_lock, NULL);
     pthread_mutex_init(&store->wake_lock, NULL);
     pthread_cond_init(&store->wake, NULL);
     store_io_clean_temporaries(store);
@@ -75,6 +76,7 @@ void store_close(weight_store *store)
     pthread_mutex_destroy(&store->write_lock);
     pthread_mutex_destroy(&store->map_lock);
     pthread_mutex_destroy(&store->sync_lock);
+    pthread_mutex_destroy(&store->pin_lock);
     pthread_mutex_destroy(&store->wake_lock);
     pthread_cond_destroy(&store->wake);
     mem_free(store);

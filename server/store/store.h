@@ -87,6 +87,21 @@ void store_close(weight_store *store);
  * left as it was.  Safe to call from any thread, at any time. */
 int store_sync(weight_store *store, attn_error *err);
 
+/* At most one rescan per name and generation in this many milliseconds is
+ * forced by pins (store_sync_for_pin); the answer meanwhile carries
+ * Retry-After: 1, so a client that honours it is served after one wait. */
+#define STORE_PIN_SYNC_MIN_MS 1000
+
+/* For a request pinned to generation want of the set named name, which the
+ * table does not hold: reads the generation of the set's file in the shared
+ * directory into *on_disk (0 when there is none, or no readable set there)
+ * and rescans the directory (store_sync) only when that file holds want and
+ * no rescan was forced for the same name and generation in the last
+ * STORE_PIN_SYNC_MIN_MS.  So a pin costs one read of a file's header, and
+ * rescans follow writes, not requests.  Returns 0, or store_sync's error. */
+int store_sync_for_pin(weight_store *store, const char *name, uint64_t want, uint64_t *on_disk,
+                       attn_error *err);
+
 /* Starts the background thread that runs store_sync every interval_ms
  * (> 0) until store_close.  Returns 0, or ERR_INTERNAL with err filled. */
 int store_sync_start(weight_store *store, long interval_ms, attn_error *err);
@@ -118,6 +133,13 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
  * new file is already in place and the table follows it (the error tells the
  * client to retry, which is harmless). */
 int store_put(weight_store *store, weight_set *set, int *created, attn_error *err);
+
+/* Puts back set, a set this store held before a store_put that the caller
+ * undoes, with the generation and time it had (store_put would give it new
+ * ones, and a client that pinned the old generation would be refused for
+ * content that never changed).  Takes ownership of the caller's reference as
+ * store_put does, and fails as it does. */
+int store_restore(weight_store *store, weight_set *set, attn_error *err);
 
 /* Returns a new reference to the set named name (borrowed), which the caller
  * drops with weightset_release, or NULL if there is none. */

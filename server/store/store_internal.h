@@ -51,6 +51,16 @@ typedef struct suspect {
     int64_t first_ms;       /* monotonic time it was first seen damaged */
 } suspect;
 
+/* Slots of the pinned-rescan limiter: a collision only makes it stricter. */
+#define STORE_PIN_SLOTS 64
+
+/* When a rescan was last forced for one name and generation (key: a hash of
+ * both; at_ms: monotonic, 0 for never). */
+typedef struct pin_sync {
+    uint64_t key;
+    int64_t at_ms;
+} pin_sync;
+
 struct weight_store {
     char dir[1024];
     char host[64];          /* this host's name, as temporary files carry it */
@@ -72,6 +82,10 @@ struct weight_store {
     long interval_ms;
     int64_t last_ok_ms;     /* monotonic time of the last successful scan */
     unsigned long sync_errors, syncs, quarantined;
+    /* The recent rescans forced by pins (store_sync_for_pin), by a hash of
+     * the name and generation; guarded by pin_lock. */
+    pthread_mutex_t pin_lock;
+    pin_sync pin_syncs[STORE_PIN_SLOTS];
 };
 
 /* ---- store_format.c: bytes in, bytes out ---- */

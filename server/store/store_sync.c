@@ -260,6 +260,37 @@ int store_sync(weight_store *store, attn_error *err)
     return store_sync_once(store, 0, err);
 }
 
+/* Whether a rescan for generation want of name may be forced now, recording
+ * it when so (STORE_PIN_SYNC_MIN_MS). */
+static int pin_sync_allowed(weight_store *store, const char *name, uint64_t want)
+{
+    uint64_t key = 1469598103934665603ull; /* FNV-1a over the name, then the generation */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        key = (key ^ *p) * 1099511628211ull;
+    key = (key ^ want) * 1099511628211ull;
+    int64_t now = store_monotonic_ms();
+    pthread_mutex_lock(&store->pin_lock);
+    pin_sync *slot = &store->pin_syncs[key % STORE_PIN_SLOTS];
+    int allowed = slot->key != key || slot->at_ms == 0 || now - slot->at_ms >= STORE_PIN_SYNC_MIN_MS;
+    if (allowed) {
+        slot->key = key;
+        slot->at_ms = now > 0 ? now : 1;
+    }
+    pthread_mutex_unlock(&store->pin_lock);
+    return allowed;
+}
+
+int store_sync_for_pin(weight_store *store, const char *name, uint64_t want, uint64_t *on_disk,
+                       attn_error *err)
+{
+    char path[1400];
+    store_path_of(store, name, path, sizeof path);
+    *on_disk = store_io_generation(path);
+    if (*on_disk != want || !pin_sync_allowed(store, name, want))
+        return 0;
+    return store_sync(store, err);
+}
+
 /* The background sync: a scan every interval until store_close. */
 static void *sync_thread(void *arg)
 {

@@ -194,7 +194,10 @@ static int table_swap_in(weight_store *store, weight_set *set)
     return old >= 0;
 }
 
-int store_put(weight_store *store, weight_set *set, int *created, attn_error *err)
+/* store_put, and store_restore when restore is set: then set keeps its
+ * generation and time. */
+static int put_set(weight_store *store, weight_set *set, int *created, int restore,
+                   attn_error *err)
 {
     size_t size = store_format_size(set);
     if (size == 0 || size > store->limits.max_set_bytes) {
@@ -205,7 +208,8 @@ int store_put(weight_store *store, weight_set *set, int *created, attn_error *er
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    set->stored_at_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (!restore)
+        set->stored_at_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     set->size_bytes = size;
 
     pthread_mutex_lock(&store->write_lock);
@@ -214,10 +218,11 @@ int store_put(weight_store *store, weight_set *set, int *created, attn_error *er
         goto done;
     char final[1400];
     store_path_of(store, set->name, final, sizeof final);
-    int file_existed;
-    set->generation = put_generation(store, set->name, final,
-                                     (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000,
-                                     &file_existed);
+    int file_existed = 1;
+    if (!restore)
+        set->generation = put_generation(store, set->name, final,
+                                         (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000,
+                                         &file_existed);
     if (store_io_write_set(store, set, final, store_set_sig(set)) != 0) {
         rc = error_set(err, ERR_INTERNAL, "internal", NULL,
                        "The weight set could not be stored: %s. Nothing was changed.",
@@ -240,6 +245,16 @@ done:
     pthread_mutex_unlock(&store->write_lock);
     weightset_release(set);
     return rc;
+}
+
+int store_put(weight_store *store, weight_set *set, int *created, attn_error *err)
+{
+    return put_set(store, set, created, 0, err);
+}
+
+int store_restore(weight_store *store, weight_set *set, attn_error *err)
+{
+    return put_set(store, set, NULL, 1, err);
 }
 
 int store_delete(weight_store *store, const char *name, attn_error *err)

@@ -94,20 +94,18 @@ static int reserve_arrays(size_t bytes, void *ctx, attn_error *err)
                      "retry shortly.");
 }
 
-/* Undoes the stores of sets[0..n): puts back old[i] where it was replaced,
- * deletes the new set where it was created.  Best effort: it reports
- * nothing, as the request fails anyway. */
+/* Undoes the stores of sets[0..n): puts back old[i], with its generation,
+ * where it was replaced, deletes the new set where it was created.  Best
+ * effort: it reports nothing, as the request fails anyway. */
 static void roll_back(weight_store *store, weight_set **sets, weight_set **old, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         attn_error ignored;
-        attn_weights w;
         if (old[i] == NULL) {
             store_delete(store, sets[i]->name, &ignored);
-        } else if (weights_copy(&old[i]->w, &w) == 0) {
-            weight_set *back = weightset_new(old[i]->name, &w, old[i]->heads, old[i]->out_in);
-            if (back != NULL)
-                store_put(store, back, NULL, &ignored);
+        } else {
+            weightset_retain(old[i]); /* store_restore takes one reference */
+            store_restore(store, old[i], &ignored);
         }
     }
 }
@@ -198,6 +196,8 @@ void v1_checkpoint_put(const api_request *req, const char *name, const server_co
     weight_set **sets = NULL;
     int created = 0;
     int rc = read_query(req, &rq, &heads, &err);
+    if (rc == 0)
+        rc = checkpoint_header_admit(req->body, req->body_len, &err);
     if (rc == 0)
         rc = safetensors_parse(req->body, req->body_len, &file, &err);
     if (rc == 0)

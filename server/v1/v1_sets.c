@@ -4,8 +4,9 @@
  * ETag carrying a set's generation.
  *
  * Every replica reads one shared directory (store.h); a request that names a
- * generation this replica has not seen yet makes it rescan the directory at
- * once rather than answer from a stale view.  A request with
+ * generation this replica has not seen yet makes it read that set's file in
+ * the directory, and rescan the directory when the file holds that
+ * generation, rather than answer from a stale view.  A request with
  * ?format=safetensors reads or writes the set as a safetensors file: this
  * file hands it to v1_checkpoint.c once the name and If-Match are checked.
  * A PUT one segment deeper (the route table's ENDPOINT_V1_SET_BELOW) named
@@ -80,31 +81,47 @@ weight_set *v1_sets_get_generation(weight_store *store, const char *name, uint64
                                    const char *field, int *retry_after, attn_error *err)
 {
     weight_set *set = store_get(store, name);
-    if (want == 0 && set != NULL)
+    if (set != NULL && (want == 0 || set->generation == want))
         return set;
-    if (set == NULL || set->generation != want) {
+    uint64_t on_disk = 0;
+    if (set == NULL || set->generation < want) {
+        /* The shared directory may hold what this table lacks: its file's
+         * header says, and a rescan follows only when it holds what was asked. */
         attn_error sync_err;
         error_clear(&sync_err);
         weightset_release(set);
-        store_sync(store, &sync_err);
+        store_sync_for_pin(store, name, want, &on_disk, &sync_err);
         set = store_get(store, name);
+        if (set != NULL && (want == 0 || set->generation == want))
+            return set;
     }
-    if (set != NULL && (want == 0 || set->generation == want))
-        return set;
-    if (set != NULL && set->generation > want) {
+    uint64_t held = set != NULL ? set->generation : 0;
+    weightset_release(set);
+    if (want != 0 && held > want) {
         error_set(err, ERR_PRECONDITION, "generation_mismatch", field,
                   "The weight set \"%s\" is at generation %llu, past %llu: it was replaced since.",
-                  name, (unsigned long long)set->generation, (unsigned long long)want);
-    } else if (want != 0) {
+                  name, (unsigned long long)held, (unsigned long long)want);
+    } else if (want != 0 && on_disk == want) {
+        /* The file is there but not loaded yet: a rescan is limited per name
+         * and generation (STORE_PIN_SYNC_MIN_MS), or the file is damaged (it is
+         * then quarantined, and the answer becomes a 404). */
         *retry_after = 1;
         error_set(err, ERR_UNAVAILABLE, "generation_not_here_yet", field,
                   "This replica does not yet have generation %llu of the weight set \"%s\"; "
                   "retry shortly.", (unsigned long long)want, name);
+    } else if (want != 0 && on_disk != 0) {
+        error_set(err, ERR_PRECONDITION, "generation_mismatch", field,
+                  "The weight set \"%s\" is at generation %llu in the data directory, not %llu: "
+                  "%s.", name, (unsigned long long)on_disk, (unsigned long long)want,
+                  on_disk > want ? "it was replaced since" : "that generation was never stored");
+    } else if (want != 0) {
+        error_set(err, ERR_NOT_FOUND, "unknown_weight_set", field,
+                  "There is no stored weight set named \"%s\": generation %llu was deleted, or "
+                  "never stored.", name, (unsigned long long)want);
     } else {
         error_set(err, ERR_NOT_FOUND, "unknown_weight_set", field,
                   "There is no stored weight set named \"%s\".", name);
     }
-    weightset_release(set);
     return NULL;
 }
 

@@ -364,14 +364,20 @@ def check_layer_all_atomic(srv):
 
 def check_layer_all_rolls_back(srv):
     """When the store refuses a later layer (--max-store-bytes), the sets the
-    earlier layers replaced are put back and those they created are gone."""
+    earlier layers replaced are put back, with their generations, and those they
+    created are gone."""
     old = {"wq": [[1.0]], "wk": [[1.0]], "wv": [[1.0]]}
     srv.json_request("PUT", "/v1/weight-sets/r.0", old)
+    _, _, before = srv.json_request("GET", "/v1/weight-sets/r.0")
     status, answer = srv.put_file("r", "preset=gpt2&layer=all", safetensors_bytes(gpt2_file(3, 4)))
-    _, body, _ = srv.json_request("GET", "/v1/weight-sets/r.0")
+    _, body, after = srv.json_request("GET", "/v1/weight-sets/r.0")
     kept = json.loads(body).get("wq") == [[1.0]]
     check("layer=all refused by the store leaves the old sets", status == 413 and kept and
           not srv.exists("r.1") and not srv.exists("r.2"), (status, answer, body[:200]))
+    # A client pinned to the generation it read must still be served: nothing changed.
+    check("layer=all put back keeps the old generation",
+          before.get("ETag") is not None and before.get("ETag") == after.get("ETag"),
+          (before.get("ETag"), after.get("ETag")))
 
 
 def bad_files():

@@ -60,6 +60,23 @@ def check_request_bodies(srv):
     err = json.loads(answer).get("error", {}) if answer else {}
     check("unknown Content-Encoding is 415", status == 415 and
           err.get("code") == "unsupported_encoding", answer[:200])
+    # RFC 1952: a gzip file is a series of members (cat a.gz b.gz, or Python's gzip in
+    # append mode); the body is all of them, one after the other.
+    cut = len(body) // 3
+    members = gzip.compress(body[:cut]) + gzip.compress(body[cut:])
+    status, answer, _ = srv.request("POST", "/v1/attention", members, {"Content-Encoding": "gzip"})
+    check("multi-member gzip request answers as plain", status == 200 and
+          output_of(answer) == output_of(plain), (status, answer[:200]))
+    status, answer, _ = srv.request("POST", "/v1/attention", members + b"junk",
+                                    {"Content-Encoding": "gzip"})
+    err = json.loads(answer).get("error", {}) if answer else {}
+    check("garbage after the last gzip member is 400", status == 400 and
+          err.get("code") == "invalid_encoding", (status, answer[:200]))
+    status, answer, _ = srv.request("POST", "/v1/attention", members[:-3],
+                                    {"Content-Encoding": "gzip"})
+    err = json.loads(answer).get("error", {}) if answer else {}
+    check("a cut second gzip member is 400", status == 400 and
+          err.get("code") == "invalid_encoding", (status, answer[:200]))
     z = gzip.compress(body)
     for name, data in (("damaged", z[:20] + bytes(b ^ 0x5a for b in z[20:40]) + z[40:]),
                        ("cut short", z[:len(z) // 2])):

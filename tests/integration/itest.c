@@ -65,6 +65,7 @@ static const struct {
     {"examples", run_example_tests, 0},
     {"replace-concurrency", run_replace_concurrency_tests, 0},
     {"restart", run_restart_tests, 1},
+    {"pins", run_pin_tests, 1},
     {"drain", run_drain_tests, 1},
     {"guard", run_guard_tests, 1},
     {"inline", run_inline_tests, 1},

@@ -513,6 +513,7 @@ void run_named_attention_tests(const struct itest_paths *paths); /* itest_named.
 void run_example_tests(const struct itest_paths *paths); /* itest_examples.c */
 void run_replace_concurrency_tests(const struct itest_paths *paths); /* itest_replace.c */
 void run_restart_tests(const struct itest_paths *paths); /* itest_restart.c */
+void run_pin_tests(const struct itest_paths *paths); /* itest_pins.c */
 void run_drain_tests(const struct itest_paths *paths); /* itest_drain.c */
 void run_guard_tests(const struct itest_paths *paths); /* itest_guard.c */
 void run_inline_tests(const struct itest_paths *paths); /* itest_inline.c */

@@ -342,6 +342,18 @@ static void framing(const struct server *s)
         free(a.text);
         test_end(&t);
     }
+    if (test_begin(&t, "guard/framing/duplicate-content-encoding")) {
+        /* Which of two codings the body is in would be a guess: refused like two lengths. */
+        const char req[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+                           "Content-Encoding: identity\r\nContent-Encoding: gzip\r\n\r\n{}";
+        struct raw_answer a;
+        raw(s, req, sizeof req - 1, &a);
+        expect_raw(&t, &a, 400, "ambiguous_framing", 1);
+        expect_true(&t, a.text != NULL && strstr(a.text, "\"field\":\"Content-Encoding\"") != NULL,
+                    "the error does not name Content-Encoding");
+        free(a.text);
+        test_end(&t);
+    }
     if (test_begin(&t, "guard/framing/unknown-transfer-encoding")) {
         const char req[] = "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n";
         struct raw_answer a;
@@ -363,6 +375,20 @@ static void oversized_requests(const struct server *s)
         memcpy(req, "GET /", 5);
         memset(req + 5, 'a', n);
         strcpy(req + 5 + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        struct raw_answer a;
+        raw(s, req, strlen(req), &a);
+        expect_raw(&t, &a, 414, "uri_too_long", 1);
+        free(a.text);
+        free(req);
+        test_end(&t);
+    }
+    if (test_begin(&t, "guard/errors/long-query-is-json-414")) {
+        /* The limit is on the whole target: a short path with a 30 KB query is over it. */
+        size_t n = 30000;
+        char *req = client_xcalloc(n + 100, 1);
+        strcpy(req, "GET /healthz?x=");
+        memset(req + 15, 'a', n);
+        strcpy(req + 15 + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         struct raw_answer a;
         raw(s, req, strlen(req), &a);
         expect_raw(&t, &a, 414, "uri_too_long", 1);
@@ -410,7 +436,9 @@ static void writes_and_browsers(void)
         "guard/framing/duplicate-content-length",
         "guard/framing/smuggled-request-never-answered",
         "guard/framing/unknown-transfer-encoding",
+        "guard/framing/duplicate-content-encoding",
         "guard/errors/long-target-is-json-414",
+        "guard/errors/long-query-is-json-414",
         "guard/errors/large-headers-are-json-431",
         "guard/start/no-libmicrohttpd-warnings",
         NULL};
@@ -707,6 +735,81 @@ static void tls(void)
     remove(key);
 }
 
+/* A second server on the address and port of a running one must fail to start, naming
+ * them, rather than share the port with it (SO_REUSEPORT would let the kernel split the
+ * connections between the two).  The second server's stdout is read to its end or to its
+ * banner, whichever comes first, so no timer decides. */
+static void one_server_per_port(void)
+{
+    const char *name = "guard/start/second-server-on-a-port-fails";
+    if (!harness_selected(name))
+        return;
+    static const struct server_kind kind = {"guard-port", g_no_strings, g_no_strings};
+    struct server srv, *s = &srv;
+    if (start(s, &kind) != 0)
+        return;
+    struct test t;
+    if (test_begin(&t, "%s", name)) {
+        char port[16], data[PATH_MAX], errpath[PATH_MAX];
+        snprintf(port, sizeof port, "%d", server_port(s));
+        snprintf(data, sizeof data, "%s/data-guard-port-second", g_tmpdir);
+        snprintf(errpath, sizeof errpath, "%s/guard-port-second.stderr", g_tmpdir);
+        int out[2];
+        if (!expect_true(&t, pipe(out) == 0, "pipe: %s", strerror(errno))) {
+            test_end(&t);
+            server_stop(s);
+            return;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            int err_fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            int null_fd = open("/dev/null", O_RDONLY);
+            if (err_fd < 0 || null_fd < 0)
+                _exit(126);
+            dup2(null_fd, 0);
+            dup2(out[1], 1);
+            dup2(err_fd, 2);
+            close(out[0]);
+            close(out[1]);
+            execl(g_server_path, g_server_path, "--host", "127.0.0.1", "--port", port,
+                  "--data-dir", data, (char *)NULL);
+            _exit(127);
+        }
+        close(out[1]);
+        char banner[256];
+        size_t got = 0;
+        ssize_t k;
+        while (pid > 0 && got < sizeof banner - 1 &&
+               (k = read(out[0], banner + got, sizeof banner - 1 - got)) > 0) {
+            got += (size_t)k;
+            if (memchr(banner, '\n', got) != NULL)
+                break;
+        }
+        banner[got] = '\0';
+        close(out[0]);
+        int listening = strstr(banner, "listening") != NULL;
+        if (listening)
+            kill(pid, SIGKILL); /* our child, by its pid */
+        int status = 0;
+        if (pid > 0)
+            waitpid(pid, &status, 0);
+        expect_true(&t, pid > 0, "fork: %s", strerror(errno));
+        expect_true(&t, !listening, "a second server started on port %s: %s", port, banner);
+        expect_true(&t, WIFEXITED(status) && WEXITSTATUS(status) != 0,
+                    "the second server's exit status is %d, expected non-zero",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        char needle[64];
+        snprintf(needle, sizeof needle, "127.0.0.1 port %s", port);
+        expect_true(&t, file_contains(errpath, needle), "its stderr does not name \"%s\"", needle);
+        struct client_response r;
+        http_simple(s, "GET", "/healthz", &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+        test_end(&t);
+    }
+    server_stop(s);
+}
+
 /* SIGHUP and SIGQUIT drain and exit 0; SIGUSR1 reports and keeps serving. */
 static void signals(void)
 {
@@ -765,4 +868,5 @@ void run_guard_tests(const struct itest_paths *paths)
     everything_and_quiet();
     tls();
     signals();
+    one_server_per_port();
 }

@@ -80,6 +80,52 @@ done:
     test_end(&t);
 }
 
+/* The value of an unlabelled counter in the /metrics text of s, or -1 when it is absent. */
+static double metric_value(const struct server *s, const char *name)
+{
+    struct client_response r;
+    http_simple(s, "GET", "/metrics", &r);
+    double v = -1;
+    size_t n = strlen(name);
+    for (const char *line = r.status == 200 ? r.body : NULL; line != NULL && *line;) {
+        if (strncmp(line, name, n) == 0 && line[n] == ' ')
+            v = strtod(line + n + 1, NULL);
+        const char *end = strchr(line, '\n');
+        line = end != NULL ? end + 1 : NULL;
+    }
+    client_response_free(&r);
+    return v;
+}
+
+/* A visualizer file is the same bytes on every request: compressed once per coding and kept,
+ * which attn_http_static_compressions_total shows (the first request may compress it, the
+ * next five must not). */
+static void check_static_compressed_once(void)
+{
+    struct test t;
+    struct server *s;
+    if (!test_start(&t, SERVER_DEFAULT, &s, "protocol/viz-asset-compressed-once"))
+        return;
+    struct client_request rq = {.method = "GET", .path = "/viz/viz.js",
+                                .headers = {"Accept-Encoding: gzip"}};
+    struct client_response r;
+    http_call(s, &rq, &r);
+    expect_status(&t, &r, 200);
+    expect_header_equals(&t, &r, "Content-Encoding", "gzip");
+    client_response_free(&r);
+    double before = metric_value(s, "attn_http_static_compressions_total");
+    expect_true(&t, before >= 1, "attn_http_static_compressions_total is %.0f after a gzip'd "
+                "/viz/viz.js (-1: absent)", before);
+    for (int i = 0; i < 5; i++) {
+        http_call(s, &rq, &r);
+        expect_status(&t, &r, 200);
+        client_response_free(&r);
+    }
+    double after = metric_value(s, "attn_http_static_compressions_total");
+    expect_true(&t, after == before, "five more requests compressed %.0f times", after - before);
+    test_end(&t);
+}
+
 /* /v1/info on three kinds of server, then /metrics after the traffic of the earlier groups. */
 void run_protocol_tests(const struct itest_paths *paths)
 {
@@ -91,13 +137,15 @@ void run_protocol_tests(const struct itest_paths *paths)
     check_info(SERVER_DEFAULT);
     check_info(SERVER_SMALL_LIMITS);
     check_info(SERVER_CORS);
+    check_static_compressed_once();
 
     /* Metrics come after some traffic, so the request counter must have a 200 in it. */
     if (test_start(&t, SERVER_DEFAULT, &s, "protocol/metrics")) {
         static const char *const names[] = {"attn_http_requests_total", "attn_http_request_duration_seconds",
                                             "attn_http_request_bytes_total", "attn_http_response_bytes_total",
                                             "attn_http_inflight_requests",
-                                            "attn_http_slow_connections_closed_total"};
+                                            "attn_http_slow_connections_closed_total",
+                                            "attn_http_static_compressions_total"};
         http_simple(s, "GET", "/metrics", &r);
         if (expect_status(&t, &r, 200)) {
             expect_header_contains(&t, &r, "Content-Type", "text/plain");

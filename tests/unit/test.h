@@ -205,6 +205,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(guard_host_allow_list)                \
     X(guard_framing)                        \
     X(guard_control_bytes_in_path)          \
+    X(guard_query)                          \
     X(guard_new_out_of_memory)              \
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
@@ -253,6 +254,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(checkpoint_torch_mha_stacked)     \
     X(checkpoint_gpt2_layers)           \
     X(checkpoint_bert_errors)           \
+    X(checkpoint_header_admit)          \
     X(checkpoint_names_and_limits)      \
     X(checkpoint_float32_tensors)       \
     X(checkpoint_spans_on_pool)         \
@@ -260,6 +262,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(compress_round_trips)                 \
     X(compress_split_round_trips)           \
     X(compress_bomb_and_damage)         \
+    X(compress_gzip_members)            \
     X(compress_raw_deflate_accepted)    \
     X(compress_header_values)           \
     X(compress_out_of_memory)           \

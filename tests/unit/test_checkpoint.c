@@ -398,3 +398,28 @@ void test_checkpoint_spans_on_pool(void)
     snprintf(want, sizeof want, "NaN at element %zu;", second);
     ASSERT(strstr(err.message, want) != NULL);
 }
+
+/* A header longer than CKPT_MAX_HEADER_BYTES is refused from its length word alone; one
+ * at the limit, or a length past the body (a damaged file, for safetensors_parse to name),
+ * is let through. */
+void test_checkpoint_header_admit(void)
+{
+    size_t len = 8 + CKPT_MAX_HEADER_BYTES + 16;
+    unsigned char *buf = calloc(1, len);
+    ASSERT(buf != NULL);
+    attn_error err;
+    unsigned long long lengths[] = {CKPT_MAX_HEADER_BYTES, CKPT_MAX_HEADER_BYTES + 1, 1ull << 40};
+    int want[] = {0, ERR_TOO_LARGE, 0};
+    for (size_t i = 0; i < 3; i++) {
+        for (int b = 0; b < 8; b++)
+            buf[b] = (unsigned char)(lengths[i] >> (8 * b));
+        error_clear(&err);
+        ASSERT_EQ(checkpoint_header_admit(buf, len, &err), want[i]);
+        if (want[i] != 0) {
+            ASSERT_STR_EQ(err.code, "header_too_large");
+            ASSERT_STR_EQ(err.field, "body");
+        }
+    }
+    ASSERT_EQ(checkpoint_header_admit(buf, 7, &err), 0);
+    free(buf);
+}

@@ -130,6 +130,43 @@ void test_compress_bomb_and_damage(void)
     ASSERT_EQ(inflate_all(COMPRESS_GZIP, "not gzip at all", 15, 15, &g3, &done), COMPRESS_CORRUPT);
 }
 
+void test_compress_gzip_members(void)
+{
+    /* Two gzip members one after the other inflate to both texts; a zlib stream
+     * followed by a second one is refused. */
+    size_t la = 0, lb = 0;
+    char *a = compress_deflate(COMPRESS_GZIP, "hello, ", 7, &la);
+    char *b = compress_deflate(COMPRESS_GZIP, "world", 5, &lb);
+    ASSERT(a != NULL && b != NULL);
+    char *both = malloc(la + lb);
+    ASSERT(both != NULL);
+    memcpy(both, a, la);
+    memcpy(both + la, b, lb);
+    char out[32];
+    int done;
+    for (size_t step = 1; step <= la + lb; step += 5) {
+        gather g = {out, 0, sizeof out};
+        ASSERT_EQ(inflate_all(COMPRESS_GZIP, both, la + lb, step, &g, &done), 0);
+        ASSERT(done);
+        ASSERT_EQ(g.len, 12);
+        ASSERT(memcmp(out, "hello, world", 12) == 0);
+    }
+    gather g = {out, 0, sizeof out};
+    ASSERT_EQ(inflate_all(COMPRESS_GZIP, both, la + lb - 2, la + lb, &g, &done), 0);
+    ASSERT(!done); /* the second member is cut */
+    mem_free(a);
+    mem_free(b);
+    size_t room = la + lb;
+    a = compress_deflate(COMPRESS_DEFLATE, "hello", 5, &la);
+    ASSERT(a != NULL && 2 * la <= room);
+    memcpy(both, a, la);
+    memcpy(both + la, a, la);
+    gather g2 = {out, 0, sizeof out};
+    ASSERT_EQ(inflate_all(COMPRESS_DEFLATE, both, 2 * la, 2 * la, &g2, &done), COMPRESS_CORRUPT);
+    mem_free(a);
+    free(both);
+}
+
 void test_compress_raw_deflate_accepted(void)
 {
     /* A raw deflate stream (no zlib header) of "hello": one stored block. */
@@ -154,10 +191,20 @@ void test_compress_header_values(void)
     ASSERT_EQ(compress_encoding_parse("gzip, br", &k), -1);
     ASSERT_EQ(compress_accepted(NULL), COMPRESS_NONE);
     ASSERT_EQ(compress_accepted("br"), COMPRESS_NONE);
-    ASSERT_EQ(compress_accepted("deflate, gzip;q=0.5"), COMPRESS_GZIP);
+    ASSERT_EQ(compress_accepted("deflate, gzip;q=0.5"), COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_accepted("deflate;q=1, gzip;q=0.001"), COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_accepted("gzip, deflate"), COMPRESS_GZIP);
+    ASSERT_EQ(compress_accepted("deflate;q=0.5, gzip;q=0.5"), COMPRESS_GZIP);
     ASSERT_EQ(compress_accepted("gzip;q=0, deflate"), COMPRESS_DEFLATE);
     ASSERT_EQ(compress_accepted("*"), COMPRESS_GZIP);
+    /* A coding's own q=0 forbids it whatever "*" allows, in either order. */
+    ASSERT_EQ(compress_accepted("gzip;q=0, *"), COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_accepted("*, gzip;q=0"), COMPRESS_DEFLATE);
+    ASSERT_EQ(compress_accepted("gzip;q=0, deflate;q=0, *"), COMPRESS_NONE);
+    ASSERT_EQ(compress_accepted("*;q=0"), COMPRESS_NONE);
     ASSERT_EQ(compress_accepted("identity"), COMPRESS_NONE);
+    ASSERT_EQ(compress_accepted("identity;q=1, gzip;q=0.5"), COMPRESS_NONE);
+    ASSERT_EQ(compress_accepted("identity;q=0.5, gzip"), COMPRESS_GZIP);
     ASSERT_STR_EQ(compress_name(COMPRESS_DEFLATE), "deflate");
 }
 

@@ -34,7 +34,8 @@ static int check(const guard *g, const char *method, const char *path, const cha
     size_t n = 0;
     for (; pairs[2 * n] != NULL; n++)
         headers[n] = (guard_header){pairs[2 * n], pairs[2 * n + 1]};
-    guard_request rq = {method, path, "HTTP/1.1", headers, n, route_find(path, NULL)->probe};
+    guard_request rq = {.method = method, .path = path, .version = "HTTP/1.1", .headers = headers,
+                        .header_count = n, .probe = route_find(path, NULL)->probe};
     return guard_check(g, &rq, v, err);
 }
 
@@ -351,7 +352,8 @@ void test_guard_framing(void)
     guard_header h = {"Transfer-Encoding", "chunked"};
     guard_header host = {"Host", "localhost"};
     guard_header hs[2] = {host, h};
-    guard_request old = {"POST", "/v1/attention", "HTTP/1.0", hs, 2, 0};
+    guard_request old = {.method = "POST", .path = "/v1/attention", .version = "HTTP/1.0",
+                         .headers = hs, .header_count = 2};
     ASSERT_EQ(guard_check(g, &old, &v, &err), ERR_BAD_REQUEST);
 
     /* Sizes: 414 and 431 as JSON errors. */
@@ -375,7 +377,8 @@ void test_guard_framing(void)
     guard_header many[GUARD_MAX_HEADERS];
     for (size_t i = 0; i < GUARD_MAX_HEADERS; i++)
         many[i] = host;
-    guard_request flood = {"GET", "/healthz", "HTTP/1.1", many, GUARD_MAX_HEADERS + 1, 0};
+    guard_request flood = {.method = "GET", .path = "/healthz", .version = "HTTP/1.1",
+                           .headers = many, .header_count = GUARD_MAX_HEADERS + 1};
     ASSERT_EQ(guard_check(g, &flood, &v, &err), ERR_HEADERS_TOO_LARGE);
     guard_free(g);
 }
@@ -431,4 +434,50 @@ void test_guard_new_out_of_memory(void)
         ASSERT_EQ(err.kind, ERR_UNAVAILABLE);
         ASSERT(n < 100);
     }
+}
+
+/* The whole target counts against GUARD_MAX_TARGET; a query parameter given twice (in
+ * any case) or too many parameters are refused, naming the parameter. */
+void test_guard_query(void)
+{
+    server_config cfg;
+    attn_error err;
+    guard_verdict v;
+    base_config(&cfg);
+    guard *g = guard_new(&cfg, &err);
+    ASSERT(g != NULL);
+    guard_header host = {"Host", "localhost"};
+    guard_request rq = {.method = "GET", .path = "/healthz", .version = "HTTP/1.1",
+                        .headers = &host, .header_count = 1,
+                        .target_bytes = GUARD_MAX_TARGET + 1};
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), ERR_URI_TOO_LONG);
+    rq.target_bytes = GUARD_MAX_TARGET;
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), 0);
+
+    guard_header args[GUARD_MAX_ARGS] = {{"format", "safetensors"}, {"preset", "torch_mha"},
+                                         {"Preset", "evil"}};
+    rq.method = "PUT";
+    rq.path = "/v1/weight-sets/a";
+    rq.args = args;
+    rq.arg_count = 2;
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), 0);
+    rq.arg_count = 3;
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "duplicate_parameter");
+    ASSERT_STR_EQ(err.field, "Preset");
+    for (size_t i = 0; i < GUARD_MAX_ARGS; i++)
+        args[i] = (guard_header){i % 2 ? "b" : "a", ""};
+    rq.arg_count = 2;
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), 0);
+    rq.arg_count = GUARD_MAX_ARGS + 1;
+    ASSERT_EQ(guard_check(g, &rq, &v, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "too_many_parameters");
+
+    const char *twice[] = {"Host", "localhost", "Content-Encoding", "gzip", "content-encoding",
+                           "gzip", NULL};
+    ASSERT_EQ(check(g, "POST", "/v1/attention", twice, &v, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "ambiguous_framing");
+    ASSERT_STR_EQ(err.field, "Content-Encoding");
+    ASSERT_EQ(v.close, 1);
+    guard_free(g);
 }
