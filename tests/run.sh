@@ -71,6 +71,9 @@ run_suite() {
     total_failed=$((total_failed + f))
 }
 
+# The servers the suites start serve HTTP only, so that no two of them (nor a server of the
+# user's) contend for gRPC's default port 8001; the grpc suites ask for a free port each.
+export ATTN_GRPC_PORT=0
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
