@@ -25,7 +25,7 @@
 #                                      a server that was started are reported whatever
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
-#   checkpoints*, compression-asan, triton-asan
+#   checkpoints*, compression-asan, triton-asan, grpc*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -119,6 +119,8 @@ every_suite() {
         --server build/asan/attention-server
     suite triton-asan /usr/bin/python3 tests/triton/triton_test.py \
         --server build/asan/attention-server
+    suite grpc /usr/bin/python3 tests/grpc/grpc_test.py --server build/attention-server
+    suite grpc-asan /usr/bin/python3 tests/grpc/grpc_test.py --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server

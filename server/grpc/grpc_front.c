@@ -34,6 +34,7 @@
 
 #include "core/compute.h"
 #include "grpc_private.h"
+#include "http/guard.h"
 #include "metrics/metrics.h"
 
 enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE };
@@ -54,6 +55,7 @@ struct gcall {
     grpc_byte_buffer *recv;
     int cancelled;              /* set by RECV_CLOSE_ON_SERVER */
     int sent, closed;           /* the polling thread's */
+    int inflight;               /* counted in metrics_inflight until SENT */
     compute_token token;
     double started, queued_at;  /* compute_now() */
     unsigned char *in;          /* the request message */
@@ -68,6 +70,7 @@ struct gcall {
 
 struct grpc_front {
     const server_config *cfg;
+    guard *guard;               /* the bearer tokens, as HTTP checks them */
     grpc_server *server;
     grpc_completion_queue *cq;
     int port;
@@ -212,6 +215,36 @@ static double call_deadline(const gcall *c)
     return compute_now() + limit;
 }
 
+/* Checks the bearer token of c's "authorization" metadata as HTTP checks its
+ * Authorization header; the probes need none.  Returns 0, or -1 with a filled. */
+static int call_authorized(const gcall *c, grpc_answer *a)
+{
+    int probe = c->method == GRPC_M_SERVER_LIVE || c->method == GRPC_M_SERVER_READY ||
+                c->method == GRPC_M_HEALTH_CHECK;
+    char value[4096];
+    const char *authorization = NULL;
+    for (size_t i = 0; i < c->metadata.count; i++) {
+        const grpc_metadata *m = &c->metadata.metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == 13 &&
+            memcmp(GRPC_SLICE_START_PTR(m->key), "authorization", 13) == 0) {
+            size_t n = GRPC_SLICE_LENGTH(m->value);
+            n = n < sizeof value - 1 ? n : sizeof value - 1;
+            memcpy(value, GRPC_SLICE_START_PTR(m->value), n);
+            value[n] = '\0';
+            authorization = value;
+            break;
+        }
+    }
+    attn_error err;
+    error_clear(&err);
+    if (guard_token_check(c->front->guard, authorization, !probe, 0, &err) == 0)
+        return 0;
+    grpc_answer_error(a, GRPC_STATUS_UNAUTHENTICATED, "%s", err.message);
+    a->http_status = 401;
+    a->route = c->method == GRPC_M_MODEL_INFER ? ROUTE_V2_INFER : ROUTE_OTHER;
+    return -1;
+}
+
 /* The request of c arrived: a cheap RPC is answered now, ModelInfer queued. */
 static void on_recv(gcall *c, int ok)
 {
@@ -231,13 +264,18 @@ static void on_recv(gcall *c, int ok)
         return;
     }
     atomic_fetch_add(&c->front->busy, 1);
+    if (call_authorized(c, &a) != 0) {
+        call_answer(c, &a);
+        return;
+    }
     if (c->method != GRPC_M_MODEL_INFER) {
         grpc_service_answer(c->method, c->in, c->in_len, &a);
         call_answer(c, &a);
         return;
     }
     grpc_front *front = c->front;
-    metrics_inflight_add(1);
+    metrics_grpc_inflight_add(1);
+    c->inflight = 1;
     c->token.deadline = call_deadline(c);
     atomic_init(&c->token.reason, COMPUTE_RUNNING);
     c->queued_at = compute_now();
@@ -311,7 +349,8 @@ static void *poller_main(void *arg)
         }
         gtag *t = ev.tag;
         gcall *c = t->call;
-        switch (t->what) {
+        int what = t->what; /* t lies in c, which TAG_NEW may free */
+        switch (what) {
         case TAG_NEW:
             if (!ev.success) { /* the server shuts down */
                 call_free(c);
@@ -326,8 +365,8 @@ static void *poller_main(void *arg)
         case TAG_SENT:
             c->sent = 1;
             atomic_fetch_sub(&front->busy, 1);
-            if (c->method == GRPC_M_MODEL_INFER)
-                metrics_inflight_add(-1);
+            if (c->inflight)
+                metrics_grpc_inflight_add(-1);
             break;
         case TAG_CLOSE:
             c->closed = 1;
@@ -335,7 +374,7 @@ static void *poller_main(void *arg)
                 compute_token_stop(&c->token, COMPUTE_CLIENT_GONE);
             break;
         }
-        if (t->what != TAG_NEW && c->sent && c->closed)
+        if (what != TAG_NEW && c->sent && c->closed)
             call_free(c);
         maybe_finish(front);
     }
@@ -448,8 +487,9 @@ static void front_free(grpc_front *front)
     pthread_mutex_destroy(&front->shut_lock);
     pthread_cond_destroy(&front->shut_done);
     free(front->workers);
+    guard_free(front->guard);
     free(front);
-    grpc_shutdown();
+    grpc_shutdown_blocking();
 }
 
 grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
@@ -478,7 +518,8 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
     front->server = grpc_server_create(&channel_args, NULL);
     front->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(front->server, front->cq, NULL);
-    grpc_server_credentials *creds = credentials(cfg, err);
+    front->guard = guard_new(cfg, err);
+    grpc_server_credentials *creds = front->guard != NULL ? credentials(cfg, err) : NULL;
     if (creds == NULL) {
         front_free(front);
         return NULL;
