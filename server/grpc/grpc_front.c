@@ -37,7 +37,8 @@
 #include "http/guard.h"
 #include "metrics/metrics.h"
 
-enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE };
+/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on). */
+enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM };
 
 typedef struct gcall gcall;
 
@@ -64,7 +65,9 @@ struct gcall {
     grpc_metadata trailing;
     char retry_after[16];
     int has_trailing, has_details;
-    gtag t_new, t_recv, t_sent, t_close;
+    int stream;                 /* ModelStreamInfer: many requests, one answer each */
+    int initial_sent;           /* the initial metadata went with an earlier batch */
+    gtag t_new, t_recv, t_sent, t_close, t_stream;
     gcall *next;                /* in the workers' queue */
 };
 
@@ -101,6 +104,7 @@ static gcall *call_new(grpc_front *front)
     c->t_recv = (gtag){c, TAG_RECV};
     c->t_sent = (gtag){c, TAG_SENT};
     c->t_close = (gtag){c, TAG_CLOSE};
+    c->t_stream = (gtag){c, TAG_STREAM};
     front->live++;
     return c;
 }
@@ -140,9 +144,13 @@ static void call_answer(gcall *c, grpc_answer *a)
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (!c->initial_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_sent = 1;
     grpc_byte_buffer *bb = NULL;
-    if (a->code == GRPC_STATUS_OK) {
+    /* a stream's answer goes alone: its status ends the stream, after the last */
+    int stream_message = c->stream && a->bytes != NULL;
+    if (a->code == GRPC_STATUS_OK && a->bytes != NULL) {
         grpc_slice s = grpc_slice_new(a->bytes, a->len, free);
         a->bytes = NULL;
         bb = grpc_raw_byte_buffer_create(&s, 1);
@@ -150,14 +158,15 @@ static void call_answer(gcall *c, grpc_answer *a)
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = bb;
     }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    if (!stream_message)
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = a->code;
-    if (a->code != GRPC_STATUS_OK) {
+    if (!stream_message && a->code != GRPC_STATUS_OK) {
         c->status_details = grpc_slice_from_copied_string(a->message);
         c->has_details = 1;
         ops[n].data.send_status_from_server.status_details = &c->status_details;
     }
-    if (a->retry_after > 0) {
+    if (!stream_message && a->retry_after > 0) {
         snprintf(c->retry_after, sizeof c->retry_after, "%d", a->retry_after);
         c->trailing.key = grpc_slice_from_static_string("retry-after");
         c->trailing.value = grpc_slice_from_copied_string(c->retry_after);
@@ -165,16 +174,23 @@ static void call_answer(gcall *c, grpc_answer *a)
         ops[n].data.send_status_from_server.trailing_metadata_count = 1;
         ops[n].data.send_status_from_server.trailing_metadata = &c->trailing;
     }
-    n++;
+    if (!stream_message)
+        n++;
     grpc_front *front = c->front;
     double seconds = compute_now() - c->started;
-    if (!front->cfg->quiet)
-        fprintf(stderr, "access grpc %s status=%d in=%zu out=%zu ms=%.3f\n",
-                grpc_method_name(c->method), (int)a->code, c->in_len, a->len, seconds * 1000.0);
-    metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len, a->len);
+    if (!front->cfg->quiet && (c->in != NULL || !c->stream))
+        fprintf(stderr, "access grpc %s status=%d http=%d in=%zu out=%zu ms=%.3f\n",
+                grpc_method_name(c->method), (int)a->code, a->http_status ? a->http_status : 200,
+                c->in_len, a->len, seconds * 1000.0);
+    if (c->in != NULL || !c->stream)
+        metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
+                        a->len);
+    free(c->in);
+    c->in = NULL;
     free(a->bytes);
     a->bytes = NULL;
-    if (grpc_call_start_batch(c->call, ops, n, &c->t_sent, NULL) != GRPC_CALL_OK) {
+    if (grpc_call_start_batch(c->call, ops, n, stream_message ? &c->t_stream : &c->t_sent,
+                              NULL) != GRPC_CALL_OK) {
         /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
         grpc_call_cancel(c->call, NULL);
         c->sent = 1;
@@ -250,6 +266,12 @@ static void on_recv(gcall *c, int ok)
 {
     grpc_answer a;
     memset(&a, 0, sizeof a);
+    if (ok && c->stream && c->recv == NULL) { /* the client has sent its last request */
+        atomic_fetch_add(&c->front->busy, 1);
+        a.route = ROUTE_V2_INFER;
+        call_answer(c, &a);
+        return;
+    }
     if (!ok || c->recv == NULL || call_read(c) != 0) {
         if (!ok) {
             c->sent = 1; /* the call is gone: nothing to send */
@@ -268,7 +290,7 @@ static void on_recv(gcall *c, int ok)
         call_answer(c, &a);
         return;
     }
-    if (c->method != GRPC_M_MODEL_INFER) {
+    if (!c->stream && c->method != GRPC_M_MODEL_INFER) {
         grpc_service_answer(c->method, c->in, c->in_len, &a);
         call_answer(c, &a);
         return;
@@ -279,6 +301,8 @@ static void on_recv(gcall *c, int ok)
     c->token.deadline = call_deadline(c);
     atomic_init(&c->token.reason, COMPUTE_RUNNING);
     c->queued_at = compute_now();
+    if (c->stream)
+        c->started = c->queued_at; /* each request of a stream is timed from its arrival */
     pthread_mutex_lock(&front->lock);
     if (front->stopping) { /* the workers are gone */
         pthread_mutex_unlock(&front->lock);
@@ -299,25 +323,34 @@ static void on_recv(gcall *c, int ok)
     pthread_mutex_unlock(&front->lock);
 }
 
+/* Reads the next request message of c (TAG_RECV); when the call cannot, it
+ * is over and nothing more will be sent. */
+static void call_recv_next(gcall *c)
+{
+    grpc_op recv_op;
+    memset(&recv_op, 0, sizeof recv_op);
+    recv_op.op = GRPC_OP_RECV_MESSAGE;
+    recv_op.data.recv_message.recv_message = &c->recv;
+    if (grpc_call_start_batch(c->call, &recv_op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
+        grpc_call_cancel(c->call, NULL);
+        c->sent = 1;
+    }
+}
+
 /* A new call: watch for its end, and read its message. */
 static void on_new(gcall *c)
 {
     c->started = compute_now();
     c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
                                GRPC_SLICE_LENGTH(c->details.method));
-    grpc_op close_op, recv_op;
+    c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;
+    grpc_op close_op;
     memset(&close_op, 0, sizeof close_op);
-    memset(&recv_op, 0, sizeof recv_op);
     close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     close_op.data.recv_close_on_server.cancelled = &c->cancelled;
-    recv_op.op = GRPC_OP_RECV_MESSAGE;
-    recv_op.data.recv_message.recv_message = &c->recv;
     if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
         c->closed = 1;
-    if (grpc_call_start_batch(c->call, &recv_op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
-        grpc_call_cancel(c->call, NULL);
-        c->sent = 1;
-    }
+    call_recv_next(c);
 }
 
 /* Shuts the queue down once the server has shut down and every call is freed. */
@@ -363,10 +396,15 @@ static void *poller_main(void *arg)
             on_recv(c, ev.success);
             break;
         case TAG_SENT:
-            c->sent = 1;
+        case TAG_STREAM:
             atomic_fetch_sub(&front->busy, 1);
             if (c->inflight)
                 metrics_grpc_inflight_add(-1);
+            c->inflight = 0;
+            if (what == TAG_STREAM && ev.success)
+                call_recv_next(c); /* the next request of the stream */
+            else
+                c->sent = 1;
             break;
         case TAG_CLOSE:
             c->closed = 1;
@@ -416,6 +454,8 @@ static void work(grpc_front *front, gcall *c)
             a.code = GRPC_STATUS_CANCELLED;
     }
     compute_bind(NULL);
+    if (c->stream)
+        grpc_infer_stream_wrap(&a);
     call_answer(c, &a);
 }
 

@@ -341,6 +341,29 @@ static void answer_response(const api_response *resp, grpc_answer *out)
     json_decref(h);
 }
 
+void grpc_infer_stream_wrap(grpc_answer *out)
+{
+    Inference__ModelStreamInferResponse w = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    Inference__ModelInferResponse *r = NULL;
+    if (out->code == GRPC_STATUS_OK) {
+        r = inference__model_infer_response__unpack(NULL, out->len, out->bytes);
+        if (r == NULL)
+            grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                              "The server ran out of memory; retry later.");
+    }
+    if (r != NULL)
+        w.infer_response = r;
+    else
+        w.error_message = out->message;
+    char message[sizeof out->message];
+    memcpy(message, out->message, sizeof message);
+    grpc_answer_pack(out, &w.base);
+    if (r != NULL)
+        inference__model_infer_response__free_unpacked(r, NULL);
+    else if (out->code == GRPC_STATUS_OK) /* keep the words for the access log */
+        memcpy(out->message, message, sizeof message);
+}
+
 void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, grpc_answer *out)
 {
     memset(out, 0, sizeof *out);

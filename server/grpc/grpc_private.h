@@ -25,6 +25,7 @@ typedef enum grpc_method {
     GRPC_M_SERVER_METADATA,
     GRPC_M_MODEL_METADATA,
     GRPC_M_MODEL_INFER,
+    GRPC_M_MODEL_STREAM_INFER,
     GRPC_M_HEALTH_CHECK,
     GRPC_M_COUNT
 } grpc_method;
@@ -56,6 +57,11 @@ void grpc_service_answer(grpc_method m, const unsigned char *in, size_t len, grp
  * thread, under the compute token it has bound; queued_at is when the call
  * joined the queue (compute_now()).  Always fills out. */
 void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, grpc_answer *out);
+
+/* Turns out, an answer of ModelInfer, into one of ModelStreamInfer: an
+ * error becomes error_message with code OK (out->message and http_status
+ * still say what it was), a response infer_response. */
+void grpc_infer_stream_wrap(grpc_answer *out);
 
 /* Fills out with code and the printf-style message; returns nothing. */
 void grpc_answer_error(grpc_answer *out, grpc_status_code code, const char *fmt, ...)

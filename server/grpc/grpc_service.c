@@ -28,6 +28,7 @@ static const char *const method_paths[GRPC_M_COUNT] = {
     [GRPC_M_SERVER_METADATA] = "/inference.GRPCInferenceService/ServerMetadata",
     [GRPC_M_MODEL_METADATA] = "/inference.GRPCInferenceService/ModelMetadata",
     [GRPC_M_MODEL_INFER] = "/inference.GRPCInferenceService/ModelInfer",
+    [GRPC_M_MODEL_STREAM_INFER] = "/inference.GRPCInferenceService/ModelStreamInfer",
     [GRPC_M_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
 };
 

@@ -321,6 +321,39 @@ def check_bad_inputs(srv):
           code == grpc.StatusCode.INVALID_ARGUMENT, (code, words))
 
 
+def check_stream(srv):
+    s = srv.stub()
+    good = infer_request("attention", SEED)
+    bad = infer_request("attention", SEED[:2])
+    expected = grpc_outputs(s.ModelInfer(good))
+    _, words = rpc_error(s.ModelInfer, bad)
+    n = 1000
+    answers = list(s.ModelStreamInfer(iter(
+        [bad if i % 10 == 3 else
+         pb.ModelInferRequest(model_name="attention", id="r%d" % i, inputs=good.inputs,
+                              raw_input_contents=good.raw_input_contents) for i in range(n)])))
+    check("stream: 1000 requests, one answer each", len(answers) == n, len(answers))
+    ok_in_order = all(a.infer_response.id == "r%d" % i and not a.error_message and
+                      grpc_outputs(a.infer_response) == expected
+                      for i, a in enumerate(answers) if i % 10 != 3)
+    check("stream: the answers in order, each as ModelInfer's", ok_in_order)
+    check("stream: a bad request answers error_message with ModelInfer's words, and the "
+          "stream goes on", all(answers[i].error_message == words for i in range(3, n, 10)),
+          [answers[3].error_message, words])
+    check("stream: an empty stream ends OK", list(s.ModelStreamInfer(iter([]))) == [])
+
+    def broken():
+        for i in range(50):
+            if i == 5:
+                raise RuntimeError("the client breaks the stream")
+            yield good
+    code, _ = rpc_error(lambda: list(s.ModelStreamInfer(broken())))
+    check("stream: a stream broken mid-way ends on the client's side", code != grpc.StatusCode.OK,
+          code)
+    check("stream: the server serves on after it",
+          grpc_outputs(s.ModelInfer(good)) == expected)
+
+
 def check_limits(srv):
     """--max-elements 4096 and --max-body 1M (the server of this check)."""
     s = srv.stub()
@@ -440,7 +473,7 @@ def check_tls(binary):
 def main():
     args = harness.arguments(__doc__)
     harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
-                              check_statistics], server_class=GrpcServer)
+                              check_statistics, check_stream], server_class=GrpcServer)
     harness.run(args.server, [check_limits], "--max-elements", "4096", "--max-body", "1M",
                 server_class=GrpcServer)
     harness.run(args.server, [check_auth], "--auth-all", "--auth-tokens", TOKEN,
