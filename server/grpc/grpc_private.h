@@ -26,6 +26,11 @@ typedef enum grpc_method {
     GRPC_M_MODEL_METADATA,
     GRPC_M_MODEL_INFER,
     GRPC_M_MODEL_STREAM_INFER,
+    GRPC_M_MODEL_CONFIG,
+    GRPC_M_MODEL_STATISTICS,
+    GRPC_M_REPOSITORY_INDEX,
+    GRPC_M_REPOSITORY_LOAD,
+    GRPC_M_REPOSITORY_UNLOAD,
     GRPC_M_HEALTH_CHECK,
     GRPC_M_COUNT
 } grpc_method;
@@ -75,10 +80,6 @@ void grpc_answer_from_http(grpc_answer *out, const api_response *resp);
  * memory out holds RESOURCE_EXHAUSTED instead. */
 struct ProtobufCMessage;
 void grpc_answer_pack(grpc_answer *out, const struct ProtobufCMessage *msg);
-
-/* The router's answer to method and path (no body), as api_handle gives it;
- * the caller frees it with api_response_free. */
-void grpc_route_ask(const char *method, const char *path, api_response *resp);
 
 /* Writes into buf the path of model name (version "" for any) followed by
  * tail ("", "/ready", "/infer"); returns 0, or -1 with out filled

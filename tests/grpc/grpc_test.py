@@ -195,6 +195,51 @@ def check_every_rpc(srv):
     code, words = rpc_error(s.ModelMetadata, pb.ModelMetadataRequest(name="a/b"))
     check("ModelMetadata: a name with a slash is NOT_FOUND",
           code == grpc.StatusCode.NOT_FOUND, (code, words))
+    cfg = s.ModelConfig(pb.ModelConfigRequest(name="attention")).config
+    _, body, _ = srv.request("GET", "/v2/models/attention/config")
+    v2 = json.loads(body)
+    check("ModelConfig: as GET /v2/models/attention/config", cfg.name == "attention" and
+          cfg.platform == v2["platform"] and cfg.max_batch_size == v2["max_batch_size"] and
+          [(t.name, pb.DataType.Name(t.data_type), list(t.dims), t.optional) for t in cfg.input] ==
+          [(t["name"], t["data_type"], t["dims"], t.get("optional", False)) for t in v2["input"]]
+          and [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] ==
+          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]], cfg)
+    code, _ = rpc_error(s.ModelConfig, pb.ModelConfigRequest(name="absent"))
+    check("ModelConfig: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
+    s.ModelInfer(infer_request("attention", SEED))
+    st = s.ModelStatistics(pb.ModelStatisticsRequest(name="attention"))
+    _, body, _ = srv.request("GET", "/v2/models/attention/stats")
+    v2 = json.loads(body)["model_stats"][0]
+    m = st.model_stats[0] if len(st.model_stats) == 1 else None
+    check("ModelStatistics: as GET /v2/models/attention/stats", m is not None and
+          m.name == "attention" and m.version == v2["version"] and
+          m.execution_count == v2["execution_count"] >= 1 and
+          m.inference_count == v2["inference_count"] and
+          m.last_inference == v2["last_inference"] and
+          m.inference_stats.success.count == v2["inference_stats"]["success"]["count"] and
+          m.inference_stats.compute_infer.ns == v2["inference_stats"]["compute_infer"]["ns"] and
+          [(b.batch_size, b.compute_infer.count) for b in m.batch_stats] ==
+          [(b["batch_size"], b["compute_infer"]["count"]) for b in v2["batch_stats"]], (st, v2))
+    every = s.ModelStatistics(pb.ModelStatisticsRequest())
+    check("ModelStatistics of every model", [m.name for m in every.model_stats] ==
+          [m["name"] for m in json.loads(srv.request("GET", "/v2/models/stats")[1])["model_stats"]],
+          every)
+    code, _ = rpc_error(s.ModelStatistics, pb.ModelStatisticsRequest(name="absent"))
+    check("ModelStatistics: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
+    index = s.RepositoryIndex(pb.RepositoryIndexRequest())
+    _, body, _ = srv.request("POST", "/v2/repository/index", b"{}",
+                             {"Content-Type": "application/json"})
+    check("RepositoryIndex: as POST /v2/repository/index",
+          [(m.name, m.version, m.state, m.reason) for m in index.models] ==
+          [(m["name"], m["version"], m["state"], m["reason"]) for m in json.loads(body)], index)
+    for name, fn, req in (("load", s.RepositoryModelLoad, pb.RepositoryModelLoadRequest),
+                          ("unload", s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest)):
+        _, body, _ = srv.request("POST", "/v2/repository/models/attention/" + name, b"{}",
+                                 {"Content-Type": "application/json"})
+        code, words = rpc_error(fn, req(model_name="attention"))
+        check("RepositoryModel" + name.capitalize() + ": answered as its HTTP twin",
+              code == grpc.StatusCode.INVALID_ARGUMENT and words == json.loads(body)["error"],
+              (code, words, body))
     h = srv.health()
     status = h.Check(hpb.HealthCheckRequest()).status
     check("Health/Check: SERVING", status == hpb.HealthCheckResponse.SERVING, status)
@@ -447,6 +492,39 @@ def check_cancel(srv):
           code == grpc.StatusCode.DEADLINE_EXCEEDED, code)
 
 
+def check_drain(srv):
+    """SIGTERM while a long call computes (--shutdown-grace 5): the health service says
+    NOT_SERVING, ServerReady false, and a new inference is UNAVAILABLE."""
+    s = srv.stub()
+    n, d = 32768, 256
+    req = infer_request("attention", [("q", "FP32", [n, d], floats(n * d, 1)),
+                                      ("k", "FP32", [n, d], floats(n * d, 2)),
+                                      ("v", "FP32", [n, d], floats(n * d, 3))], outputs=["output"])
+    future = s.ModelInfer.future(req)
+    for _ in range(3000):  # until the server holds the call; bounded
+        _, body, _ = srv.request("GET", "/metrics")
+        if b"\nattn_grpc_inflight_calls 1" in body or future.done():
+            break
+        time.sleep(0.01)
+    check("drain: the long call is held", not future.done())
+    srv.proc.terminate()
+    h = srv.health()
+    for _ in range(500):  # until the signal is taken; bounded
+        status = h.Check(hpb.HealthCheckRequest()).status
+        if status != hpb.HealthCheckResponse.SERVING:
+            break
+        time.sleep(0.01)
+    check("drain: Health/Check says NOT_SERVING", status == hpb.HealthCheckResponse.NOT_SERVING,
+          status)
+    check("drain: ServerReady is false", not s.ServerReady(pb.ServerReadyRequest()).ready)
+    code, words = rpc_error(s.ModelInfer, infer_request("attention", SEED))
+    check("drain: a new inference is UNAVAILABLE", code == grpc.StatusCode.UNAVAILABLE and
+          "shutting down" in words, (code, words))
+    code, _ = rpc_error(future.result)
+    check("drain: the long call ends (stopped in the grace's last tenth)",
+          code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK), code)
+
+
 def check_tls(binary):
     with tempfile.TemporaryDirectory(prefix="attn-grpc-tls-") as tmp:
         cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
@@ -479,6 +557,8 @@ def main():
     harness.run(args.server, [check_auth], "--auth-all", "--auth-tokens", TOKEN,
                 server_class=GrpcServer)
     harness.run(args.server, [check_cancel], "--max-inflight", "1", server_class=GrpcServer)
+    harness.run(args.server, [check_drain], "--shutdown-grace", "5", "--max-body", "256M",
+                server_class=GrpcServer)
     if harness.FILTER is None or harness.FILTER in "check_tls":
         check_tls(args.server)
     return harness.summary()
