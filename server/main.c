@@ -209,9 +209,9 @@ static void drain(const server_config *cfg)
 }
 
 /* Starts the gRPC front-end beside HTTP unless --grpc-port is 0; prints where
- * it listens.  Returns 0 with *out set (NULL when off), or -1 with the reason
- * printed. */
-static int grpc_serving_start(const server_config *cfg, grpc_front **out)
+ * it listens (and sets cfg->grpc_port to it).  Returns 0 with *out set (NULL
+ * when off), or -1 with the reason printed. */
+static int grpc_serving_start(server_config *cfg, grpc_front **out)
 {
     *out = NULL;
     if (cfg->grpc_port == 0)
@@ -227,6 +227,7 @@ static int grpc_serving_start(const server_config *cfg, grpc_front **out)
     printf("listening on grpc%s://%s%s%s:%d\n", cfg->tls_cert[0] ? "s" : "", v6 ? "[" : "",
            cfg->host, v6 ? "]" : "", grpc_front_port(front));
     fflush(stdout);
+    cfg->grpc_port = grpc_front_port(front); /* the one chosen for -1, for /v1/info */
     *out = front;
     return 0;
 }

@@ -240,6 +240,10 @@ def check_every_rpc(srv):
         check("RepositoryModel" + name.capitalize() + ": answered as its HTTP twin",
               code == grpc.StatusCode.INVALID_ARGUMENT and words == json.loads(body)["error"],
               (code, words, body))
+    _, body, _ = srv.request("GET", "/v1/info")
+    check("/v1/info says where gRPC listens",
+          json.loads(body).get("grpc", {}).get("port") == int(srv.target.rsplit(":", 1)[1]),
+          body[-200:])
     h = srv.health()
     status = h.Check(hpb.HealthCheckRequest()).status
     check("Health/Check: SERVING", status == hpb.HealthCheckResponse.SERVING, status)
