@@ -213,7 +213,9 @@ static void answer_health(const unsigned char *in, size_t len, grpc_answer *out)
         return;
     }
     grpc__health__v1__health_check_request__free_unpacked(q, NULL);
-    json_t *root = ask_json("/v2/health/ready", 503, out);
+    /* the readiness probe's answer (not draining, the store read lately), so that a
+     * Kubernetes grpc: readiness probe says what httpGet /readyz says */
+    json_t *root = ask_json("/readyz", 503, out);
     if (root == NULL && out->code != GRPC_STATUS_OK)
         return;
     json_decref(root);
