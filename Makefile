@@ -353,12 +353,22 @@ build/fuzz/fuzz-json-fast: server/json/json_fast.c server/core/mem.c server/json
 	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json/json_fast.c server/core/mem.c \
 	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
 
+# The gRPC front-end's ModelInfer from the bytes of a message (tests/fuzz/fuzz_grpc.c).
+build/fuzz/fuzz-grpc: $(LIB_SRCS) $(VIZ_GEN) $(GRPC_GEN_C) tests/fuzz/fuzz_grpc.c $(wildcard server/*/*.h server/*/*.inc)
+	@mkdir -p build/fuzz/corpus-grpc
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -I$(GRPC_GEN) $(LIB_SRCS) $(VIZ_GEN) \
+	    $(GRPC_GEN_C) tests/fuzz/fuzz_grpc.c -o $@ \
+	    $(PKG_LIBS) -lpthread -lm
+
 fuzz: provision-build
-	@$(MAKE) --no-print-directory build/fuzz/fuzz-api build/fuzz/fuzz-json-fast
+	@$(MAKE) --no-print-directory build/fuzz/fuzz-api build/fuzz/fuzz-json-fast build/fuzz/fuzz-grpc
 	cd build/fuzz && ./fuzz-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	    -print_final_stats=1 corpus ../../tests/fuzz/corpus
 	cd build/fuzz && ./fuzz-json-fast -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	    -print_final_stats=1 corpus-json ../../tests/fuzz/corpus-json
+	cd build/fuzz && ./fuzz-grpc -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -print_final_stats=1 corpus-grpc ../../tests/fuzz/corpus-grpc
 
 # The OpenAPI linter (Spectral), pinned by api/package-lock.json.  npm writes
 # api/node_modules/.package-lock.json on every install, so it serves as the stamp:

@@ -31,9 +31,11 @@
 #define BODY_ALIGN 64
 
 /* A request parameter as the JSON value v2 reads, or NULL when it has none
- * (an unset oneof, a string that is not UTF-8, a number that is not finite). */
+ * (no value, an unset oneof, a string that is not UTF-8, a number that is not finite). */
 static json_t *parameter_json(const Inference__InferParameter *p)
 {
+    if (p == NULL) /* a map entry with a key and no value */
+        return NULL;
     switch (p->parameter_choice_case) {
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
         return json_boolean(p->bool_param);

@@ -365,6 +365,10 @@ def check_bad_inputs(srv):
     garbage = srv.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
                                       request_serializer=lambda b: b,
                                       response_deserializer=lambda b: b)
+    # model_name "attention", and parameters {"x": <no value>} (found by make fuzz)
+    code, words = rpc_error(garbage, b"\x0a\x09attention\x22\x03\x0a\x01x")
+    check("a parameter with no value: INVALID_ARGUMENT naming it",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "parameters.x" in words, (code, words))
     code, words = rpc_error(garbage, b"\x0a\xff\xff\xff\xff\x0f")
     check("bytes that are no ModelInferRequest: INVALID_ARGUMENT",
           code == grpc.StatusCode.INVALID_ARGUMENT, (code, words))
