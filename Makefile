@@ -280,7 +280,7 @@ test: test-build
 # they are missing.  The visualizer's benchmark needs chromium and puppeteer-core
 # (browser-deps).  BENCH_ARGS=--quick for a smoke run.
 BENCH_BINS := build/bench/bench-kernel build/bench/bench-json build/bench/bench-store-load \
-              build/bench/slow-clients build/bench/bench-gemm
+              build/bench/slow-clients build/bench/bench-gemm build/bench/grpc-load
 
 build/obj/bench/%.o: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -293,6 +293,12 @@ build/bench/bench-%: $(LIB_OBJS) build/obj/bench/bench_%.o
 build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
+
+# The gRPC load client (tests/bench/grpc_load.c), on gRPC's C core and the generated messages.
+build/bench/grpc-load: tests/bench/grpc_load.c $(GRPC_GEN_C) $(GRPC_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O2 -g $(WARN) $(PKG_CFLAGS) -I$(GRPC_GEN) tests/bench/grpc_load.c $(GRPC_GEN_C) \
+	    -o $@ $(PKG_LIBS) -lpthread
 
 build/bench/slow-clients: tests/bench/slow_clients.c tests/integration/rawhttp.c \
 		tests/integration/client.c
