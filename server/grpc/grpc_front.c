@@ -84,7 +84,6 @@ struct grpc_front {
     pthread_cond_t wake;
     gcall *head, *tail;
     int stopping;
-    atomic_long busy;           /* received, not yet answered */
     long live;                  /* calls allocated (the polling thread's) */
     int shut;                   /* the server's shutdown tag came */
     gtag shutdown_tag;
@@ -267,7 +266,6 @@ static void on_recv(gcall *c, int ok)
     grpc_answer a;
     memset(&a, 0, sizeof a);
     if (ok && c->stream && c->recv == NULL) { /* the client has sent its last request */
-        atomic_fetch_add(&c->front->busy, 1);
         a.route = ROUTE_V2_INFER;
         call_answer(c, &a);
         return;
@@ -281,11 +279,9 @@ static void on_recv(gcall *c, int ok)
                                               : GRPC_STATUS_RESOURCE_EXHAUSTED,
                           c->recv == NULL ? "The call carried no request message."
                                           : "The server ran out of memory; retry later.");
-        atomic_fetch_add(&c->front->busy, 1);
         call_answer(c, &a);
         return;
     }
-    atomic_fetch_add(&c->front->busy, 1);
     if (call_authorized(c, &a) != 0) {
         call_answer(c, &a);
         return;
@@ -397,7 +393,6 @@ static void *poller_main(void *arg)
             break;
         case TAG_SENT:
         case TAG_STREAM:
-            atomic_fetch_sub(&front->busy, 1);
             if (c->inflight)
                 metrics_grpc_inflight_add(-1);
             c->inflight = 0;
@@ -545,7 +540,6 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
     pthread_cond_init(&front->wake, NULL);
     pthread_mutex_init(&front->shut_lock, NULL);
     pthread_cond_init(&front->shut_done, NULL);
-    atomic_init(&front->busy, 0);
     /* the request message may be as large as an HTTP body (RESOURCE_EXHAUSTED past it) */
     grpc_arg args[2];
     args[0].type = GRPC_ARG_INTEGER;
@@ -616,11 +610,6 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
 int grpc_front_port(const grpc_front *front)
 {
     return front->port;
-}
-
-long grpc_front_busy(const grpc_front *front)
-{
-    return front ? atomic_load(&front->busy) : 0;
 }
 
 void grpc_front_stop(grpc_front *front)

@@ -18,17 +18,14 @@
 
 typedef struct grpc_front grpc_front;
 
-/* Starts serving on cfg->host:cfg->grpc_port (cfg borrowed for the life of
- * the server; the router must be initialised).  Returns the server, or NULL
+/* Starts serving on cfg->host:cfg->grpc_port, -1 for a free port (cfg
+ * borrowed for the life of the server; the router must be initialised; 0
+ * means off and is the caller's to honour).  Returns the server, or NULL
  * with err filled and nothing left running. */
 grpc_front *grpc_front_start(const server_config *cfg, attn_error *err);
 
-/* The port it listens on (the one chosen when grpc_port was 0 is not
- * possible: 0 means off and grpc_front_start is not called). */
+/* The port it listens on: cfg->grpc_port, or the one chosen for -1. */
 int grpc_front_port(const grpc_front *front);
-
-/* Calls under way (received and not yet answered). */
-long grpc_front_busy(const grpc_front *front);
 
 /* Stops: calls still waiting for a worker are answered UNAVAILABLE, those
  * computing end (main.c stops their computations while it drains), the rest
