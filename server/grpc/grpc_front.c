@@ -11,8 +11,10 @@
  * the polling thread handles events, so a call's flags need no lock; it is
  * freed once SENT and CLOSE have both come.
  *
- * The cheap RPCs are answered on the polling thread (grpc_service.c).
- * ModelInfer joins a queue served by --max-inflight workers; a worker binds
+ * The cheap RPCs are answered on the polling thread (grpc_service.c), and
+ * so is a small ModelInfer when the router finds it small and a compute slot
+ * free (as HTTP's I/O threads do).  Any other ModelInfer joins a queue
+ * served by --max-inflight workers; a worker binds
  * the call's compute token (the call's deadline, or --deadline when that is
  * sooner) and asks the router, which admits the computation under the same
  * limits as HTTP's.  A CLOSE with `cancelled` stops the token, so the
@@ -299,6 +301,18 @@ static void on_recv(gcall *c, int ok)
     c->queued_at = compute_now();
     if (c->stream)
         c->started = c->queued_at; /* each request of a stream is timed from its arrival */
+    /* A small request is answered here, as HTTP answers one on its I/O thread
+     * (--inline-max-bytes); the router defers anything larger to a worker. */
+    if (!c->stream && c->in_len <= front->cfg->inline_max_bytes) {
+        compute_bind(&c->token);
+        grpc_infer_answer(c->in, c->in_len, 0, 1, &a);
+        compute_bind(NULL);
+        if (!a.deferred) {
+            call_answer(c, &a);
+            return;
+        }
+        memset(&a, 0, sizeof a);
+    }
     pthread_mutex_lock(&front->lock);
     if (front->stopping) { /* the workers are gone */
         pthread_mutex_unlock(&front->lock);
@@ -440,7 +454,7 @@ static void work(grpc_front *front, gcall *c)
         a.http_status = 503;
         a.route = ROUTE_V2_INFER;
     } else {
-        grpc_infer_answer(c->in, c->in_len, c->queued_at, &a);
+        grpc_infer_answer(c->in, c->in_len, c->queued_at, 0, &a);
         /* a computation stopped by its token answers with the reason's code */
         int reason = atomic_load(&c->token.reason);
         if (a.code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)

@@ -366,7 +366,8 @@ void grpc_infer_stream_wrap(grpc_answer *out)
         memcpy(out->message, message, sizeof message);
 }
 
-void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, grpc_answer *out)
+void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
+                       grpc_answer *out)
 {
     memset(out, 0, sizeof *out);
     out->route = ROUTE_V2_INFER;
@@ -397,12 +398,14 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, gr
         snprintf(header_length, sizeof header_length, "%zu", header_len);
         api_request req = {.method = "POST", .path = path, .body = (const char *)body,
                            .body_len = body_len, .inference_header_length = header_length,
-                           .queued_at = queued_at};
+                           .io_thread = io_thread, .queued_at = queued_at};
         api_response resp;
         api_handle(&req, &resp);
         free(buf);
         out->http_status = resp.status;
-        if (resp.status == 200)
+        if (resp.deferred)
+            out->deferred = 1;
+        else if (resp.status == 200)
             answer_response(&resp, out);
         else
             grpc_answer_from_http(out, &resp);

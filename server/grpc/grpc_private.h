@@ -45,6 +45,7 @@ typedef struct grpc_answer {
     int retry_after;            /* seconds, 0 for none (a trailing retry-after) */
     int http_status;            /* of the HTTP twin, for /metrics */
     route_id route;             /* of the HTTP twin, for /metrics */
+    int deferred;               /* grpc_infer_answer on the polling thread: for a worker */
 } grpc_answer;
 
 /* The method of a path such as "/inference.GRPCInferenceService/ModelInfer"
@@ -60,8 +61,13 @@ void grpc_service_answer(grpc_method m, const unsigned char *in, size_t len, grp
 
 /* Answers a ModelInferRequest (in, len bytes) into out, on the calling
  * thread, under the compute token it has bound; queued_at is when the call
- * joined the queue (compute_now()).  Always fills out. */
-void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, grpc_answer *out);
+ * joined the queue (compute_now()).  With io_thread (the polling thread,
+ * which must not wait nor compute long) the router answers only a small
+ * computation with a compute slot free now, as on HTTP's I/O threads, and
+ * otherwise sets out->deferred and nothing else: the call goes to a worker.
+ * Always fills out. */
+void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
+                       grpc_answer *out);
 
 /* Turns out, an answer of ModelInfer, into one of ModelStreamInfer: an
  * error becomes error_message with code OK (out->message and http_status

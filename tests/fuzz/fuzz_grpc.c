@@ -64,7 +64,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
     grpc_answer a;
-    grpc_infer_answer(data, size, 0, &a);
+    grpc_infer_answer(data, size, 0, 0, &a);
     if (a.code == GRPC_STATUS_OK) {
         Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, a.len,
                                                                                   a.bytes);
