@@ -43,8 +43,14 @@ usage() {
     exit 2
 }
 
-BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev"
-TEST_DEBS="curl valgrind openssl"
+# The gRPC front-end (server/grpc/) is built on gRPC's C core and protobuf-c, whose
+# compiler generates the message code from api/grpc/*.proto at build time.
+BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev
+            libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
+# The grpc suite generates its Python stubs from api/grpc/*.proto with protoc and
+# grpc_python_plugin and speaks through Debian's grpcio and protobuf.
+TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compiler
+           protobuf-compiler-grpc"
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
 CHECKPOINT_DEBS="python3-torch python3-numpy"

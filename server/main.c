@@ -30,6 +30,7 @@
 #include "core/compute.h"
 #include "core/config.h"
 #include "core/sizing.h"
+#include "grpc/grpc_front.h"
 #include "http/http.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
@@ -211,6 +212,30 @@ static void drain(const server_config *cfg)
     compute_stop_all(1);
 }
 
+/* Starts the gRPC front-end beside HTTP unless --grpc-port is 0; prints where
+ * it listens (and sets cfg->grpc_port to it).  Returns 0 with *out set (NULL
+ * when off), or -1 with the reason printed. */
+static int grpc_serving_start(server_config *cfg, grpc_front **out)
+{
+    *out = NULL;
+    if (cfg->grpc_port == 0)
+        return 0;
+    attn_error err;
+    error_clear(&err);
+    grpc_front *front = grpc_front_start(cfg, &err);
+    if (front == NULL) {
+        fprintf(stderr, "attention-server: %s\n", err.message);
+        return -1;
+    }
+    int v6 = strchr(cfg->host, ':') != NULL;
+    printf("listening on grpc%s://%s%s%s:%d\n", cfg->tls_cert[0] ? "s" : "", v6 ? "[" : "",
+           cfg->host, v6 ? "]" : "", grpc_front_port(front));
+    fflush(stdout);
+    cfg->grpc_port = grpc_front_port(front); /* the one chosen for -1, for /v1/info */
+    *out = front;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     server_config cfg;
@@ -246,11 +271,19 @@ int main(int argc, char **argv)
         compute_shutdown();
         return 1;
     }
+    grpc_front *grpc = NULL;
+    if (grpc_serving_start(&cfg, &grpc) != 0) {
+        http_stop(server);
+        api_shutdown();
+        compute_shutdown();
+        return 1;
+    }
     int sig = stop_signal_wait(&signals, server);
     fprintf(stderr, "attention-server: %s received, draining\n",
             sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGQUIT ? "SIGQUIT"
                                                                                   : "SIGHUP");
     drain(&cfg);
+    grpc_front_stop(grpc);
     http_stop(server);
     api_shutdown();
     compute_shutdown();

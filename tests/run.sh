@@ -25,7 +25,7 @@
 #                                      a server that was started are reported whatever
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
-#   checkpoints*, compression-asan, triton-asan, operations-asan
+#   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -72,6 +72,9 @@ run_suite() {
     total_failed=$((total_failed + f))
 }
 
+# The servers the suites start serve HTTP only, so that no two of them (nor a server of the
+# user's) contend for gRPC's default port 8001; the grpc suites ask for a free port each.
+export ATTN_GRPC_PORT=0
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -119,6 +122,8 @@ every_suite() {
         --server build/asan/attention-server
     suite operations-asan /usr/bin/python3 tests/operations/operations_test.py \
         --server build/asan/attention-server
+    suite grpc /usr/bin/python3 tests/grpc/grpc_test.py --server build/attention-server
+    suite grpc-asan /usr/bin/python3 tests/grpc/grpc_test.py --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server

@@ -39,6 +39,9 @@ static const config_option config_table[] = {
      "address to listen on (0.0.0.0 or :: inside a container)"},
     {"port", "ATTN_PORT", OPT_LONG, OFF(port), 0, "8080", 0, 65535,
      "TCP port; 0 picks a free one (printed on stdout)"},
+    {"grpc-port", "ATTN_GRPC_PORT", OPT_LONG, OFF(grpc_port), 0, "8001", -1, 65535,
+     "TCP port of the gRPC front-end (the Open Inference Protocol, on the same --host); "
+     "0 turns it off, -1 picks a free one (printed on stdout)"},
     {"cors-origin", "ATTN_CORS_ORIGIN", OPT_TEXT, OFF(cors_origin), LEN(cors_origin), "*", 0, 0,
      "origins browsers may call from: * for any, a comma-separated list (the matching one is "
      "echoed), or \"\" / off for no CORS headers"},

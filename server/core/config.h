@@ -15,6 +15,7 @@
 typedef struct server_config {
     char host[256];
     long port;
+    long grpc_port;             /* gRPC (grpc/grpc_front.h); 0: off, -1: a free one */
     char cors_origin[1024];     /* "*", a comma-separated list, or ""/off */
     char cors_write_origins[1024]; /* origins whose pages may PUT and DELETE (cors.c) */
     size_t max_body;            /* bytes */

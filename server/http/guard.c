@@ -570,17 +570,25 @@ int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_
         return err->kind;
     }
     int is_write = strcmp(rq->method, "PUT") == 0 || strcmp(rq->method, "DELETE") == 0;
-    int needs_token = strcmp(rq->method, "OPTIONS") != 0 && !rq->probe &&
-                      (g->auth_all || (g->auth_writes && is_write));
-    if (needs_token && !token_accepted(g, authorization)) {
+    int needs_token = strcmp(rq->method, "OPTIONS") != 0 && !rq->probe;
+    if (guard_token_check(g, authorization, needs_token, is_write, err) != 0) {
         v->close = has_body;
         snprintf(v->www_authenticate, sizeof v->www_authenticate,
                  authorization == NULL ? "Bearer realm=\"attention-server\""
                                        : "Bearer realm=\"attention-server\", error=\"invalid_token\"");
+        return err->kind;
+    }
+    return 0;
+}
+
+int guard_token_check(const guard *g, const char *authorization, int may_need, int is_write,
+                      attn_error *err)
+{
+    int needs_token = may_need && (g->auth_all || (g->auth_writes && is_write));
+    if (needs_token && !token_accepted(g, authorization))
         return error_set(err, ERR_UNAUTHORIZED, "unauthorized", NULL, "%s",
                          authorization == NULL
                              ? "This route needs a bearer token: send Authorization: Bearer TOKEN."
                              : "The bearer token was not accepted.");
-    }
     return 0;
 }

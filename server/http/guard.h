@@ -94,6 +94,14 @@ void guard_free(guard *g);
  * Token comparison takes the same time whatever the bytes sent. */
 int guard_check(const guard *g, const guard_request *rq, guard_verdict *v, attn_error *err);
 
+/* The bearer-token rule of guard_check alone, for a request that is no HTTP
+ * request (a gRPC call): with may_need (not a probe, not a preflight), a token
+ * is needed under --auth-all, and under --auth-writes for a write (is_write);
+ * authorization is the "Bearer TOKEN" value or NULL.  Returns 0, or
+ * ERR_UNAUTHORIZED with err filled in guard_check's words. */
+int guard_token_check(const guard *g, const char *authorization, int may_need, int is_write,
+                      attn_error *err);
+
 /* The Access-Control-Allow-Origin value for a request with the given Origin
  * header (NULL when absent): "*" when any origin is allowed, the origin
  * itself when it is in the list, NULL when CORS is off or the origin is not

@@ -30,6 +30,7 @@ static double duration_sum[ROUTE_COUNT];
 static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
+static atomic_long grpc_inflight;
 static atomic_ulong path_counts[PATH_COUNT];
 static atomic_ulong slow_closed;
 static atomic_ulong static_compressed;
@@ -88,6 +89,12 @@ void metrics_path_observe(metrics_path path)
 
 void metrics_inflight_add(int delta)
 {
+    atomic_fetch_add(&inflight, delta);
+}
+
+void metrics_grpc_inflight_add(int delta)
+{
+    atomic_fetch_add(&grpc_inflight, delta);
     atomic_fetch_add(&inflight, delta);
 }
 
@@ -195,6 +202,10 @@ char *metrics_render(size_t *len)
                "# TYPE attn_http_inflight_requests gauge\nattn_http_inflight_requests ");
     long now = metrics_inflight();
     jw_size(&w, now > 0 ? (size_t)now : 0);
+    jw_raw(&w, "\n# HELP attn_grpc_inflight_calls gRPC inferences received and not yet "
+               "answered.\n# TYPE attn_grpc_inflight_calls gauge\nattn_grpc_inflight_calls ");
+    long calls = atomic_load(&grpc_inflight);
+    jw_size(&w, calls > 0 ? (size_t)calls : 0);
     jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
                "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
                "# TYPE attn_http_slow_connections_closed_total counter\n"

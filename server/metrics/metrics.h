@@ -34,6 +34,10 @@ void metrics_path_observe(metrics_path path);
 void metrics_inflight_add(int delta);
 long metrics_inflight(void);
 
+/* gRPC inference calls received and not yet answered (grpc/grpc_front.h):
+ * the gauge attn_grpc_inflight_calls.  They count in metrics_inflight too. */
+void metrics_grpc_inflight_add(int delta);
+
 /* Counts one connection the reaper closed for delivering its headers or
  * body too slowly. */
 void metrics_slow_closed_add(void);

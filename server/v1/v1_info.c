@@ -76,7 +76,7 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
     json_t *info = json_pack(
         "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:i}, s:{s:i, s:i}, "
         "s:{s:s, s:o}, s:[s, s], "
-        "s:{s:I, s:I, s:I, s:I, s:I}}",
+        "s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
         "blas", "library", "OpenBLAS", "config", config, "core", core,
@@ -88,7 +88,8 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
         "max_elements", (json_int_t)cfg->max_elements,
         "max_request_memory_bytes", (json_int_t)cfg->max_request_memory,
         "max_inflight", (json_int_t)cfg->max_inflight,
-        "max_connections", (json_int_t)cfg->max_connections);
+        "max_connections", (json_int_t)cfg->max_connections,
+        "grpc", "port", (json_int_t)(cfg->grpc_port > 0 ? cfg->grpc_port : 0));
     json_object_set_new(info, "sizing", sizing_json());
     answer_json(resp, 200, info);
 }

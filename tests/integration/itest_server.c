@@ -70,7 +70,9 @@ void detail_stderr_tail(struct test *t, const struct server *s, int lines)
  * Builds the server's environment: ours minus every ATTN_* variable (so that the
  * caller's environment cannot change what the tests expect), plus the kind's own.
  * ATTN_KERNEL alone is passed on: it forces the attention kernel's instruction set, which
- * must not change any answer, and tests/run.sh runs suites with each path forced.
+ * must not change any answer, and tests/run.sh runs suites with each path forced.  Every
+ * server gets ATTN_GRPC_PORT=0: these suites speak HTTP, and no two servers (nor one of the
+ * user's) may contend for gRPC's default port (tests/grpc/ tests gRPC).
  * The caller frees the returned array (the strings are borrowed).
  */
 static char **server_environment(const struct server_kind *kind)
@@ -80,11 +82,12 @@ static char **server_environment(const struct server_kind *kind)
         n++;
     while (kind->env[extra] != NULL)
         extra++;
-    char **envp = client_xcalloc(n + extra + 1, sizeof *envp);
+    char **envp = client_xcalloc(n + extra + 2, sizeof *envp);
     size_t used = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "ATTN_", 5) != 0 || strncmp(environ[i], "ATTN_KERNEL=", 12) == 0)
             envp[used++] = environ[i];
+    envp[used++] = (char *)"ATTN_GRPC_PORT=0";
     for (size_t i = 0; i < extra; i++)
         envp[used++] = (char *)kind->env[i];
     return envp;

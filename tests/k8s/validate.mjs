@@ -4,8 +4,8 @@
 // package carries (types, required fields, enums, formats), through the model class of its
 // apiVersion and kind; a kind the package does not know is a failure.  Those schemas allow
 // unknown fields, as the API's own OpenAPI does, so the deployment rules that matter here
-// are checked by name as well: resources, the liveness and readiness probes on /healthz and
-// /readyz, a non-root user, a read-only root filesystem, the weight-set volume (with more
+// are checked by name as well: resources, the liveness probe on /healthz and the readiness
+// probe on /readyz or gRPC health on the container's grpc port, a non-root user, a read-only root filesystem, the weight-set volume (with more
 // than one replica: a PersistentVolumeClaim of the folder that is ReadWriteMany, since all
 // replicas share the directory), and that the Service and the HorizontalPodAutoscaler point
 // at the Deployment.
@@ -97,7 +97,12 @@ function policyErrors(docs) {
     if (!c.resources?.requests?.cpu || !c.resources?.requests?.memory) errors.push("no cpu and memory requests");
     if (!c.resources?.limits?.memory) errors.push("no memory limit");
     if (!probe(c.livenessProbe, "/healthz")) errors.push("the liveness probe is not GET /healthz");
-    if (!probe(c.readinessProbe, "/readyz")) errors.push("the readiness probe is not GET /readyz");
+    // The gRPC health service answers what /readyz does (docs/grpc.md), on the grpc port.
+    const grpcPort = (c.ports ?? []).find((p) => p.name === "grpc")?.containerPort;
+    const grpcReady = c.readinessProbe?.grpc?.port !== undefined &&
+        c.readinessProbe.grpc.port === grpcPort;
+    if (!probe(c.readinessProbe, "/readyz") && !grpcReady)
+        errors.push("the readiness probe is neither GET /readyz nor gRPC health on the grpc port");
     if (!(sc.runAsNonRoot ?? psc.runAsNonRoot)) errors.push("runAsNonRoot is not set");
     if ((sc.runAsUser ?? psc.runAsUser) === 0) errors.push("runAsUser is 0");
     if (sc.readOnlyRootFilesystem !== true) errors.push("the root filesystem is not read-only");

@@ -155,10 +155,12 @@ done
 [ "$failed" -eq 0 ] || { summary; exit 1; }
 echo "    loaded into Docker in $(seconds_since "$t0") s"
 
-# A port free on every address: the swarm publishes on all of them (no host IP).
-port=
-for candidate in $(shuf -i 20000-39999 -n 20); do
-    if ! ss -Htln "sport = :$candidate" | grep -q .; then port=$candidate; break; fi
+# Two ports free on every address, HTTP's and gRPC's: the swarm publishes on all of them
+# (no host IP).
+port= gport=
+for candidate in $(shuf -i 20000-39999 -n 40); do
+    ss -Htln "sport = :$candidate" | grep -q . && continue
+    if [ -z "$port" ]; then port=$candidate; else gport=$candidate; break; fi
 done
 url=http://127.0.0.1:$port
 
@@ -185,7 +187,8 @@ wait_converged() {
 }
 
 t0=$(now)
-if ATTN_PUBLISH=$port ATTN_PUBLISH_PORT=$port docker stack deploy --resolve-image never \
+if ATTN_PUBLISH=$port ATTN_PUBLISH_PORT=$port ATTN_PUBLISH_GRPC=$gport ATTN_PUBLISH_GRPC_PORT=$gport \
+        docker stack deploy --resolve-image never \
         -c docker/compose.yaml -c docker/swarm.yaml "$stack" >"$tmp/deploy.log" 2>&1 &&
     wait_converged 3 120 && wait_healthz "$url" 30; then
     ok "swarm/converges"

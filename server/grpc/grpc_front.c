@@ -1,0 +1,665 @@
+/*
+ * grpc_front.c - the gRPC server: gRPC's C core, one completion queue, the
+ * thread that polls it, and the workers that run inference.
+ *
+ * A call goes through four events of the queue, each with its own tag:
+ * NEW (grpc_server_request_call gave a call; another is asked for at
+ * once), RECV (its one request message arrived), SENT (the answer's batch
+ * is done) and CLOSE (RECV_CLOSE_ON_SERVER, asked for when the call
+ * starts: it completes when the call ends, with `cancelled` set when the
+ * client cancelled, its deadline passed or its connection dropped).  Only
+ * the polling thread handles events, so a call's flags need no lock; it is
+ * freed once SENT and CLOSE have both come.
+ *
+ * The cheap RPCs are answered on the polling thread (grpc_service.c), and
+ * so is a small ModelInfer when the router finds it small and a compute slot
+ * free (as HTTP's I/O threads do).  Any other ModelInfer joins a queue
+ * served by --max-inflight workers; a worker binds
+ * the call's compute token (the call's deadline, or --deadline when that is
+ * sooner) and asks the router, which admits the computation under the same
+ * limits as HTTP's.  A CLOSE with `cancelled` stops the token, so the
+ * computation ends within one block of keys as for an HTTP client that went
+ * away.  A call that waited longer than --queue-wait-ms for a worker is
+ * answered UNAVAILABLE with a retry hint when a worker takes it.
+ */
+#include "grpc_front.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/compute.h"
+#include "grpc_private.h"
+#include "http/guard.h"
+#include "metrics/metrics.h"
+
+/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on). */
+enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM };
+
+typedef struct gcall gcall;
+
+typedef struct gtag {
+    gcall *call;
+    int what;
+} gtag;
+
+struct gcall {
+    grpc_front *front;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array metadata;
+    grpc_method method;
+    grpc_byte_buffer *recv;
+    int cancelled;              /* set by RECV_CLOSE_ON_SERVER */
+    int sent, closed;           /* the polling thread's */
+    int inflight;               /* counted in metrics_inflight until SENT */
+    compute_token token;
+    double started, queued_at;  /* compute_now() */
+    unsigned char *in;          /* the request message */
+    size_t in_len;
+    grpc_slice status_details;
+    grpc_metadata trailing;
+    char retry_after[16];
+    int has_trailing, has_details;
+    int stream;                 /* ModelStreamInfer: many requests, one answer each */
+    int initial_sent;           /* the initial metadata went with an earlier batch */
+    gtag t_new, t_recv, t_sent, t_close, t_stream;
+    gcall *next;                /* in the workers' queue */
+};
+
+struct grpc_front {
+    const server_config *cfg;
+    guard *guard;               /* the bearer tokens, as HTTP checks them */
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    int port;
+    pthread_t poller;
+    pthread_t *workers;
+    size_t n_workers;
+    pthread_mutex_t lock;       /* the queue and stopping */
+    pthread_cond_t wake;
+    gcall *head, *tail;
+    int stopping;
+    long live;                  /* calls allocated (the polling thread's) */
+    int shut;                   /* the server's shutdown tag came */
+    gtag shutdown_tag;
+    pthread_mutex_t shut_lock;
+    pthread_cond_t shut_done;
+};
+
+static gcall *call_new(grpc_front *front)
+{
+    gcall *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    c->front = front;
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->metadata);
+    c->t_new = (gtag){c, TAG_NEW};
+    c->t_recv = (gtag){c, TAG_RECV};
+    c->t_sent = (gtag){c, TAG_SENT};
+    c->t_close = (gtag){c, TAG_CLOSE};
+    c->t_stream = (gtag){c, TAG_STREAM};
+    front->live++;
+    return c;
+}
+
+static void call_free(gcall *c)
+{
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->metadata);
+    if (c->recv != NULL)
+        grpc_byte_buffer_destroy(c->recv);
+    if (c->has_details)
+        grpc_slice_unref(c->status_details);
+    if (c->has_trailing)
+        grpc_slice_unref(c->trailing.value);
+    free(c->in);
+    c->front->live--;
+    free(c);
+}
+
+/* Asks the server for the next call. */
+static void request_next(grpc_front *front)
+{
+    gcall *c = call_new(front);
+    if (c == NULL)
+        return; /* out of memory: no new calls are taken until one ends */
+    if (grpc_server_request_call(front->server, &c->call, &c->details, &c->metadata, front->cq,
+                                 front->cq, &c->t_new) != GRPC_CALL_OK)
+        call_free(c);
+}
+
+/* Sends the answer and the status of c (from any thread); c belongs to the
+ * polling thread again as soon as this returns. */
+static void call_answer(gcall *c, grpc_answer *a)
+{
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (!c->initial_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_sent = 1;
+    grpc_byte_buffer *bb = NULL;
+    /* a stream's answer goes alone: its status ends the stream, after the last */
+    int stream_message = c->stream && a->bytes != NULL;
+    if (a->code == GRPC_STATUS_OK && a->bytes != NULL) {
+        grpc_slice s = grpc_slice_new(a->bytes, a->len, free);
+        a->bytes = NULL;
+        bb = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = bb;
+    }
+    if (!stream_message)
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = a->code;
+    if (!stream_message && a->code != GRPC_STATUS_OK) {
+        c->status_details = grpc_slice_from_copied_string(a->message);
+        c->has_details = 1;
+        ops[n].data.send_status_from_server.status_details = &c->status_details;
+    }
+    if (!stream_message && a->retry_after > 0) {
+        snprintf(c->retry_after, sizeof c->retry_after, "%d", a->retry_after);
+        c->trailing.key = grpc_slice_from_static_string("retry-after");
+        c->trailing.value = grpc_slice_from_copied_string(c->retry_after);
+        c->has_trailing = 1;
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &c->trailing;
+    }
+    if (!stream_message)
+        n++;
+    grpc_front *front = c->front;
+    double seconds = compute_now() - c->started;
+    if (!front->cfg->quiet && (c->in != NULL || !c->stream))
+        fprintf(stderr, "access grpc %s status=%d http=%d in=%zu out=%zu ms=%.3f\n",
+                grpc_method_name(c->method), (int)a->code, a->http_status ? a->http_status : 200,
+                c->in_len, a->len, seconds * 1000.0);
+    if (c->in != NULL || !c->stream)
+        metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
+                        a->len);
+    free(c->in);
+    c->in = NULL;
+    free(a->bytes);
+    a->bytes = NULL;
+    if (grpc_call_start_batch(c->call, ops, n, stream_message ? &c->t_stream : &c->t_sent,
+                              NULL) != GRPC_CALL_OK) {
+        /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
+        grpc_call_cancel(c->call, NULL);
+        c->sent = 1;
+    }
+    if (bb != NULL)
+        grpc_byte_buffer_destroy(bb);
+}
+
+/* Reads the request message of c into c->in; 0, or -1 when memory ran out. */
+static int call_read(gcall *c)
+{
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, c->recv))
+        return -1;
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    c->in_len = GRPC_SLICE_LENGTH(s);
+    c->in = malloc(c->in_len ? c->in_len : 1);
+    if (c->in != NULL)
+        memcpy(c->in, GRPC_SLICE_START_PTR(s), c->in_len);
+    grpc_slice_unref(s);
+    grpc_byte_buffer_destroy(c->recv);
+    c->recv = NULL;
+    return c->in != NULL ? 0 : -1;
+}
+
+/* The call's deadline as seconds of compute_now(), capped by --deadline. */
+static double call_deadline(const gcall *c)
+{
+    double limit = (double)c->front->cfg->deadline;
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    gpr_timespec end = gpr_convert_clock_type(c->details.deadline, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(end, gpr_inf_future(GPR_CLOCK_MONOTONIC)) != 0) {
+        double left = gpr_timespec_to_micros(gpr_time_sub(end, now)) / 1e6;
+        if (left < limit)
+            limit = left > 0 ? left : 0;
+    }
+    return compute_now() + limit;
+}
+
+/* Checks the bearer token of c's "authorization" metadata as HTTP checks its
+ * Authorization header; the probes need none.  Returns 0, or -1 with a filled. */
+static int call_authorized(const gcall *c, grpc_answer *a)
+{
+    int probe = c->method == GRPC_M_SERVER_LIVE || c->method == GRPC_M_SERVER_READY ||
+                c->method == GRPC_M_HEALTH_CHECK;
+    char value[4096];
+    const char *authorization = NULL;
+    for (size_t i = 0; i < c->metadata.count; i++) {
+        const grpc_metadata *m = &c->metadata.metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == 13 &&
+            memcmp(GRPC_SLICE_START_PTR(m->key), "authorization", 13) == 0) {
+            size_t n = GRPC_SLICE_LENGTH(m->value);
+            n = n < sizeof value - 1 ? n : sizeof value - 1;
+            memcpy(value, GRPC_SLICE_START_PTR(m->value), n);
+            value[n] = '\0';
+            authorization = value;
+            break;
+        }
+    }
+    attn_error err;
+    error_clear(&err);
+    if (guard_token_check(c->front->guard, authorization, !probe, 0, &err) == 0)
+        return 0;
+    grpc_answer_error(a, GRPC_STATUS_UNAUTHENTICATED, "%s", err.message);
+    a->http_status = 401;
+    a->route = c->method == GRPC_M_MODEL_INFER ? ROUTE_V2_INFER : ROUTE_OTHER;
+    return -1;
+}
+
+/* The request of c arrived: a cheap RPC is answered now, ModelInfer queued. */
+static void on_recv(gcall *c, int ok)
+{
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    if (ok && c->stream && c->recv == NULL) { /* the client has sent its last request */
+        a.route = ROUTE_V2_INFER;
+        call_answer(c, &a);
+        return;
+    }
+    if (!ok || c->recv == NULL || call_read(c) != 0) {
+        if (!ok) {
+            c->sent = 1; /* the call is gone: nothing to send */
+            return;
+        }
+        grpc_answer_error(&a, c->recv == NULL ? GRPC_STATUS_INVALID_ARGUMENT
+                                              : GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          c->recv == NULL ? "The call carried no request message."
+                                          : "The server ran out of memory; retry later.");
+        call_answer(c, &a);
+        return;
+    }
+    if (call_authorized(c, &a) != 0) {
+        call_answer(c, &a);
+        return;
+    }
+    if (!c->stream && c->method != GRPC_M_MODEL_INFER) {
+        grpc_service_answer(c->method, c->in, c->in_len, &a);
+        call_answer(c, &a);
+        return;
+    }
+    grpc_front *front = c->front;
+    metrics_grpc_inflight_add(1);
+    c->inflight = 1;
+    c->token.deadline = call_deadline(c);
+    atomic_init(&c->token.reason, COMPUTE_RUNNING);
+    c->queued_at = compute_now();
+    if (c->stream)
+        c->started = c->queued_at; /* each request of a stream is timed from its arrival */
+    /* A small request is answered here, as HTTP answers one on its I/O thread
+     * (--inline-max-bytes); the router defers anything larger to a worker. */
+    if (!c->stream && c->in_len <= front->cfg->inline_max_bytes) {
+        compute_bind(&c->token);
+        grpc_infer_answer(c->in, c->in_len, 0, 1, &a);
+        compute_bind(NULL);
+        if (!a.deferred) {
+            call_answer(c, &a);
+            return;
+        }
+        memset(&a, 0, sizeof a);
+    }
+    pthread_mutex_lock(&front->lock);
+    if (front->stopping) { /* the workers are gone */
+        pthread_mutex_unlock(&front->lock);
+        grpc_answer_error(&a, GRPC_STATUS_UNAVAILABLE, "The server is shutting down and takes no "
+                          "new work; retry on another instance.");
+        a.http_status = 503;
+        a.route = ROUTE_V2_INFER;
+        call_answer(c, &a);
+        return;
+    }
+    c->next = NULL;
+    if (front->tail != NULL)
+        front->tail->next = c;
+    else
+        front->head = c;
+    front->tail = c;
+    pthread_cond_signal(&front->wake);
+    pthread_mutex_unlock(&front->lock);
+}
+
+/* Reads the next request message of c (TAG_RECV); when the call cannot, it
+ * is over and nothing more will be sent. */
+static void call_recv_next(gcall *c)
+{
+    grpc_op recv_op;
+    memset(&recv_op, 0, sizeof recv_op);
+    recv_op.op = GRPC_OP_RECV_MESSAGE;
+    recv_op.data.recv_message.recv_message = &c->recv;
+    if (grpc_call_start_batch(c->call, &recv_op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
+        grpc_call_cancel(c->call, NULL);
+        c->sent = 1;
+    }
+}
+
+/* A new call: watch for its end, and read its message. */
+static void on_new(gcall *c)
+{
+    c->started = compute_now();
+    c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
+                               GRPC_SLICE_LENGTH(c->details.method));
+    c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
+        c->closed = 1;
+    call_recv_next(c);
+}
+
+/* Shuts the queue down once the server has shut down and every call is freed. */
+static void maybe_finish(grpc_front *front)
+{
+    if (front->shut && front->live == 0) {
+        grpc_completion_queue_shutdown(front->cq);
+        front->live = -1; /* once */
+    }
+}
+
+static void *poller_main(void *arg)
+{
+    grpc_front *front = arg;
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_next(front->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        if (ev.tag == &front->shutdown_tag) {
+            pthread_mutex_lock(&front->shut_lock);
+            front->shut = 1;
+            pthread_cond_signal(&front->shut_done);
+            pthread_mutex_unlock(&front->shut_lock);
+            maybe_finish(front);
+            continue;
+        }
+        gtag *t = ev.tag;
+        gcall *c = t->call;
+        int what = t->what; /* t lies in c, which TAG_NEW may free */
+        switch (what) {
+        case TAG_NEW:
+            if (!ev.success) { /* the server shuts down */
+                call_free(c);
+                break;
+            }
+            request_next(front);
+            on_new(c);
+            break;
+        case TAG_RECV:
+            on_recv(c, ev.success);
+            break;
+        case TAG_SENT:
+        case TAG_STREAM:
+            if (c->inflight)
+                metrics_grpc_inflight_add(-1);
+            c->inflight = 0;
+            if (what == TAG_STREAM && ev.success)
+                call_recv_next(c); /* the next request of the stream */
+            else
+                c->sent = 1;
+            break;
+        case TAG_CLOSE:
+            c->closed = 1;
+            if (c->cancelled)
+                compute_token_stop(&c->token, COMPUTE_CLIENT_GONE);
+            break;
+        }
+        if (what != TAG_NEW && c->sent && c->closed)
+            call_free(c);
+        maybe_finish(front);
+    }
+    return NULL;
+}
+
+/* Answers one queued ModelInfer on a worker. */
+static void work(grpc_front *front, gcall *c)
+{
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    attn_error err;
+    error_clear(&err);
+    compute_bind(&c->token);
+    double waited = compute_now() - c->queued_at;
+    if (compute_stop_error(&err) != 0) {
+        int reason = atomic_load(&c->token.reason);
+        grpc_answer_error(&a, reason == COMPUTE_DEADLINE ? GRPC_STATUS_DEADLINE_EXCEEDED
+                              : reason == COMPUTE_CLIENT_GONE ? GRPC_STATUS_CANCELLED
+                                                              : GRPC_STATUS_UNAVAILABLE,
+                          "%s", err.message);
+        a.http_status = 503;
+        a.route = ROUTE_V2_INFER;
+    } else if (waited * 1000.0 > (double)front->cfg->queue_wait_ms) {
+        grpc_answer_error(&a, GRPC_STATUS_UNAVAILABLE,
+                          "The server is already computing %ld requests (--max-inflight) and "
+                          "this one waited more than %ld ms (--queue-wait-ms); retry shortly.",
+                          front->cfg->max_inflight, front->cfg->queue_wait_ms);
+        a.retry_after = 1;
+        a.http_status = 503;
+        a.route = ROUTE_V2_INFER;
+    } else {
+        grpc_infer_answer(c->in, c->in_len, c->queued_at, 0, &a);
+        /* a computation stopped by its token answers with the reason's code */
+        int reason = atomic_load(&c->token.reason);
+        if (a.code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)
+            a.code = GRPC_STATUS_DEADLINE_EXCEEDED;
+        else if (a.code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_CLIENT_GONE)
+            a.code = GRPC_STATUS_CANCELLED;
+    }
+    compute_bind(NULL);
+    if (c->stream)
+        grpc_infer_stream_wrap(&a);
+    call_answer(c, &a);
+}
+
+static void *worker_main(void *arg)
+{
+    grpc_front *front = arg;
+    pthread_mutex_lock(&front->lock);
+    for (;;) {
+        while (front->head == NULL && !front->stopping)
+            pthread_cond_wait(&front->wake, &front->lock);
+        if (front->head == NULL)
+            break;
+        gcall *c = front->head;
+        front->head = c->next;
+        if (front->head == NULL)
+            front->tail = NULL;
+        pthread_mutex_unlock(&front->lock);
+        work(front, c);
+        pthread_mutex_lock(&front->lock);
+    }
+    pthread_mutex_unlock(&front->lock);
+    return NULL;
+}
+
+/* The credentials of cfg: TLS with --tls-cert and --tls-key, else none.
+ * NULL with err filled when a file cannot be read. */
+static grpc_server_credentials *credentials(const server_config *cfg, attn_error *err)
+{
+    if (cfg->tls_cert[0] == '\0')
+        return grpc_insecure_server_credentials_create();
+    char *pem[2] = {NULL, NULL};
+    const char *paths[2] = {cfg->tls_cert, cfg->tls_key};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "rb");
+        long n = -1;
+        if (f != NULL && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+            fseek(f, 0, SEEK_SET) == 0 && (pem[i] = malloc((size_t)n + 1)) != NULL &&
+            fread(pem[i], 1, (size_t)n, f) == (size_t)n)
+            pem[i][n] = '\0';
+        else {
+            free(pem[i]);
+            pem[i] = NULL;
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    grpc_server_credentials *creds = NULL;
+    if (pem[0] != NULL && pem[1] != NULL) {
+        grpc_ssl_pem_key_cert_pair pair = {pem[1], pem[0]};
+        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+    }
+    if (creds == NULL)
+        error_set(err, ERR_INTERNAL, "tls", NULL, "gRPC cannot use --tls-cert %.200s and "
+                  "--tls-key %.200s.", cfg->tls_cert, cfg->tls_key);
+    free(pem[0]);
+    free(pem[1]);
+    return creds;
+}
+
+/* Frees what grpc_front_start made before it failed or after it stopped. */
+static void front_free(grpc_front *front)
+{
+    if (front->server != NULL)
+        grpc_server_destroy(front->server);
+    if (front->cq != NULL)
+        grpc_completion_queue_destroy(front->cq);
+    pthread_mutex_destroy(&front->lock);
+    pthread_cond_destroy(&front->wake);
+    pthread_mutex_destroy(&front->shut_lock);
+    pthread_cond_destroy(&front->shut_done);
+    free(front->workers);
+    guard_free(front->guard);
+    free(front);
+    grpc_shutdown_blocking();
+}
+
+grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
+{
+    grpc_front *front = calloc(1, sizeof *front);
+    if (front == NULL) {
+        error_nomem(err);
+        return NULL;
+    }
+    grpc_init();
+    front->cfg = cfg;
+    pthread_mutex_init(&front->lock, NULL);
+    pthread_cond_init(&front->wake, NULL);
+    pthread_mutex_init(&front->shut_lock, NULL);
+    pthread_cond_init(&front->shut_done, NULL);
+    /* the request message may be as large as an HTTP body (RESOURCE_EXHAUSTED past it);
+     * no SO_REUSEPORT (gRPC's default on Linux): a second server on a busy port must fail
+     * to start, as the HTTP listener does, not take half of the calls */
+    grpc_arg args[3];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = cfg->max_body > INT32_MAX ? INT32_MAX : (int)cfg->max_body;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args channel_args = {3, args};
+    front->server = grpc_server_create(&channel_args, NULL);
+    front->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(front->server, front->cq, NULL);
+    front->guard = guard_new(cfg, err);
+    grpc_server_credentials *creds = front->guard != NULL ? credentials(cfg, err) : NULL;
+    if (creds == NULL) {
+        front_free(front);
+        return NULL;
+    }
+    char addr[300];
+    int v6 = strchr(cfg->host, ':') != NULL;
+    snprintf(addr, sizeof addr, "%s%s%s:%ld", v6 ? "[" : "", cfg->host, v6 ? "]" : "",
+             cfg->grpc_port > 0 ? cfg->grpc_port : 0);
+    front->port = grpc_server_add_http2_port(front->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (front->port <= 0) {
+        error_set(err, ERR_INTERNAL, "grpc_port", NULL, "Cannot listen for gRPC on %s (in use, or not an address of "
+                  "this machine); choose another --grpc-port, or 0 to serve HTTP only.", addr);
+        front_free(front);
+        return NULL;
+    }
+    grpc_server_start(front->server);
+    request_next(front);
+    front->n_workers = (size_t)cfg->max_inflight;
+    front->workers = calloc(front->n_workers, sizeof *front->workers);
+    size_t started = 0;
+    if (front->workers != NULL)
+        while (started < front->n_workers &&
+               pthread_create(&front->workers[started], NULL, worker_main, front) == 0)
+            started++;
+    int poller_ok = started == front->n_workers &&
+                    pthread_create(&front->poller, NULL, poller_main, front) == 0;
+    if (!poller_ok) {
+        front->n_workers = started;
+        error_set(err, ERR_INTERNAL, "grpc", NULL, "The gRPC threads could not be started.");
+        /* no poller: shut the server down by hand */
+        pthread_mutex_lock(&front->lock);
+        front->stopping = 1;
+        pthread_cond_broadcast(&front->wake);
+        pthread_mutex_unlock(&front->lock);
+        for (size_t i = 0; i < started; i++)
+            pthread_join(front->workers[i], NULL);
+        grpc_server_shutdown_and_notify(front->server, front->cq, &front->shutdown_tag);
+        grpc_server_cancel_all_calls(front->server);
+        grpc_completion_queue_shutdown(front->cq);
+        for (;;) {
+            grpc_event ev =
+                grpc_completion_queue_next(front->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                break;
+            if (ev.type == GRPC_OP_COMPLETE && ev.tag != &front->shutdown_tag)
+                call_free(((gtag *)ev.tag)->call);
+        }
+        front_free(front);
+        return NULL;
+    }
+    return front;
+}
+
+int grpc_front_port(const grpc_front *front)
+{
+    return front->port;
+}
+
+void grpc_front_stop(grpc_front *front)
+{
+    if (front == NULL)
+        return;
+    /* the workers answer what they hold and what is queued (the router
+     * refuses new computations while the server drains) */
+    pthread_mutex_lock(&front->lock);
+    front->stopping = 1;
+    pthread_cond_broadcast(&front->wake);
+    pthread_mutex_unlock(&front->lock);
+    for (size_t i = 0; i < front->n_workers; i++)
+        pthread_join(front->workers[i], NULL);
+    /* calls still open (a client that never sent its message) are cancelled
+     * when the answers sent have had a moment to leave */
+    grpc_server_shutdown_and_notify(front->server, front->cq, &front->shutdown_tag);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&front->shut_lock);
+    while (!front->shut)
+        if (pthread_cond_timedwait(&front->shut_done, &front->shut_lock, &until) != 0)
+            break;
+    pthread_mutex_unlock(&front->shut_lock);
+    grpc_server_cancel_all_calls(front->server);
+    pthread_join(front->poller, NULL);
+    front_free(front);
+}

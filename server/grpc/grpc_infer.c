@@ -1,0 +1,419 @@
+/*
+ * grpc_infer.c - ModelInfer: a ModelInferRequest turned into the body of
+ * its HTTP twin, POST /v2/models/{model}/infer with the binary tensor data
+ * extension, answered by the router, and the answer turned into a
+ * ModelInferResponse.
+ *
+ * Every input travels as binary bytes after a small JSON header, whether it
+ * came as raw_input_contents (its bytes as they are) or as typed contents
+ * (fp32_contents, fp64_contents, bool_contents, written as the same
+ * little-endian bytes), and every output is asked in binary, so the numbers
+ * are never text on the way and v2's decoder applies all of its rules, with
+ * its words: the datatype, the shape, a raw length that does not match them
+ * (refused before anything is allocated for the computation), the element
+ * and memory limits.  The outputs come back as raw_output_contents, which
+ * point into the router's answer until the response is packed.
+ */
+#include "grpc_private.h"
+
+#include <inference.pb-c.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/compute.h"
+#include "core/error.h"
+#include "router/api.h"
+
+/* Bytes before the binary section of a body are padded to this, as the
+ * HTTP layer places a v2 body, so that FP32 inputs are read where they lie. */
+#define BODY_ALIGN 64
+
+/* A request parameter as the JSON value v2 reads, or NULL when it has none
+ * (no value, an unset oneof, a string that is not UTF-8, a number that is not finite). */
+static json_t *parameter_json(const Inference__InferParameter *p)
+{
+    if (p == NULL) /* a map entry with a key and no value */
+        return NULL;
+    switch (p->parameter_choice_case) {
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+        return json_boolean(p->bool_param);
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+        return json_integer((json_int_t)p->int64_param);
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+        return json_string(p->string_param);
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
+        return json_real(p->double_param);
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
+        return p->uint64_param <= INT64_MAX ? json_integer((json_int_t)p->uint64_param)
+                                            : json_real((double)p->uint64_param);
+    default:
+        return NULL;
+    }
+}
+
+/* The typed contents of input i as bytes: where they are (*src, *n elements of
+ * *esize bytes each; bool_contents are ints to be narrowed to bytes).  Returns 0,
+ * or -1 with out filled when the contents do not fit the datatype. */
+static int typed_contents(const Inference__ModelInferRequest__InferInputTensor *t, size_t i,
+                          const void **src, size_t *n, size_t *esize, grpc_answer *out)
+{
+    const Inference__InferTensorContents *c = t->contents;
+    *src = NULL;
+    *n = 0;
+    *esize = 0;
+    if (c == NULL)
+        return 0;
+    size_t given = (c->n_fp32_contents != 0) + (c->n_fp64_contents != 0) +
+                   (c->n_bool_contents != 0);
+    const char *want = !strcmp(t->datatype, "FP32")   ? "fp32_contents"
+                       : !strcmp(t->datatype, "FP64") ? "fp64_contents"
+                       : !strcmp(t->datatype, "BOOL") ? "bool_contents"
+                                                      : NULL;
+    if (given == 0 || want == NULL)
+        return 0; /* v2 says what is wrong with the datatype or the missing numbers */
+    if (given > 1 || (!strcmp(want, "fp32_contents") && c->n_fp32_contents == 0) ||
+        (!strcmp(want, "fp64_contents") && c->n_fp64_contents == 0) ||
+        (!strcmp(want, "bool_contents") && c->n_bool_contents == 0)) {
+        grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                          "inputs[%zu].contents of input \"%.64s\": datatype %.16s takes its "
+                          "numbers in %s and in no other field.", i, t->name, t->datatype, want);
+        return -1;
+    }
+    if (c->n_fp32_contents) {
+        *src = c->fp32_contents, *n = c->n_fp32_contents, *esize = 4;
+    } else if (c->n_fp64_contents) {
+        *src = c->fp64_contents, *n = c->n_fp64_contents, *esize = 8;
+    } else {
+        *src = c->bool_contents, *n = c->n_bool_contents, *esize = 1;
+    }
+    return 0;
+}
+
+/* Writes n numbers of esize bytes from src (host order) at dst as
+ * little-endian bytes; bools (esize 1) come from protobuf-c's ints. */
+static void write_le(unsigned char *dst, const void *src, size_t n, size_t esize)
+{
+    if (esize == 1) {
+        const protobuf_c_boolean *b = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = b[i] != 0;
+        return;
+    }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(dst, src, n * esize);
+#else
+    const unsigned char *s = src;
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < esize; b++)
+            dst[i * esize + b] = s[i * esize + esize - 1 - b];
+#endif
+}
+
+/* The JSON header of the HTTP twin of q, with each input's byte count in
+ * sizes[i]; NULL with out filled when q cannot be said in it. */
+static json_t *request_header(const Inference__ModelInferRequest *q, size_t *sizes,
+                              grpc_answer *out)
+{
+    int raw = q->n_raw_input_contents != 0;
+    if (raw && q->n_raw_input_contents != q->n_inputs) {
+        grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                          "raw_input_contents has %zu entries and inputs %zu; give the raw "
+                          "contents of every input or of none.", q->n_raw_input_contents,
+                          q->n_inputs);
+        return NULL;
+    }
+    json_t *root = json_object(), *inputs = json_array(), *params = json_object();
+    json_object_set_new(root, "inputs", inputs);
+    json_object_set_new(root, "parameters", params);
+    if (q->id[0] != '\0')
+        json_object_set_new(root, "id", json_string(q->id));
+    for (size_t i = 0; i < q->n_parameters; i++) {
+        json_t *v = parameter_json(q->parameters[i]->value);
+        if (v == NULL || json_object_set_new(params, q->parameters[i]->key, v) != 0) {
+            grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                              "parameters.%.64s has no value this server can read (a finite "
+                              "number, a boolean or a UTF-8 string).", q->parameters[i]->key);
+            json_decref(root);
+            return NULL;
+        }
+    }
+    /* every output in binary: they come back as raw_output_contents */
+    json_object_set_new(params, "binary_data_output", json_true());
+    if (q->n_outputs != 0) {
+        json_t *outs = json_array();
+        json_object_set_new(root, "outputs", outs);
+        for (size_t i = 0; i < q->n_outputs; i++)
+            json_array_append_new(outs, json_pack("{s:s?,s:{s:b}}", "name", q->outputs[i]->name,
+                                                  "parameters", "binary_data", 1));
+    }
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        const Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
+        const void *src;
+        size_t n, esize;
+        if (raw && t->contents != NULL &&
+            (t->contents->n_fp32_contents || t->contents->n_fp64_contents ||
+             t->contents->n_bool_contents)) {
+            grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                              "inputs[%zu].contents is given beside raw_input_contents; give "
+                              "the numbers of an input in one place.", i);
+            json_decref(root);
+            return NULL;
+        }
+        if (!raw && typed_contents(t, i, &src, &n, &esize, out) != 0) {
+            json_decref(root);
+            return NULL;
+        }
+        sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
+        json_t *shape = json_array();
+        for (size_t d = 0; d < t->n_shape; d++)
+            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+        json_t *in = json_pack("{s:s?,s:s?,s:o,s:{s:I}}", "name", t->name, "datatype",
+                               t->datatype, "shape", shape, "parameters", "binary_data_size",
+                               (json_int_t)sizes[i]);
+        if (in == NULL || json_array_append_new(inputs, in) != 0) {
+            grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                              "inputs[%zu]: its name and datatype must be UTF-8 strings.", i);
+            json_decref(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
+/* The body of the HTTP twin: the header, padding, then each input's bytes,
+ * the binary section starting on BODY_ALIGN.  Returns the allocation (free())
+ * with *body, *len and *header_len set, or NULL with out filled. */
+static unsigned char *request_body(const Inference__ModelInferRequest *q, const json_t *header,
+                                   const size_t *sizes, const unsigned char **body, size_t *len,
+                                   size_t *header_len, grpc_answer *out)
+{
+    char *text = json_dumps(header, JSON_COMPACT);
+    if (text == NULL) {
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
+        return NULL;
+    }
+    size_t hl = strlen(text), bin = 0;
+    for (size_t i = 0; i < q->n_inputs; i++)
+        bin += sizes[i];
+    size_t pad = (BODY_ALIGN - hl % BODY_ALIGN) % BODY_ALIGN;
+    unsigned char *buf = aligned_alloc(BODY_ALIGN, (pad + hl + bin + BODY_ALIGN - 1) /
+                                                       BODY_ALIGN * BODY_ALIGN);
+    if (buf == NULL) {
+        free(text);
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
+        return NULL;
+    }
+    memcpy(buf + pad, text, hl);
+    free(text);
+    unsigned char *p = buf + pad + hl;
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        if (q->n_raw_input_contents != 0) {
+            if (sizes[i] != 0)
+                memcpy(p, q->raw_input_contents[i].data, sizes[i]);
+        } else {
+            const void *src;
+            size_t n, esize;
+            typed_contents(q->inputs[i], i, &src, &n, &esize, out);
+            if (n != 0)
+                write_le(p, src, n, esize);
+        }
+        p += sizes[i];
+    }
+    *body = buf + pad;
+    *len = hl + bin;
+    *header_len = hl;
+    return buf;
+}
+
+/* A parameter of the answer as an InferParameter (integers as int64). */
+static Inference__ModelInferResponse__ParametersEntry *answer_parameter(const char *key,
+                                                                        const json_t *v)
+{
+    Inference__ModelInferResponse__ParametersEntry *e = calloc(1, sizeof *e);
+    Inference__InferParameter *p = calloc(1, sizeof *p);
+    if (e == NULL || p == NULL) {
+        free(e);
+        free(p);
+        return NULL;
+    }
+    inference__model_infer_response__parameters_entry__init(e);
+    inference__infer_parameter__init(p);
+    e->key = (char *)key;
+    e->value = p;
+    if (json_is_integer(v)) {
+        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+        p->int64_param = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+        p->double_param = json_real_value(v);
+    } else if (json_is_boolean(v)) {
+        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+        p->bool_param = json_is_true(v);
+    } else if (json_is_string(v)) {
+        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+        p->string_param = (char *)json_string_value(v);
+    }
+    return e;
+}
+
+/* What a ModelInferResponse is built of, freed by response_free (the
+ * strings and the bytes borrow from the JSON header and the router's body). */
+typedef struct response_parts {
+    Inference__ModelInferResponse r;
+    Inference__ModelInferResponse__InferOutputTensor outs[8];
+    Inference__ModelInferResponse__InferOutputTensor *out_ptrs[8];
+    ProtobufCBinaryData raw[8];
+    int64_t shapes[8][4];
+} response_parts;
+
+static void response_free(response_parts *rp)
+{
+    for (size_t i = 0; i < rp->r.n_parameters; i++) {
+        if (rp->r.parameters[i] != NULL)
+            free(rp->r.parameters[i]->value);
+        free(rp->r.parameters[i]);
+    }
+    free(rp->r.parameters);
+}
+
+/* Builds the response of the router's 200 answer resp into out. */
+static void answer_response(const api_response *resp, grpc_answer *out)
+{
+    size_t hl = resp->inference_header_length;
+    json_t *h = hl != 0 ? json_loadb(resp->body, hl, 0, NULL) : NULL;
+    const json_t *outs = json_object_get(h, "outputs"), *params = json_object_get(h, "parameters");
+    response_parts rp;
+    memset(&rp, 0, sizeof rp);
+    inference__model_infer_response__init(&rp.r);
+    if (h == NULL || json_array_size(outs) > 8) {
+        json_decref(h);
+        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
+    }
+    rp.r.model_name = (char *)(json_string_value(json_object_get(h, "model_name")) ?: "");
+    rp.r.model_version = (char *)(json_string_value(json_object_get(h, "model_version")) ?: "");
+    rp.r.id = (char *)(json_string_value(json_object_get(h, "id")) ?: "");
+    rp.r.parameters = calloc(json_object_size(params) + 1, sizeof *rp.r.parameters);
+    const char *key;
+    const json_t *v;
+    int ok = rp.r.parameters != NULL;
+    json_object_foreach((json_t *)params, key, v)
+    {
+        if (!ok || (rp.r.parameters[rp.r.n_parameters] = answer_parameter(key, v)) == NULL) {
+            ok = 0;
+            break;
+        }
+        rp.r.n_parameters++;
+    }
+    const unsigned char *bin = (const unsigned char *)resp->body + hl;
+    size_t bin_len = resp->body_len - hl, at = 0;
+    for (size_t i = 0; ok && i < json_array_size(outs); i++) {
+        const json_t *o = json_array_get(outs, i), *shape = json_object_get(o, "shape");
+        Inference__ModelInferResponse__InferOutputTensor *t = &rp.outs[i];
+        inference__model_infer_response__infer_output_tensor__init(t);
+        t->name = (char *)(json_string_value(json_object_get(o, "name")) ?: "");
+        t->datatype = (char *)(json_string_value(json_object_get(o, "datatype")) ?: "");
+        t->n_shape = json_array_size(shape) <= 4 ? json_array_size(shape) : 0;
+        t->shape = rp.shapes[i];
+        for (size_t d = 0; d < t->n_shape; d++)
+            rp.shapes[i][d] = json_integer_value(json_array_get(shape, d));
+        json_int_t size = json_integer_value(
+            json_object_get(json_object_get(o, "parameters"), "binary_data_size"));
+        if (size < 0 || (size_t)size > bin_len - at) {
+            ok = 0;
+            break;
+        }
+        rp.raw[i].data = (uint8_t *)bin + at;
+        rp.raw[i].len = (size_t)size;
+        at += (size_t)size;
+        rp.out_ptrs[i] = t;
+        rp.r.n_outputs++;
+    }
+    rp.r.outputs = rp.out_ptrs;
+    rp.r.raw_output_contents = rp.raw;
+    rp.r.n_raw_output_contents = rp.r.n_outputs;
+    if (ok && at == bin_len)
+        grpc_answer_pack(out, &rp.r.base);
+    else
+        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
+    response_free(&rp);
+    json_decref(h);
+}
+
+void grpc_infer_stream_wrap(grpc_answer *out)
+{
+    Inference__ModelStreamInferResponse w = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    Inference__ModelInferResponse *r = NULL;
+    if (out->code == GRPC_STATUS_OK) {
+        r = inference__model_infer_response__unpack(NULL, out->len, out->bytes);
+        if (r == NULL)
+            grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                              "The server ran out of memory; retry later.");
+    }
+    if (r != NULL)
+        w.infer_response = r;
+    else
+        w.error_message = out->message;
+    char message[sizeof out->message];
+    memcpy(message, out->message, sizeof message);
+    grpc_answer_pack(out, &w.base);
+    if (r != NULL)
+        inference__model_infer_response__free_unpacked(r, NULL);
+    else if (out->code == GRPC_STATUS_OK) /* keep the words for the access log */
+        memcpy(out->message, message, sizeof message);
+}
+
+void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
+                       grpc_answer *out)
+{
+    memset(out, 0, sizeof *out);
+    out->route = ROUTE_V2_INFER;
+    out->http_status = 400;
+    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, in);
+    if (q == NULL)
+        return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                                 "The request is not a ModelInferRequest.");
+    char path[768];
+    size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
+    json_t *header = NULL;
+    unsigned char *buf = NULL;
+    const unsigned char *body;
+    size_t body_len, header_len;
+    if (sizes == NULL)
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
+    else if (grpc_model_path(q->model_name, q->model_version, "/infer", path, sizeof path,
+                             out) == 0 &&
+             (header = request_header(q, sizes, out)) != NULL &&
+             (buf = request_body(q, header, sizes, &body, &body_len, &header_len, out)) != NULL) {
+        json_decref(header);
+        header = NULL;
+        /* the request's numbers now live in buf only */
+        inference__model_infer_request__free_unpacked(q, NULL);
+        q = NULL;
+        char header_length[32];
+        snprintf(header_length, sizeof header_length, "%zu", header_len);
+        api_request req = {.method = "POST", .path = path, .body = (const char *)body,
+                           .body_len = body_len, .inference_header_length = header_length,
+                           .io_thread = io_thread, .queued_at = queued_at,
+                           .protocol = "grpc"};
+        api_response resp;
+        api_handle(&req, &resp);
+        free(buf);
+        out->http_status = resp.status;
+        if (resp.deferred)
+            out->deferred = 1;
+        else if (resp.status == 200)
+            answer_response(&resp, out);
+        else
+            grpc_answer_from_http(out, &resp);
+        api_response_free(&resp);
+    }
+    json_decref(header);
+    free(sizes);
+    if (q != NULL)
+        inference__model_infer_request__free_unpacked(q, NULL);
+}

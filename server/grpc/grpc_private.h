@@ -1,0 +1,96 @@
+/*
+ * grpc_private.h - what the files of the gRPC front-end share: the RPCs it
+ * knows, and the answer one RPC gives before it is sent.
+ *
+ * grpc_front.c owns the gRPC server, its completion queue, the calls and
+ * the threads; grpc_service.c answers the cheap RPCs and grpc_infer.c
+ * ModelInfer, each from the bytes of a request message to the bytes of a
+ * response message and a status, through the router.
+ */
+#ifndef ATTN_GRPC_PRIVATE_H
+#define ATTN_GRPC_PRIVATE_H
+
+#include <grpc/grpc.h>
+#include <stddef.h>
+
+#include "message/api_message.h"
+#include "route/route.h"
+
+/* The RPCs served, by method path (grpc_method_of). */
+typedef enum grpc_method {
+    GRPC_M_UNKNOWN,
+    GRPC_M_SERVER_LIVE,
+    GRPC_M_SERVER_READY,
+    GRPC_M_MODEL_READY,
+    GRPC_M_SERVER_METADATA,
+    GRPC_M_MODEL_METADATA,
+    GRPC_M_MODEL_INFER,
+    GRPC_M_MODEL_STREAM_INFER,
+    GRPC_M_MODEL_CONFIG,
+    GRPC_M_MODEL_STATISTICS,
+    GRPC_M_REPOSITORY_INDEX,
+    GRPC_M_REPOSITORY_LOAD,
+    GRPC_M_REPOSITORY_UNLOAD,
+    GRPC_M_HEALTH_CHECK,
+    GRPC_M_COUNT
+} grpc_method;
+
+/* The answer of one RPC.  bytes (owned, free()) is the packed response
+ * message when code is GRPC_STATUS_OK, else NULL and message says why. */
+typedef struct grpc_answer {
+    grpc_status_code code;
+    char message[1024];
+    unsigned char *bytes;
+    size_t len;
+    int retry_after;            /* seconds, 0 for none (a trailing retry-after) */
+    int http_status;            /* of the HTTP twin, for /metrics */
+    route_id route;             /* of the HTTP twin, for /metrics */
+    int deferred;               /* grpc_infer_answer on the polling thread: for a worker */
+} grpc_answer;
+
+/* The method of a path such as "/inference.GRPCInferenceService/ModelInfer"
+ * (len bytes, not terminated). */
+grpc_method grpc_method_of(const char *path, size_t len);
+
+/* The name of m for the access log. */
+const char *grpc_method_name(grpc_method m);
+
+/* Answers one request message (in, len bytes, borrowed) of a cheap method
+ * (any but GRPC_M_MODEL_INFER) into out.  Always fills out. */
+void grpc_service_answer(grpc_method m, const unsigned char *in, size_t len, grpc_answer *out);
+
+/* Answers a ModelInferRequest (in, len bytes) into out, on the calling
+ * thread, under the compute token it has bound; queued_at is when the call
+ * joined the queue (compute_now()).  With io_thread (the polling thread,
+ * which must not wait nor compute long) the router answers only a small
+ * computation with a compute slot free now, as on HTTP's I/O threads, and
+ * otherwise sets out->deferred and nothing else: the call goes to a worker.
+ * Always fills out. */
+void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
+                       grpc_answer *out);
+
+/* Turns out, an answer of ModelInfer, into one of ModelStreamInfer: an
+ * error becomes error_message with code OK (out->message and http_status
+ * still say what it was), a response infer_response. */
+void grpc_infer_stream_wrap(grpc_answer *out);
+
+/* Fills out with code and the printf-style message; returns nothing. */
+void grpc_answer_error(grpc_answer *out, grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills out from the error answer of the router: the gRPC code of its HTTP
+ * status (see docs/grpc.md), and its words. */
+void grpc_answer_from_http(grpc_answer *out, const api_response *resp);
+
+/* Packs msg (a protobuf-c message) into out->bytes with code OK; on out of
+ * memory out holds RESOURCE_EXHAUSTED instead. */
+struct ProtobufCMessage;
+void grpc_answer_pack(grpc_answer *out, const struct ProtobufCMessage *msg);
+
+/* Writes into buf the path of model name (version "" for any) followed by
+ * tail ("", "/ready", "/infer"); returns 0, or -1 with out filled
+ * (NOT_FOUND) when the name or version cannot be part of a path. */
+int grpc_model_path(const char *name, const char *version, const char *tail, char *buf,
+                    size_t cap, grpc_answer *out);
+
+#endif

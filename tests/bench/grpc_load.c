@@ -1,0 +1,258 @@
+/*
+ * grpc_load.c - a load client on gRPC's C core for the server's ModelInfer:
+ * the gRPC counterpart of wrk in the HTTP benchmarks.
+ *
+ * Builds one ModelInferRequest for the model "attention" (q of Lq x d, k and
+ * v of Lk x d, FP32 as raw_input_contents, the outputs named by --outputs),
+ * then runs --concurrency threads, each sending it one call after another on
+ * one shared channel for --seconds (and at most --max-calls calls in all),
+ * and prints one line:
+ *
+ *   GRPC calls=N seconds=S rps=R mean_ms=M p50_ms=P p99_ms=Q compute_ms=C failed=F
+ *
+ * compute_ms is the mean of the server's own compute_ms (the kernel's time,
+ * from the response's parameters), so mean_ms / compute_ms is what the
+ * protocol costs around the computation.  Any call that is not OK counts in
+ * failed (and the exit status is 1).
+ *
+ *   grpc-load --target 127.0.0.1:8001 --lq 4096 --lk 4096 --d 64 --concurrency 1 --seconds 5
+ */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <inference.pb-c.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct load {
+    grpc_channel *channel;
+    unsigned char *msg;
+    size_t msg_len;
+    double until;               /* monotonic seconds */
+    long max_calls;
+    pthread_mutex_t lock;
+    long calls, failed;
+    double *lat;                /* seconds of each call */
+    double compute_ms;          /* sum */
+} load;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One call; returns its latency in seconds, or -1 when it failed.  *compute_ms
+ * gets the server's compute_ms. */
+static double one_call(load *L, grpc_completion_queue *cq, double *compute_ms)
+{
+    grpc_slice method = grpc_slice_from_static_string("/inference.GRPCInferenceService/ModelInfer");
+    double t0 = now();
+    grpc_call *call = grpc_channel_create_call(L->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                               method, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                               NULL);
+    grpc_slice body = grpc_slice_from_static_buffer(L->msg, L->msg_len);
+    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_byte_buffer *recv = NULL;
+    grpc_metadata_array initial, trailing;
+    grpc_metadata_array_init(&initial);
+    grpc_metadata_array_init(&trailing);
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details;
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    int tag;
+    int ok = grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK;
+    if (ok) {
+        grpc_event ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                    NULL);
+        ok = ev.type == GRPC_OP_COMPLETE && ev.success && status == GRPC_STATUS_OK && recv;
+        grpc_slice_unref(details);
+    }
+    double t = now() - t0;
+    *compute_ms = 0;
+    if (ok) {
+        grpc_byte_buffer_reader r;
+        grpc_byte_buffer_reader_init(&r, recv);
+        grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+        grpc_byte_buffer_reader_destroy(&r);
+        Inference__ModelInferResponse *res = inference__model_infer_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+        ok = res != NULL && res->n_raw_output_contents == res->n_outputs;
+        for (size_t i = 0; res != NULL && i < res->n_parameters; i++)
+            if (!strcmp(res->parameters[i]->key, "compute_ms") && res->parameters[i]->value)
+                *compute_ms = res->parameters[i]->value->double_param;
+        if (res != NULL)
+            inference__model_infer_response__free_unpacked(res, NULL);
+        grpc_slice_unref(s);
+    }
+    if (recv)
+        grpc_byte_buffer_destroy(recv);
+    grpc_byte_buffer_destroy(send);
+    grpc_metadata_array_destroy(&initial);
+    grpc_metadata_array_destroy(&trailing);
+    grpc_call_unref(call);
+    return ok ? t : -1;
+}
+
+static void *worker(void *arg)
+{
+    load *L = arg;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    for (;;) {
+        pthread_mutex_lock(&L->lock);
+        int go = now() < L->until && L->calls + L->failed < L->max_calls;
+        pthread_mutex_unlock(&L->lock);
+        if (!go)
+            break;
+        double cms, t = one_call(L, cq, &cms);
+        pthread_mutex_lock(&L->lock);
+        if (t < 0) {
+            L->failed++;
+        } else if (L->calls < L->max_calls) {
+            L->lat[L->calls++] = t;
+            L->compute_ms += cms;
+        }
+        pthread_mutex_unlock(&L->lock);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_past(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    return NULL;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The request: q (lq x d), k and v (lk x d) of FP32 numbers in [-1, 1). */
+static unsigned char *build_request(size_t lq, size_t lk, size_t d, const char *outputs,
+                                    size_t *len)
+{
+    Inference__ModelInferRequest r = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    Inference__ModelInferRequest__InferInputTensor t[3], *tp[3];
+    int64_t shapes[3][2] = {{(int64_t)lq, (int64_t)d}, {(int64_t)lk, (int64_t)d},
+                            {(int64_t)lk, (int64_t)d}};
+    static char *names[3] = {"q", "k", "v"};
+    ProtobufCBinaryData raw[3];
+    unsigned seed = 1;
+    for (int i = 0; i < 3; i++) {
+        inference__model_infer_request__infer_input_tensor__init(&t[i]);
+        t[i].name = names[i];
+        t[i].datatype = "FP32";
+        t[i].n_shape = 2;
+        t[i].shape = shapes[i];
+        tp[i] = &t[i];
+        size_t n = (size_t)shapes[i][0] * d;
+        float *f = malloc(n * sizeof *f);
+        for (size_t j = 0; j < n; j++) {
+            seed = seed * 1103515245u + 12345u;
+            f[j] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+        }
+        raw[i].data = (uint8_t *)f;
+        raw[i].len = n * sizeof *f;
+    }
+    r.model_name = "attention";
+    r.n_inputs = 3;
+    r.inputs = tp;
+    r.n_raw_input_contents = 3;
+    r.raw_input_contents = raw;
+    Inference__ModelInferRequest__InferRequestedOutputTensor o[2], *op[2];
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", outputs);
+    for (char *s = strtok(buf, ","); s != NULL && r.n_outputs < 2; s = strtok(NULL, ",")) {
+        inference__model_infer_request__infer_requested_output_tensor__init(&o[r.n_outputs]);
+        o[r.n_outputs].name = s;
+        op[r.n_outputs] = &o[r.n_outputs];
+        r.n_outputs++;
+    }
+    r.outputs = op;
+    *len = protobuf_c_message_get_packed_size(&r.base);
+    unsigned char *msg = malloc(*len);
+    protobuf_c_message_pack(&r.base, msg);
+    for (int i = 0; i < 3; i++)
+        free(raw[i].data);
+    return msg;
+}
+
+int main(int argc, char **argv)
+{
+    const char *target = "127.0.0.1:8001", *outputs = "output,attention";
+    size_t lq = 4, lk = 4, d = 4;
+    long conc = 1, max_calls = 1000000;
+    double seconds = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--target")) target = argv[i + 1];
+        else if (!strcmp(argv[i], "--lq")) lq = strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--lk")) lk = strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--d")) d = strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--outputs")) outputs = argv[i + 1];
+        else if (!strcmp(argv[i], "--concurrency")) conc = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--seconds")) seconds = strtod(argv[i + 1], NULL);
+        else if (!strcmp(argv[i], "--max-calls")) max_calls = strtol(argv[i + 1], NULL, 10);
+        else {
+            fprintf(stderr, "grpc-load: unknown option %s (see the top of grpc_load.c)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (conc < 1 || conc > 1024 || max_calls < 1 || lq == 0 || lk == 0 || d == 0) {
+        fprintf(stderr, "grpc-load: bad --concurrency, --max-calls or shape\n");
+        return 2;
+    }
+    grpc_init();
+    load L;
+    memset(&L, 0, sizeof L);
+    pthread_mutex_init(&L.lock, NULL);
+    L.msg = build_request(lq, lk, d, outputs, &L.msg_len);
+    L.max_calls = max_calls;
+    L.lat = malloc((size_t)max_calls * sizeof *L.lat);
+    grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}};
+    grpc_channel_args args = {1, &arg};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    L.channel = grpc_channel_create(target, creds, &args);
+    grpc_channel_credentials_release(creds);
+    pthread_t th[1024];
+    double start = now();
+    L.until = start + seconds;
+    for (long i = 0; i < conc; i++)
+        pthread_create(&th[i], NULL, worker, &L);
+    for (long i = 0; i < conc; i++)
+        pthread_join(th[i], NULL);
+    double elapsed = now() - start;
+    qsort(L.lat, (size_t)L.calls, sizeof *L.lat, cmp);
+    double sum = 0;
+    for (long i = 0; i < L.calls; i++)
+        sum += L.lat[i];
+    long n = L.calls;
+    printf("GRPC calls=%ld seconds=%.3f rps=%.1f mean_ms=%.3f p50_ms=%.3f p99_ms=%.3f "
+           "compute_ms=%.3f failed=%ld\n", n, elapsed, (double)n / elapsed,
+           n ? 1000 * sum / (double)n : 0, n ? 1000 * L.lat[n / 2] : 0,
+           n ? 1000 * L.lat[(size_t)((double)(n - 1) * 0.99)] : 0,
+           n ? L.compute_ms / (double)n : 0, L.failed);
+    grpc_channel_destroy(L.channel);
+    free(L.lat);
+    free(L.msg);
+    grpc_shutdown();
+    return L.failed != 0 || n == 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * fuzz_grpc.c - libFuzzer on the gRPC front-end's ModelInfer: the bytes of a
+ * request message decoded by protobuf-c, turned into the body of the HTTP v2
+ * twin, answered by the router (the real one, over a store in a temporary
+ * directory), and the answer built as a ModelInferResponse and as a stream's
+ * answer.  Any crash, leak or sanitizer report is a finding; so is an answer
+ * that says OK with bytes protobuf-c cannot read back.
+ *
+ *   make fuzz          (this target runs after fuzz-api, for FUZZ_SECONDS)
+ */
+#include <dirent.h>
+#include <inference.pb-c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/mem.h"
+#include "grpc/grpc_private.h"
+#include "router/api.h"
+
+static server_config fuzz_cfg;
+
+/* The store's directory is emptied and removed at exit. */
+static void remove_data_dir(void)
+{
+    DIR *d = opendir(fuzz_cfg.data_dir);
+    if (d == NULL)
+        return;
+    int fd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            (void)unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    (void)rmdir(fuzz_cfg.data_dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    char errbuf[256];
+    char *args[] = {"fuzz", "--max-elements", "4096", "--max-request-memory", "16M", NULL};
+    FILE *sink = fopen("/dev/null", "w");
+    int rc = config_load(&fuzz_cfg, 5, args, NULL, sink, errbuf, sizeof errbuf);
+    fclose(sink);
+    char dir[] = "/tmp/attn-fuzz-grpc-XXXXXX";
+    if (rc != CONFIG_OK || mkdtemp(dir) == NULL)
+        abort();
+    snprintf(fuzz_cfg.data_dir, sizeof fuzz_cfg.data_dir, "%s", dir);
+    atexit(remove_data_dir);
+    mem_install_jansson();
+    attn_error err;
+    if (api_init(&fuzz_cfg, &err) != 0)
+        abort();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+    grpc_answer a;
+    grpc_infer_answer(data, size, 0, 0, &a);
+    if (a.code == GRPC_STATUS_OK) {
+        Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, a.len,
+                                                                                  a.bytes);
+        if (r == NULL)
+            abort();
+        inference__model_infer_response__free_unpacked(r, NULL);
+    }
+    grpc_infer_stream_wrap(&a);
+    if (a.code == GRPC_STATUS_OK && a.bytes == NULL)
+        abort();
+    free(a.bytes);
+    return 0;
+}

@@ -1,0 +1,598 @@
+#!/usr/bin/python3
+"""The gRPC front-end (inference.GRPCInferenceService and grpc.health.v1).
+
+Generates the Python stubs from the project's own api/grpc/*.proto with
+protoc and Debian's grpc_python_plugin into a temporary folder, starts the
+server with --grpc-port -1 (a free port, printed on stdout) on loopback,
+and checks every RPC served; the same inference requests sent over HTTP v2
+(binary tensors) and over gRPC answered with the same bytes, and bad ones
+with the same words; the statistics counting a gRPC request once; bearer
+tokens from the authorization metadata; TLS with --tls-cert; and a
+cancelled call whose computation stops.
+
+Usage: grpc_test.py --server PATH [--filter SUBSTR] (only the check
+functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME" per
+check and "N passed, N failed" last.
+"""
+import array
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+
+import grpc  # noqa: E402  (Debian's python3-grpcio)
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+STUBS = tempfile.TemporaryDirectory(prefix="attn-grpc-stubs-")
+subprocess.run(["protoc", "-I" + os.path.join(ROOT, "api", "grpc"), "--python_out=" + STUBS.name,
+                "--grpc_python_out=" + STUBS.name,
+                "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+                os.path.join(ROOT, "api", "grpc", "inference.proto"),
+                os.path.join(ROOT, "api", "grpc", "health.proto")], check=True)
+sys.path.insert(0, STUBS.name)
+import health_pb2 as hpb  # noqa: E402
+import health_pb2_grpc as hpg  # noqa: E402
+import inference_pb2 as pb  # noqa: E402
+import inference_pb2_grpc as pg  # noqa: E402
+
+TOKEN = "grpc-test-token-0123456789"
+
+
+class GrpcServer(harness.Server):
+    """The harness's server with gRPC on a free port: the second line it prints."""
+
+    def __init__(self, binary, *options):
+        # as harness.Server, but the first line may be https:// (check_tls)
+        self.dir = tempfile.TemporaryDirectory(prefix="attn-py-")
+        self.proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
+             "--data-dir", os.path.join(self.dir.name, "data")] + list(options),
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir.name, "stderr"), "w"),
+            text=True)
+        line = self.proc.stdout.readline()
+        if not re.match(r"listening on https?://", line):
+            self.proc.kill()
+            raise RuntimeError("the server did not start: " + line)
+        self.base = line.split("listening on ")[1].strip()
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening on grpcs?://(\S+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError("gRPC did not start: " + line)
+        self.target = m.group(1)
+        self.channel = None
+
+    def stub(self, credentials=None):
+        if self.channel is None:
+            self.channel = (grpc.secure_channel(self.target, credentials) if credentials
+                            else grpc.insecure_channel(self.target))
+        return pg.GRPCInferenceServiceStub(self.channel)
+
+    def health(self):
+        self.stub()
+        return hpg.HealthStub(self.channel)
+
+    def stop(self):
+        if self.channel is not None:
+            self.channel.close()
+        super().stop()
+
+    def log(self):
+        with open(os.path.join(self.dir.name, "stderr")) as f:
+            return f.read()
+
+
+def rpc_error(fn, *args, **kw):
+    """(code, details) of a call that fails, (OK, answer) of one that does not."""
+    try:
+        return grpc.StatusCode.OK, fn(*args, **kw)
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+def floats(n, seed):
+    """n float32 numbers, the same for a seed, exactly representable."""
+    return array.array("f", [((i * 7 + seed * 13) % 17 - 8) / 8.0 for i in range(n)])
+
+
+def infer_request(model, inputs, outputs=None, params=None, raw=True):
+    """A ModelInferRequest: inputs is [(name, datatype, shape, array or list)]."""
+    req = pb.ModelInferRequest(model_name=model)
+    for name, dtype, shape, data in inputs:
+        t = req.inputs.add(name=name, datatype=dtype, shape=shape)
+        if raw:
+            req.raw_input_contents.append(
+                bytes(bytearray(data)) if dtype == "BOOL" else array.array(
+                    "f" if dtype == "FP32" else "d", data).tobytes())
+        elif dtype == "FP32":
+            t.contents.fp32_contents.extend(data)
+        elif dtype == "FP64":
+            t.contents.fp64_contents.extend(data)
+        else:
+            t.contents.bool_contents.extend(bool(b) for b in data)
+    for o in outputs or []:
+        req.outputs.add(name=o)
+    for k, v in (params or {}).items():
+        p = req.parameters[k]
+        if isinstance(v, bool):
+            p.bool_param = v
+        elif isinstance(v, int):
+            p.int64_param = v
+        else:
+            p.double_param = v
+    return req
+
+
+def http_infer(srv, model, inputs, outputs=None, params=None):
+    """The HTTP v2 twin with binary inputs and outputs: (status, outputs by name as
+    (shape, bytes)) or (status, error words)."""
+    head = {"inputs": [], "parameters": dict(params or {}, binary_data_output=True)}
+    blobs = []
+    for name, dtype, shape, data in inputs:
+        blob = bytes(bytearray(data)) if dtype == "BOOL" else array.array(
+            "f" if dtype == "FP32" else "d", data).tobytes()
+        head["inputs"].append({"name": name, "datatype": dtype, "shape": shape,
+                               "parameters": {"binary_data_size": len(blob)}})
+        blobs.append(blob)
+    if outputs:
+        head["outputs"] = [{"name": o, "parameters": {"binary_data": True}} for o in outputs]
+    text = json.dumps(head).encode()
+    status, body, headers = srv.request("POST", "/v2/models/%s/infer" % model,
+                                        text + b"".join(blobs),
+                                        {"Inference-Header-Content-Length": str(len(text)),
+                                         "Content-Type": "application/octet-stream"})
+    if status != 200:
+        return status, json.loads(body)["error"]
+    hl = int(headers.get("Inference-Header-Content-Length"))
+    answer, at, outs = json.loads(body[:hl]), hl, {}
+    for o in answer["outputs"]:
+        n = o["parameters"]["binary_data_size"]
+        outs[o["name"]] = (o["shape"], body[at:at + n])
+        at += n
+    return status, outs
+
+
+def grpc_outputs(answer):
+    return {o.name: (list(o.shape), raw) for o, raw in
+            zip(answer.outputs, answer.raw_output_contents)}
+
+
+def check_every_rpc(srv):
+    s = srv.stub()
+    check("ServerLive: live", s.ServerLive(pb.ServerLiveRequest()).live)
+    check("ServerReady: ready", s.ServerReady(pb.ServerReadyRequest()).ready)
+    meta = s.ServerMetadata(pb.ServerMetadataRequest())
+    _, body, _ = srv.request("GET", "/v2")
+    v2 = json.loads(body)
+    check("ServerMetadata: as GET /v2", meta.name == v2["name"] and
+          meta.version == v2["version"] and list(meta.extensions) == v2["extensions"], meta)
+    mm = s.ModelMetadata(pb.ModelMetadataRequest(name="attention"))
+    _, body, _ = srv.request("GET", "/v2/models/attention")
+    v2 = json.loads(body)
+    check("ModelMetadata: as GET /v2/models/attention", mm.name == "attention" and
+          list(mm.versions) == v2["versions"] and mm.platform == v2["platform"] and
+          [(t.name, t.datatype, list(t.shape)) for t in mm.inputs] ==
+          [(t["name"], t["datatype"], t["shape"]) for t in v2["inputs"]] and
+          [t.name for t in mm.outputs] == [t["name"] for t in v2["outputs"]], mm)
+    check("ModelReady: attention is ready",
+          s.ModelReady(pb.ModelReadyRequest(name="attention")).ready)
+    check("ModelReady: version 1 is ready",
+          s.ModelReady(pb.ModelReadyRequest(name="attention", version="1")).ready)
+    code, words = rpc_error(s.ModelReady, pb.ModelReadyRequest(name="absent"))
+    check("ModelReady: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND and
+          "absent" in words, (code, words))
+    code, words = rpc_error(s.ModelMetadata, pb.ModelMetadataRequest(name="attention",
+                                                                     version="7"))
+    check("ModelMetadata: an unknown version is NOT_FOUND",
+          code == grpc.StatusCode.NOT_FOUND, (code, words))
+    code, words = rpc_error(s.ModelMetadata, pb.ModelMetadataRequest(name="a/b"))
+    check("ModelMetadata: a name with a slash is NOT_FOUND",
+          code == grpc.StatusCode.NOT_FOUND, (code, words))
+    cfg = s.ModelConfig(pb.ModelConfigRequest(name="attention")).config
+    _, body, _ = srv.request("GET", "/v2/models/attention/config")
+    v2 = json.loads(body)
+    check("ModelConfig: as GET /v2/models/attention/config", cfg.name == "attention" and
+          cfg.platform == v2["platform"] and cfg.max_batch_size == v2["max_batch_size"] and
+          [(t.name, pb.DataType.Name(t.data_type), list(t.dims), t.optional) for t in cfg.input] ==
+          [(t["name"], t["data_type"], t["dims"], t.get("optional", False)) for t in v2["input"]]
+          and [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] ==
+          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]], cfg)
+    code, _ = rpc_error(s.ModelConfig, pb.ModelConfigRequest(name="absent"))
+    check("ModelConfig: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
+    s.ModelInfer(infer_request("attention", SEED))
+    st = s.ModelStatistics(pb.ModelStatisticsRequest(name="attention"))
+    _, body, _ = srv.request("GET", "/v2/models/attention/stats")
+    v2 = json.loads(body)["model_stats"][0]
+    m = st.model_stats[0] if len(st.model_stats) == 1 else None
+    check("ModelStatistics: as GET /v2/models/attention/stats", m is not None and
+          m.name == "attention" and m.version == v2["version"] and
+          m.execution_count == v2["execution_count"] >= 1 and
+          m.inference_count == v2["inference_count"] and
+          m.last_inference == v2["last_inference"] and
+          m.inference_stats.success.count == v2["inference_stats"]["success"]["count"] and
+          m.inference_stats.compute_infer.ns == v2["inference_stats"]["compute_infer"]["ns"] and
+          [(b.batch_size, b.compute_infer.count) for b in m.batch_stats] ==
+          [(b["batch_size"], b["compute_infer"]["count"]) for b in v2["batch_stats"]], (st, v2))
+    every = s.ModelStatistics(pb.ModelStatisticsRequest())
+    check("ModelStatistics of every model", [m.name for m in every.model_stats] ==
+          [m["name"] for m in json.loads(srv.request("GET", "/v2/models/stats")[1])["model_stats"]],
+          every)
+    code, _ = rpc_error(s.ModelStatistics, pb.ModelStatisticsRequest(name="absent"))
+    check("ModelStatistics: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
+    index = s.RepositoryIndex(pb.RepositoryIndexRequest())
+    _, body, _ = srv.request("POST", "/v2/repository/index", b"{}",
+                             {"Content-Type": "application/json"})
+    check("RepositoryIndex: as POST /v2/repository/index",
+          [(m.name, m.version, m.state, m.reason) for m in index.models] ==
+          [(m["name"], m["version"], m["state"], m["reason"]) for m in json.loads(body)], index)
+    for name, fn, req in (("load", s.RepositoryModelLoad, pb.RepositoryModelLoadRequest),
+                          ("unload", s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest)):
+        _, body, _ = srv.request("POST", "/v2/repository/models/attention/" + name, b"{}",
+                                 {"Content-Type": "application/json"})
+        code, words = rpc_error(fn, req(model_name="attention"))
+        check("RepositoryModel" + name.capitalize() + ": answered as its HTTP twin",
+              code == grpc.StatusCode.INVALID_ARGUMENT and words == json.loads(body)["error"],
+              (code, words, body))
+    _, body, _ = srv.request("GET", "/v1/info")
+    check("/v1/info says where gRPC listens",
+          json.loads(body).get("grpc", {}).get("port") == int(srv.target.rsplit(":", 1)[1]),
+          body[-200:])
+    h = srv.health()
+    status = h.Check(hpb.HealthCheckRequest()).status
+    check("Health/Check: SERVING", status == hpb.HealthCheckResponse.SERVING, status)
+    status = h.Check(hpb.HealthCheckRequest(service="inference.GRPCInferenceService")).status
+    check("Health/Check of the inference service: SERVING",
+          status == hpb.HealthCheckResponse.SERVING, status)
+    code, _ = rpc_error(h.Check, hpb.HealthCheckRequest(service="other"))
+    check("Health/Check of another service: NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
+    unknown = srv.channel.unary_unary("/inference.GRPCInferenceService/CudaSharedMemoryStatus",
+                                      request_serializer=lambda b: b,
+                                      response_deserializer=lambda b: b)
+    code, _ = rpc_error(unknown, b"")
+    check("a method not served: UNIMPLEMENTED", code == grpc.StatusCode.UNIMPLEMENTED, code)
+
+
+SEED = [("q", "FP32", [3, 4], floats(12, 1)), ("k", "FP32", [5, 4], floats(20, 2)),
+        ("v", "FP32", [5, 2], floats(10, 3))]
+MASK = [1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1]
+
+
+def same_answer(srv, name, model, inputs, outputs=None, params=None, raw=True):
+    status, http = http_infer(srv, model, inputs, outputs, params)
+    code, answer = rpc_error(srv.stub().ModelInfer,
+                             infer_request(model, inputs, outputs, params, raw))
+    got = grpc_outputs(answer) if code == grpc.StatusCode.OK else None
+    check("same answer over HTTP and gRPC: " + name, status == 200 and code == grpc.StatusCode.OK
+          and got == http and len(got) >= 1, (status, code, answer if got is None else
+                                              sorted(got), sorted(http) if status == 200 else http))
+
+
+def check_same_answers(srv):
+    same_answer(srv, "seed, raw FP32", "attention", SEED)
+    same_answer(srv, "seed, typed fp32_contents", "attention", SEED, raw=False)
+    d = [(n, "FP64", s, list(x)) for n, _, s, x in SEED]
+    same_answer(srv, "FP64, raw", "attention", d)
+    same_answer(srv, "FP64, typed fp64_contents", "attention", d, raw=False)
+    masked = SEED + [("mask", "BOOL", [3, 5], MASK)]
+    same_answer(srv, "mask, raw BOOL", "attention", masked)
+    same_answer(srv, "mask, typed bool_contents", "attention", masked, raw=False)
+    same_answer(srv, "causal and scale", "attention",
+                [("q", "FP32", [5, 4], floats(20, 4))] + SEED[1:],
+                params={"causal": True, "scale": 0.25})
+    same_answer(srv, "heads 2", "attention", SEED, params={"heads": 2})
+    same_answer(srv, "output only", "attention", SEED, outputs=["output"])
+    same_answer(srv, "attention then output", "attention", SEED, outputs=["attention", "output"])
+    same_answer(srv, "pooled attention", "attention", SEED, outputs=["attention"],
+                params={"attention_pool_rows": 1, "attention_pool_cols": 2})
+    same_answer(srv, "batched", "attention", [(n, t, [2] + s, list(x) * 2) for n, t, s, x in SEED])
+    srv.request("PUT", "/v1/weight-sets/toy", json.dumps(
+        {"wq": [[1.0, 0.5]], "wk": [[0.5, 1.0]], "wv": [[1.0, -1.0]]}).encode(),
+        {"Content-Type": "application/json"})
+    same_answer(srv, "a stored set as a model", "toy", [("x", "FP32", [3, 1], [1.0, 2.0, -1.0])])
+    answer = srv.stub().ModelInfer(infer_request("attention", SEED))
+    params = {k: v.WhichOneof("parameter_choice") for k, v in answer.parameters.items()}
+    check("ModelInfer: model, version, parameters and output shapes",
+          answer.model_name == "attention" and answer.model_version == "1" and
+          params.get("scale") == "double_param" and params.get("heads") == "int64_param" and
+          [(o.name, o.datatype, list(o.shape)) for o in answer.outputs] ==
+          [("output", "FP32", [3, 2]), ("attention", "FP32", [3, 5])], answer)
+
+
+def same_error(srv, name, model, inputs, code, raw=True, req=None, params=None):
+    status, words = http_infer(srv, model, inputs, params=params)
+    got, details = rpc_error(srv.stub().ModelInfer,
+                             req or infer_request(model, inputs, raw=raw, params=params))
+    check("same error over HTTP and gRPC: " + name, status != 200 and got == code and
+          details == words, (status, words, got, details))
+
+
+def check_bad_inputs(srv):
+    s = srv.stub()
+    same_error(srv, "k narrower than q", "attention",
+               [SEED[0], ("k", "FP32", [5, 3], floats(15, 2)), SEED[2]],
+               grpc.StatusCode.INVALID_ARGUMENT)
+    same_error(srv, "unknown datatype", "attention",
+               [("q", "INT8", [3, 4], floats(12, 1))] + SEED[1:], grpc.StatusCode.INVALID_ARGUMENT)
+    same_error(srv, "unknown model", "absent", SEED, grpc.StatusCode.NOT_FOUND)
+    same_error(srv, "bad scale", "attention", SEED, grpc.StatusCode.INVALID_ARGUMENT,
+               params={"scale": -1.0})
+    lying = infer_request("attention", SEED)
+    lying.raw_input_contents[1] = lying.raw_input_contents[1][:-4]
+    code, words = rpc_error(s.ModelInfer, lying)
+    check("raw contents shorter than the shape: INVALID_ARGUMENT naming the input",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "inputs[1]" in words, (code, words))
+    huge = infer_request("attention", SEED)
+    del huge.inputs[0].shape[:]
+    huge.inputs[0].shape.extend([1 << 40, 1 << 40])
+    code, words = rpc_error(s.ModelInfer, huge)
+    check("a shape whose product overflows: refused, naming the shape",
+          code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED) and
+          "inputs[0]" in words, (code, words))
+    neg = infer_request("attention", SEED)
+    neg.inputs[0].shape[0] = -3
+    code, words = rpc_error(s.ModelInfer, neg)
+    check("a negative dimension: INVALID_ARGUMENT", code == grpc.StatusCode.INVALID_ARGUMENT,
+          (code, words))
+    few = infer_request("attention", SEED)
+    del few.raw_input_contents[2]
+    code, words = rpc_error(s.ModelInfer, few)
+    check("raw contents for some inputs only: INVALID_ARGUMENT",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in words,
+          (code, words))
+    mixed = infer_request("attention", SEED, raw=False)
+    mixed.inputs[0].contents.fp64_contents.extend([1.0] * 12)
+    code, words = rpc_error(s.ModelInfer, mixed)
+    check("fp64_contents beside fp32_contents: INVALID_ARGUMENT naming contents",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "inputs[0].contents" in words,
+          (code, words))
+    tiny = pb.ModelInferRequest(model_name="attention")
+    for i in range(10000):
+        tiny.inputs.add(name="q%d" % i, datatype="FP32", shape=[1, 1])
+        tiny.raw_input_contents.append(b"\0\0\0\0")
+    code, words = rpc_error(s.ModelInfer, tiny)
+    check("10k tiny inputs: INVALID_ARGUMENT", code == grpc.StatusCode.INVALID_ARGUMENT,
+          (code, words[:200]))
+    code, words = rpc_error(s.ModelInfer, pb.ModelInferRequest(model_name="attention"))
+    check("no inputs: INVALID_ARGUMENT naming inputs",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "inputs" in words, (code, words))
+    garbage = srv.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                      request_serializer=lambda b: b,
+                                      response_deserializer=lambda b: b)
+    # model_name "attention", and parameters {"x": <no value>} (found by make fuzz)
+    code, words = rpc_error(garbage, b"\x0a\x09attention\x22\x03\x0a\x01x")
+    check("a parameter with no value: INVALID_ARGUMENT naming it",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "parameters.x" in words, (code, words))
+    code, words = rpc_error(garbage, b"\x0a\xff\xff\xff\xff\x0f")
+    check("bytes that are no ModelInferRequest: INVALID_ARGUMENT",
+          code == grpc.StatusCode.INVALID_ARGUMENT, (code, words))
+
+
+def check_stream(srv):
+    s = srv.stub()
+    good = infer_request("attention", SEED)
+    bad = infer_request("attention", SEED[:2])
+    expected = grpc_outputs(s.ModelInfer(good))
+    _, words = rpc_error(s.ModelInfer, bad)
+    n = 1000
+    answers = list(s.ModelStreamInfer(iter(
+        [bad if i % 10 == 3 else
+         pb.ModelInferRequest(model_name="attention", id="r%d" % i, inputs=good.inputs,
+                              raw_input_contents=good.raw_input_contents) for i in range(n)])))
+    check("stream: 1000 requests, one answer each", len(answers) == n, len(answers))
+    ok_in_order = all(a.infer_response.id == "r%d" % i and not a.error_message and
+                      grpc_outputs(a.infer_response) == expected
+                      for i, a in enumerate(answers) if i % 10 != 3)
+    check("stream: the answers in order, each as ModelInfer's", ok_in_order)
+    check("stream: a bad request answers error_message with ModelInfer's words, and the "
+          "stream goes on", all(answers[i].error_message == words for i in range(3, n, 10)),
+          [answers[3].error_message, words])
+    check("stream: an empty stream ends OK", list(s.ModelStreamInfer(iter([]))) == [])
+
+    def broken():
+        for i in range(50):
+            if i == 5:
+                raise RuntimeError("the client breaks the stream")
+            yield good
+    code, _ = rpc_error(lambda: list(s.ModelStreamInfer(broken())))
+    check("stream: a stream broken mid-way ends on the client's side", code != grpc.StatusCode.OK,
+          code)
+    check("stream: the server serves on after it",
+          grpc_outputs(s.ModelInfer(good)) == expected)
+
+
+def check_limits(srv):
+    """--max-elements 4096 and --max-body 1M (the server of this check)."""
+    s = srv.stub()
+    n = 4096
+    big = [("q", "FP32", [n, 2], floats(2 * n, 1)), ("k", "FP32", [n, 2], floats(2 * n, 2)),
+           ("v", "FP32", [n, 2], floats(2 * n, 3))]
+    same_error(srv, "past --max-elements", "attention", big, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    over = infer_request("attention", SEED)
+    over.parameters["padding"].string_param = "x" * (2 << 20)
+    code, words = rpc_error(s.ModelInfer, over)
+    check("a message past --max-body: RESOURCE_EXHAUSTED",
+          code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, words))
+
+
+def check_statistics(srv):
+    def stats():
+        _, body, _ = srv.request("GET", "/v2/models/attention/stats")
+        m = json.loads(body)["model_stats"][0]
+        return m["execution_count"], m["inference_stats"]["fail"]["count"]
+    before = stats()
+    srv.stub().ModelInfer(infer_request("attention", SEED))
+    rpc_error(srv.stub().ModelInfer, infer_request("attention", SEED[:2]))
+    after = stats()
+    check("a gRPC inference counts once in /v2/models/stats, a failure once",
+          after == (before[0] + 1, before[1] + 1), (before, after))
+    _, body, _ = srv.request("GET", "/metrics")
+    check("/metrics counts gRPC inferences under the v2 infer route",
+          re.search(rb'attn_http_requests_total\{route="/v2/models/\{model\}/infer",code="200"\} [1-9]',
+                    body) is not None,
+          body[:300])
+
+
+def check_auth(srv):
+    s = srv.stub()
+    code, words = rpc_error(s.ModelInfer, infer_request("attention", SEED))
+    check("auth: no token is UNAUTHENTICATED", code == grpc.StatusCode.UNAUTHENTICATED and
+          "bearer token" in words, (code, words))
+    code, words = rpc_error(s.ModelInfer, infer_request("attention", SEED),
+                            metadata=[("authorization", "Bearer wrong-token-0123456789")])
+    check("auth: a wrong token is UNAUTHENTICATED", code == grpc.StatusCode.UNAUTHENTICATED,
+          (code, words))
+    code, answer = rpc_error(s.ModelInfer, infer_request("attention", SEED),
+                             metadata=[("authorization", "Bearer " + TOKEN)])
+    check("auth: the token is accepted", code == grpc.StatusCode.OK, (code, answer))
+    code, _ = rpc_error(s.ModelMetadata, pb.ModelMetadataRequest(name="attention"))
+    check("auth: metadata needs the token too", code == grpc.StatusCode.UNAUTHENTICATED, code)
+    check("auth: the probes need none", s.ServerReady(pb.ServerReadyRequest()).ready and
+          srv.health().Check(hpb.HealthCheckRequest()).status == hpb.HealthCheckResponse.SERVING)
+
+
+def check_cancel(srv):
+    """A 32k-token request (max-inflight 1) cancelled once it computes: its computation
+    stops (the server logs CANCELLED, status 1, not OK), and the compute slot is free again."""
+    s = srv.stub()
+    n, d = 32768, 64
+    req = infer_request("attention", [("q", "FP32", [n, d], floats(n * d, 1)),
+                                      ("k", "FP32", [n, d], floats(n * d, 2)),
+                                      ("v", "FP32", [n, d], floats(n * d, 3))], outputs=["output"])
+
+    def inflight():
+        _, body, _ = srv.request("GET", "/metrics")
+        return int(re.search(rb"\nattn_grpc_inflight_calls (\d+)", body).group(1))
+    future = s.ModelInfer.future(req)
+    started = False
+    for _ in range(2000):  # until the server holds the call (it counts in the gauge)
+        if inflight() == 1 or future.done():
+            started = not future.done()
+            break
+        time.sleep(0.01)
+    check("cancel: the 32k-token call is computing", started)
+    time.sleep(0.1)
+    future.cancel()
+    for _ in range(3000):  # until the call is answered; bounded
+        if "access grpc ModelInfer status=" in srv.log():
+            break
+        time.sleep(0.01)
+    line = [l for l in srv.log().splitlines() if "access grpc ModelInfer" in l]
+    check("cancel: the computation stopped (CANCELLED, not OK)",
+          len(line) == 1 and "status=1 " in line[0], line)
+    for _ in range(3000):  # the gauge drops when the answer's batch is done; bounded
+        calls = inflight()
+        if calls == 0:
+            break
+        time.sleep(0.01)
+    check("cancel: no gRPC call in flight afterwards (attn_grpc_inflight_calls)", calls == 0,
+          calls)
+    code, _ = rpc_error(s.ModelInfer, infer_request("attention", SEED), timeout=60)
+    check("cancel: the compute slot serves the next call", code == grpc.StatusCode.OK, code)
+    code, _ = rpc_error(s.ModelInfer, req, timeout=0.2)
+    check("deadline: a 32k-token call past its 200 ms deadline is DEADLINE_EXCEEDED",
+          code == grpc.StatusCode.DEADLINE_EXCEEDED, code)
+
+
+def check_drain(srv):
+    """SIGTERM while a long call computes (--shutdown-grace 5): the health service says
+    NOT_SERVING, ServerReady false, and a new inference is UNAVAILABLE."""
+    s = srv.stub()
+    n, d = 32768, 256
+    req = infer_request("attention", [("q", "FP32", [n, d], floats(n * d, 1)),
+                                      ("k", "FP32", [n, d], floats(n * d, 2)),
+                                      ("v", "FP32", [n, d], floats(n * d, 3))], outputs=["output"])
+    future = s.ModelInfer.future(req)
+    for _ in range(3000):  # until the server holds the call; bounded
+        _, body, _ = srv.request("GET", "/metrics")
+        if b"\nattn_grpc_inflight_calls 1" in body or future.done():
+            break
+        time.sleep(0.01)
+    check("drain: the long call is held", not future.done())
+    srv.proc.terminate()
+    h = srv.health()
+    for _ in range(500):  # until the signal is taken; bounded
+        status = h.Check(hpb.HealthCheckRequest()).status
+        if status != hpb.HealthCheckResponse.SERVING:
+            break
+        time.sleep(0.01)
+    check("drain: Health/Check says NOT_SERVING", status == hpb.HealthCheckResponse.NOT_SERVING,
+          status)
+    check("drain: ServerReady is false", not s.ServerReady(pb.ServerReadyRequest()).ready)
+    code, words = rpc_error(s.ModelInfer, infer_request("attention", SEED))
+    check("drain: a new inference is UNAVAILABLE", code == grpc.StatusCode.UNAVAILABLE and
+          "shutting down" in words, (code, words))
+    code, _ = rpc_error(future.result)
+    check("drain: the long call ends (stopped in the grace's last tenth)",
+          code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK), code)
+
+
+def check_port_taken(srv):
+    """A second server whose --grpc-port is the first's busy port fails to start, naming the
+    address, and exits non-zero (no SO_REUSEPORT: it must not take half of the calls)."""
+    port = srv.target.rsplit(":", 1)[1]
+    with tempfile.TemporaryDirectory(prefix="attn-grpc-second-") as tmp:
+        try:
+            second = subprocess.run(
+                [srv.proc.args[0], "--host", "127.0.0.1", "--port", "0", "--grpc-port", port,
+                 "--data-dir", os.path.join(tmp, "data")],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        except subprocess.TimeoutExpired as e:
+            check("port taken: the second server exits", False, e)
+            return
+    check("port taken: the second server exits non-zero", second.returncode != 0,
+          second.returncode)
+    check("port taken: the message names the address",
+          "127.0.0.1:" + port in second.stderr and "grpc" in second.stderr.lower(), second.stderr)
+    check("port taken: the first still answers",
+          srv.stub().ServerLive(pb.ServerLiveRequest(), timeout=10).live)
+
+
+def check_tls(binary):
+    with tempfile.TemporaryDirectory(prefix="attn-grpc-tls-") as tmp:
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=localhost", "-addext",
+                        "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(cert, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+
+        def tls_checks(srv):
+            answer = srv.stub(creds).ModelInfer(infer_request("attention", SEED))
+            check("TLS: ModelInfer over grpcs with --tls-cert", len(answer.outputs) == 2)
+            plain = grpc.insecure_channel(srv.target)
+            code, _ = rpc_error(pg.GRPCInferenceServiceStub(plain).ServerLive,
+                                pb.ServerLiveRequest(), timeout=5)
+            plain.close()
+            check("TLS: a plaintext client is refused", code != grpc.StatusCode.OK, code)
+        harness.run(binary, [harness.named("check_tls", tls_checks)], "--tls-cert", cert,
+                    "--tls-key", key, server_class=GrpcServer)
+
+
+def main():
+    args = harness.arguments(__doc__)
+    harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
+                              check_statistics, check_stream, check_port_taken],
+                server_class=GrpcServer)
+    harness.run(args.server, [check_limits], "--max-elements", "4096", "--max-body", "1M",
+                server_class=GrpcServer)
+    harness.run(args.server, [check_auth], "--auth-all", "--auth-tokens", TOKEN,
+                server_class=GrpcServer)
+    harness.run(args.server, [check_cancel], "--max-inflight", "1", server_class=GrpcServer)
+    harness.run(args.server, [check_drain], "--shutdown-grace", "5", "--max-body", "256M",
+                server_class=GrpcServer)
+    if harness.FILTER is None or harness.FILTER in "check_tls":
+        check_tls(args.server)
+    return harness.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
