@@ -297,6 +297,9 @@ build/bench/bench-%: $(LIB_OBJS) build/obj/bench/bench_%.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
+# The FMA peak (tests/bench/fma_peak.c), the ceiling both print.
+build/bench/bench-kernel build/bench/bench-gemm: build/obj/bench/fma_peak.o
+
 build/bench/bench-store-load: $(LIB_OBJS) build/obj/bench/bench_store_load.o
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)

@@ -9,7 +9,8 @@
  * time; for each group of ATTN_FUSED_MR rows it forms the tile of scores in
  * registers (Q.K^T against K packed transposed), applies mask and causal
  * limit, updates the running maximum and sum of each row (the online
- * softmax, exponentials by a polynomial in registers) and adds P.V to the
+ * softmax, exponentials as 2^x by a polynomial in registers, log2(e) folded
+ * into the FMA that subtracts the row maximum) and adds P.V to the
  * rows' output, rescaled when the maximum rose.  The scores of one row group
  * pass through an ATTN_FUSED_MR x ATTN_FUSED_BK tile of scratch that stays
  * in L1; nothing of size Lq x Lk is ever written.  Key tiles past the causal
@@ -112,9 +113,14 @@ typedef struct attn_kernel_path {
     void (*pack_f)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
                    size_t hdk, size_t hdv, size_t hdv_pad, float *kt, float *vp);
     /* x[i] = exp(x[i]) by the kernel's polynomial, for x[i] <= 0 (or -Inf);
-     * exposed so that tests can hold it to exp and expf. */
+     * exposed so that tests can hold it to exp and expf (the softmax itself
+     * takes exp2 below, on the same polynomial). */
     void (*exp_d)(double *x, size_t n);
     void (*exp_f)(float *x, size_t n);
+    /* x[i] = 2^x[i] by the softmax's polynomial, for x[i] <= 0 (or -Inf), 0
+     * below 2^-1022 (double) and 2^-126 (float); for the tests, as exp_*. */
+    void (*exp2_d)(double *x, size_t n);
+    void (*exp2_f)(float *x, size_t n);
 } attn_kernel_path;
 
 extern const attn_kernel_path attn_kernel_avx512, attn_kernel_avx2, attn_kernel_portable;

@@ -1,17 +1,25 @@
 /*
- * bench_gemm.c - the machine's ceiling for the kernel rows: OpenBLAS sgemm and
- * dgemm of 4096 x 4096 x 4096, on every core, in GFLOP/s (2 n^3 per product).
+ * bench_gemm.c - the machine's ceilings for the kernel rows: the FMA peak of
+ * each instruction set and precision (fma_peak.h) on the compute threads, and
+ * OpenBLAS sgemm and dgemm of 4096 x 4096 x 4096 on every core, in GFLOP/s
+ * (2 n^3 per product), labelled with the OpenBLAS core that ran them.
  *
  * The ONNX Runtime rows (bench_ort.sh) print each kernel's GFLOP/s as a share of
- * this figure, measured in the same run, so that "how far from what the FMA
- * units can do" needs no number from another day.  The kernels are the widest
+ * the widest FMA peak, measured in the same run, so that "how far from what the
+ * FMA units can do" needs no number from another day; the gemm rows stay as
+ * what a tuned BLAS reaches.  The kernels are the widest
  * OpenBLAS has for this CPU: blas_setup_select (server/kernel/blas_setup.c) is called
  * first, as the server calls it, and OPENBLAS_CORETYPE still overrides it.
  * This is a benchmark of the BLAS itself, hence cblas.h here and not through
  * the attention module.
  *
- * Output: one line per precision, "dgemm <GFLOP/s> <median ms> <runs>" (then
- * sgemm), after a line "core <name> threads <n>".  --quick: one timed run.
+ * Output: "peak <isa> <threads> <float32 GFLOP/s> <float64 GFLOP/s>" per
+ * instruction set, widest first (none on a CPU without FMA); then, unless
+ * --peak-only, a line "core <name> threads <n>" and one line per precision,
+ * "dgemm <GFLOP/s> <median ms> <runs>" (then sgemm).  The peak runs on the
+ * compute threads the server would start (one per available CPU) or
+ * BENCH_COMPUTE_THREADS, the gemm on every online core.  --quick: one timed
+ * run of each.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +29,8 @@
 #include <cblas.h>
 
 #include "bench_util.h"
+#include "core/compute.h"
+#include "fma_peak.h"
 #include "kernel/blas_setup.h"
 
 #define GEMM_N 4096
@@ -58,7 +68,31 @@ static double time_gemm_ms(int dbl, const void *a, const void *b, void *c, int m
 int main(int argc, char **argv)
 {
     blas_setup_select(argv);
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, peak_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--peak-only") == 0) {
+            peak_only = 1;
+        } else {
+            fprintf(stderr, "usage: bench-gemm [--quick] [--peak-only]\n");
+            return 2;
+        }
+    }
+    const char *forced = getenv("BENCH_COMPUTE_THREADS");
+    int threads = forced != NULL && atoi(forced) > 0 ? atoi(forced)
+                                                      : (int)compute_available_cpus();
+    fma_peak peaks[4];
+    int npeaks = fma_peak_measure(threads, quick, peaks, 4);
+    if (npeaks < 0) {
+        fprintf(stderr, "bench-gemm: the FMA peak's threads did not start\n");
+        return 1;
+    }
+    for (int i = 0; i < npeaks; i++)
+        printf("peak %s %d %.1f %.1f\n", peaks[i].isa, threads, peaks[i].f32, peaks[i].f64);
+    fflush(stdout);
+    if (peak_only)
+        return 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(cores > 0 ? (int)cores : 1);
     size_t count = (size_t)GEMM_N * GEMM_N;

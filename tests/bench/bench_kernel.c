@@ -30,6 +30,11 @@
  *
  * --case runs one shape of the caller's instead of the list above, with the
  * same timing and check file: the ONNX Runtime rows (bench_ort.sh) use it.
+ *
+ * The list first measures the machine's FMA peak (fma_peak.h) on the same
+ * threads and prints each row's GFLOP/s as a share of the widest instruction
+ * set's peak of its precision; --case leaves that to its caller (bench_ort.sh
+ * takes the peak from bench-gemm once for all its rows).
  */
 #include <errno.h>
 #include <math.h>
@@ -41,6 +46,7 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "fma_peak.h"
 #include "kernel/attention.h"
 #include "kernel/blas_setup.h"
 #include "core/compute.h"
@@ -290,6 +296,21 @@ int main(int argc, char **argv)
     attention_blas_describe(blas_config, sizeof blas_config, blas_core, sizeof blas_core,
                             &blas_threads);
 
+    /* The ceiling of the rows below, on their threads: the widest instruction set's. */
+    fma_peak peak = {"none", 0, 0};
+    if (cases == bench_cases) {
+        fma_peak peaks[4];
+        int npeaks = fma_peak_measure(threads, policy.min_reps == 1, peaks, 4);
+        if (npeaks < 0) {
+            fprintf(stderr, "bench-kernel: the FMA peak's threads did not start\n");
+            return 1;
+        }
+        if (npeaks > 0)
+            peak = peaks[0];
+        printf("FMA peak (%s, %d thread%s): float32 %.1f GFLOP/s, float64 %.1f GFLOP/s\n",
+               peak.isa, threads, threads == 1 ? "" : "s", peak.f32, peak.f64);
+    }
+
     char path[1100];
     snprintf(path, sizeof path, "%s/kernel.tsv", out_dir);
     FILE *tsv = fopen(path, "w");
@@ -303,7 +324,7 @@ int main(int argc, char **argv)
            "%d compute thread%s as the server starts them\n", attention_kernel_path(),
            blas_config, blas_core, blas_threads, blas_threads == 1 ? "" : "s", threads,
            threads == 1 ? "" : "s");
-    printf("%-18s %5s %10s %9s\n", "case", "runs", "median ms", "GFLOP/s");
+    printf("%-18s %5s %10s %9s %7s\n", "case", "runs", "median ms", "GFLOP/s", "% peak");
 
     int failures = 0;
     for (size_t ci = 0; ci < case_count; ci++) {
@@ -340,7 +361,12 @@ int main(int argc, char **argv)
         if (ms < 0 || write_check(out_dir, c, &run.job, &run.result, check_rows) != 0) {
             failures++;
         } else {
-            printf("%-18s %5d %10.3f %9.1f\n", c->id, reps, ms, gflop / ms * 1e3);
+            /* A causal row counts the whole n^2, so its share would be overstated: none. */
+            double ceiling = c->dtype == ATTN_FLOAT32 ? peak.f32 : peak.f64;
+            char share[16] = "-";
+            if (ceiling > 0 && !c->causal)
+                snprintf(share, sizeof share, "%.0f%%", 100 * gflop / ms * 1e3 / ceiling);
+            printf("%-18s %5d %10.3f %9.1f %7s\n", c->id, reps, ms, gflop / ms * 1e3, share);
             fflush(stdout);
             fprintf(tsv, "%s\t%s\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%g\t%d\t%.6f\t%.6f\t%zu\t%d\n",
                     c->id, c->dtype == ATTN_FLOAT64 ? "float64" : "float32", c->batch, c->heads,

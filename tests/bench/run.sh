@@ -5,8 +5,9 @@
 #   kernel      build/bench/bench-kernel (attention_run) and bench_numpy.py (NumPy), on the same
 #               inputs, after checking that they agree
 #   ort         bench_ort.sh: the kernel against ONNX Runtime (npm onnxruntime-node, `make
-#               ort-deps`) row by row, with the sgemm/dgemm ceiling of the same run (bench-gemm)
-#               and the end-to-end v2 request; its own table (ort.md) in the summary
+#               ort-deps`) row by row, each side as a share of the FMA peak of the same run
+#               (bench-gemm), the sgemm/dgemm rows, and the end-to-end v2 request; its own table
+#               (ort.md) in the summary
 #   json        build/bench/bench-json: server/jsonw against jansson's json_dumps, 512 x 512
 #   http        bench_http.sh: the C server against the Flask + NumPy peer (gunicorn, wrk),
 #               including the memory scenario (peak RSS) and the concurrency one

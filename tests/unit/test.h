@@ -125,6 +125,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_large_attention_result)        \
     X(kernel_paths_select)                  \
     X(kernel_paths_exp_accuracy)            \
+    X(kernel_paths_exp2_accuracy)           \
+    X(kernel_paths_huge_finite_scores)      \
     X(kernel_paths_plain)                   \
     X(kernel_paths_masked)                  \
     X(kernel_paths_causal)                  \

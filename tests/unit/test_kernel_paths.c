@@ -393,6 +393,113 @@ void test_kernel_paths_exp_accuracy(void)
     free(xf);
 }
 
+/* Scores near the end of each precision's range, but finite, are computed,
+ * not reported: the row maximum times log2(e) would overflow, so the fused
+ * kernel's softmax must not form it.  6 query rows against 32 keys (a full
+ * tile, the kernel's fast group softmax) and 1 row against 2 keys (the row
+ * by row one), output only and with the attention matrix: every row's
+ * largest score is 1.44e308 (float64) or 2.56e38 (float32), the others far
+ * lower, so every output row is v of key 0.  On every path. */
+void test_kernel_paths_huge_finite_scores(void)
+{
+    enum { LQ = 6, LK = 32 };
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths);
+    double q[LQ], k[LK], v[LK];
+    char why[200];
+    for (size_t p = 0; p < n * 2; p++) {
+        int dtype = (int)(p % 2);
+        ASSERT_EQ(attn_kernel_select(paths[p / 2]->name, why, sizeof why), 0);
+        double big = dtype ? 1.6e19 : 1.2e154, low = dtype ? 1e19 : 8e153;
+        for (int i = 0; i < LQ; i++)
+            q[i] = big;
+        for (int j = 0; j < LK; j++) {
+            k[j] = j == 0 ? big : low;
+            v[j] = j + 1;
+        }
+        for (int shape = 0; shape < 2; shape++)
+            for (int want = 0; want < 2; want++) {
+                attn_job job = {.batch = 1, .lq = shape ? 1 : LQ, .lk = shape ? 2 : LK,
+                                .heads = 1, .dk = 1, .dv = 1, .q = q, .k = k, .v = v,
+                                .scale = 1, .want_attention = want,
+                                .dtype = dtype ? ATTN_FLOAT32 : ATTN_FLOAT64};
+                attn_result r;
+                attn_error err;
+                error_clear(&err);
+                int rc = attention_run(&job, &r, &err);
+                if (rc != 0) {
+                    attn_kernel_select("auto", why, sizeof why);
+                    FAIL_AT("path %s dtype %d shape %d attention %d: rc %d (%s)",
+                            paths[p / 2]->name, dtype, shape, want, rc, err.code);
+                }
+                for (size_t i = 0; i < job.lq; i++)
+                    if (r.output[i] != 1) {
+                        double got = r.output[i];
+                        attention_result_free(&r);
+                        attn_kernel_select("auto", why, sizeof why);
+                        FAIL_AT("path %s dtype %d shape %d attention %d: output[%zu] = %.17g, "
+                                "want 1", paths[p / 2]->name, dtype, shape, want, i, got);
+                    }
+                attention_result_free(&r);
+            }
+    }
+    ASSERT_EQ(attn_kernel_select("auto", why, sizeof why), 0);
+}
+
+/* The softmax's 2^x of every path against exp2 and exp2f over the range the
+ * kernel uses it on (x <= 0): within a few units in the last place down to
+ * where the result leaves the normal range, 0 below that and for -Inf, NaN
+ * for NaN. */
+void test_kernel_paths_exp2_accuracy(void)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = paths_available(paths), count = RUNNING_ON_VALGRIND ? 20000 : 400000;
+    double *yd = malloc((count + 3) * sizeof(double)), *xd = malloc(count * sizeof(double));
+    float *yf = malloc((count + 3) * sizeof(float)), *xf = malloc(count * sizeof(float));
+    for (size_t p = 0; p < n; p++) {
+        double worst_d = 0, worst_f = 0;
+        for (size_t i = 0; i < count; i++) {
+            /* Evenly over [-1022, 0] and [-126, 0], plus a random offset. */
+            double u = ((double)i + (test_uniform(&paths_rng) + 2) / 4) / (double)count;
+            yd[i] = xd[i] = -1022.0 * u;
+            yf[i] = xf[i] = (float)(-126.0 * u);
+        }
+        yd[count] = yf[count] = 0;
+        yd[count + 1] = yf[count + 1] = -INFINITY;
+        yd[count + 2] = -1100;
+        yf[count + 2] = -130;
+        paths[p]->exp2_d(yd, count + 3);
+        paths[p]->exp2_f(yf, count + 3);
+        for (size_t i = 0; i < count; i++) {
+            double ed = exp2(xd[i]), ef = (double)exp2f(xf[i]);
+            double rd = fabs(yd[i] - ed) / ed, rf = fabs((double)yf[i] - ef) / ef;
+            worst_d = rd > worst_d ? rd : worst_d;
+            worst_f = rf > worst_f ? rf : worst_f;
+        }
+        int edges = yd[count] == 1 && yf[count] == 1 && yd[count + 1] == 0 &&
+                    yf[count + 1] == 0 && yd[count + 2] == 0 && yf[count + 2] == 0;
+        double nan_d = NAN;
+        float nan_f = NAN;
+        paths[p]->exp2_d(&nan_d, 1);
+        paths[p]->exp2_f(&nan_f, 1);
+        if (!(worst_d <= 4 * DBL_EPSILON) || !(worst_f <= 4 * FLT_EPSILON) || !edges ||
+            nan_d == nan_d || nan_f == nan_f) {
+            free(xd);
+            free(xf);
+            free(yd);
+            free(yf);
+            FAIL_AT("path %s: relative error %g (double), %g (float), edges %d, NaN kept %d %d",
+                    paths[p]->name, worst_d, worst_f, edges, nan_d != nan_d, nan_f != nan_f);
+        }
+        fprintf(stderr, "    path %s: 2^x within %.2g (double), %.2g (float) relative\n",
+                paths[p]->name, worst_d, worst_f);
+    }
+    free(xd);
+    free(xf);
+    free(yd);
+    free(yf);
+}
+
 /* The choice of path: auto, a path by name, a path this CPU cannot run and
  * an unknown name (errors that say why, the choice unchanged). */
 void test_kernel_paths_select(void)

@@ -1,0 +1,31 @@
+/*
+ * fma_peak.h - the machine's FMA peak, measured: the ceiling the kernel rows of
+ * the benchmarks are printed against (bench_gemm.c prints it for bench_ort.sh;
+ * bench_kernel.c prints its own rows as a share of it).
+ *
+ * For each instruction set with FMA that the CPU runs (avx512: 512-bit
+ * vectors; avx2: 256-bit), and each precision, every thread runs the same
+ * loop of fused multiply-adds on registers only (no load, no store): enough
+ * independent accumulators that two FMA pipes of up to 6 cycles' latency
+ * never wait.  The peak is all the threads' FLOPs (2 per lane per FMA) over
+ * the time from their common start to the last one's end, the median of
+ * repeated runs.  No memory is touched, so this is the arithmetic limit of
+ * the cores as the scheduler gives them to us, at the clock the vector width
+ * runs at.
+ */
+#ifndef BENCH_FMA_PEAK_H
+#define BENCH_FMA_PEAK_H
+
+/* One instruction set's peak on a number of threads, in GFLOP/s. */
+typedef struct fma_peak {
+    const char *isa;         /* "avx512" or "avx2" */
+    double f32, f64;         /* GFLOP/s, every thread together */
+} fma_peak;
+
+/* Measures the instruction sets this CPU runs, widest first, into out (at
+ * most max of them) on `threads` threads; quick: three short runs each (a
+ * smoke test).  Returns how many were measured (0 on a CPU without FMA), or
+ * -1 when the threads could not be started. */
+int fma_peak_measure(int threads, int quick, fma_peak *out, int max);
+
+#endif
