@@ -1,12 +1,13 @@
 /*
- * grpc_infer.c - ModelInfer: a ModelInferRequest turned into the body of
- * its HTTP twin, POST /v2/models/{model}/infer with the binary tensor data
- * extension, answered by the router, and the answer turned into a
- * ModelInferResponse.
+ * grpc_infer.c - ModelInfer: a ModelInferRequest turned into its HTTP twin,
+ * POST /v2/models/{model}/infer with the binary tensor data extension,
+ * answered by the router, and the answer turned into a ModelInferResponse.
  *
- * Every input travels as binary bytes after a small JSON header, whether it
- * came as raw_input_contents (its bytes as they are) or as typed contents
- * (fp32_contents, fp64_contents, bool_contents, written as the same
+ * The twin's inference header is made as the jansson tree v2's parser would
+ * make of its text (api_request.inference_header: every number a real), and
+ * its body is the binary section alone: every input travels as binary bytes,
+ * whether it came as raw_input_contents (its bytes as they are) or as typed
+ * contents (fp32_contents, fp64_contents, bool_contents, written as the same
  * little-endian bytes), and every output is asked in binary, so the numbers
  * are never text on the way and v2's decoder applies all of its rules, with
  * its words: the datatype, the shape, a raw length that does not match them
@@ -26,12 +27,13 @@
 #include "core/error.h"
 #include "router/api.h"
 
-/* Bytes before the binary section of a body are padded to this, as the
- * HTTP layer places a v2 body, so that FP32 inputs are read where they lie. */
+/* The binary section starts on this, as the HTTP layer places a v2 body's,
+ * so that FP32 inputs are read where they lie. */
 #define BODY_ALIGN 64
 
-/* A request parameter as the JSON value v2 reads, or NULL when it has none
- * (no value, an unset oneof, a string that is not UTF-8, a number that is not finite). */
+/* A request parameter as the JSON value v2 reads (numbers as reals, as
+ * v2's parser reads every JSON number), or NULL when it has none (no value,
+ * an unset oneof, a string that is not UTF-8, a number that is not finite). */
 static json_t *parameter_json(const Inference__InferParameter *p)
 {
     if (p == NULL) /* a map entry with a key and no value */
@@ -40,14 +42,13 @@ static json_t *parameter_json(const Inference__InferParameter *p)
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
         return json_boolean(p->bool_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
-        return json_integer((json_int_t)p->int64_param);
+        return json_real((double)p->int64_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
         return json_string(p->string_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
         return json_real(p->double_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
-        return p->uint64_param <= INT64_MAX ? json_integer((json_int_t)p->uint64_param)
-                                            : json_real((double)p->uint64_param);
+        return json_real((double)p->uint64_param);
     default:
         return NULL;
     }
@@ -111,7 +112,8 @@ static void write_le(unsigned char *dst, const void *src, size_t n, size_t esize
 #endif
 }
 
-/* The JSON header of the HTTP twin of q, with each input's byte count in
+/* The inference header of the HTTP twin of q, as v2's parser would make it
+ * of its text (every number a real), with each input's byte count in
  * sizes[i]; NULL with out filled when q cannot be said in it. */
 static json_t *request_header(const Inference__ModelInferRequest *q, size_t *sizes,
                               grpc_answer *out)
@@ -168,10 +170,10 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
         sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
         json_t *shape = json_array();
         for (size_t d = 0; d < t->n_shape; d++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-        json_t *in = json_pack("{s:s?,s:s?,s:o,s:{s:I}}", "name", t->name, "datatype",
+            json_array_append_new(shape, json_real((double)t->shape[d]));
+        json_t *in = json_pack("{s:s?,s:s?,s:o,s:{s:f}}", "name", t->name, "datatype",
                                t->datatype, "shape", shape, "parameters", "binary_data_size",
-                               (json_int_t)sizes[i]);
+                               (double)sizes[i]);
         if (in == NULL || json_array_append_new(inputs, in) != 0) {
             grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                               "inputs[%zu]: its name and datatype must be UTF-8 strings.", i);
@@ -182,34 +184,21 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
     return root;
 }
 
-/* The body of the HTTP twin: the header, padding, then each input's bytes,
- * the binary section starting on BODY_ALIGN.  Returns the allocation (free())
- * with *body, *len and *header_len set, or NULL with out filled. */
-static unsigned char *request_body(const Inference__ModelInferRequest *q, const json_t *header,
-                                   const size_t *sizes, const unsigned char **body, size_t *len,
-                                   size_t *header_len, grpc_answer *out)
+/* The body of the HTTP twin: each input's bytes one after another, on
+ * BODY_ALIGN.  Returns it (free()) with *len set, or NULL with out filled. */
+static unsigned char *request_body(const Inference__ModelInferRequest *q, const size_t *sizes,
+                                   size_t *len, grpc_answer *out)
 {
-    char *text = json_dumps(header, JSON_COMPACT);
-    if (text == NULL) {
-        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "The server ran out of memory; retry later.");
-        return NULL;
-    }
-    size_t hl = strlen(text), bin = 0;
+    size_t bin = 0;
     for (size_t i = 0; i < q->n_inputs; i++)
         bin += sizes[i];
-    size_t pad = (BODY_ALIGN - hl % BODY_ALIGN) % BODY_ALIGN;
-    unsigned char *buf = aligned_alloc(BODY_ALIGN, (pad + hl + bin + BODY_ALIGN - 1) /
-                                                       BODY_ALIGN * BODY_ALIGN);
+    unsigned char *buf = aligned_alloc(BODY_ALIGN, (bin + BODY_ALIGN) / BODY_ALIGN * BODY_ALIGN);
     if (buf == NULL) {
-        free(text);
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
         return NULL;
     }
-    memcpy(buf + pad, text, hl);
-    free(text);
-    unsigned char *p = buf + pad + hl;
+    unsigned char *p = buf;
     for (size_t i = 0; i < q->n_inputs; i++) {
         if (q->n_raw_input_contents != 0) {
             if (sizes[i] != 0)
@@ -223,9 +212,7 @@ static unsigned char *request_body(const Inference__ModelInferRequest *q, const 
         }
         p += sizes[i];
     }
-    *body = buf + pad;
-    *len = hl + bin;
-    *header_len = hl;
+    *len = bin;
     return buf;
 }
 
@@ -380,29 +367,26 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
     size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
     json_t *header = NULL;
     unsigned char *buf = NULL;
-    const unsigned char *body;
-    size_t body_len, header_len;
+    size_t body_len;
     if (sizes == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
     else if (grpc_model_path(q->model_name, q->model_version, "/infer", path, sizeof path,
                              out) == 0 &&
              (header = request_header(q, sizes, out)) != NULL &&
-             (buf = request_body(q, header, sizes, &body, &body_len, &header_len, out)) != NULL) {
-        json_decref(header);
-        header = NULL;
+             (buf = request_body(q, sizes, &body_len, out)) != NULL) {
         /* the request's numbers now live in buf only */
         inference__model_infer_request__free_unpacked(q, NULL);
         q = NULL;
-        char header_length[32];
-        snprintf(header_length, sizeof header_length, "%zu", header_len);
-        api_request req = {.method = "POST", .path = path, .body = (const char *)body,
-                           .body_len = body_len, .inference_header_length = header_length,
+        api_request req = {.method = "POST", .path = path, .body = (const char *)buf,
+                           .body_len = body_len, .inference_header = header,
                            .io_thread = io_thread, .queued_at = queued_at,
                            .protocol = "grpc"};
         api_response resp;
         api_handle(&req, &resp);
         free(buf);
+        json_decref(header);
+        header = NULL;
         out->http_status = resp.status;
         if (resp.deferred)
             out->deferred = 1;

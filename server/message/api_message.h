@@ -23,6 +23,12 @@ typedef struct api_request {
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
     const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
+    /* A v2 inference header already made as a tree, by a front-end that has
+     * the request's fields in hand (gRPC) rather than text: v2 reads it in
+     * place of a parsed JSON part, and body is the binary section alone
+     * (inference_header_length unused).  Its numbers are reals, as v2's
+     * parser makes every JSON number.  Borrowed; NULL: the body says it. */
+    const struct json_t *inference_header;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)
