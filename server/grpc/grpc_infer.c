@@ -13,7 +13,9 @@
  * its words: the datatype, the shape, a raw length that does not match them
  * (refused before anything is allocated for the computation), the element
  * and memory limits.  The outputs come back as raw_output_contents, which
- * point into the router's answer until the response is packed.
+ * point into the router's answer until the response is packed, described by
+ * the fields v2 fills beside the answer's JSON part (api_response.infer), so
+ * that this part is not parsed back either.
  */
 #include "grpc_private.h"
 
@@ -246,118 +248,77 @@ static unsigned char *request_body(const Inference__ModelInferRequest *q, const 
     return buf;
 }
 
-/* A parameter of the answer as an InferParameter (integers as int64). */
-static Inference__ModelInferResponse__ParametersEntry *answer_parameter(const char *key,
-                                                                        const json_t *v)
-{
-    Inference__ModelInferResponse__ParametersEntry *e = calloc(1, sizeof *e);
-    Inference__InferParameter *p = calloc(1, sizeof *p);
-    if (e == NULL || p == NULL) {
-        free(e);
-        free(p);
-        return NULL;
-    }
-    inference__model_infer_response__parameters_entry__init(e);
-    inference__infer_parameter__init(p);
-    e->key = (char *)key;
-    e->value = p;
-    if (json_is_integer(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-        p->int64_param = json_integer_value(v);
-    } else if (json_is_real(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
-        p->double_param = json_real_value(v);
-    } else if (json_is_boolean(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-        p->bool_param = json_is_true(v);
-    } else if (json_is_string(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
-        p->string_param = (char *)json_string_value(v);
-    }
-    return e;
-}
-
-/* What a ModelInferResponse is built of, freed by response_free (the
- * strings and the bytes borrow from the JSON header and the router's body). */
+/* What a ModelInferResponse is built of (the strings borrow from the
+ * router's answer, the bytes from its body). */
 typedef struct response_parts {
     Inference__ModelInferResponse r;
-    Inference__ModelInferResponse__InferOutputTensor outs[8];
-    Inference__ModelInferResponse__InferOutputTensor *out_ptrs[8];
-    ProtobufCBinaryData raw[8];
-    int64_t shapes[8][4];
+    Inference__ModelInferResponse__ParametersEntry entries[API_INFER_MAX_PARAMS];
+    Inference__ModelInferResponse__ParametersEntry *entry_ptrs[API_INFER_MAX_PARAMS];
+    Inference__InferParameter values[API_INFER_MAX_PARAMS];
+    Inference__ModelInferResponse__InferOutputTensor outs[API_INFER_MAX_OUTPUTS];
+    Inference__ModelInferResponse__InferOutputTensor *out_ptrs[API_INFER_MAX_OUTPUTS];
+    ProtobufCBinaryData raw[API_INFER_MAX_OUTPUTS];
+    int64_t shapes[API_INFER_MAX_OUTPUTS][API_INFER_MAX_RANK];
 } response_parts;
 
-static void response_free(response_parts *rp)
-{
-    for (size_t i = 0; i < rp->r.n_parameters; i++) {
-        if (rp->r.parameters[i] != NULL)
-            free(rp->r.parameters[i]->value);
-        free(rp->r.parameters[i]);
-    }
-    free(rp->r.parameters);
-}
-
-/* Builds the response of the router's 200 answer resp into out. */
+/* Builds the response of the router's 200 answer resp into out, from the
+ * fields v2 gave beside its JSON part (api_response.infer). */
 static void answer_response(const api_response *resp, grpc_answer *out)
 {
+    const api_infer_answer *a = &resp->infer;
     size_t hl = resp->inference_header_length;
-    json_t *h = hl != 0 ? json_loadb(resp->body, hl, 0, NULL) : NULL;
-    const json_t *outs = json_object_get(h, "outputs"), *params = json_object_get(h, "parameters");
+    if (!a->set || hl == 0 || hl > resp->body_len)
+        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
     response_parts rp;
     memset(&rp, 0, sizeof rp);
     inference__model_infer_response__init(&rp.r);
-    if (h == NULL || json_array_size(outs) > 8) {
-        json_decref(h);
-        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
-    }
-    rp.r.model_name = (char *)(json_string_value(json_object_get(h, "model_name")) ?: "");
-    rp.r.model_version = (char *)(json_string_value(json_object_get(h, "model_version")) ?: "");
-    rp.r.id = (char *)(json_string_value(json_object_get(h, "id")) ?: "");
-    rp.r.parameters = calloc(json_object_size(params) + 1, sizeof *rp.r.parameters);
-    const char *key;
-    const json_t *v;
-    int ok = rp.r.parameters != NULL;
-    json_object_foreach((json_t *)params, key, v)
-    {
-        if (!ok || (rp.r.parameters[rp.r.n_parameters] = answer_parameter(key, v)) == NULL) {
-            ok = 0;
-            break;
+    rp.r.model_name = (char *)a->model_name;
+    rp.r.model_version = (char *)a->model_version;
+    rp.r.id = (char *)a->id;
+    for (size_t i = 0; i < a->n_params; i++) {
+        Inference__ModelInferResponse__ParametersEntry *e = &rp.entries[i];
+        Inference__InferParameter *p = &rp.values[i];
+        inference__model_infer_response__parameters_entry__init(e);
+        inference__infer_parameter__init(p);
+        e->key = (char *)a->params[i].key;
+        e->value = p;
+        if (a->params[i].is_integer) {
+            p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+            p->int64_param = a->params[i].integer;
+        } else {
+            p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+            p->double_param = a->params[i].real;
         }
-        rp.r.n_parameters++;
+        rp.entry_ptrs[i] = e;
     }
+    rp.r.n_parameters = a->n_params;
+    rp.r.parameters = rp.entry_ptrs;
     const unsigned char *bin = (const unsigned char *)resp->body + hl;
     size_t bin_len = resp->body_len - hl, at = 0;
-    for (size_t i = 0; ok && i < json_array_size(outs); i++) {
-        const json_t *o = json_array_get(outs, i), *shape = json_object_get(o, "shape");
+    for (size_t i = 0; i < a->n_outputs; i++) {
         Inference__ModelInferResponse__InferOutputTensor *t = &rp.outs[i];
         inference__model_infer_response__infer_output_tensor__init(t);
-        t->name = (char *)(json_string_value(json_object_get(o, "name")) ?: "");
-        t->datatype = (char *)(json_string_value(json_object_get(o, "datatype")) ?: "");
-        t->n_shape = json_array_size(shape) <= 4 ? json_array_size(shape) : 0;
+        t->name = (char *)a->outputs[i].name;
+        t->datatype = (char *)a->outputs[i].datatype;
+        t->n_shape = a->outputs[i].rank;
         t->shape = rp.shapes[i];
         for (size_t d = 0; d < t->n_shape; d++)
-            rp.shapes[i][d] = json_integer_value(json_array_get(shape, d));
-        json_int_t size = json_integer_value(
-            json_object_get(json_object_get(o, "parameters"), "binary_data_size"));
-        if (size < 0 || (size_t)size > bin_len - at) {
-            ok = 0;
-            break;
-        }
+            rp.shapes[i][d] = (int64_t)a->outputs[i].dims[d];
+        if (a->outputs[i].bytes > bin_len - at)
+            return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
         rp.raw[i].data = (uint8_t *)bin + at;
-        rp.raw[i].len = (size_t)size;
-        at += (size_t)size;
+        rp.raw[i].len = a->outputs[i].bytes;
+        at += a->outputs[i].bytes;
         rp.out_ptrs[i] = t;
-        rp.r.n_outputs++;
     }
+    rp.r.n_outputs = a->n_outputs;
     rp.r.outputs = rp.out_ptrs;
     rp.r.raw_output_contents = rp.raw;
-    rp.r.n_raw_output_contents = rp.r.n_outputs;
-    if (ok && at == bin_len)
+    rp.r.n_raw_output_contents = a->n_outputs;
+    if (at == bin_len)
         grpc_answer_pack(out, &rp.r.base);
     else
         grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
-    response_free(&rp);
-    json_decref(h);
 }
 
 void grpc_infer_stream_wrap(grpc_answer *out)
