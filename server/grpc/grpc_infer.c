@@ -1,18 +1,21 @@
 /*
- * grpc_infer.c - ModelInfer: a ModelInferRequest turned into the body of
- * its HTTP twin, POST /v2/models/{model}/infer with the binary tensor data
- * extension, answered by the router, and the answer turned into a
- * ModelInferResponse.
+ * grpc_infer.c - ModelInfer: a ModelInferRequest turned into its HTTP twin,
+ * POST /v2/models/{model}/infer with the binary tensor data extension,
+ * answered by the router, and the answer turned into a ModelInferResponse.
  *
- * Every input travels as binary bytes after a small JSON header, whether it
- * came as raw_input_contents (its bytes as they are) or as typed contents
- * (fp32_contents, fp64_contents, bool_contents, written as the same
+ * The twin's inference header is made as the jansson tree v2's parser would
+ * make of its text (api_request.inference_header: every number a real), and
+ * its body is the binary section alone: every input travels as binary bytes,
+ * whether it came as raw_input_contents (its bytes as they are) or as typed
+ * contents (fp32_contents, fp64_contents, bool_contents, written as the same
  * little-endian bytes), and every output is asked in binary, so the numbers
  * are never text on the way and v2's decoder applies all of its rules, with
  * its words: the datatype, the shape, a raw length that does not match them
  * (refused before anything is allocated for the computation), the element
  * and memory limits.  The outputs come back as raw_output_contents, which
- * point into the router's answer until the response is packed.
+ * point into the router's answer until the response is packed, described by
+ * the fields v2 fills beside the answer's JSON part (api_response.infer), so
+ * that this part is not parsed back either.
  */
 #include "grpc_private.h"
 
@@ -26,12 +29,13 @@
 #include "core/error.h"
 #include "router/api.h"
 
-/* Bytes before the binary section of a body are padded to this, as the
- * HTTP layer places a v2 body, so that FP32 inputs are read where they lie. */
+/* The binary section starts on this, as the HTTP layer places a v2 body's,
+ * so that FP32 inputs are read where they lie. */
 #define BODY_ALIGN 64
 
-/* A request parameter as the JSON value v2 reads, or NULL when it has none
- * (no value, an unset oneof, a string that is not UTF-8, a number that is not finite). */
+/* A request parameter as the JSON value v2 reads (numbers as reals, as
+ * v2's parser reads every JSON number), or NULL when it has none (no value,
+ * an unset oneof, a string that is not UTF-8, a number that is not finite). */
 static json_t *parameter_json(const Inference__InferParameter *p)
 {
     if (p == NULL) /* a map entry with a key and no value */
@@ -40,14 +44,13 @@ static json_t *parameter_json(const Inference__InferParameter *p)
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
         return json_boolean(p->bool_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
-        return json_integer((json_int_t)p->int64_param);
+        return json_real((double)p->int64_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
         return json_string(p->string_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
         return json_real(p->double_param);
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
-        return p->uint64_param <= INT64_MAX ? json_integer((json_int_t)p->uint64_param)
-                                            : json_real((double)p->uint64_param);
+        return json_real((double)p->uint64_param);
     default:
         return NULL;
     }
@@ -111,7 +114,31 @@ static void write_le(unsigned char *dst, const void *src, size_t n, size_t esize
 #endif
 }
 
-/* The JSON header of the HTTP twin of q, with each input's byte count in
+/* A new object of the n members keys[i]: values[i] (literal keys; each
+ * value's reference is taken, also on failure), or NULL when a value is NULL
+ * (a string that is not UTF-8) or memory runs out.  What json_pack would make,
+ * without reading a format for each of the thousands of calls a second. */
+static json_t *object_of(size_t n, const char *const *keys, json_t *const *values)
+{
+    json_t *o = json_object();
+    int ok = 1;
+    for (size_t i = 0; i < n; i++)
+        ok &= json_object_set_new_nocheck(o, keys[i], values[i]) == 0;
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* s as a JSON string, null for NULL; NULL when s is not UTF-8. */
+static json_t *string_or_null(const char *s)
+{
+    return s != NULL ? json_string(s) : json_null();
+}
+
+/* The inference header of the HTTP twin of q, as v2's parser would make it
+ * of its text (every number a real), with each input's byte count in
  * sizes[i]; NULL with out filled when q cannot be said in it. */
 static json_t *request_header(const Inference__ModelInferRequest *q, size_t *sizes,
                               grpc_answer *out)
@@ -144,9 +171,13 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
     if (q->n_outputs != 0) {
         json_t *outs = json_array();
         json_object_set_new(root, "outputs", outs);
-        for (size_t i = 0; i < q->n_outputs; i++)
-            json_array_append_new(outs, json_pack("{s:s?,s:{s:b}}", "name", q->outputs[i]->name,
-                                                  "parameters", "binary_data", 1));
+        static const char *const out_keys[] = {"name", "parameters"}, *bin_key = "binary_data";
+        for (size_t i = 0; i < q->n_outputs; i++) {
+            json_t *bin = json_true();
+            json_t *values[] = {string_or_null(q->outputs[i]->name),
+                                object_of(1, &bin_key, &bin)};
+            json_array_append_new(outs, object_of(2, out_keys, values));
+        }
     }
     for (size_t i = 0; i < q->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
@@ -168,10 +199,13 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
         sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
         json_t *shape = json_array();
         for (size_t d = 0; d < t->n_shape; d++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-        json_t *in = json_pack("{s:s?,s:s?,s:o,s:{s:I}}", "name", t->name, "datatype",
-                               t->datatype, "shape", shape, "parameters", "binary_data_size",
-                               (json_int_t)sizes[i]);
+            json_array_append_new(shape, json_real((double)t->shape[d]));
+        static const char *const in_keys[] = {"name", "datatype", "shape", "parameters"},
+                                 *size_key = "binary_data_size";
+        json_t *size = json_real((double)sizes[i]);
+        json_t *values[] = {string_or_null(t->name), string_or_null(t->datatype), shape,
+                            object_of(1, &size_key, &size)};
+        json_t *in = object_of(4, in_keys, values);
         if (in == NULL || json_array_append_new(inputs, in) != 0) {
             grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                               "inputs[%zu]: its name and datatype must be UTF-8 strings.", i);
@@ -182,34 +216,21 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
     return root;
 }
 
-/* The body of the HTTP twin: the header, padding, then each input's bytes,
- * the binary section starting on BODY_ALIGN.  Returns the allocation (free())
- * with *body, *len and *header_len set, or NULL with out filled. */
-static unsigned char *request_body(const Inference__ModelInferRequest *q, const json_t *header,
-                                   const size_t *sizes, const unsigned char **body, size_t *len,
-                                   size_t *header_len, grpc_answer *out)
+/* The body of the HTTP twin: each input's bytes one after another, on
+ * BODY_ALIGN.  Returns it (free()) with *len set, or NULL with out filled. */
+static unsigned char *request_body(const Inference__ModelInferRequest *q, const size_t *sizes,
+                                   size_t *len, grpc_answer *out)
 {
-    char *text = json_dumps(header, JSON_COMPACT);
-    if (text == NULL) {
-        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "The server ran out of memory; retry later.");
-        return NULL;
-    }
-    size_t hl = strlen(text), bin = 0;
+    size_t bin = 0;
     for (size_t i = 0; i < q->n_inputs; i++)
         bin += sizes[i];
-    size_t pad = (BODY_ALIGN - hl % BODY_ALIGN) % BODY_ALIGN;
-    unsigned char *buf = aligned_alloc(BODY_ALIGN, (pad + hl + bin + BODY_ALIGN - 1) /
-                                                       BODY_ALIGN * BODY_ALIGN);
+    unsigned char *buf = aligned_alloc(BODY_ALIGN, (bin + BODY_ALIGN) / BODY_ALIGN * BODY_ALIGN);
     if (buf == NULL) {
-        free(text);
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
         return NULL;
     }
-    memcpy(buf + pad, text, hl);
-    free(text);
-    unsigned char *p = buf + pad + hl;
+    unsigned char *p = buf;
     for (size_t i = 0; i < q->n_inputs; i++) {
         if (q->n_raw_input_contents != 0) {
             if (sizes[i] != 0)
@@ -223,124 +244,81 @@ static unsigned char *request_body(const Inference__ModelInferRequest *q, const 
         }
         p += sizes[i];
     }
-    *body = buf + pad;
-    *len = hl + bin;
-    *header_len = hl;
+    *len = bin;
     return buf;
 }
 
-/* A parameter of the answer as an InferParameter (integers as int64). */
-static Inference__ModelInferResponse__ParametersEntry *answer_parameter(const char *key,
-                                                                        const json_t *v)
-{
-    Inference__ModelInferResponse__ParametersEntry *e = calloc(1, sizeof *e);
-    Inference__InferParameter *p = calloc(1, sizeof *p);
-    if (e == NULL || p == NULL) {
-        free(e);
-        free(p);
-        return NULL;
-    }
-    inference__model_infer_response__parameters_entry__init(e);
-    inference__infer_parameter__init(p);
-    e->key = (char *)key;
-    e->value = p;
-    if (json_is_integer(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-        p->int64_param = json_integer_value(v);
-    } else if (json_is_real(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
-        p->double_param = json_real_value(v);
-    } else if (json_is_boolean(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-        p->bool_param = json_is_true(v);
-    } else if (json_is_string(v)) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
-        p->string_param = (char *)json_string_value(v);
-    }
-    return e;
-}
-
-/* What a ModelInferResponse is built of, freed by response_free (the
- * strings and the bytes borrow from the JSON header and the router's body). */
+/* What a ModelInferResponse is built of (the strings borrow from the
+ * router's answer, the bytes from its body). */
 typedef struct response_parts {
     Inference__ModelInferResponse r;
-    Inference__ModelInferResponse__InferOutputTensor outs[8];
-    Inference__ModelInferResponse__InferOutputTensor *out_ptrs[8];
-    ProtobufCBinaryData raw[8];
-    int64_t shapes[8][4];
+    Inference__ModelInferResponse__ParametersEntry entries[API_INFER_MAX_PARAMS];
+    Inference__ModelInferResponse__ParametersEntry *entry_ptrs[API_INFER_MAX_PARAMS];
+    Inference__InferParameter values[API_INFER_MAX_PARAMS];
+    Inference__ModelInferResponse__InferOutputTensor outs[API_INFER_MAX_OUTPUTS];
+    Inference__ModelInferResponse__InferOutputTensor *out_ptrs[API_INFER_MAX_OUTPUTS];
+    ProtobufCBinaryData raw[API_INFER_MAX_OUTPUTS];
+    int64_t shapes[API_INFER_MAX_OUTPUTS][API_INFER_MAX_RANK];
 } response_parts;
 
-static void response_free(response_parts *rp)
-{
-    for (size_t i = 0; i < rp->r.n_parameters; i++) {
-        if (rp->r.parameters[i] != NULL)
-            free(rp->r.parameters[i]->value);
-        free(rp->r.parameters[i]);
-    }
-    free(rp->r.parameters);
-}
-
-/* Builds the response of the router's 200 answer resp into out. */
+/* Builds the response of the router's 200 answer resp into out, from the
+ * fields v2 gave beside its JSON part (api_response.infer). */
 static void answer_response(const api_response *resp, grpc_answer *out)
 {
+    const api_infer_answer *a = &resp->infer;
     size_t hl = resp->inference_header_length;
-    json_t *h = hl != 0 ? json_loadb(resp->body, hl, 0, NULL) : NULL;
-    const json_t *outs = json_object_get(h, "outputs"), *params = json_object_get(h, "parameters");
+    if (!a->set || hl == 0 || hl > resp->body_len)
+        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
     response_parts rp;
     memset(&rp, 0, sizeof rp);
     inference__model_infer_response__init(&rp.r);
-    if (h == NULL || json_array_size(outs) > 8) {
-        json_decref(h);
-        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
-    }
-    rp.r.model_name = (char *)(json_string_value(json_object_get(h, "model_name")) ?: "");
-    rp.r.model_version = (char *)(json_string_value(json_object_get(h, "model_version")) ?: "");
-    rp.r.id = (char *)(json_string_value(json_object_get(h, "id")) ?: "");
-    rp.r.parameters = calloc(json_object_size(params) + 1, sizeof *rp.r.parameters);
-    const char *key;
-    const json_t *v;
-    int ok = rp.r.parameters != NULL;
-    json_object_foreach((json_t *)params, key, v)
-    {
-        if (!ok || (rp.r.parameters[rp.r.n_parameters] = answer_parameter(key, v)) == NULL) {
-            ok = 0;
-            break;
+    rp.r.model_name = (char *)a->model_name;
+    rp.r.model_version = (char *)a->model_version;
+    rp.r.id = (char *)a->id;
+    for (size_t i = 0; i < a->n_params; i++) {
+        Inference__ModelInferResponse__ParametersEntry *e = &rp.entries[i];
+        Inference__InferParameter *p = &rp.values[i];
+        inference__model_infer_response__parameters_entry__init(e);
+        inference__infer_parameter__init(p);
+        e->key = (char *)a->params[i].key;
+        e->value = p;
+        if (a->params[i].is_integer) {
+            p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+            p->int64_param = a->params[i].integer;
+        } else {
+            p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+            p->double_param = a->params[i].real;
         }
-        rp.r.n_parameters++;
+        rp.entry_ptrs[i] = e;
     }
+    rp.r.n_parameters = a->n_params;
+    rp.r.parameters = rp.entry_ptrs;
     const unsigned char *bin = (const unsigned char *)resp->body + hl;
     size_t bin_len = resp->body_len - hl, at = 0;
-    for (size_t i = 0; ok && i < json_array_size(outs); i++) {
-        const json_t *o = json_array_get(outs, i), *shape = json_object_get(o, "shape");
+    for (size_t i = 0; i < a->n_outputs; i++) {
         Inference__ModelInferResponse__InferOutputTensor *t = &rp.outs[i];
         inference__model_infer_response__infer_output_tensor__init(t);
-        t->name = (char *)(json_string_value(json_object_get(o, "name")) ?: "");
-        t->datatype = (char *)(json_string_value(json_object_get(o, "datatype")) ?: "");
-        t->n_shape = json_array_size(shape) <= 4 ? json_array_size(shape) : 0;
+        t->name = (char *)a->outputs[i].name;
+        t->datatype = (char *)a->outputs[i].datatype;
+        t->n_shape = a->outputs[i].rank;
         t->shape = rp.shapes[i];
         for (size_t d = 0; d < t->n_shape; d++)
-            rp.shapes[i][d] = json_integer_value(json_array_get(shape, d));
-        json_int_t size = json_integer_value(
-            json_object_get(json_object_get(o, "parameters"), "binary_data_size"));
-        if (size < 0 || (size_t)size > bin_len - at) {
-            ok = 0;
-            break;
-        }
+            rp.shapes[i][d] = (int64_t)a->outputs[i].dims[d];
+        if (a->outputs[i].bytes > bin_len - at)
+            return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
         rp.raw[i].data = (uint8_t *)bin + at;
-        rp.raw[i].len = (size_t)size;
-        at += (size_t)size;
+        rp.raw[i].len = a->outputs[i].bytes;
+        at += a->outputs[i].bytes;
         rp.out_ptrs[i] = t;
-        rp.r.n_outputs++;
     }
+    rp.r.n_outputs = a->n_outputs;
     rp.r.outputs = rp.out_ptrs;
     rp.r.raw_output_contents = rp.raw;
-    rp.r.n_raw_output_contents = rp.r.n_outputs;
-    if (ok && at == bin_len)
+    rp.r.n_raw_output_contents = a->n_outputs;
+    if (at == bin_len)
         grpc_answer_pack(out, &rp.r.base);
     else
         grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
-    response_free(&rp);
-    json_decref(h);
 }
 
 void grpc_infer_stream_wrap(grpc_answer *out)
@@ -380,29 +358,26 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
     size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
     json_t *header = NULL;
     unsigned char *buf = NULL;
-    const unsigned char *body;
-    size_t body_len, header_len;
+    size_t body_len;
     if (sizes == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
     else if (grpc_model_path(q->model_name, q->model_version, "/infer", path, sizeof path,
                              out) == 0 &&
              (header = request_header(q, sizes, out)) != NULL &&
-             (buf = request_body(q, header, sizes, &body, &body_len, &header_len, out)) != NULL) {
-        json_decref(header);
-        header = NULL;
+             (buf = request_body(q, sizes, &body_len, out)) != NULL) {
         /* the request's numbers now live in buf only */
         inference__model_infer_request__free_unpacked(q, NULL);
         q = NULL;
-        char header_length[32];
-        snprintf(header_length, sizeof header_length, "%zu", header_len);
-        api_request req = {.method = "POST", .path = path, .body = (const char *)body,
-                           .body_len = body_len, .inference_header_length = header_length,
+        api_request req = {.method = "POST", .path = path, .body = (const char *)buf,
+                           .body_len = body_len, .inference_header = header,
                            .io_thread = io_thread, .queued_at = queued_at,
                            .protocol = "grpc"};
         api_response resp;
         api_handle(&req, &resp);
         free(buf);
+        json_decref(header);
+        header = NULL;
         out->http_status = resp.status;
         if (resp.deferred)
             out->deferred = 1;

@@ -23,6 +23,12 @@ typedef struct api_request {
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
     const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
+    /* A v2 inference header already made as a tree, by a front-end that has
+     * the request's fields in hand (gRPC) rather than text: v2 reads it in
+     * place of a parsed JSON part, and body is the binary section alone
+     * (inference_header_length unused).  Its numbers are reals, as v2's
+     * parser makes every JSON number.  Borrowed; NULL: the body says it. */
+    const struct json_t *inference_header;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)
@@ -55,6 +61,35 @@ typedef enum api_phase {
     API_PHASE_COUNT
 } api_phase;
 
+/* What a v2 inference answered in binary holds, described for a front-end
+ * that packs it into messages of its own (gRPC), so that it need not parse
+ * the answer's JSON part back: filled by v2's answer writer when every
+ * output is binary.  Strings are static or copied here; an output's bytes
+ * are the next `bytes` of the body's binary section, in order. */
+#define API_INFER_MAX_OUTPUTS 4
+#define API_INFER_MAX_RANK 4
+#define API_INFER_MAX_PARAMS 5
+typedef struct api_infer_answer {
+    int set;                    /* 0: not a binary v2 inference answer */
+    char model_name[72];        /* a set name is at most 64 bytes (weights.h) */
+    const char *model_version;
+    char id[256];               /* "" for none */
+    size_t n_params;            /* in the order of the JSON part's "parameters" */
+    struct {
+        const char *key;
+        int is_integer;         /* integer (a JSON integer) or real */
+        long long integer;
+        double real;
+    } params[API_INFER_MAX_PARAMS];
+    size_t n_outputs;
+    struct {
+        const char *name, *datatype;
+        size_t rank;
+        size_t dims[API_INFER_MAX_RANK];
+        size_t bytes;
+    } outputs[API_INFER_MAX_OUTPUTS];
+} api_infer_answer;
+
 typedef struct api_response {
     int status;
     char *body;                 /* owned unless body_static; free with api_response_free */
@@ -66,6 +101,7 @@ typedef struct api_response {
     char location[96];          /* Location header, "" for none */
     char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
+    api_infer_answer infer;     /* v2 binary answers: the JSON part as fields */
     route_id route;             /* for /metrics and the form of an error body */
     int deferred;               /* io_thread request left unanswered: hand it to a worker */
     /* What the handler learned, for the access log and Server-Timing: the

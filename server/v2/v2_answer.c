@@ -10,6 +10,7 @@
 #include "v2_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "message/answer.h"
@@ -151,6 +152,51 @@ static void write_binary(unsigned char *p, const v2_answer_head *head, const att
     }
 }
 
+/* Adds a parameter to the answer's fields: an integer, or the real r when
+ * is_integer is 0. */
+static void infer_param(api_infer_answer *a, const char *key, int is_integer, long long i,
+                        double r)
+{
+    a->params[a->n_params].key = key;
+    a->params[a->n_params].is_integer = is_integer;
+    a->params[a->n_params].integer = i;
+    a->params[a->n_params].real = r;
+    a->n_params++;
+}
+
+/* The JSON part of an answer whose outputs are all binary, as fields
+ * (api_infer_answer): what write_head and write_output write, in their order. */
+static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
+                         const attention_request *ar, const attn_result *res, double ms)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->model_name, sizeof a->model_name, "%s", head->model);
+    a->model_version = V2_MODEL_VERSION;
+    if (head->id != NULL)
+        snprintf(a->id, sizeof a->id, "%s", head->id);
+    infer_param(a, "scale", 0, 0, ar->job.scale);
+    infer_param(a, "heads", 1, (long long)ar->job.heads, 0);
+    if (ar->job.pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(ar->job.pool, ar->job.lq, ar->job.lk, &br, &bc, &gr, &gc);
+        infer_param(a, "attention_pool_block_rows", 1, (long long)br, 0);
+        infer_param(a, "attention_pool_block_cols", 1, (long long)bc, 0);
+    }
+    infer_param(a, "compute_ms", 0, 0, round(ms * 1000) / 1000);
+    for (size_t i = 0; i < head->outs->n && i < API_INFER_MAX_OUTPUTS; i++) {
+        int which = head->outs->which[i];
+        size_t n = 1;
+        a->outputs[i].name = output_names[which];
+        a->outputs[i].datatype = v2_datatype_name(head->dtype);
+        a->outputs[i].rank = output_shape(ar, res, which, a->outputs[i].dims);
+        for (size_t d = 0; d < a->outputs[i].rank; d++)
+            n *= a->outputs[i].dims[d];
+        a->outputs[i].bytes = n * v2_datatype_size(head->dtype);
+        a->n_outputs++;
+    }
+    a->set = 1;
+}
+
 void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
                      const attn_result *res, double compute_ms, size_t hint, api_response *resp)
 {
@@ -188,4 +234,9 @@ void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
     resp->body_static = 0;
     resp->content_type = "application/octet-stream";
     resp->inference_header_length = header_len;
+    int all_binary = head->outs->n <= API_INFER_MAX_OUTPUTS;
+    for (size_t i = 0; i < head->outs->n; i++)
+        all_binary &= head->outs->binary[i] != 0;
+    if (all_binary)
+        infer_fields(&resp->infer, head, ar, res, compute_ms);
 }

@@ -473,10 +473,15 @@ static int infer_read(v2_infer *st, attn_error *err)
 }
 
 /* Parses the JSON header of body into st->root, in the JSON arena (which
- * the caller ends once the numbers are read, also on failure). */
+ * the caller ends once the numbers are read, also on failure); or takes a
+ * reference to the request's tree, made outside the arena. */
 static int parse_header(const api_request *req, const v2_body *body, v2_infer *st,
                         attn_error *err)
 {
+    if (req->inference_header != NULL) { /* a tree made by a front-end: no text to parse */
+        st->root = json_incref((json_t *)req->inference_header);
+        return 0;
+    }
     if (body->json_len == 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                          "The JSON header is empty; send an object with \"inputs\".");
@@ -516,6 +521,18 @@ static void drop_header(v2_infer *st)
     st->arena = 0;
 }
 
+/* The body's parts: the JSON part and the binary section after it, or the
+ * binary section alone beside a header given as a tree. */
+static int infer_body(const api_request *req, v2_body *body, attn_error *err)
+{
+    if (req->inference_header == NULL)
+        return v2_body_split(req->body, req->body_len, req->inference_header_length, body, err);
+    memset(body, 0, sizeof *body);
+    body->bin = (const unsigned char *)req->body;
+    body->bin_len = req->body_len;
+    return 0;
+}
+
 /* Reads and checks the request up to a job ready to run: model,
  * framing, header, inputs, limits (reserving the job's memory in
  * *reserved), numbers.  Returns 0, ADMISSION_DEFER, or an ERR_* code. */
@@ -525,8 +542,7 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
     v2_body body;
     int rc;
     if ((rc = v2_model_open(env, req->args, &st->model, err)) != 0 ||
-        (rc = v2_body_split(req->body, req->body_len, req->inference_header_length, &body,
-                            err)) != 0 ||
+        (rc = infer_body(req, &body, err)) != 0 ||
         (rc = parse_header(req, &body, st, err)) != 0 ||
         (rc = infer_describe(st, env, &body, err)) != 0)
         return rc;

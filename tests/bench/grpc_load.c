@@ -15,6 +15,12 @@
  * protocol costs around the computation.  Any call that is not OK counts in
  * failed (and the exit status is 1).
  *
+ * Two options let a benchmark send HTTP the same bytes and check the answers:
+ * --write-v2 FILE writes the same q, k, v and outputs as a binary HTTP v2
+ * request (the JSON header, then the little-endian bytes; FILE.hlen holds the
+ * header's length for Inference-Header-Content-Length), and --save-output FILE
+ * writes the raw_output_contents of the first answered call, one after another.
+ *
  *   grpc-load --target 127.0.0.1:8001 --lq 4096 --lk 4096 --d 64 --concurrency 1 --seconds 5
  */
 #include <grpc/byte_buffer_reader.h>
@@ -22,6 +28,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <inference.pb-c.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +45,7 @@ typedef struct load {
     long calls, failed;
     double *lat;                /* seconds of each call */
     double compute_ms;          /* sum */
+    const char *save_output;    /* --save-output, until the first answer is saved */
 } load;
 
 static double now(void)
@@ -45,6 +53,28 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Writes res's raw outputs to --save-output's file the first time it is
+ * called with one set; returns -1 when the file cannot be written. */
+static int save_output(load *L, const Inference__ModelInferResponse *res)
+{
+    pthread_mutex_lock(&L->lock);
+    const char *path = L->save_output;
+    L->save_output = NULL;
+    pthread_mutex_unlock(&L->lock);
+    if (path == NULL)
+        return 0;
+    FILE *f = fopen(path, "wb");
+    int bad = f == NULL;
+    for (size_t i = 0; !bad && i < res->n_raw_output_contents; i++)
+        bad = fwrite(res->raw_output_contents[i].data, 1, res->raw_output_contents[i].len, f) !=
+              res->raw_output_contents[i].len;
+    if (f != NULL && fclose(f) != 0)
+        bad = 1;
+    if (bad)
+        fprintf(stderr, "grpc-load: cannot write %s\n", path);
+    return bad ? -1 : 0;
 }
 
 /* One call; returns its latency in seconds, or -1 when it failed.  *compute_ms
@@ -96,6 +126,8 @@ static double one_call(load *L, grpc_completion_queue *cq, double *compute_ms)
         Inference__ModelInferResponse *res = inference__model_infer_response__unpack(
             NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
         ok = res != NULL && res->n_raw_output_contents == res->n_outputs;
+        if (ok)
+            ok = save_output(L, res) == 0;
         for (size_t i = 0; res != NULL && i < res->n_parameters; i++)
             if (!strcmp(res->parameters[i]->key, "compute_ms") && res->parameters[i]->value)
                 *compute_ms = res->parameters[i]->value->double_param;
@@ -146,9 +178,55 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The request: q (lq x d), k and v (lk x d) of FP32 numbers in [-1, 1). */
+/* Writes r as a binary HTTP v2 request to path (the header built by jansson,
+ * then the raw contents in input order) and its header's length to path.hlen.
+ * Returns -1 on failure. */
+static int write_v2(const char *path, const Inference__ModelInferRequest *r)
+{
+    json_t *inputs = json_array(), *outputs = json_array();
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        json_t *shape = json_array();
+        for (size_t j = 0; j < r->inputs[i]->n_shape; j++)
+            json_array_append_new(shape, json_integer(r->inputs[i]->shape[j]));
+        json_array_append_new(inputs, json_pack("{s:s, s:o, s:s, s:{s:I}}", "name",
+                                                r->inputs[i]->name, "shape", shape, "datatype",
+                                                r->inputs[i]->datatype, "parameters",
+                                                "binary_data_size",
+                                                (json_int_t)r->raw_input_contents[i].len));
+    }
+    for (size_t i = 0; i < r->n_outputs; i++)
+        json_array_append_new(outputs, json_pack("{s:s, s:{s:b}}", "name", r->outputs[i]->name,
+                                                 "parameters", "binary_data", 1));
+    json_t *h = json_pack("{s:o, s:o}", "inputs", inputs, "outputs", outputs);
+    char *header = h ? json_dumps(h, JSON_COMPACT) : NULL;
+    json_decref(h);
+    char hlen_path[4096];
+    FILE *f = header ? fopen(path, "wb") : NULL;
+    int bad = f == NULL || fputs(header, f) == EOF;
+    for (size_t i = 0; !bad && i < r->n_raw_input_contents; i++)
+        bad = fwrite(r->raw_input_contents[i].data, 1, r->raw_input_contents[i].len, f) !=
+              r->raw_input_contents[i].len;
+    if (f != NULL && fclose(f) != 0)
+        bad = 1;
+    if (!bad && (size_t)snprintf(hlen_path, sizeof hlen_path, "%s.hlen", path) < sizeof hlen_path) {
+        f = fopen(hlen_path, "w");
+        bad = f == NULL || fprintf(f, "%zu\n", strlen(header)) < 0;
+        if (f != NULL && fclose(f) != 0)
+            bad = 1;
+    } else {
+        bad = 1;
+    }
+    if (bad)
+        fprintf(stderr, "grpc-load: cannot write %s\n", path);
+    free(header);
+    return bad ? -1 : 0;
+}
+
+/* The request: q (lq x d), k and v (lk x d) of FP32 numbers in [-1, 1); also
+ * written as a binary HTTP v2 request to v2_path unless it is NULL (*len is 0
+ * when that fails). */
 static unsigned char *build_request(size_t lq, size_t lk, size_t d, const char *outputs,
-                                    size_t *len)
+                                    const char *v2_path, size_t *len)
 {
     Inference__ModelInferRequest r = INFERENCE__MODEL_INFER_REQUEST__INIT;
     Inference__ModelInferRequest__InferInputTensor t[3], *tp[3];
@@ -191,6 +269,8 @@ static unsigned char *build_request(size_t lq, size_t lk, size_t d, const char *
     *len = protobuf_c_message_get_packed_size(&r.base);
     unsigned char *msg = malloc(*len);
     protobuf_c_message_pack(&r.base, msg);
+    if (v2_path != NULL && write_v2(v2_path, &r) != 0)
+        *len = 0;
     for (int i = 0; i < 3; i++)
         free(raw[i].data);
     return msg;
@@ -199,6 +279,7 @@ static unsigned char *build_request(size_t lq, size_t lk, size_t d, const char *
 int main(int argc, char **argv)
 {
     const char *target = "127.0.0.1:8001", *outputs = "output,attention";
+    const char *v2_path = NULL, *save_path = NULL;
     size_t lq = 4, lk = 4, d = 4;
     long conc = 1, max_calls = 1000000;
     double seconds = 5;
@@ -211,6 +292,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--concurrency")) conc = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--seconds")) seconds = strtod(argv[i + 1], NULL);
         else if (!strcmp(argv[i], "--max-calls")) max_calls = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--write-v2")) v2_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--save-output")) save_path = argv[i + 1];
         else {
             fprintf(stderr, "grpc-load: unknown option %s (see the top of grpc_load.c)\n", argv[i]);
             return 2;
@@ -224,7 +307,10 @@ int main(int argc, char **argv)
     load L;
     memset(&L, 0, sizeof L);
     pthread_mutex_init(&L.lock, NULL);
-    L.msg = build_request(lq, lk, d, outputs, &L.msg_len);
+    L.msg = build_request(lq, lk, d, outputs, v2_path, &L.msg_len);
+    if (L.msg_len == 0)
+        return 1;
+    L.save_output = save_path;
     L.max_calls = max_calls;
     L.lat = malloc((size_t)max_calls * sizeof *L.lat);
     grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}};

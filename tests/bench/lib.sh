@@ -88,7 +88,7 @@ bench_start_ours() {
     port=$(bench_free_port)
     mkdir -p "$logdir/$name.data"
     bench_start "$name" "$logdir" "$port" env ATTN_QUIET=true "${BENCH_SERVER:-build/attention-server}" \
-        --host 127.0.0.1 --port "$port" --data-dir "$logdir/$name.data" "$@"
+        --host 127.0.0.1 --port "$port" --data-dir "$logdir/$name.data" --grpc-port 0 "$@"
 }
 
 # bench_start_peer NAME LOGDIR: the Flask + NumPy peer under gunicorn, 2 sync workers, the

@@ -4,7 +4,8 @@
 # CONNECTIONS connections (2 wrk threads, or 1 for one connection), and sets WRK_RPS (answered
 # requests per second), WRK_MEAN_MS, WRK_P50_MS, WRK_P99_MS, WRK_MAX_MS, WRK_REQUESTS and
 # WRK_ERRORS (non-2xx answers plus socket errors; timeouts are 60 s). Returns 1 when wrk failed
-# or nothing was answered.
+# or nothing was answered. With WRK_V2_HLEN set in the environment, BODY is a binary HTTP v2
+# request (post.lua).
 bench_wrk() {
     local url=$1 body=$2 conns=$3 secs=$4 threads=2 line
     [ "$conns" -lt 2 ] && threads=1

@@ -303,6 +303,26 @@ def check_same_answers(srv):
           params.get("scale") == "double_param" and params.get("heads") == "int64_param" and
           [(o.name, o.datatype, list(o.shape)) for o in answer.outputs] ==
           [("output", "FP32", [3, 2]), ("attention", "FP32", [3, 5])], answer)
+    # The answer's fields (v2 gives them to gRPC beside its JSON part): the same model, id
+    # and parameters, of the same kinds, as the JSON answer of the HTTP twin.
+    params = {"attention_pool_rows": 1, "attention_pool_cols": 2, "scale": 0.3}
+    head = {"id": "call-7", "parameters": params,
+            "inputs": [{"name": n, "datatype": t, "shape": s, "data": list(x)}
+                       for n, t, s, x in SEED]}
+    status, body, _ = srv.request("POST", "/v2/models/attention/infer", json.dumps(head).encode(),
+                                  {"Content-Type": "application/json"})
+    want = json.loads(body) if status == 200 else {}
+    req = infer_request("attention", SEED, ["attention"], params)
+    req.id = "call-7"
+    answer = srv.stub().ModelInfer(req)
+    got = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in answer.parameters.items()}
+    hp = want.get("parameters", {})
+    check("ModelInfer: id, model and parameters (pool block sizes, scale) are HTTP v2's",
+          status == 200 and answer.id == want.get("id") == "call-7" and
+          answer.model_name == want.get("model_name") and set(got) == set(hp) and
+          "attention_pool_block_cols" in got and isinstance(got.get("compute_ms"), float) and
+          all(got[k] == hp[k] and isinstance(got[k], int) == isinstance(hp[k], int)
+              for k in hp if k != "compute_ms"), (status, got, hp))
 
 
 def same_error(srv, name, model, inputs, code, raw=True, req=None, params=None):
