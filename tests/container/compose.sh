@@ -3,6 +3,8 @@
 # (Debian's, 1.0.3; `docker compose` when a Docker engine answers), the balancer published
 # on a free loopback port, and checks what a user of the balancer sees:
 #   - the balancer answers, and spreads requests over the three replicas;
+#   - gRPC goes through the balancer's grpc_pass too (on a second free port): the health
+#     service, ServerLive and an inference (tests/container/grpc_probe.py);
 #   - the replicas share one weight-set volume: a set PUT through the balancer is then
 #     used by name in 300 requests through the balancer, all answered 200 with the same
 #     numbers, by every replica (X-Upstream); the requests name the generation the PUT
@@ -114,15 +116,16 @@ for image in server balancer; do
 done
 echo "    built both images in $(seconds_since "$t0") s"
 
-# A free loopback port for the balancer: one that nothing listens on now.
-port=
-for candidate in $(shuf -i 20000-39999 -n 20); do
-    if ! ss -Htln "sport = :$candidate" | grep -q .; then port=$candidate; break; fi
+# Two free loopback ports for the balancer, HTTP's and gRPC's: ones that nothing listens on now.
+port= gport=
+for candidate in $(shuf -i 20000-39999 -n 40); do
+    ss -Htln "sport = :$candidate" | grep -q . && continue
+    if [ -z "$port" ]; then port=$candidate; else gport=$candidate; break; fi
 done
 url=http://127.0.0.1:$port
 
 t0=$(now)
-if ATTN_PUBLISH=127.0.0.1:$port compose up -d >"$tmp/up.log" 2>&1 &&
+if ATTN_PUBLISH=127.0.0.1:$port ATTN_PUBLISH_GRPC=127.0.0.1:$gport compose up -d >"$tmp/up.log" 2>&1 &&
     wait_healthz "$url" 60 "$(balancer_id)"; then
     ok "compose/up"
     echo "    up and answering through the balancer in $(seconds_since "$t0") s"
@@ -150,6 +153,12 @@ check "compose/fixture-through-balancer" "POST through the balancer answered $st
     eval '[ "$status" = 200 ] && matches_fixture "$tmp/body" "$fixture"'
 check "compose/spreads-over-replicas" "only $(sort -u "$tmp/upstreams" | wc -l) replicas answered 30 requests" \
     test "$(sort -u "$tmp/upstreams" | wc -l)" -ge 3
+
+# gRPC through the balancer's grpc_pass: the health service, ServerLive and an inference.
+grpc_rc=0
+/usr/bin/python3 tests/container/grpc_probe.py "127.0.0.1:$gport" >"$tmp/grpc" 2>&1 || grpc_rc=$?
+check "compose/grpc-through-balancer" "gRPC through the balancer on 127.0.0.1:$gport: $(tail -n 3 "$tmp/grpc")" \
+    test "$grpc_rc" = 0
 
 # The shared store: PUT once through the balancer, then 300 requests naming the set.
 status=$(http PUT "$url/v1/weight-sets/toy" --data-binary @api/examples/toy.weight-set.json)
