@@ -26,6 +26,21 @@ void http_request_token_start(http_server *srv, http_request *hr)
     atomic_init(&hr->token.reason, COMPUTE_RUNNING);
 }
 
+/* Counts an attention request that never reached its handler (stopped by its
+ * deadline or its client while it waited, or refused when --queue-wait-ms ran
+ * out) in the autoscaling histograms, as the handler counts the others: its
+ * wait for a worker is the very signal they are kept for, and leaving it out
+ * would hide an overload behind its own 503s.  No compute time; the model
+ * is the one the path names (v2), or "_unknown" (v1 names it in the body,
+ * which is not read for this). */
+static void observe_unrun(const http_request *hr, int io_thread)
+{
+    if (hr->route == NULL || (hr->route->id != ROUTE_ATTENTION && hr->route->id != ROUTE_V2_INFER))
+        return;
+    double waited = io_thread || hr->queued_at <= 0 ? 0 : compute_now() - hr->queued_at;
+    metrics_attention_observe(hr->args.model, "http", waited, -1, hr->len);
+}
+
 /* Answers hr into hr->resp on the calling thread, under its token: the work
  * of a worker (io_thread 0), or of the I/O thread for an inline candidate
  * (io_thread 1: hr->resp.deferred may come back set, with nothing else). */
@@ -35,6 +50,7 @@ void http_request_handle(http_request *hr, int io_thread)
     attn_error err;
     error_clear(&err);
     if (compute_stop_error(&err) != 0) {
+        observe_unrun(hr, io_thread);
         http_error_response(&hr->resp, hr, &err);
     } else {
         api_request req = {.method = hr->mhd_method, .path = hr->mhd_url, .body = hr->body,
@@ -95,6 +111,7 @@ void http_finish_unrun(http_server *srv, http_request *hr, const attn_error *err
 {
     queue_remove(srv, hr);
     metrics_queue_add(-1);
+    observe_unrun(hr, 0);
     http_error_response(&hr->resp, hr, err);
     hr->job = JOB_DONE;
     hr->qnext = *resume;

@@ -8,7 +8,8 @@ Starts servers on free loopback ports (stopped by their PIDs) and checks:
   attention_estimated_wait_seconds rise while it lasts and fall to 0 after,
   attention_compute_slots_busy never passes the one slot, and the queue-wait,
   compute and request-size histograms count every request of the burst (the
-  sizes to the byte);
+  sizes to the byte), and requests stopped by their deadline while queued count
+  in the queue-wait and size histograms, not in the compute one;
 - every answer (v1, v2, probes, metrics, the page, errors, a 503) carries
   traceresponse, X-Request-Id and Server-Timing, and the CORS answer exposes them;
 - a valid traceparent is joined (same trace, new span, the caller's span as
@@ -44,6 +45,7 @@ import harness  # noqa: E402
 from harness import check  # noqa: E402
 
 BURST = 6
+REFUSED = 3
 POLLS = 20000
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
@@ -130,6 +132,55 @@ def check_metrics_burst(srv):
     check("metrics/histogram has HELP, TYPE and +Inf",
           label in after and "# TYPE attention_queue_wait_seconds histogram" in
           srv.request("GET", "/metrics")[1].decode(), label)
+
+
+def check_refused_while_queued(srv):
+    """Requests stopped by their deadline while they wait behind a long computation
+    never reach a handler, yet count in the queue-wait and size histograms (not in
+    the compute one).  The long request is 17 GFLOP on the one compute thread, the
+    refused ones are sent once /metrics shows it computing, with X-Deadline-Ms 1."""
+    big = attention_body(8192, 64)
+    before = metrics(srv)
+    first = []
+    t = threading.Thread(target=lambda: first.append(srv.request("POST", "/v1/attention", big)[0]))
+    t.start()
+    for _ in range(POLLS):
+        if metrics(srv)["attention_compute_slots_busy"] == 1 or not t.is_alive():
+            break
+    answers = [None] * REFUSED
+    errors = [None] * REFUSED
+
+    def send(i):
+        status, body, _ = srv.request("POST", "/v2/models/attention/infer", V2_BODY,
+                                      {"Content-Type": "application/json", "X-Deadline-Ms": "1"})
+        answers[i] = status
+        errors[i] = json.loads(body).get("error") if status != 200 else None
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(REFUSED)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    t.join()
+    after = metrics(srv)
+    check("refused/the long request computed", first == [200], first)
+    check("refused/each waiting request stopped by its deadline",
+          answers == [503] * REFUSED, (answers, errors))
+
+    def grew(name, model="attention"):
+        return after.get(series(name, model), 0) - before.get(series(name, model), 0)
+
+    check("refused/queue wait counts them under the path's model",
+          grew("attention_queue_wait_seconds_count") == REFUSED + 1,
+          grew("attention_queue_wait_seconds_count"))
+    check("refused/their bodies count in the sizes",
+          grew("attention_request_size_bytes_sum") == REFUSED * len(V2_BODY) + len(big),
+          grew("attention_request_size_bytes_sum"))
+    check("refused/no compute time for them, one for the long request",
+          grew("attention_compute_seconds_count") == 1 and
+          grew("attention_compute_seconds_count", "_unknown") == 0,
+          (grew("attention_compute_seconds_count"),
+           grew("attention_compute_seconds_count", "_unknown")))
 
 
 def trace_of(headers):
@@ -326,7 +377,8 @@ class Server(harness.Server):
 
 def main():
     args = harness.arguments(__doc__)
-    harness.run(args.server, [check_metrics_burst], "--quiet", "--max-inflight", "1",
+    harness.run(args.server, [check_metrics_burst, check_refused_while_queued], "--quiet",
+                "--max-inflight", "1",
                 "--compute-threads", "1", "--queue-wait-ms", "60000", "--inline-max-bytes", "0")
     harness.run(args.server, [check_headers_on_every_route, check_trace_context, check_request_id,
                               check_server_timing], "--quiet")
