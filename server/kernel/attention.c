@@ -40,6 +40,13 @@
 #define BLOCK_Q_MAX 512
 #define BLOCK_Q_MIN 64
 #define BLOCK_K 256
+/* Tasks per compute slot the fused kernel's split aims for, at least.  With
+ * one or two a slot, a slot that starts late or runs slower (woken last, a
+ * busy sibling hyperthread, a lower clock) holds the whole job at its end;
+ * with four, the others take up its share.  The BLAS path keeps two, as its
+ * smaller blocks mean more copies of K packed by OpenBLAS. */
+#define FUSED_TASKS_PER_SLOT 4
+#define BLAS_TASKS_PER_SLOT 2
 /* Row chunks of a projection are at least this tall. */
 #define LINEAR_MIN_ROWS 16
 
@@ -81,8 +88,11 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     if (job->causal)
         flops /= 2;
     p->slots = slots_for(flops);
+    int fused = !job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
+                job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
+    size_t per_slot = fused ? FUSED_TASKS_PER_SLOT : BLAS_TASKS_PER_SLOT;
     size_t bq = BLOCK_Q_MAX, heads = job->batch * job->heads;
-    while (bq > BLOCK_Q_MIN && heads * ((job->lq + bq - 1) / bq) < 2 * (size_t)p->slots)
+    while (bq > BLOCK_Q_MIN && heads * ((job->lq + bq - 1) / bq) < per_slot * (size_t)p->slots)
         bq /= 2;
     p->bq = job->lq < bq ? job->lq : bq;
     p->bk = job->lk < BLOCK_K ? job->lk : BLOCK_K;
@@ -90,8 +100,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
-    if (!job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
-        job->dv / job->heads <= ATTN_FUSED_MAX_DIM) {
+    if (fused) {
         size_t size = job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
         size_t tiles = (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK;
         p->fused = 1;
