@@ -21,6 +21,16 @@
  * computation ends within one block of keys as for an HTTP client that went
  * away.  A call that waited longer than --queue-wait-ms for a worker is
  * answered UNAVAILABLE with a retry hint when a worker takes it.
+ *
+ * grpc.health.v1's Watch stays open: the polling thread keeps a list of the
+ * open watches, sends each the status at once, and reads the status again
+ * every WATCH_TICK_MS while any is open (gRPC's C core has no way to wake
+ * the queue from another thread, so the queue is waited on with that
+ * timeout), sending each watch a change.  When the server shuts down (the
+ * call asked for by grpc_server_request_call fails) every watch is told
+ * NOT_SERVING and ended with UNAVAILABLE; a cancelled watch leaves the list
+ * at its CLOSE.  A watch holds one message on its way at most (TAG_WATCH):
+ * a change meanwhile is sent when it has gone.
  */
 #include "grpc_front.h"
 
@@ -39,8 +49,12 @@
 #include "http/guard.h"
 #include "metrics/metrics.h"
 
-/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on). */
-enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM };
+/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on);
+ * TAG_WATCH: one status of Health/Watch has gone (the watch stays open). */
+enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM, TAG_WATCH };
+
+/* How often the open watches read the status again. */
+#define WATCH_TICK_MS 100
 
 typedef struct gcall gcall;
 
@@ -69,7 +83,12 @@ struct gcall {
     int has_trailing, has_details;
     int stream;                 /* ModelStreamInfer: many requests, one answer each */
     int initial_sent;           /* the initial metadata went with an earlier batch */
-    gtag t_new, t_recv, t_sent, t_close, t_stream;
+    int watch;                  /* Health/Watch, in the front's list of watches */
+    int watch_known;            /* it asked for a service served (else SERVICE_UNKNOWN) */
+    int watch_told;             /* the status sent last, 0 for none */
+    int watch_busy;             /* a batch of it is on its way */
+    gcall *watch_prev, *watch_next;
+    gtag t_new, t_recv, t_sent, t_close, t_stream, t_watch;
     gcall *next;                /* in the workers' queue */
 };
 
@@ -88,6 +107,11 @@ struct grpc_front {
     int stopping;
     long live;                  /* calls allocated (the polling thread's) */
     int shut;                   /* the server's shutdown tag came */
+    gcall *watches;             /* the open Health/Watch calls (the polling thread's) */
+    long n_watches;
+    int watch_end;              /* the server shuts down: every watch ends */
+    int health;                 /* the status the watches were last given */
+    double health_read;         /* when it was read (compute_now()) */
     gtag shutdown_tag;
     pthread_mutex_t shut_lock;
     pthread_cond_t shut_done;
@@ -106,12 +130,17 @@ static gcall *call_new(grpc_front *front)
     c->t_sent = (gtag){c, TAG_SENT};
     c->t_close = (gtag){c, TAG_CLOSE};
     c->t_stream = (gtag){c, TAG_STREAM};
+    c->t_watch = (gtag){c, TAG_WATCH};
     front->live++;
     return c;
 }
 
+static void watch_unlist(gcall *c);
+
 static void call_free(gcall *c)
 {
+    if (c->watch)
+        watch_unlist(c);
     if (c->call != NULL)
         grpc_call_unref(c->call);
     grpc_call_details_destroy(&c->details);
@@ -237,7 +266,7 @@ static double call_deadline(const gcall *c)
 static int call_authorized(const gcall *c, grpc_answer *a)
 {
     int probe = c->method == GRPC_M_SERVER_LIVE || c->method == GRPC_M_SERVER_READY ||
-                c->method == GRPC_M_HEALTH_CHECK;
+                c->method == GRPC_M_HEALTH_CHECK || c->method == GRPC_M_HEALTH_WATCH;
     char value[4096];
     const char *authorization = NULL;
     for (size_t i = 0; i < c->metadata.count; i++) {
@@ -260,6 +289,139 @@ static int call_authorized(const gcall *c, grpc_answer *a)
     a->http_status = 401;
     a->route = c->method == GRPC_M_MODEL_INFER ? ROUTE_V2_INFER : ROUTE_OTHER;
     return -1;
+}
+
+/* Writes the access line of watch c, which ended with code. */
+static void watch_log(const gcall *c, grpc_status_code code)
+{
+    if (!c->front->cfg->quiet)
+        fprintf(stderr, "access grpc %s status=%d http=200 in=%zu out=0 ms=%.3f\n",
+                grpc_method_name(c->method), (int)code, c->in_len,
+                (compute_now() - c->started) * 1000.0);
+}
+
+/* Takes c out of the list of open watches; nothing when it is not in it. */
+static void watch_unlist(gcall *c)
+{
+    if (!c->watch)
+        return;
+    grpc_front *front = c->front;
+    if (c->watch_prev != NULL)
+        c->watch_prev->watch_next = c->watch_next;
+    else
+        front->watches = c->watch_next;
+    if (c->watch_next != NULL)
+        c->watch_next->watch_prev = c->watch_prev;
+    c->watch_prev = c->watch_next = NULL;
+    c->watch = 0;
+    front->n_watches--;
+    metrics_grpc_watches_add(-1);
+}
+
+/* Sends watch c what it has not been told: the status now when it differs
+ * from the one sent last, and, once the server shuts down, NOT_SERVING and
+ * the end of the call.  Nothing while a batch of c is on its way: its
+ * TAG_WATCH calls this again. */
+static void watch_push(gcall *c)
+{
+    grpc_front *front = c->front;
+    if (!c->watch || c->watch_busy)
+        return;
+    int status = !c->watch_known ? GRPC_HEALTH_SERVICE_UNKNOWN
+                 : front->watch_end ? GRPC_HEALTH_NOT_SERVING
+                                    : front->health;
+    if (status == c->watch_told && !front->watch_end)
+        return;
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (!c->initial_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_sent = 1;
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    grpc_byte_buffer *bb = NULL;
+    if (status != c->watch_told) {
+        grpc_health_pack(status, &a);
+        if (a.bytes != NULL) {
+            grpc_slice s = grpc_slice_new(a.bytes, a.len, free);
+            a.bytes = NULL;
+            bb = grpc_raw_byte_buffer_create(&s, 1);
+            grpc_slice_unref(s);
+            ops[n].op = GRPC_OP_SEND_MESSAGE;
+            ops[n++].data.send_message.send_message = bb;
+            c->watch_told = status;
+        }
+    }
+    /* the server shuts down, or memory ran out for the message: the watch ends */
+    int end = front->watch_end || a.code != GRPC_STATUS_OK;
+    if (end) {
+        grpc_status_code code = a.code != GRPC_STATUS_OK ? a.code : GRPC_STATUS_UNAVAILABLE;
+        c->status_details = grpc_slice_from_copied_string(
+            a.code != GRPC_STATUS_OK ? a.message
+                                     : "The server is shutting down; watch another instance.");
+        c->has_details = 1;
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = code;
+        ops[n++].data.send_status_from_server.status_details = &c->status_details;
+        watch_log(c, code);
+        watch_unlist(c);
+    }
+    c->watch_busy = 1;
+    if (grpc_call_start_batch(c->call, ops, n, end ? &c->t_sent : &c->t_watch, NULL) !=
+        GRPC_CALL_OK) {
+        /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
+        grpc_call_cancel(c->call, NULL);
+        watch_unlist(c);
+        c->watch_busy = 0;
+        c->sent = 1;
+    }
+    if (bb != NULL)
+        grpc_byte_buffer_destroy(bb);
+}
+
+/* Reads the status again and sends each open watch what changed. */
+static void watch_tick(grpc_front *front)
+{
+    front->health = grpc_health_now();
+    front->health_read = compute_now();
+    for (gcall *c = front->watches, *next; c != NULL; c = next) {
+        next = c->watch_next; /* watch_push may take c out of the list */
+        watch_push(c);
+    }
+}
+
+/* A Health/Watch whose request message has come: it joins the list of open
+ * watches (at most --max-connections, as each holds a call) and is told the
+ * status at once. */
+static void watch_begin(gcall *c)
+{
+    grpc_front *front = c->front;
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    int known = grpc_health_watch_known(c->in, c->in_len, &a);
+    if (known >= 0 && front->n_watches >= front->cfg->max_connections) {
+        grpc_answer_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "%ld Health/Watch calls are open already (--max-connections); ask "
+                          "Health/Check, or watch again later.", front->n_watches);
+        known = -1;
+    }
+    if (known < 0) {
+        a.route = ROUTE_READYZ;
+        call_answer(c, &a);
+        return;
+    }
+    free(c->in);
+    c->in = NULL;
+    c->watch = 1;
+    c->watch_known = known;
+    c->watch_next = front->watches;
+    if (front->watches != NULL)
+        front->watches->watch_prev = c;
+    front->watches = c;
+    front->n_watches++;
+    metrics_grpc_watches_add(1);
+    watch_tick(front);
 }
 
 /* The request of c arrived: a cheap RPC is answered now, ModelInfer queued. */
@@ -286,6 +448,10 @@ static void on_recv(gcall *c, int ok)
     }
     if (call_authorized(c, &a) != 0) {
         call_answer(c, &a);
+        return;
+    }
+    if (c->method == GRPC_M_HEALTH_WATCH) {
+        watch_begin(c);
         return;
     }
     if (!c->stream && c->method != GRPC_M_MODEL_INFER) {
@@ -376,10 +542,17 @@ static void *poller_main(void *arg)
 {
     grpc_front *front = arg;
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(front->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        /* while watches are open, the queue is left every WATCH_TICK_MS to read the status */
+        gpr_timespec until =
+            front->n_watches > 0
+                ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                               gpr_time_from_millis(WATCH_TICK_MS, GPR_TIMESPAN))
+                : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        grpc_event ev = grpc_completion_queue_next(front->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        if (front->n_watches > 0 && compute_now() - front->health_read >= WATCH_TICK_MS / 1000.0)
+            watch_tick(front);
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         if (ev.tag == &front->shutdown_tag) {
@@ -395,8 +568,10 @@ static void *poller_main(void *arg)
         int what = t->what; /* t lies in c, which TAG_NEW may free */
         switch (what) {
         case TAG_NEW:
-            if (!ev.success) { /* the server shuts down */
+            if (!ev.success) { /* the server shuts down: so do the watches */
                 call_free(c);
+                front->watch_end = 1;
+                watch_tick(front);
                 break;
             }
             request_next(front);
@@ -405,8 +580,18 @@ static void *poller_main(void *arg)
         case TAG_RECV:
             on_recv(c, ev.success);
             break;
+        case TAG_WATCH:
+            c->watch_busy = 0;
+            if (!ev.success || c->closed) { /* the call is over: nothing more goes */
+                watch_unlist(c);
+                c->sent = 1;
+            } else {
+                watch_push(c); /* what changed while this status was on its way */
+            }
+            break;
         case TAG_SENT:
         case TAG_STREAM:
+            c->watch_busy = 0;
             if (c->inflight)
                 metrics_grpc_inflight_add(-1);
             c->inflight = 0;
@@ -419,6 +604,12 @@ static void *poller_main(void *arg)
             c->closed = 1;
             if (c->cancelled)
                 compute_token_stop(&c->token, COMPUTE_CLIENT_GONE);
+            if (c->watch) { /* cancelled, its deadline passed, or its connection dropped */
+                watch_log(c, GRPC_STATUS_CANCELLED);
+                watch_unlist(c);
+                if (!c->watch_busy)
+                    c->sent = 1;
+            }
             break;
         }
         if (what != TAG_NEW && c->sent && c->closed)
