@@ -75,8 +75,10 @@ struct gcall {
     int inflight;               /* counted in metrics_inflight until SENT */
     compute_token token;
     double started, queued_at;  /* compute_now() */
-    unsigned char *in;          /* the request message */
+    const unsigned char *in;    /* the request message, in in_slice */
     size_t in_len;
+    grpc_slice in_slice;        /* holds the bytes of in while has_in */
+    int has_in;
     grpc_slice status_details;
     grpc_metadata trailing;
     char retry_after[16];
@@ -137,6 +139,15 @@ static gcall *call_new(grpc_front *front)
 
 static void watch_unlist(gcall *c);
 
+/* Lets go of the request message of c. */
+static void call_in_drop(gcall *c)
+{
+    if (c->has_in)
+        grpc_slice_unref(c->in_slice);
+    c->has_in = 0;
+    c->in = NULL;
+}
+
 static void call_free(gcall *c)
 {
     if (c->watch)
@@ -151,7 +162,7 @@ static void call_free(gcall *c)
         grpc_slice_unref(c->status_details);
     if (c->has_trailing)
         grpc_slice_unref(c->trailing.value);
-    free(c->in);
+    call_in_drop(c);
     c->front->live--;
     free(c);
 }
@@ -215,8 +226,7 @@ static void call_answer(gcall *c, grpc_answer *a)
     if (c->in != NULL || !c->stream)
         metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
                         a->len);
-    free(c->in);
-    c->in = NULL;
+    call_in_drop(c);
     free(a->bytes);
     a->bytes = NULL;
     if (grpc_call_start_batch(c->call, ops, n, stream_message ? &c->t_stream : &c->t_sent,
@@ -229,22 +239,23 @@ static void call_answer(gcall *c, grpc_answer *a)
         grpc_byte_buffer_destroy(bb);
 }
 
-/* Reads the request message of c into c->in; 0, or -1 when memory ran out. */
+/* Reads the request message of c into c->in: the one slice that gRPC
+ * joins the message's pieces into, kept rather than copied again; 0, or -1
+ * when the message cannot be read. */
 static int call_read(gcall *c)
 {
     grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, c->recv))
-        return -1;
-    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    c->in_len = GRPC_SLICE_LENGTH(s);
-    c->in = malloc(c->in_len ? c->in_len : 1);
-    if (c->in != NULL)
-        memcpy(c->in, GRPC_SLICE_START_PTR(s), c->in_len);
-    grpc_slice_unref(s);
+    int ok = grpc_byte_buffer_reader_init(&r, c->recv);
+    if (ok) {
+        c->in_slice = grpc_byte_buffer_reader_readall(&r);
+        grpc_byte_buffer_reader_destroy(&r);
+        c->has_in = 1;
+        c->in_len = GRPC_SLICE_LENGTH(c->in_slice);
+        c->in = GRPC_SLICE_START_PTR(c->in_slice);
+    }
     grpc_byte_buffer_destroy(c->recv);
     c->recv = NULL;
-    return c->in != NULL ? 0 : -1;
+    return ok ? 0 : -1;
 }
 
 /* The call's deadline as seconds of compute_now(), capped by --deadline. */
@@ -411,8 +422,7 @@ static void watch_begin(gcall *c)
         call_answer(c, &a);
         return;
     }
-    free(c->in);
-    c->in = NULL;
+    call_in_drop(c);
     c->watch = 1;
     c->watch_known = known;
     c->watch_next = front->watches;
@@ -434,15 +444,15 @@ static void on_recv(gcall *c, int ok)
         call_answer(c, &a);
         return;
     }
-    if (!ok || c->recv == NULL || call_read(c) != 0) {
+    int had_message = c->recv != NULL;
+    if (!ok || !had_message || call_read(c) != 0) {
         if (!ok) {
             c->sent = 1; /* the call is gone: nothing to send */
             return;
         }
-        grpc_answer_error(&a, c->recv == NULL ? GRPC_STATUS_INVALID_ARGUMENT
-                                              : GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          c->recv == NULL ? "The call carried no request message."
-                                          : "The server ran out of memory; retry later.");
+        grpc_answer_error(&a, GRPC_STATUS_INVALID_ARGUMENT, "%s",
+                          !had_message ? "The call carried no request message."
+                                       : "The request message could not be decompressed.");
         call_answer(c, &a);
         return;
     }
