@@ -2,12 +2,15 @@
  * grpc_front.c - the gRPC server: gRPC's C core, one completion queue, the
  * thread that polls it, and the workers that run inference.
  *
- * A call goes through four events of the queue, each with its own tag:
- * NEW (grpc_server_request_call gave a call; another is asked for at
+ * A call goes through up to four events of the queue, each with its own
+ * tag: NEW (grpc_server_request_call gave a call; another is asked for at
  * once), RECV (its one request message arrived), SENT (the answer's batch
- * is done) and CLOSE (RECV_CLOSE_ON_SERVER, asked for when the call
- * starts: it completes when the call ends, with `cancelled` set when the
- * client cancelled, its deadline passed or its connection dropped).  Only
+ * is done) and CLOSE (RECV_CLOSE_ON_SERVER: it completes when the call
+ * ends, with `cancelled` set when the client cancelled, its deadline passed
+ * or its connection dropped).  CLOSE is asked for on its own only by a call
+ * that outlives the polling thread's handling of its request (a worker's
+ * inference, a stream, a watch); a call answered on the polling thread asks
+ * for it in the answer's batch, so its SENT is its CLOSE too.  Only
  * the polling thread handles events, so a call's flags need no lock; it is
  * freed once SENT and CLOSE have both come.
  *
@@ -72,6 +75,8 @@ struct gcall {
     grpc_byte_buffer *recv;
     int cancelled;              /* set by RECV_CLOSE_ON_SERVER */
     int sent, closed;           /* the polling thread's */
+    int close_asked;            /* RECV_CLOSE_ON_SERVER was asked for */
+    int close_with_answer;      /* ... in the answer's batch: SENT is also CLOSE */
     int inflight;               /* counted in metrics_inflight until SENT */
     compute_token token;
     double started, queued_at;  /* compute_now() */
@@ -178,11 +183,30 @@ static void request_next(grpc_front *front)
         call_free(c);
 }
 
+/* Asks for RECV_CLOSE_ON_SERVER on its own (CLOSE), which completes when
+ * the call ends, cancelled or not: for a call that outlives the polling
+ * thread's handling of its request (a worker computes it, a stream, a watch),
+ * so that a cancel stops its computation.  A unary call answered on the
+ * polling thread asks for it in its answer's batch instead (call_answer),
+ * which saves a batch and an event of the queue a call.  Once only. */
+static void call_close_watch(gcall *c)
+{
+    if (c->close_asked)
+        return;
+    c->close_asked = 1;
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
+        c->closed = 1;
+}
+
 /* Sends the answer and the status of c (from any thread); c belongs to the
  * polling thread again as soon as this returns. */
 static void call_answer(gcall *c, grpc_answer *a)
 {
-    grpc_op ops[3];
+    grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
     if (!c->initial_sent)
@@ -217,6 +241,11 @@ static void call_answer(gcall *c, grpc_answer *a)
     }
     if (!stream_message)
         n++;
+    if (!stream_message && !c->close_asked) { /* see call_close_watch */
+        c->close_asked = c->close_with_answer = 1;
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    }
     grpc_front *front = c->front;
     double seconds = compute_now() - c->started;
     if (!front->cfg->quiet && (c->in != NULL || !c->stream))
@@ -234,6 +263,8 @@ static void call_answer(gcall *c, grpc_answer *a)
         /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
         grpc_call_cancel(c->call, NULL);
         c->sent = 1;
+        if (c->close_with_answer)
+            c->closed = 1;
     }
     if (bb != NULL)
         grpc_byte_buffer_destroy(bb);
@@ -448,6 +479,7 @@ static void on_recv(gcall *c, int ok)
     if (!ok || !had_message || call_read(c) != 0) {
         if (!ok) {
             c->sent = 1; /* the call is gone: nothing to send */
+            call_close_watch(c); /* its CLOSE comes at once */
             return;
         }
         grpc_answer_error(&a, GRPC_STATUS_INVALID_ARGUMENT, "%s",
@@ -489,6 +521,7 @@ static void on_recv(gcall *c, int ok)
         }
         memset(&a, 0, sizeof a);
     }
+    call_close_watch(c); /* a worker computes it: a cancel must stop it */
     pthread_mutex_lock(&front->lock);
     if (front->stopping) { /* the workers are gone */
         pthread_mutex_unlock(&front->lock);
@@ -520,6 +553,7 @@ static void call_recv_next(gcall *c)
     if (grpc_call_start_batch(c->call, &recv_op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
         grpc_call_cancel(c->call, NULL);
         c->sent = 1;
+        call_close_watch(c); /* its CLOSE frees it */
     }
 }
 
@@ -530,12 +564,8 @@ static void on_new(gcall *c)
     c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
                                GRPC_SLICE_LENGTH(c->details.method));
     c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;
-    grpc_op close_op;
-    memset(&close_op, 0, sizeof close_op);
-    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
-        c->closed = 1;
+    if (c->stream || c->method == GRPC_M_HEALTH_WATCH)
+        call_close_watch(c); /* they stay open: their end must be seen */
     call_recv_next(c);
 }
 
@@ -609,6 +639,8 @@ static void *poller_main(void *arg)
                 call_recv_next(c); /* the next request of the stream */
             else
                 c->sent = 1;
+            if (what == TAG_SENT && c->close_with_answer)
+                c->closed = 1;
             break;
         case TAG_CLOSE:
             c->closed = 1;
