@@ -2,12 +2,15 @@
  * grpc_front.c - the gRPC server: gRPC's C core, one completion queue, the
  * thread that polls it, and the workers that run inference.
  *
- * A call goes through four events of the queue, each with its own tag:
- * NEW (grpc_server_request_call gave a call; another is asked for at
+ * A call goes through up to four events of the queue, each with its own
+ * tag: NEW (grpc_server_request_call gave a call; another is asked for at
  * once), RECV (its one request message arrived), SENT (the answer's batch
- * is done) and CLOSE (RECV_CLOSE_ON_SERVER, asked for when the call
- * starts: it completes when the call ends, with `cancelled` set when the
- * client cancelled, its deadline passed or its connection dropped).  Only
+ * is done) and CLOSE (RECV_CLOSE_ON_SERVER: it completes when the call
+ * ends, with `cancelled` set when the client cancelled, its deadline passed
+ * or its connection dropped).  CLOSE is asked for on its own only by a call
+ * that outlives the polling thread's handling of its request (a worker's
+ * inference, a stream, a watch); a call answered on the polling thread asks
+ * for it in the answer's batch, so its SENT is its CLOSE too.  Only
  * the polling thread handles events, so a call's flags need no lock; it is
  * freed once SENT and CLOSE have both come.
  *
@@ -21,6 +24,16 @@
  * computation ends within one block of keys as for an HTTP client that went
  * away.  A call that waited longer than --queue-wait-ms for a worker is
  * answered UNAVAILABLE with a retry hint when a worker takes it.
+ *
+ * grpc.health.v1's Watch stays open: the polling thread keeps a list of the
+ * open watches, sends each the status at once, and reads the status again
+ * every WATCH_TICK_MS while any is open (gRPC's C core has no way to wake
+ * the queue from another thread, so the queue is waited on with that
+ * timeout), sending each watch a change.  When the server shuts down (the
+ * call asked for by grpc_server_request_call fails) every watch is told
+ * NOT_SERVING and ended with UNAVAILABLE; a cancelled watch leaves the list
+ * at its CLOSE.  A watch holds one message on its way at most (TAG_WATCH):
+ * a change meanwhile is sent when it has gone.
  */
 #include "grpc_front.h"
 
@@ -39,8 +52,12 @@
 #include "http/guard.h"
 #include "metrics/metrics.h"
 
-/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on). */
-enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM };
+/* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on);
+ * TAG_WATCH: one status of Health/Watch has gone (the watch stays open). */
+enum { TAG_NEW, TAG_RECV, TAG_SENT, TAG_CLOSE, TAG_STREAM, TAG_WATCH };
+
+/* How often the open watches read the status again. */
+#define WATCH_TICK_MS 100
 
 typedef struct gcall gcall;
 
@@ -58,18 +75,27 @@ struct gcall {
     grpc_byte_buffer *recv;
     int cancelled;              /* set by RECV_CLOSE_ON_SERVER */
     int sent, closed;           /* the polling thread's */
+    int close_asked;            /* RECV_CLOSE_ON_SERVER was asked for */
+    int close_with_answer;      /* ... in the answer's batch: SENT is also CLOSE */
     int inflight;               /* counted in metrics_inflight until SENT */
     compute_token token;
     double started, queued_at;  /* compute_now() */
-    unsigned char *in;          /* the request message */
+    const unsigned char *in;    /* the request message, in in_slice */
     size_t in_len;
+    grpc_slice in_slice;        /* holds the bytes of in while has_in */
+    int has_in;
     grpc_slice status_details;
     grpc_metadata trailing;
     char retry_after[16];
     int has_trailing, has_details;
     int stream;                 /* ModelStreamInfer: many requests, one answer each */
     int initial_sent;           /* the initial metadata went with an earlier batch */
-    gtag t_new, t_recv, t_sent, t_close, t_stream;
+    int watch;                  /* Health/Watch, in the front's list of watches */
+    int watch_known;            /* it asked for a service served (else SERVICE_UNKNOWN) */
+    int watch_told;             /* the status sent last, 0 for none */
+    int watch_busy;             /* a batch of it is on its way */
+    gcall *watch_prev, *watch_next;
+    gtag t_new, t_recv, t_sent, t_close, t_stream, t_watch;
     gcall *next;                /* in the workers' queue */
 };
 
@@ -88,6 +114,11 @@ struct grpc_front {
     int stopping;
     long live;                  /* calls allocated (the polling thread's) */
     int shut;                   /* the server's shutdown tag came */
+    gcall *watches;             /* the open Health/Watch calls (the polling thread's) */
+    long n_watches;
+    int watch_end;              /* the server shuts down: every watch ends */
+    int health;                 /* the status the watches were last given */
+    double health_read;         /* when it was read (compute_now()) */
     gtag shutdown_tag;
     pthread_mutex_t shut_lock;
     pthread_cond_t shut_done;
@@ -106,12 +137,26 @@ static gcall *call_new(grpc_front *front)
     c->t_sent = (gtag){c, TAG_SENT};
     c->t_close = (gtag){c, TAG_CLOSE};
     c->t_stream = (gtag){c, TAG_STREAM};
+    c->t_watch = (gtag){c, TAG_WATCH};
     front->live++;
     return c;
 }
 
+static void watch_unlist(gcall *c);
+
+/* Lets go of the request message of c. */
+static void call_in_drop(gcall *c)
+{
+    if (c->has_in)
+        grpc_slice_unref(c->in_slice);
+    c->has_in = 0;
+    c->in = NULL;
+}
+
 static void call_free(gcall *c)
 {
+    if (c->watch)
+        watch_unlist(c);
     if (c->call != NULL)
         grpc_call_unref(c->call);
     grpc_call_details_destroy(&c->details);
@@ -122,7 +167,7 @@ static void call_free(gcall *c)
         grpc_slice_unref(c->status_details);
     if (c->has_trailing)
         grpc_slice_unref(c->trailing.value);
-    free(c->in);
+    call_in_drop(c);
     c->front->live--;
     free(c);
 }
@@ -138,11 +183,30 @@ static void request_next(grpc_front *front)
         call_free(c);
 }
 
+/* Asks for RECV_CLOSE_ON_SERVER on its own (CLOSE), which completes when
+ * the call ends, cancelled or not: for a call that outlives the polling
+ * thread's handling of its request (a worker computes it, a stream, a watch),
+ * so that a cancel stops its computation.  A unary call answered on the
+ * polling thread asks for it in its answer's batch instead (call_answer),
+ * which saves a batch and an event of the queue a call.  Once only. */
+static void call_close_watch(gcall *c)
+{
+    if (c->close_asked)
+        return;
+    c->close_asked = 1;
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
+        c->closed = 1;
+}
+
 /* Sends the answer and the status of c (from any thread); c belongs to the
  * polling thread again as soon as this returns. */
 static void call_answer(gcall *c, grpc_answer *a)
 {
-    grpc_op ops[3];
+    grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
     if (!c->initial_sent)
@@ -177,6 +241,11 @@ static void call_answer(gcall *c, grpc_answer *a)
     }
     if (!stream_message)
         n++;
+    if (!stream_message && !c->close_asked) { /* see call_close_watch */
+        c->close_asked = c->close_with_answer = 1;
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    }
     grpc_front *front = c->front;
     double seconds = compute_now() - c->started;
     if (!front->cfg->quiet && (c->in != NULL || !c->stream))
@@ -186,8 +255,7 @@ static void call_answer(gcall *c, grpc_answer *a)
     if (c->in != NULL || !c->stream)
         metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
                         a->len);
-    free(c->in);
-    c->in = NULL;
+    call_in_drop(c);
     free(a->bytes);
     a->bytes = NULL;
     if (grpc_call_start_batch(c->call, ops, n, stream_message ? &c->t_stream : &c->t_sent,
@@ -195,27 +263,30 @@ static void call_answer(gcall *c, grpc_answer *a)
         /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
         grpc_call_cancel(c->call, NULL);
         c->sent = 1;
+        if (c->close_with_answer)
+            c->closed = 1;
     }
     if (bb != NULL)
         grpc_byte_buffer_destroy(bb);
 }
 
-/* Reads the request message of c into c->in; 0, or -1 when memory ran out. */
+/* Reads the request message of c into c->in: the one slice that gRPC
+ * joins the message's pieces into, kept rather than copied again; 0, or -1
+ * when the message cannot be read. */
 static int call_read(gcall *c)
 {
     grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, c->recv))
-        return -1;
-    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    c->in_len = GRPC_SLICE_LENGTH(s);
-    c->in = malloc(c->in_len ? c->in_len : 1);
-    if (c->in != NULL)
-        memcpy(c->in, GRPC_SLICE_START_PTR(s), c->in_len);
-    grpc_slice_unref(s);
+    int ok = grpc_byte_buffer_reader_init(&r, c->recv);
+    if (ok) {
+        c->in_slice = grpc_byte_buffer_reader_readall(&r);
+        grpc_byte_buffer_reader_destroy(&r);
+        c->has_in = 1;
+        c->in_len = GRPC_SLICE_LENGTH(c->in_slice);
+        c->in = GRPC_SLICE_START_PTR(c->in_slice);
+    }
     grpc_byte_buffer_destroy(c->recv);
     c->recv = NULL;
-    return c->in != NULL ? 0 : -1;
+    return ok ? 0 : -1;
 }
 
 /* The call's deadline as seconds of compute_now(), capped by --deadline. */
@@ -237,7 +308,7 @@ static double call_deadline(const gcall *c)
 static int call_authorized(const gcall *c, grpc_answer *a)
 {
     int probe = c->method == GRPC_M_SERVER_LIVE || c->method == GRPC_M_SERVER_READY ||
-                c->method == GRPC_M_HEALTH_CHECK;
+                c->method == GRPC_M_HEALTH_CHECK || c->method == GRPC_M_HEALTH_WATCH;
     char value[4096];
     const char *authorization = NULL;
     for (size_t i = 0; i < c->metadata.count; i++) {
@@ -262,6 +333,138 @@ static int call_authorized(const gcall *c, grpc_answer *a)
     return -1;
 }
 
+/* Writes the access line of watch c, which ended with code. */
+static void watch_log(const gcall *c, grpc_status_code code)
+{
+    if (!c->front->cfg->quiet)
+        fprintf(stderr, "access grpc %s status=%d http=200 in=%zu out=0 ms=%.3f\n",
+                grpc_method_name(c->method), (int)code, c->in_len,
+                (compute_now() - c->started) * 1000.0);
+}
+
+/* Takes c out of the list of open watches; nothing when it is not in it. */
+static void watch_unlist(gcall *c)
+{
+    if (!c->watch)
+        return;
+    grpc_front *front = c->front;
+    if (c->watch_prev != NULL)
+        c->watch_prev->watch_next = c->watch_next;
+    else
+        front->watches = c->watch_next;
+    if (c->watch_next != NULL)
+        c->watch_next->watch_prev = c->watch_prev;
+    c->watch_prev = c->watch_next = NULL;
+    c->watch = 0;
+    front->n_watches--;
+    metrics_grpc_watches_add(-1);
+}
+
+/* Sends watch c what it has not been told: the status now when it differs
+ * from the one sent last, and, once the server shuts down, NOT_SERVING and
+ * the end of the call.  Nothing while a batch of c is on its way: its
+ * TAG_WATCH calls this again. */
+static void watch_push(gcall *c)
+{
+    grpc_front *front = c->front;
+    if (!c->watch || c->watch_busy)
+        return;
+    int status = !c->watch_known ? GRPC_HEALTH_SERVICE_UNKNOWN
+                 : front->watch_end ? GRPC_HEALTH_NOT_SERVING
+                                    : front->health;
+    if (status == c->watch_told && !front->watch_end)
+        return;
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (!c->initial_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_sent = 1;
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    grpc_byte_buffer *bb = NULL;
+    if (status != c->watch_told) {
+        grpc_health_pack(status, &a);
+        if (a.bytes != NULL) {
+            grpc_slice s = grpc_slice_new(a.bytes, a.len, free);
+            a.bytes = NULL;
+            bb = grpc_raw_byte_buffer_create(&s, 1);
+            grpc_slice_unref(s);
+            ops[n].op = GRPC_OP_SEND_MESSAGE;
+            ops[n++].data.send_message.send_message = bb;
+            c->watch_told = status;
+        }
+    }
+    /* the server shuts down, or memory ran out for the message: the watch ends */
+    int end = front->watch_end || a.code != GRPC_STATUS_OK;
+    if (end) {
+        grpc_status_code code = a.code != GRPC_STATUS_OK ? a.code : GRPC_STATUS_UNAVAILABLE;
+        c->status_details = grpc_slice_from_copied_string(
+            a.code != GRPC_STATUS_OK ? a.message
+                                     : "The server is shutting down; watch another instance.");
+        c->has_details = 1;
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = code;
+        ops[n++].data.send_status_from_server.status_details = &c->status_details;
+        watch_log(c, code);
+        watch_unlist(c);
+    }
+    c->watch_busy = 1;
+    if (grpc_call_start_batch(c->call, ops, n, end ? &c->t_sent : &c->t_watch, NULL) !=
+        GRPC_CALL_OK) {
+        /* cannot happen for a well-formed batch; the call is cancelled rather than left open */
+        grpc_call_cancel(c->call, NULL);
+        watch_unlist(c);
+        c->watch_busy = 0;
+        c->sent = 1;
+    }
+    if (bb != NULL)
+        grpc_byte_buffer_destroy(bb);
+}
+
+/* Reads the status again and sends each open watch what changed. */
+static void watch_tick(grpc_front *front)
+{
+    front->health = grpc_health_now();
+    front->health_read = compute_now();
+    for (gcall *c = front->watches, *next; c != NULL; c = next) {
+        next = c->watch_next; /* watch_push may take c out of the list */
+        watch_push(c);
+    }
+}
+
+/* A Health/Watch whose request message has come: it joins the list of open
+ * watches (at most --max-connections, as each holds a call) and is told the
+ * status at once. */
+static void watch_begin(gcall *c)
+{
+    grpc_front *front = c->front;
+    grpc_answer a;
+    memset(&a, 0, sizeof a);
+    int known = grpc_health_watch_known(c->in, c->in_len, &a);
+    if (known >= 0 && front->n_watches >= front->cfg->max_connections) {
+        grpc_answer_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "%ld Health/Watch calls are open already (--max-connections); ask "
+                          "Health/Check, or watch again later.", front->n_watches);
+        known = -1;
+    }
+    if (known < 0) {
+        a.route = ROUTE_READYZ;
+        call_answer(c, &a);
+        return;
+    }
+    call_in_drop(c);
+    c->watch = 1;
+    c->watch_known = known;
+    c->watch_next = front->watches;
+    if (front->watches != NULL)
+        front->watches->watch_prev = c;
+    front->watches = c;
+    front->n_watches++;
+    metrics_grpc_watches_add(1);
+    watch_tick(front);
+}
+
 /* The request of c arrived: a cheap RPC is answered now, ModelInfer queued. */
 static void on_recv(gcall *c, int ok)
 {
@@ -272,20 +475,25 @@ static void on_recv(gcall *c, int ok)
         call_answer(c, &a);
         return;
     }
-    if (!ok || c->recv == NULL || call_read(c) != 0) {
+    int had_message = c->recv != NULL;
+    if (!ok || !had_message || call_read(c) != 0) {
         if (!ok) {
             c->sent = 1; /* the call is gone: nothing to send */
+            call_close_watch(c); /* its CLOSE comes at once */
             return;
         }
-        grpc_answer_error(&a, c->recv == NULL ? GRPC_STATUS_INVALID_ARGUMENT
-                                              : GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          c->recv == NULL ? "The call carried no request message."
-                                          : "The server ran out of memory; retry later.");
+        grpc_answer_error(&a, GRPC_STATUS_INVALID_ARGUMENT, "%s",
+                          !had_message ? "The call carried no request message."
+                                       : "The request message could not be decompressed.");
         call_answer(c, &a);
         return;
     }
     if (call_authorized(c, &a) != 0) {
         call_answer(c, &a);
+        return;
+    }
+    if (c->method == GRPC_M_HEALTH_WATCH) {
+        watch_begin(c);
         return;
     }
     if (!c->stream && c->method != GRPC_M_MODEL_INFER) {
@@ -313,6 +521,7 @@ static void on_recv(gcall *c, int ok)
         }
         memset(&a, 0, sizeof a);
     }
+    call_close_watch(c); /* a worker computes it: a cancel must stop it */
     pthread_mutex_lock(&front->lock);
     if (front->stopping) { /* the workers are gone */
         pthread_mutex_unlock(&front->lock);
@@ -344,6 +553,7 @@ static void call_recv_next(gcall *c)
     if (grpc_call_start_batch(c->call, &recv_op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
         grpc_call_cancel(c->call, NULL);
         c->sent = 1;
+        call_close_watch(c); /* its CLOSE frees it */
     }
 }
 
@@ -354,12 +564,8 @@ static void on_new(gcall *c)
     c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
                                GRPC_SLICE_LENGTH(c->details.method));
     c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;
-    grpc_op close_op;
-    memset(&close_op, 0, sizeof close_op);
-    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(c->call, &close_op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
-        c->closed = 1;
+    if (c->stream || c->method == GRPC_M_HEALTH_WATCH)
+        call_close_watch(c); /* they stay open: their end must be seen */
     call_recv_next(c);
 }
 
@@ -376,10 +582,17 @@ static void *poller_main(void *arg)
 {
     grpc_front *front = arg;
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(front->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        /* while watches are open, the queue is left every WATCH_TICK_MS to read the status */
+        gpr_timespec until =
+            front->n_watches > 0
+                ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                               gpr_time_from_millis(WATCH_TICK_MS, GPR_TIMESPAN))
+                : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+        grpc_event ev = grpc_completion_queue_next(front->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        if (front->n_watches > 0 && compute_now() - front->health_read >= WATCH_TICK_MS / 1000.0)
+            watch_tick(front);
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         if (ev.tag == &front->shutdown_tag) {
@@ -395,8 +608,10 @@ static void *poller_main(void *arg)
         int what = t->what; /* t lies in c, which TAG_NEW may free */
         switch (what) {
         case TAG_NEW:
-            if (!ev.success) { /* the server shuts down */
+            if (!ev.success) { /* the server shuts down: so do the watches */
                 call_free(c);
+                front->watch_end = 1;
+                watch_tick(front);
                 break;
             }
             request_next(front);
@@ -405,8 +620,18 @@ static void *poller_main(void *arg)
         case TAG_RECV:
             on_recv(c, ev.success);
             break;
+        case TAG_WATCH:
+            c->watch_busy = 0;
+            if (!ev.success || c->closed) { /* the call is over: nothing more goes */
+                watch_unlist(c);
+                c->sent = 1;
+            } else {
+                watch_push(c); /* what changed while this status was on its way */
+            }
+            break;
         case TAG_SENT:
         case TAG_STREAM:
+            c->watch_busy = 0;
             if (c->inflight)
                 metrics_grpc_inflight_add(-1);
             c->inflight = 0;
@@ -414,11 +639,19 @@ static void *poller_main(void *arg)
                 call_recv_next(c); /* the next request of the stream */
             else
                 c->sent = 1;
+            if (what == TAG_SENT && c->close_with_answer)
+                c->closed = 1;
             break;
         case TAG_CLOSE:
             c->closed = 1;
             if (c->cancelled)
                 compute_token_stop(&c->token, COMPUTE_CLIENT_GONE);
+            if (c->watch) { /* cancelled, its deadline passed, or its connection dropped */
+                watch_log(c, GRPC_STATUS_CANCELLED);
+                watch_unlist(c);
+                if (!c->watch_busy)
+                    c->sent = 1;
+            }
             break;
         }
         if (what != TAG_NEW && c->sent && c->closed)

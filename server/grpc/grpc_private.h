@@ -32,6 +32,7 @@ typedef enum grpc_method {
     GRPC_M_REPOSITORY_LOAD,
     GRPC_M_REPOSITORY_UNLOAD,
     GRPC_M_HEALTH_CHECK,
+    GRPC_M_HEALTH_WATCH,
     GRPC_M_COUNT
 } grpc_method;
 
@@ -73,6 +74,21 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
  * error becomes error_message with code OK (out->message and http_status
  * still say what it was), a response infer_response. */
 void grpc_infer_stream_wrap(grpc_answer *out);
+
+/* Health/Watch: reads its HealthCheckRequest (in, len bytes) and returns 1
+ * when it names a service served ("" is the whole server), 0 when not (the
+ * watch is told SERVICE_UNKNOWN), or -1 with out filled when in is not a
+ * HealthCheckRequest. */
+int grpc_health_watch_known(const unsigned char *in, size_t len, grpc_answer *out);
+
+/* The serving status of the whole server now, as Check answers it (what
+ * /readyz says): GRPC_HEALTH_SERVING or GRPC_HEALTH_NOT_SERVING. */
+enum { GRPC_HEALTH_SERVING = 1, GRPC_HEALTH_NOT_SERVING = 2, GRPC_HEALTH_SERVICE_UNKNOWN = 3 };
+int grpc_health_now(void);
+
+/* Packs a HealthCheckResponse of status (a GRPC_HEALTH_ value, the
+ * protocol's numbers) into out, as grpc_answer_pack does. */
+void grpc_health_pack(int status, grpc_answer *out);
 
 /* Fills out with code and the printf-style message; returns nothing. */
 void grpc_answer_error(grpc_answer *out, grpc_status_code code, const char *fmt, ...)

@@ -1,9 +1,10 @@
 /*
  * grpc_service.c - the cheap RPCs of the gRPC front-end: liveness,
- * readiness, server and model metadata, and grpc.health.v1's Check, each
- * answered by asking the router for its HTTP v2 twin and translating the
- * JSON answer into the response message; and what every RPC shares (the
- * method table, the status codes of HTTP statuses, packing).
+ * readiness, server and model metadata, and grpc.health.v1's Check (and the
+ * status its Watch sends), each answered by asking the router for its HTTP
+ * v2 twin and translating the JSON answer into the response message; and
+ * what every RPC shares (the method table, the status codes of HTTP
+ * statuses, packing).
  *
  * Asking the router keeps one rule in one place: what a model is, what
  * readiness means while draining, which words an error has.  These answers
@@ -35,6 +36,7 @@ static const char *const method_paths[GRPC_M_COUNT] = {
     [GRPC_M_REPOSITORY_LOAD] = "/inference.GRPCInferenceService/RepositoryModelLoad",
     [GRPC_M_REPOSITORY_UNLOAD] = "/inference.GRPCInferenceService/RepositoryModelUnload",
     [GRPC_M_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
+    [GRPC_M_HEALTH_WATCH] = "/grpc.health.v1.Health/Watch",
 };
 
 grpc_method grpc_method_of(const char *path, size_t len)
@@ -196,6 +198,55 @@ static void answer_probe(grpc_method m, grpc_answer *out)
     }
 }
 
+/* The names grpc.health.v1 may ask about: "" is the whole server, and the
+ * one service it serves may be asked by name. */
+static int health_known(const char *service)
+{
+    return service[0] == '\0' || strcmp(service, "inference.GRPCInferenceService") == 0;
+}
+
+/* The protocol's numbers, which grpc_private.h spells without protobuf-c. */
+_Static_assert((int)GRPC_HEALTH_SERVING ==
+                   (int)GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING &&
+               (int)GRPC_HEALTH_NOT_SERVING ==
+                   (int)GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING &&
+               (int)GRPC_HEALTH_SERVICE_UNKNOWN ==
+                   (int)GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN,
+               "grpc.health.v1 ServingStatus numbers");
+
+void grpc_health_pack(int status, grpc_answer *out)
+{
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
+    grpc_answer_pack(out, &r.base);
+}
+
+int grpc_health_now(void)
+{
+    /* the readiness probe's answer (not draining, the store read lately), so that a
+     * Kubernetes grpc: readiness probe says what httpGet /readyz says */
+    api_response resp;
+    api_request req = {.method = "GET", .path = "/readyz", .protocol = "grpc"};
+    api_handle(&req, &resp);
+    int serving = resp.status == 200;
+    api_response_free(&resp);
+    return serving ? GRPC_HEALTH_SERVING : GRPC_HEALTH_NOT_SERVING;
+}
+
+int grpc_health_watch_known(const unsigned char *in, size_t len, grpc_answer *out)
+{
+    Grpc__Health__V1__HealthCheckRequest *q =
+        grpc__health__v1__health_check_request__unpack(NULL, len, in);
+    if (q == NULL) {
+        grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                          "The request is not a HealthCheckRequest.");
+        return -1;
+    }
+    int known = health_known(q->service);
+    grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+    return known;
+}
+
 static void answer_health(const unsigned char *in, size_t len, grpc_answer *out)
 {
     Grpc__Health__V1__HealthCheckRequest *q =
@@ -205,25 +256,18 @@ static void answer_health(const unsigned char *in, size_t len, grpc_answer *out)
                           "The request is not a HealthCheckRequest.");
         return;
     }
-    /* "" is the whole server; the one service it serves may be asked by name */
-    if (q->service[0] != '\0' && strcmp(q->service, "inference.GRPCInferenceService") != 0) {
+    /* Check answers NOT_FOUND for a name not served, as the health spec says */
+    if (!health_known(q->service)) {
         grpc_answer_error(out, GRPC_STATUS_NOT_FOUND, "There is no service \"%.200s\".",
                           q->service);
         grpc__health__v1__health_check_request__free_unpacked(q, NULL);
         return;
     }
     grpc__health__v1__health_check_request__free_unpacked(q, NULL);
-    /* the readiness probe's answer (not draining, the store read lately), so that a
-     * Kubernetes grpc: readiness probe says what httpGet /readyz says */
-    json_t *root = ask_json("/readyz", 503, out);
-    if (root == NULL && out->code != GRPC_STATUS_OK)
-        return;
-    json_decref(root);
-    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    r.status = out->http_status == 200
-                   ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    grpc_answer_pack(out, &r.base);
+    int status = grpc_health_now();
+    out->http_status = status == GRPC_HEALTH_SERVING ? 200 : 503;
+    out->route = ROUTE_READYZ; /* as the probe's twin, for /metrics */
+    grpc_health_pack(status, out);
 }
 
 static void answer_model_ready(const unsigned char *in, size_t len, grpc_answer *out)

@@ -31,6 +31,7 @@ static unsigned long duration_count[ROUTE_COUNT];
 static unsigned long long bytes_in_total, bytes_out_total;
 static atomic_long inflight;
 static atomic_long grpc_inflight;
+static atomic_long grpc_watches;
 static atomic_ulong path_counts[PATH_COUNT];
 static atomic_ulong slow_closed;
 static atomic_ulong static_compressed;
@@ -96,6 +97,11 @@ void metrics_grpc_inflight_add(int delta)
 {
     atomic_fetch_add(&grpc_inflight, delta);
     atomic_fetch_add(&inflight, delta);
+}
+
+void metrics_grpc_watches_add(int delta)
+{
+    atomic_fetch_add(&grpc_watches, delta);
 }
 
 long metrics_inflight(void)
@@ -206,6 +212,10 @@ char *metrics_render(size_t *len)
                "answered.\n# TYPE attn_grpc_inflight_calls gauge\nattn_grpc_inflight_calls ");
     long calls = atomic_load(&grpc_inflight);
     jw_size(&w, calls > 0 ? (size_t)calls : 0);
+    jw_raw(&w, "\n# HELP attn_grpc_health_watches grpc.health.v1 Health/Watch calls open now.\n"
+               "# TYPE attn_grpc_health_watches gauge\nattn_grpc_health_watches ");
+    long watches = atomic_load(&grpc_watches);
+    jw_size(&w, watches > 0 ? (size_t)watches : 0);
     jw_raw(&w, "\n# HELP attn_http_slow_connections_closed_total Connections closed for delivering "
                "their headers or body too slowly (--header-timeout, --min-body-rate).\n"
                "# TYPE attn_http_slow_connections_closed_total counter\n"

@@ -38,6 +38,11 @@ long metrics_inflight(void);
  * the gauge attn_grpc_inflight_calls.  They count in metrics_inflight too. */
 void metrics_grpc_inflight_add(int delta);
 
+/* Health/Watch calls open now (grpc/grpc_front.h): the gauge
+ * attn_grpc_health_watches.  They are not requests in flight: a drain does
+ * not wait for them. */
+void metrics_grpc_watches_add(int delta);
+
 /* Counts one connection the reaper closed for delivering its headers or
  * body too slowly. */
 void metrics_slow_closed_add(void);

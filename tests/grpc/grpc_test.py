@@ -7,8 +7,9 @@ server with --grpc-port -1 (a free port, printed on stdout) on loopback,
 and checks every RPC served; the same inference requests sent over HTTP v2
 (binary tensors) and over gRPC answered with the same bytes, and bad ones
 with the same words; the statistics counting a gRPC request once; bearer
-tokens from the authorization metadata; TLS with --tls-cert; and a
-cancelled call whose computation stops.
+tokens from the authorization metadata; TLS with --tls-cert; a
+cancelled call whose computation stops; and Health/Watch (the status at
+once, each change while the server drains, cancelled and bounded watches).
 
 Usage: grpc_test.py --server PATH [--filter SUBSTR] (only the check
 functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME" per
@@ -520,9 +521,100 @@ def check_cancel(srv):
           code == grpc.StatusCode.DEADLINE_EXCEEDED, code)
 
 
+SERVING = hpb.HealthCheckResponse.SERVING
+NOT_SERVING = hpb.HealthCheckResponse.NOT_SERVING
+SERVICE_UNKNOWN = hpb.HealthCheckResponse.SERVICE_UNKNOWN
+
+
+def open_watches(srv):
+    """The gauge attn_grpc_health_watches of /metrics."""
+    _, body, _ = srv.request("GET", "/metrics")
+    return int(re.search(rb"\nattn_grpc_health_watches (\d+)", body).group(1))
+
+
+def watches_drop_to(srv, n):
+    """Waits (bounded) until n watches are open; returns how many are."""
+    for _ in range(3000):
+        now = open_watches(srv)
+        if now == n:
+            break
+        time.sleep(0.01)
+    return now
+
+
+def cancelled_code(watch):
+    """Cancels a Watch and returns the code its stream ends with."""
+    watch.cancel()
+    try:
+        for _ in watch:
+            pass
+    except grpc.RpcError as e:
+        return e.code()
+    return grpc.StatusCode.OK
+
+
+def check_watch(srv):
+    """Health/Watch: the status at once with the call left open; SERVICE_UNKNOWN for a
+    service not served (the call open too); cancelled watches leave the server (the gauge
+    attn_grpc_health_watches back to 0; the asan suite checks nothing leaks); 100 at once."""
+    h = srv.health()
+    whole = h.Watch(hpb.HealthCheckRequest(), timeout=120)
+    named = h.Watch(hpb.HealthCheckRequest(service="inference.GRPCInferenceService"),
+                    timeout=120)
+    unknown = h.Watch(hpb.HealthCheckRequest(service="no.such.Service"), timeout=120)
+    check("watch: the whole server is SERVING at once", next(whole).status == SERVING)
+    check("watch: the inference service by name is SERVING at once",
+          next(named).status == SERVING)
+    check("watch: a service not served is SERVICE_UNKNOWN", next(unknown).status == SERVICE_UNKNOWN)
+    # each has had its first status, which is sent once it is in the list
+    check("watch: three open in attn_grpc_health_watches", open_watches(srv) == 3,
+          open_watches(srv))
+    codes = [cancelled_code(w) for w in (whole, named, unknown)]
+    check("watch: the calls were open until cancelled (CANCELLED, not ended by the server)",
+          codes == [grpc.StatusCode.CANCELLED] * 3, codes)
+    left = watches_drop_to(srv, 0)
+    check("watch: cancelled watches leave the server", left == 0, left)
+    many = [h.Watch(hpb.HealthCheckRequest(), timeout=120) for _ in range(100)]
+    first = [next(w).status for w in many]
+    check("watch: 100 at once are each told SERVING", first == [SERVING] * 100,
+          sorted(set(first)))
+    check("watch: 100 open", open_watches(srv) == 100, open_watches(srv))
+    check("watch: Check answers beside 100 watches",
+          h.Check(hpb.HealthCheckRequest(), timeout=30).status == SERVING)
+    codes = {cancelled_code(w) for w in many}
+    check("watch: the 100 cancelled", codes == {grpc.StatusCode.CANCELLED}, codes)
+    left = watches_drop_to(srv, 0)
+    check("watch: the 100 leave the server", left == 0, left)
+    garbage = srv.channel.unary_stream("/grpc.health.v1.Health/Watch")
+    code, words = rpc_error(lambda: next(garbage(b"\x0a\xff\xff\xff\xff\x0f", timeout=30)))
+    check("watch: a request that is not a HealthCheckRequest is INVALID_ARGUMENT",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "HealthCheckRequest" in words,
+          (code, words))
+
+
+def check_watch_limit(srv):
+    """At most --max-connections (8 here) watches are open at once: the next is
+    RESOURCE_EXHAUSTED naming the flag; when one is cancelled another may open."""
+    h = srv.health()
+    held = [h.Watch(hpb.HealthCheckRequest(), timeout=120) for _ in range(8)]
+    check("watch limit: 8 open", [next(w).status for w in held] == [SERVING] * 8)
+    code, words = rpc_error(lambda: next(h.Watch(hpb.HealthCheckRequest(), timeout=30)))
+    check("watch limit: the 9th is RESOURCE_EXHAUSTED naming --max-connections",
+          code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-connections" in words,
+          (code, words))
+    cancelled_code(held.pop())
+    check("watch limit: a cancelled one leaves", watches_drop_to(srv, 7) == 7)
+    again = h.Watch(hpb.HealthCheckRequest(), timeout=120)
+    check("watch limit: then another opens", next(again).status == SERVING)
+    for w in held + [again]:
+        cancelled_code(w)
+
+
 def check_drain(srv):
-    """SIGTERM while a long call computes (--shutdown-grace 5): the health service says
-    NOT_SERVING, ServerReady false, and a new inference is UNAVAILABLE."""
+    """SIGTERM while a long call computes (--shutdown-grace 5): a Watch opened before is
+    told NOT_SERVING while the server still answers, the health service says NOT_SERVING,
+    ServerReady false, a new inference is UNAVAILABLE, and the Watch ends UNAVAILABLE when
+    the server stops."""
     s = srv.stub()
     n, d = 32768, 256
     req = infer_request("attention", [("q", "FP32", [n, d], floats(n * d, 1)),
@@ -535,8 +627,12 @@ def check_drain(srv):
             break
         time.sleep(0.01)
     check("drain: the long call is held", not future.done())
-    srv.proc.terminate()
     h = srv.health()
+    watch = h.Watch(hpb.HealthCheckRequest(), timeout=120)
+    check("drain: a Watch is told SERVING first", next(watch).status == SERVING)
+    srv.proc.terminate()
+    # the checks below are answered by the server, so it had not exited when this came
+    check("drain: the Watch is told NOT_SERVING", next(watch).status == NOT_SERVING)
     for _ in range(500):  # until the signal is taken; bounded
         status = h.Check(hpb.HealthCheckRequest()).status
         if status != hpb.HealthCheckResponse.SERVING:
@@ -551,6 +647,13 @@ def check_drain(srv):
     code, _ = rpc_error(future.result)
     check("drain: the long call ends (stopped in the grace's last tenth)",
           code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK), code)
+    code, rest = grpc.StatusCode.OK, []
+    try:
+        rest = [m.status for m in watch]
+    except grpc.RpcError as e:
+        code = e.code()
+    check("drain: the Watch ends UNAVAILABLE when the server stops, told nothing more",
+          code == grpc.StatusCode.UNAVAILABLE and rest == [], (code, rest))
 
 
 def check_port_taken(srv):
@@ -600,7 +703,9 @@ def check_tls(binary):
 def main():
     args = harness.arguments(__doc__)
     harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
-                              check_statistics, check_stream, check_port_taken],
+                              check_statistics, check_stream, check_port_taken, check_watch],
+                server_class=GrpcServer)
+    harness.run(args.server, [check_watch_limit], "--max-connections", "8",
                 server_class=GrpcServer)
     harness.run(args.server, [check_limits], "--max-elements", "4096", "--max-body", "1M",
                 server_class=GrpcServer)
