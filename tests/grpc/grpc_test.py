@@ -214,7 +214,12 @@ def check_every_rpc(srv):
           [(t.name, pb.DataType.Name(t.data_type), list(t.dims), t.optional) for t in cfg.input] ==
           [(t["name"], t["data_type"], t["dims"], t.get("optional", False)) for t in v2["input"]]
           and [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] ==
-          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]], cfg)
+          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]] and
+          {k: p.string_value for k, p in cfg.parameters.items()} ==
+          {k: p["string_value"] for k, p in v2["parameters"].items()}, cfg)
+    check("ModelConfig: FP16 and BF16 listed among the input and output datatypes",
+          all(set(cfg.parameters[k].string_value.split(",")) == {"FP32", "FP64", "FP16", "BF16"}
+              for k in ("input_datatypes", "output_datatypes")), cfg)
     code, _ = rpc_error(s.ModelConfig, pb.ModelConfigRequest(name="absent"))
     check("ModelConfig: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
     s.ModelInfer(infer_request("attention", SEED))
