@@ -167,11 +167,9 @@ static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
                          "%s (input \"%s\") must be a string: FP32, FP64, FP16, BF16 or BOOL.",
                          field, t->name);
     const char *dts = json_string_value(dt);
-    if (v2_datatype_float(dts, &t->datatype) == 0)
-        ;
-    else if (strcmp(dts, "BOOL") == 0)
+    if (strcmp(dts, "BOOL") == 0)
         t->datatype = V2_BOOL;
-    else
+    else if (v2_datatype_float(dts, &t->datatype) != 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
                          "%s (input \"%s\") is \"%.20s\", %s; this server takes FP32, FP64, "
                          "FP16, BF16 and BOOL.", field, t->name, dts,
