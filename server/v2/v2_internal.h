@@ -50,15 +50,19 @@ typedef struct v2_outputs {
 typedef struct v2_answer_head {
     const char *model;      /* the model's name */
     const char *id;         /* the request's id, or NULL */
-    v2_datatype dtype;      /* of the numeric inputs, and so of the outputs */
+    v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
 } v2_answer_head;
 
-/* Writes the 200 answer of an inference: the JSON header with the outputs
- * asked for (JSON data, or binary_data_size with the bytes after the
- * header), the scale, heads and compute_ms.  hint is the expected size of
- * the JSON numbers.  On out of memory resp holds the 503 error instead. */
-void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
-                     const attn_result *res, double compute_ms, size_t hint, api_response *resp);
+/* Writes the 200 answer of an inference into resp: the JSON header with the
+ * outputs asked for (JSON data, or binary_data_size with the bytes after the
+ * header), the scale, heads and compute_ms, every float output in head->dtype.
+ * hint is the expected size of the JSON numbers.  Returns 0; or, with resp
+ * untouched and err set, ERR_BAD_REQUEST when an output holds a finite number
+ * that would be Inf in head->dtype (naming the output and the element), or
+ * the out-of-memory error. */
+int v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
+                    const attn_result *res, double compute_ms, size_t hint, api_response *resp,
+                    attn_error *err);
 
 #endif
