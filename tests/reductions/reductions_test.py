@@ -144,11 +144,6 @@ def v1_body(q, k, v, mask, H, causal, scale, dtype, red):
     return json.dumps(body).encode()
 
 
-def axes(a, H):
-    """A v1/v2 answer's reduction made [B, H, ...] (the requests here are batched with heads)."""
-    return np.asarray(a)
-
-
 def check_v1(srv, path, dtype):
     rng = np.random.default_rng(32)
     for name, B, H, lq, lk, d, masked, causal, large in CASES:
@@ -174,9 +169,87 @@ def check_v1(srv, path, dtype):
         check(tag + "/output still there", len(ans["output"]) == B)
 
 
+OUT_NAMES = {"entropy": ["entropy"], "max": ["max_weight", "argmax"], "received": ["received"],
+             "sink": ["sink"], "local": ["local"], "topk": ["topk_indices", "topk_weights"]}
+NP_TYPES = {"FP64": np.float64, "FP32": np.float32, "INT64": np.int64}
+
+
+def v2_call(srv, q, k, v, mask, H, causal, scale, datatype, red, binary, outputs=True):
+    """A v2 inference; returns (status, {name: array} or the error)."""
+    params = dict(red, heads=H, causal=causal)
+    if scale is not None:
+        params["scale"] = scale
+    tensors = [("q", datatype, q), ("k", datatype, k), ("v", datatype, v)]
+    if mask is not None:
+        tensors.append(("mask", "BOOL", mask.astype(bool)))
+    head = {"inputs": [], "parameters": params}
+    blobs = []
+    for name, dt, a in tensors:
+        t = {"name": name, "datatype": dt, "shape": list(a.shape)}
+        if binary:
+            blob = a.astype(NP_TYPES.get(dt, np.bool_)).tobytes()
+            t["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            t["data"] = a.ravel().tolist()
+        head["inputs"].append(t)
+    if outputs:
+        head["outputs"] = [{"name": n, "parameters": {"binary_data": binary}}
+                           for key in red for n in OUT_NAMES[key]]
+    text = json.dumps(head).encode()
+    hdrs = {"Content-Type": "application/octet-stream" if binary else "application/json"}
+    if binary:
+        hdrs["Inference-Header-Content-Length"] = str(len(text))
+    status, body, headers = srv.request("POST", "/v2/models/attention/infer",
+                                        text + b"".join(blobs), hdrs)
+    if status != 200:
+        return status, body
+    hl = int(headers.get("Inference-Header-Content-Length") or len(body))
+    answer, at, outs = json.loads(body[:hl]), hl, {}
+    for o in answer["outputs"]:
+        if "data" in o:
+            outs[o["name"]] = np.array(o["data"], NP_TYPES[o["datatype"]]).reshape(o["shape"])
+        else:
+            n = o["parameters"]["binary_data_size"]
+            outs[o["name"]] = np.frombuffer(body[at:at + n], NP_TYPES[o["datatype"]]).reshape(
+                o["shape"])
+            at += n
+        outs[o["name"] + ".datatype"] = o["datatype"]
+    return status, outs
+
+
+def check_v2(srv, path, dtype, binary):
+    rng = np.random.default_rng(320)
+    datatype = "FP64" if dtype == "float64" else "FP32"
+    for name, B, H, lq, lk, d, masked, causal, large in CASES:
+        if large and dtype == "float32":
+            continue
+        q, k, v, mask = make_case(rng, B, H, lq, lk, d, masked, large)
+        if dtype == "float32":
+            q, k = q.astype(np.float32).astype(float), k.astype(np.float32).astype(float)
+        scale = 1.0 if large else None
+        red = dict(ALL)
+        red["topk"] = min(4, lk)
+        tag = "v2/%s/%s/%s/%s" % (path, dtype, "binary" if binary else "json", name)
+        status, outs = v2_call(srv, q, k, v, mask, H, causal, scale, datatype, red, binary)
+        if status != 200:
+            check(tag, False, (status, outs[:300]))
+            continue
+        sc = 1.0 if large else 1.0 / np.sqrt(d)
+        ref = reference(heads_view(q, H), heads_view(k, H), sc, mask, causal, red)
+        compare(tag, outs, ref, ref[1], red, dtype)
+        check(tag + "/types and no output",
+              "output" not in outs and outs["argmax.datatype"] == "INT64" and
+              outs["topk_indices.datatype"] == "INT64" and outs["entropy.datatype"] == datatype,
+              sorted(outs))
+
+
 def v1_checks(path):
     return [named("check_v1_%s_%s" % (path, dt), lambda srv, dt=dt: check_v1(srv, path, dt))
-            for dt in ("float64", "float32")]
+            for dt in ("float64", "float32")] + \
+        [named("check_v2_%s_%s_%s" % (path, dt, "binary" if b else "json"),
+               lambda srv, dt=dt, b=b: check_v2(srv, path, dt, b))
+         for dt in ("float64", "float32") for b in (False, True)]
 
 
 def check_errors(srv):
@@ -201,6 +274,58 @@ def check_errors(srv):
               status == 400 and err.get("field") == field, (status, out[:200]))
 
 
+def check_v2_rules(srv):
+    """The outputs with no list, the conflicts between outputs and parameters, the 400s on v2,
+    and the model metadata."""
+    rng = np.random.default_rng(7)
+    q, k, v, _ = make_case(rng, 1, 1, 6, 6, 4, False)
+    red = {"entropy": True, "topk": 2}
+    status, outs = v2_call(srv, q, k, v, None, 1, False, None, "FP64", red, False, outputs=False)
+    check("v2/no outputs listed: output and the reductions asked, no attention",
+          status == 200 and sorted(n for n in outs if "." not in n) ==
+          ["entropy", "output", "topk_indices", "topk_weights"], sorted(outs) if status == 200
+          else outs)
+
+    def error_of(params, outputs):
+        head = {"inputs": [{"name": n, "datatype": "FP64", "shape": list(a.shape),
+                            "data": a.ravel().tolist()} for n, a in (("q", q), ("k", k), ("v", v))],
+                "parameters": params}
+        if outputs is not None:
+            head["outputs"] = [{"name": o} for o in outputs]
+        status, body, _ = srv.request("POST", "/v2/models/attention/infer",
+                                      json.dumps(head).encode(), {"Content-Type": "application/json"})
+        # v2's error is one sentence, which holds the field (answer.c puts it in front when
+        # the words do not name it)
+        return status, json.loads(body).get("error", "") if status != 200 else ""
+    cases = [
+        ({"topk": 0}, None, "parameters.topk"),
+        ({"topk": 7}, None, "parameters.topk"),
+        ({"topk": "2"}, None, "parameters.topk"),
+        ({"sink": -1}, None, "parameters.sink"),
+        ({"local": 0.5}, None, "parameters.local"),
+        ({"entropy": "yes"}, None, "parameters.entropy"),
+        ({}, ["argmax"], "parameters.max"),
+        ({"topk": 2}, ["output"], "parameters.topk"),
+        ({"received": True}, ["entropy"], "parameters.entropy"),
+    ]
+    for params, outputs, field in cases:
+        status, err = error_of(params, outputs)
+        check("errors/v2 %s outputs %s -> 400 %s" % (json.dumps(params), outputs, field),
+              status == 400 and field in err, (status, err))
+    status, err = error_of({"received": True}, ["entropy", "received"])
+    check("errors/v2 entropy named without its parameter", status == 400 and
+          "parameters.entropy" in err, err)
+    status, body, _ = srv.request("GET", "/v2/models/attention")
+    meta = {o["name"]: o["datatype"] for o in json.loads(body)["outputs"]} if status == 200 else {}
+    check("v2/metadata lists the reductions", meta.get("argmax") == "INT64" and
+          meta.get("topk_indices") == "INT64" and meta.get("entropy") == "FP32" and
+          {"received", "sink", "local", "max_weight", "topk_weights"} <= set(meta), meta)
+    status, body, _ = srv.request("GET", "/v2/models/attention/config")
+    conf = {o["name"]: o["data_type"] for o in json.loads(body)["output"]} if status == 200 else {}
+    check("v2/config lists the reductions", conf.get("argmax") == "TYPE_INT64" and
+          conf.get("received") == "TYPE_FP32", conf)
+
+
 def kernel_paths():
     flags = open("/proc/cpuinfo").read().split()
     paths = ["portable"]
@@ -215,7 +340,7 @@ def main():
     args = harness.arguments(__doc__)
     for path in kernel_paths():
         harness.run(args.server, v1_checks(path), "--kernel", path)
-    harness.run(args.server, [check_errors])
+    harness.run(args.server, [check_errors, check_v2_rules])
     return harness.summary()
 
 
