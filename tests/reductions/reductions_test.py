@@ -326,6 +326,23 @@ def check_v2_rules(srv):
           conf.get("received") == "TYPE_FP32", conf)
 
 
+def check_memory_estimate(srv):
+    """The reductions' arrays count in the estimate checked before anything is allocated: on a
+    server with --max-request-memory 1M, the same request passes without top-k and is refused
+    with it (300 x 300 top-k weights and indices: 1.4 MB)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((300, 8)).tolist()
+    base = {"q": q, "k": q, "v": q, "return_attention": False}
+    answers = []
+    for red in ({"entropy": True}, {"entropy": True, "topk": 300}):
+        status, body, _ = srv.request("POST", "/v1/attention",
+                                      json.dumps(dict(base, reductions=red)).encode(),
+                                      {"Content-Type": "application/json"})
+        answers.append((status, body[:200]))
+    check("memory estimate: 200 without the large top-k, 413 with it",
+          answers[0][0] == 200 and answers[1][0] == 413, answers)
+
+
 def kernel_paths():
     flags = open("/proc/cpuinfo").read().split()
     paths = ["portable"]
@@ -341,6 +358,7 @@ def main():
     for path in kernel_paths():
         harness.run(args.server, v1_checks(path), "--kernel", path)
     harness.run(args.server, [check_errors, check_v2_rules])
+    harness.run(args.server, [check_memory_estimate], "--max-request-memory", "1M")
     return harness.summary()
 
 
