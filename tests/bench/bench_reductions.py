@@ -3,7 +3,7 @@
 output alone, on the same server (make bench's `reductions` step).
 
 For each L (16384, 32768, 131072): q, k, v of L x 64, one head, causal, as binary v2 tensors of
-BENCH_REDUCE_DATATYPE (default FP32; the one place to switch the inputs' type), sent to a
+BENCH_REDUCE_DATATYPE (default FP16; FP32 or FP64), sent to a
 freshly started build/attention-server on a free 127.0.0.1 port:
   reductions  parameters entropy, received, sink 4, local 16, topk 8; outputs those (no output)
   output      the same inputs, outputs ["output"] alone
@@ -33,8 +33,8 @@ import urllib.request
 
 import numpy as np
 
-DATATYPE = os.environ.get("BENCH_REDUCE_DATATYPE", "FP32")
-NP = {"FP32": np.float32, "FP64": np.float64}
+DATATYPE = os.environ.get("BENCH_REDUCE_DATATYPE", "FP16")
+NP = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "INT64": np.int64}
 D = 64
 
 
@@ -105,7 +105,7 @@ def check_reductions(L, head, blob):
     outs, at = {}, 0
     for o in head["outputs"]:
         n = o["parameters"]["binary_data_size"]
-        dt = np.int64 if o["datatype"] == "INT64" else NP[DATATYPE]
+        dt = NP[o["datatype"]]
         outs[o["name"]] = np.frombuffer(blob[at:at + n], dt).reshape(o["shape"])
         at += n
     w = outs["topk_weights"]

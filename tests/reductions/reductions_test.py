@@ -3,7 +3,8 @@
 float64 reference that materialises the whole matrix: random cases with masks, fully masked
 rows, causal, heads, batch, cross-attention and large logits, on v1 (JSON) and v2 (JSON and
 binary data, and one gRPC call when the gRPC tools are here), once per kernel path this CPU
-has (a server started with each --kernel).  And the 400s a bad reductions field gets.
+has (a server started with each --kernel); FP16 inputs and output_datatype FP16.  And the
+400s a bad reductions field gets.
 
 Tolerances: float64 within 1e-12 relative, float32 within 1e-5 relative, each with an absolute
 floor (1e-13 and 1e-7) for values near 0, where a relative bound means nothing (a sink mass of
@@ -171,12 +172,14 @@ def check_v1(srv, path, dtype):
 
 OUT_NAMES = {"entropy": ["entropy"], "max": ["max_weight", "argmax"], "received": ["received"],
              "sink": ["sink"], "local": ["local"], "topk": ["topk_indices", "topk_weights"]}
-NP_TYPES = {"FP64": np.float64, "FP32": np.float32, "INT64": np.int64}
+NP_TYPES = {"FP64": np.float64, "FP32": np.float32, "FP16": np.float16, "INT64": np.int64}
 
 
-def v2_call(srv, q, k, v, mask, H, causal, scale, datatype, red, binary, outputs=True):
-    """A v2 inference; returns (status, {name: array} or the error)."""
-    params = dict(red, heads=H, causal=causal)
+def v2_call(srv, q, k, v, mask, H, causal, scale, datatype, red, binary, outputs=True,
+            extra=None):
+    """A v2 inference (extra: more parameters); returns (status, {name: array} or the
+    error)."""
+    params = dict(red, heads=H, causal=causal, **(extra or {}))
     if scale is not None:
         params["scale"] = scale
     tensors = [("q", datatype, q), ("k", datatype, k), ("v", datatype, v)]
@@ -242,6 +245,37 @@ def check_v2(srv, path, dtype, binary):
               "output" not in outs and outs["argmax.datatype"] == "INT64" and
               outs["topk_indices.datatype"] == "INT64" and outs["entropy.datatype"] == datatype,
               sorted(outs))
+
+
+def check_half(srv):
+    """FP16 inputs (binary) are reduced as the float32 job of their widened values, and
+    output_datatype FP16 rounds every float reduction as NumPy rounds the same request's
+    FP64 answer (the reduced values exactly); the INT64 outputs stay INT64."""
+    rng = np.random.default_rng(321)
+    q, k, v, mask = make_case(rng, 2, 2, 9, 12, 8, True)
+    q, k, v = (a.astype(np.float16) for a in (q, k, v))
+    red = dict(ALL)
+    answers = {}
+    for dt in ("FP64", "FP16"):
+        status, outs = v2_call(srv, q, k, v, mask, 2, False, None, "FP16", red, True,
+                               extra={"output_datatype": dt})
+        if status != 200:
+            check("half/output_datatype %s" % dt, False, (status, outs[:300]))
+            return
+        answers[dt] = outs
+    wide = [a.astype(float) for a in (q, k)]
+    ref = reference(heads_view(wide[0], 2), heads_view(wide[1], 2), 1 / np.sqrt(8), mask,
+                    False, red)
+    compare("half/FP16 inputs as float32", answers["FP64"], ref, ref[1], red, "float32")
+    f64, f16 = answers["FP64"], answers["FP16"]
+    floats = [n for n in ("entropy", "max_weight", "received", "sink", "local", "topk_weights")]
+    check("half/FP16 outputs are the FP64 answer rounded to nearest even",
+          all(f16[n + ".datatype"] == "FP16" and
+              np.array_equal(f16[n].view(np.uint16), f64[n].astype(np.float16).view(np.uint16))
+              for n in floats), [(n, f16[n + ".datatype"]) for n in floats])
+    check("half/INT64 outputs stay INT64, equal",
+          all(f16[n + ".datatype"] == "INT64" and np.array_equal(f16[n], f64[n])
+              for n in ("argmax", "topk_indices")))
 
 
 def v1_checks(path):
@@ -389,7 +423,7 @@ def main():
     args = harness.arguments(__doc__)
     for path in kernel_paths():
         harness.run(args.server, v1_checks(path), "--kernel", path)
-    harness.run(args.server, [check_errors, check_v2_rules, check_projections])
+    harness.run(args.server, [check_errors, check_v2_rules, check_projections, check_half])
     harness.run(args.server, [check_memory_estimate], "--max-request-memory", "1M")
     return harness.summary()
 
