@@ -252,14 +252,15 @@ static int match_reductions(const json_t *root, v2_outputs *o, const attention_r
     for (size_t i = 0; i < o->n; i++) {
         int w = o->which[i];
         named[w] = 1;
+        if (v2_output_parameter(w) == NULL || v2_output_asked(r, w))
+            continue;
         char field[ATTENTION_FIELD_MAX];
-        snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w) ? v2_output_parameter(w) : "");
-        if (v2_output_parameter(w) != NULL && !v2_output_asked(r, w))
-            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
-                             "outputs[%zu] names \"%s\", which needs parameters.%s%s.", i,
-                             v2_output_names[w], v2_output_parameter(w),
-                             w == V2_OUT_TOPK_INDICES || w == V2_OUT_TOPK_WEIGHTS ? " (k)" :
-                             w == V2_OUT_SINK || w == V2_OUT_LOCAL ? " (a width)" : ": true");
+        snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w));
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
+                         "outputs[%zu] names \"%s\", which needs parameters.%s%s.", i,
+                         v2_output_names[w], v2_output_parameter(w),
+                         w == V2_OUT_TOPK_INDICES || w == V2_OUT_TOPK_WEIGHTS ? " (k)" :
+                         w == V2_OUT_SINK || w == V2_OUT_LOCAL ? " (a width)" : ": true");
     }
     for (int w = V2_OUT_ENTROPY; w < V2_OUT_COUNT; w++) {
         /* both outputs of max and of topk count: either one is enough */
