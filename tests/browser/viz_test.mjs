@@ -196,16 +196,38 @@ test('serves the page under a strict CSP, / redirects to it', async () => {
 for (const fx of fixtures)
   test(`${fx.name}: loads by URL, the values view shows the fixture's numbers`, async (page) => {
     await openView(page, `example=${fx.name}&view=values`);
-    const cells = await page.$$eval('#attention-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.textContent]));
+    const cells = await page.$$eval('#attention-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.dataset.v]));
     const att = fx.expect.attention;
     assert(cells.length === att.length * att[0].length, `${cells.length} attention cells shown for ${att.length}x${att[0].length}`);
     for (const [i, j, text] of cells) close(Number(text), att[i][j], fx.expect.tolerance, `attention[${i}][${j}]`);
     let out = fx.expect.output;
     if (fx.request.layout === 'columns') out = out[0].map((_, n) => out.map((row) => row[n]));
-    const outCells = await page.$$eval('#output-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.textContent]));
+    const outCells = await page.$$eval('#output-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.dataset.v]));
     assert(outCells.length === out.length * out[0].length, `${outCells.length} output cells shown for ${out.length}x${out[0].length}`);
     for (const [i, f, text] of outCells) close(Number(text), out[i][f], fx.expect.tolerance, `output[${i}][${f}]`);
   });
+
+test('tables round numbers for reading, with the exact number on hover and in the CSV', async (page) => {
+  // the toy request's values are written so that the float64 results carry float noise
+  // (-0.09129899999999999): each cell shows 4 significant digits and keeps every digit in its title
+  await openView(page, 'example=seed004_toy&view=values');
+  const cells = await page.$$eval('#attention-table td, #output-table td', (tds) => tds.map((td) =>
+    ({ text: td.textContent, title: td.title, v: td.dataset.v })));
+  assert(cells.length > 0, 'no cells');
+  let noisy = 0;
+  for (const c of cells) {
+    const exact = Number(c.v);
+    assert(c.title.endsWith(c.v), `the title "${c.title}" does not give the exact ${c.v}`);
+    const want = Number.isInteger(exact) ? String(exact) : String(Number(exact.toPrecision(4)));
+    assert(c.text === want, `cell ${c.v} shows "${c.text}", not "${want}"`);
+    assert(c.text.replace(/^-?0\.0*|e.*$|[-.]/g, '').length <= 4, `"${c.text}" has more than 4 significant digits`);
+    if (c.v.replace(/^-?0\.0*|e.*$|[-.]/g, '').length > 4) noisy++;
+  }
+  assert(noisy > 0, 'no cell of the example needs rounding, so this test checks nothing');
+  const csv = fs.readFileSync(await downloadTo(page, path.join(tmp, 'csv-round'), '#export-csv', '.csv'), 'utf8');
+  const exactWeights = await page.$$eval('#attention-table td', (tds) => tds.map((td) => td.dataset.v));
+  for (const v of exactWeights.filter((x) => x !== '0')) assert(csv.includes(v), `the CSV lacks the exact ${v}`);
+});
 
 test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {
   await openView(page, 'example=seed004_toy&view=values');
@@ -494,10 +516,11 @@ function refAttention(q, k, causal) {
   });
 }
 
-// The numbers of a table's cells: the exact number where the cell also shows a rounded one.
+// The numbers of a table's cells: the exact number every numeric cell keeps beside the
+// rounded one it shows.
 async function tableNumbers(page, selector) {
   return page.$$eval(selector + ' td', (tds) => tds.map((td) => ({ i: Number(td.dataset.i), j: Number(td.dataset.j),
-    v: Number(td.dataset.v != null ? td.dataset.v : td.textContent) })));
+    v: Number(td.dataset.v) })));
 }
 
 test('selection: several queries summed or averaged under the heatmap and in the lines view', async (page) => {
@@ -745,8 +768,9 @@ test('neuron view: q, k, their product, dot, scaled score and weight of one quer
   const scores = dots.map((d, j) => (j > 3 ? -Infinity : d * scale));
   const mx = Math.max(...scores), e = scores.map((s) => Math.exp(s - mx)), z = e.reduce((a, b) => a + b, 0);
   const rows = await page.$$eval('#neuron-table tr[data-j]', (trs) => trs.map((tr) => ({
-    j: Number(tr.dataset.j), dot: Number(tr.querySelector('.dot').textContent),
-    scaled: tr.querySelector('.scaled').textContent, weight: Number(tr.querySelector('.weight').textContent),
+    j: Number(tr.dataset.j), dot: Number(tr.querySelector('.dot').dataset.v),
+    scaled: tr.querySelector('.scaled').dataset.v || tr.querySelector('.scaled').textContent,
+    weight: Number(tr.querySelector('.weight').dataset.v),
     k: tr.querySelectorAll('canvas')[0].dataset.values.split(',').map(Number),
     p: tr.querySelectorAll('canvas')[1].dataset.values.split(',').map(Number) })));
   assert(rows.length === 6, `${rows.length} keys shown`);

@@ -710,7 +710,7 @@
       k.textContent = tokenLabel(data.kTokens, j);
       head.append(k);
       const td = vals.insertCell();
-      td.textContent = String(row[j]);
+      window.vizNum.cell(td, row[j]);
       td.dataset.j = j;
     }
     $('selection-values').textContent = '';
@@ -888,10 +888,10 @@
       tr.append(th);
       for (let j = c0; j < c1; j++) {
         const td = tr.insertCell();
-        td.textContent = String(w[i * Lk + j]);
+        window.vizNum.cell(td, w[i * Lk + j]);
         td.dataset.i = i; td.dataset.j = j;
-        if (s[i * Lk + j] === -2) { td.className = 'masked'; td.title = 'masked'; }
-        else if (s[i * Lk + j] === -1) { td.className = 'hidden'; td.title = 'below the threshold or top-k'; }
+        if (s[i * Lk + j] === -2) { td.className = 'masked'; td.title = 'masked: ' + td.title; }
+        else if (s[i * Lk + j] === -1) { td.className = 'hidden'; td.title = 'below the threshold or top-k: ' + td.title; }
       }
     }
     box.append(t);
@@ -911,7 +911,7 @@
       tr.append(th);
       for (let f = 0; f < oc1; f++) {
         const td = tr.insertCell();
-        td.textContent = String(data.output.values[(b * Lq + i) * D + f]);
+        window.vizNum.cell(td, data.output.values[(b * Lq + i) * D + f]);
         td.dataset.i = i; td.dataset.j = f;
       }
     }
@@ -1203,9 +1203,7 @@
       const tr = t.insertRow();
       for (let j = 0; j < n; j++) {
         const td = tr.insertCell();
-        td.textContent = r[i * L + j].toPrecision(4);
-        td.title = String(r[i * L + j]);    /* the exact number */
-        td.dataset.v = String(r[i * L + j]);
+        window.vizNum.cell(td, r[i * L + j]);
         td.dataset.i = i; td.dataset.j = j;
       }
     }
