@@ -229,6 +229,76 @@ test('tables round numbers for reading, with the exact number on hover and in th
   for (const v of exactWeights.filter((x) => x !== '0')) assert(csv.includes(v), `the CSV lacks the exact ${v}`);
 });
 
+// A capture written by the lines of docs/visualizer.md (tests/browser/capture.py runs them on a
+// small random model) and its census computed by that script in float64 NumPy from the file's
+// FP16 q and k: {path, ref}.
+function makeCapture(name, opts) {
+  const dir = path.join(tmp, name);
+  const flags = Object.entries(opts).flatMap(([k, v]) => ['--' + k, String(v)]);
+  execFileSync('/usr/bin/python3', [path.join(path.dirname(new URL(import.meta.url).pathname), 'capture.py'),
+    '--write', dir, ...flags], { stdio: ['ignore', 'ignore', 'inherit'] });
+  return { path: path.join(dir, 'capture.safetensors'), ref: JSON.parse(fs.readFileSync(path.join(dir, 'reference.json'), 'utf8')) };
+}
+
+async function openCapture(page, file) {
+  await openView(page, 'view=census');
+  await (await page.$('#census-file')).uploadFile(file);
+  await page.waitForSelector('body[data-census="ready"], body[data-census="error"]', { timeout: 25000 });
+  return page.$eval('body', (b) => b.dataset.census);
+}
+
+// The server computes the reductions in float32 from the FP16 values widened exactly; its
+// contract for every float32 statistic is 1e-5 relative to the float64 reference (docs/contract.md),
+// and a mean over the queries of numbers each within that stays within it.  The previous-token
+// share is the page's own, from max_weight (float32) and float64 dot products of the same FP16
+// numbers: within the same bound.
+const CENSUS_TOL = 1e-5;
+
+test('census: the capture reader rounds F32 and BF16 to FP16 as the server would, and refuses a bad file naming why', async (page) => {
+  await openView(page, 'view=census');
+  const got = await page.evaluate(() => {
+    const C = window.vizCapture;
+    const f = [1, 3.140625, 65519, 65520, -65520, 2 ** -24, 2 ** -25, 3 * 2 ** -25, 2 ** -14 * (1 - 2 ** -11), -0, 1 + 2 ** -11, 1 + 3 * 2 ** -11]
+      .map((x) => C.toHalf(x));
+    // a one-layer capture of F32 q and BF16 k, [1 head, 2 tokens, 2 dims], written here
+    const header = JSON.stringify({ __metadata__: { tokens: '["a","b"]' },
+      'layer.0.q': { dtype: 'F32', shape: [1, 2, 2], data_offsets: [0, 16] },
+      'layer.0.k': { dtype: 'BF16', shape: [1, 2, 2], data_offsets: [16, 24] } });
+    const buf = new ArrayBuffer(8 + header.length + 24), dv = new DataView(buf);
+    dv.setBigUint64(0, BigInt(header.length), true);
+    new Uint8Array(buf, 8).set(new TextEncoder().encode(header));
+    const d = 8 + header.length;
+    [1.5, -2, 0.1, 70000].forEach((x, i) => dv.setFloat32(d + 4 * i, x, true));
+    [0x3f80, 0xc049, 0x0000, 0x8000].forEach((x, i) => dv.setUint16(d + 16 + 2 * i, x, true));
+    const cap = C.parse(buf);
+    const bad = [];
+    for (const h of [header.replace('[16,24]', '[16,26]'), header.replace('"F32"', '"I8"'),
+      header.replace('"[\\"a\\",\\"b\\"]"', '"[\\"a\\"]"'), header.replace('layer.0.k', 'layer.0.kk')]) {
+      const b2 = new ArrayBuffer(8 + h.length + 24), v2 = new DataView(b2);
+      v2.setBigUint64(0, BigInt(h.length), true);
+      new Uint8Array(b2, 8).set(new TextEncoder().encode(h));
+      try { C.parse(b2); bad.push('accepted'); } catch (e) { bad.push(e.message); }
+    }
+    return { f, q: Array.from(C.headHalf(cap.layers[0].q, 0)), k: Array.from(C.headHalf(cap.layers[0].k, 0)), tokens: cap.tokens, bad };
+  });
+  // half bits worked by hand: 1, 3.140625, the largest finite, the tie past it to +-Inf, the
+  // smallest subnormal, a tie to even (0), 1.5 subnormals (up to 2), the largest subnormal
+  // rounded up to the smallest normal, -0, ties to even at 1
+  const want = [0x3c00, 0x4248, 0x7bff, 0x7c00, 0xfc00, 0x0001, 0x0000, 0x0002, 0x0400, 0x8000, 0x3c00, 0x3c02];
+  got.f.forEach((b, i) => assert(b === want[i], `toHalf case ${i}: 0x${b.toString(16)}, not 0x${want[i].toString(16)}`));
+  assert(got.q.join() === [0x3e00, 0xc000, 0x2e66, 0x7c00].join(), 'F32 q as halves: ' + got.q.map((b) => b.toString(16)));
+  assert(got.k.join() === [0x3c00, 0xc248, 0x0000, 0x8000].join(), 'BF16 k as halves: ' + got.k.map((b) => b.toString(16)));
+  assert(got.tokens.join() === 'a,b', 'tokens: ' + got.tokens);
+  const why = ['ends at byte 26', 'dtype "I8"', '1 strings for 2 tokens', 'no tensor "layer.0.k"'];
+  got.bad.forEach((m, i) => assert(m.includes(why[i]), `bad file ${i}: "${m}", not about ${why[i]}`));
+  // a truncated file opened in the page: the census says why and computes nothing
+  const trunc = path.join(tmp, 'truncated.safetensors');
+  fs.writeFileSync(trunc, Buffer.from([200, 0, 0, 0, 0, 0, 0, 0, 123]));
+  assert(await openCapture(page, trunc) === 'error', 'a truncated file was accepted');
+  const note = await page.$eval('#census-note', (e) => e.textContent);
+  assert(note.includes('header length is 200 bytes, past the end of the file'), 'note: ' + note);
+});
+
 test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {
   await openView(page, 'example=seed004_toy&view=values');
   const phases = (await page.$eval('body', (b) => b.dataset.serverPhases || '')).split(',');

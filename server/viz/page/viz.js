@@ -17,7 +17,9 @@
  *   model    a layer x head grid of thumbnails and the attention rollout across layers, for
  *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N);
  *   neuron   q_i and each k_j of one query and head, their product, dot, score and weight
- *            (drawn by viz_neuron.js from the q and k the server returns with return_qk).
+ *            (drawn by viz_neuron.js from the q and k the server returns with return_qk);
+ *   census   a layer x head grid of statistics of a model's heads, from q and k captured
+ *            from the model (viz_census.js; it keeps its own data, not this one).
  * Several query tokens can be selected (`select=`): the heatmap and lines views then show
  * their attention combined, summed or averaged.  A request typed into the editor travels in
  * the link as `req=` (viz_share.js), so a link reproduces any view.
@@ -29,7 +31,7 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron'];
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron', 'census'];
   const SELECTION_TABLE_KEYS = 64;    /* keys listed with numbers under the heatmap */
   /* Requests whose attention has at least this many weights use the binary v2 form when
    * the server offers it: below it JSON is as fast and keeps the response readable. */
@@ -1273,7 +1275,7 @@
       else if (state.view === 'values') drawValues();
       else if (state.view === 'compare') ensureCompare();
       else if (state.view === 'neuron') ensureNeuron();
-      else drawModel();
+      else if (state.view === 'model') drawModel();
     }
     renderCount++;
     document.body.dataset.render = renderCount;
@@ -1788,6 +1790,7 @@
       });
     setupHeatmapInteraction();
     setupLinesInteraction();
+    window.vizCensus.init({ lut: LUT, drawPooled, pool: () => state.pool });
     window.addEventListener('hashchange', applyHash);
     $('compare').add(new Option('(nothing)', ''));
     $('compare').add(new Option(compareLabel('causal'), 'causal'));

@@ -102,7 +102,7 @@
     if (!layers.length) fail('it has no tensor "layer.0.q": a capture holds layer.L.q and layer.L.k for each layer L');
     for (let L = 0; L < layers.length; L++) {
       const l = layers[L];
-      if (!l || !l.q || !l.k) fail(`it has no tensor "layer.${L}.${l && l.q ? 'k' : 'q'}", but has a layer after it`);
+      if (!l || !l.q || !l.k) fail(`it has no tensor "layer.${L}.${l && l.q ? 'k' : 'q'}"` + (L + 1 < layers.length ? ', but has a layer after it' : ''));
       if (l.q.T !== layers[0].q.T || l.k.T !== l.q.T) fail(`layer ${L}'s q and k must have the ${layers[0].q.T} tokens of layer 0's q`);
       if (l.q.D !== l.k.D) fail(`layer ${L}: q has head_dim ${l.q.D} and k ${l.k.D}`);
       if (l.k.H < 1 || l.q.H % l.k.H) fail(`layer ${L}: q has ${l.q.H} heads, not a multiple of k's ${l.k.H}`);

@@ -27,26 +27,33 @@
     };
   }
 
-  /* The v2 body: a JSON header and the inputs' bytes, and the header's length. */
+  /* The v2 body: a JSON header and the inputs' bytes, and the header's length.  The inputs
+   * are req's q, k and v (nested arrays, float32 or float64 as req.dtype says), or
+   * req.inputs as they are ([{name, shape, datatype, values: a typed array}]: the heads
+   * census sends FP16 bits). */
   function body(req, params, flatten) {
-    const f32 = req.dtype === 'float32', T = f32 ? Float32Array : Float64Array;
-    const arrays = ['q', 'k', 'v'].map((name) => {
-      const shape = [];
-      for (let x = req[name]; Array.isArray(x); x = x[0]) shape.push(x.length);
-      return { name, shape, values: flatten(req[name], T) };
-    });
+    let arrays = req.inputs;
+    if (!arrays) {
+      const f32 = req.dtype === 'float32', T = f32 ? Float32Array : Float64Array;
+      arrays = ['q', 'k', 'v'].map((name) => {
+        const shape = [];
+        for (let x = req[name]; Array.isArray(x); x = x[0]) shape.push(x.length);
+        return { name, shape, datatype: f32 ? 'FP32' : 'FP64', values: flatten(req[name], T) };
+      });
+    }
     const header = {
-      inputs: arrays.map((a) => ({ name: a.name, shape: a.shape, datatype: f32 ? 'FP32' : 'FP64',
+      inputs: arrays.map((a) => ({ name: a.name, shape: a.shape, datatype: a.datatype,
         parameters: { binary_data_size: a.values.byteLength } })),
       outputs: [{ name: 'attention', parameters: { binary_data: true } }],
       parameters: params,
     };
     const text = new TextEncoder().encode(JSON.stringify(header));
-    return { parts: [text].concat(arrays.map((a) => new Uint8Array(a.values.buffer))), headerLength: text.length };
+    return { parts: [text].concat(arrays.map((a) => new Uint8Array(a.values.buffer, a.values.byteOffset, a.values.byteLength))),
+      headerLength: text.length };
   }
 
   /* Asks the server for the pooled grid of req over the window w ({q0, q1, k0, k1}, tokens,
-   * ends excluded) in about rows x cols cells.  Returns {grid: {B, H, gr, gc, br, bc,
+   * ends excluded) in about rows x cols cells (req.params: more v2 parameters).  Returns {grid: {B, H, gr, gc, br, bc,
    * values}, ms} or {error}. */
   async function fetchGrid(req, w, rows, cols, reduce, flatten) {
     const params = {
@@ -57,6 +64,7 @@
     if (req.causal) params.causal = true;
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
+    Object.assign(params, req.params);
     const b = body(req, params, flatten);
     const r = await fetch('/v2/models/attention/infer', {
       method: 'POST', body: new Blob(b.parts),
