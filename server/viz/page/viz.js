@@ -47,7 +47,7 @@
   const state = {
     example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
     threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '', query: 0,
-    pool: 'max',
+    pool: 'max', transfer: 'exact',
   };
   let data = null;            /* see setData */
   /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
@@ -111,6 +111,7 @@
       model: p.get('model') || '',
       query: Math.floor(num('query', 0)),
       pool: p.get('pool') === 'mean' ? 'mean' : 'max',
+      transfer: p.get('transfer') === 'fp16' ? 'fp16' : 'exact',
     };
   }
 
@@ -149,6 +150,7 @@
     if (state.model) p.set('model', state.model);
     if (state.view === 'neuron') p.set('query', state.query);
     if (state.pool !== 'max') p.set('pool', state.pool);
+    if (state.transfer !== 'exact') p.set('transfer', state.transfer);
     return p;
   }
 
@@ -308,6 +310,7 @@
     $('select').value = state.select.join(',');
     $('neuron-index').value = String(state.query);
     $('pool').value = state.pool;
+    $('transfer').value = state.transfer;
     $('agg').value = state.agg;
     if (state.compare && ![...$('compare').options].some((o) => o.value === state.compare))
       $('compare').add(new Option(compareLabel(state.compare), state.compare));
@@ -1324,8 +1327,10 @@
 
   /* POST /v2/models/attention/infer with binary outputs: the JSON header, whose length is
    * the Inference-Header-Content-Length response header, then each output's raw
-   * little-endian bytes in order (parameters.binary_data_size each).  Returns data, or
-   * null when the server answers this request with an error (shown). */
+   * little-endian bytes in order (parameters.binary_data_size each).  With *Large answers
+   * in* FP16 (state.transfer) the outputs come as FP16 (output_datatype), half of float32's
+   * bytes, and are widened here to a Float32Array.  Returns data, or null when the server
+   * answers this request with an error (shown). */
   async function computeBinary(req) {
     const f32 = req.dtype === 'float32';
     const dt = f32 ? 'FP32' : 'FP64';
@@ -1337,6 +1342,7 @@
       return { name, shape, datatype: dt, data: Array.from(flatten(a, Float64Array)) };
     };
     const params = { binary_data_output: true };
+    if (state.transfer === 'fp16') params.output_datatype = 'FP16';
     if (req.causal) params.causal = true;
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
@@ -1358,7 +1364,10 @@
     const out = {};
     for (const o of header.outputs || []) {
       const size = o.parameters && o.parameters.binary_data_size;
-      if (size != null) {
+      if (size != null && o.datatype === 'FP16') {
+        out[o.name] = { shape: o.shape, values: widenHalf(new Uint16Array(buf.slice(off, off + size))) };
+        off += size;
+      } else if (size != null) {
         out[o.name] = { shape: o.shape, values: new T(buf.slice(off, off + size)) };
         off += size;
       } else {
@@ -1380,6 +1389,13 @@
       header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
     };
     return d;
+  }
+
+  /* FP16 bits to a Float32Array (exact: every half is a float). */
+  function widenHalf(bits) {
+    const out = new Float32Array(bits.length), H = window.vizCapture.HALF;
+    for (let i = 0; i < bits.length; i++) out[i] = H[bits[i]];
+    return out;
   }
 
   /* POST /v1/attention with req: {data} (see setData; source names it), or {error: the
@@ -1724,6 +1740,7 @@
     state.select = parseSelection($('select').value);
     state.agg = $('agg').value === 'mean' ? 'mean' : 'sum';
     state.compare = $('compare').value;
+    state.transfer = $('transfer').value === 'fp16' ? 'fp16' : 'exact';
     const pool = $('pool').value === 'mean' ? 'mean' : 'max';
     if (pool !== state.pool) {
       state.pool = pool;
@@ -1751,7 +1768,7 @@
   function init() {
     for (const b of document.querySelectorAll('#views button'))
       b.addEventListener('click', () => { state.view = b.dataset.view; syncControls(); render(); });
-    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare', 'pool'])
+    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare', 'pool', 'transfer'])
       $(id).addEventListener('change', onControl);
     $('run').addEventListener('click', () => {
       state.example = ''; state.req = ''; $('example').value = ''; compute();
