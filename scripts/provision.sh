@@ -48,9 +48,10 @@ usage() {
 BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev
             libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # The grpc suite generates its Python stubs from api/grpc/*.proto with protoc and
-# grpc_python_plugin and speaks through Debian's grpcio and protobuf.
+# grpc_python_plugin and speaks through Debian's grpcio and protobuf; its FP16 and BF16
+# checks compare with NumPy.
 TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compiler
-           protobuf-compiler-grpc"
+           protobuf-compiler-grpc python3-numpy"
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
 CHECKPOINT_DEBS="python3-torch python3-numpy"

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "json/jsonw.h"
 #include "core/mem.h"
 
@@ -246,18 +247,6 @@ const st_tensor *safetensors_find(const st_file *f, const char *name)
     return bsearch(&key, f->tensors, f->count, sizeof *f->tensors, tensor_cmp);
 }
 
-/* An IEEE half (1 sign, 5 exponent, 10 fraction bits) as a double: exact. */
-static double half_to_double(unsigned h)
-{
-    double sign = (h & 0x8000u) ? -1.0 : 1.0;
-    unsigned e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0)
-        return sign * ldexp((double)m, -24);
-    if (e == 31)
-        return m ? NAN : sign * INFINITY;
-    return sign * ldexp((double)(m | 0x400u), (int)e - 25);
-}
-
 size_t safetensors_elem_size(const st_tensor *t)
 {
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
@@ -285,17 +274,12 @@ double safetensors_get(const st_tensor *t, size_t i)
         memcpy(&v, &bits, sizeof v);
         return v;
     }
-    case SAFETENSORS_BF16: {
-        /* bfloat16 is the top half of a float32. */
+    case SAFETENSORS_BF16:
         p = t->data + i * 2;
-        uint32_t bits = ((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16;
-        float v;
-        memcpy(&v, &bits, sizeof v);
-        return v;
-    }
+        return half_bf16_to_float((uint16_t)(p[0] | p[1] << 8));
     default:
         p = t->data + i * 2;
-        return half_to_double((unsigned)p[0] | (unsigned)p[1] << 8);
+        return half_fp16_to_float((uint16_t)(p[0] | p[1] << 8));
     }
 }
 

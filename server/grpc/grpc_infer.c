@@ -8,7 +8,8 @@
  * its body is the binary section alone: every input travels as binary bytes,
  * whether it came as raw_input_contents (its bytes as they are) or as typed
  * contents (fp32_contents, fp64_contents, bool_contents, written as the same
- * little-endian bytes), and every output is asked in binary, so the numbers
+ * little-endian bytes; FP16 and BF16, which have no typed field, come only
+ * raw), and every output is asked in binary, so the numbers
  * are never text on the way and v2's decoder applies all of its rules, with
  * its words: the datatype, the shape, a raw length that does not match them
  * (refused before anything is allocated for the computation), the element
@@ -74,6 +75,14 @@ static int typed_contents(const Inference__ModelInferRequest__InferInputTensor *
                        : !strcmp(t->datatype, "FP64") ? "fp64_contents"
                        : !strcmp(t->datatype, "BOOL") ? "bool_contents"
                                                       : NULL;
+    if (given != 0 && (!strcmp(t->datatype, "FP16") || !strcmp(t->datatype, "BF16"))) {
+        /* the protocol has no typed field for them: Triton sends them as raw bytes too */
+        grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                          "inputs[%zu].contents of input \"%.64s\": datatype %.16s has no typed "
+                          "contents; send its numbers as raw_input_contents (2 little-endian "
+                          "bytes each).", i, t->name, t->datatype);
+        return -1;
+    }
     if (given == 0 || want == NULL)
         return 0; /* v2 says what is wrong with the datatype or the missing numbers */
     if (given > 1 || (!strcmp(want, "fp32_contents") && c->n_fp32_contents == 0) ||

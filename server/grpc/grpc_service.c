@@ -460,6 +460,22 @@ static void answer_model_config(const unsigned char *in, size_t len, grpc_answer
         m->dims = dims_of(&p, json_object_get(t, "dims"), &m->n_dims);
         c.output[c.n_output++] = m;
     }
+    const json_t *params = json_object_get(root, "parameters");
+    c.parameters = part(&p, json_object_size(params) * sizeof *c.parameters);
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)params, key, value) {
+        Inference__ModelConfig__ParametersEntry *e = part(&p, sizeof *e);
+        Inference__ModelParameter *mp = part(&p, sizeof *mp);
+        if (c.parameters == NULL || e == NULL || mp == NULL)
+            break;
+        inference__model_config__parameters_entry__init(e);
+        inference__model_parameter__init(mp);
+        e->key = (char *)key;
+        mp->string_value = str_of(value, "string_value");
+        e->value = mp;
+        c.parameters[c.n_parameters++] = e;
+    }
     Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
     r.config = &c;
     pack_parts(out, &r.base, &p);

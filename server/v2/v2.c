@@ -19,6 +19,9 @@
 #include "kernel/weights.h"
 
 #define V2_PLATFORM "attention-server"
+/* The float datatypes of the numeric inputs and of parameters.output_datatype
+ * (v2_datatype_float); a tensor's metadata declares FP32, the first. */
+#define V2_FLOAT_DATATYPES "FP32,FP64,FP16,BF16"
 
 
 /* ---- models ------------------------------------------------------------ */
@@ -159,6 +162,9 @@ static void answer_model(const api_request *req, const api_env *env, int config,
         write_config_tensors(&w, in, n_in);
         jw_raw(&w, ",\"output\":");
         write_config_tensors(&w, out, n_out);
+        /* Triton's free-form parameters: what a tensor's one data_type cannot say */
+        jw_raw(&w, ",\"parameters\":{\"input_datatypes\":{\"string_value\":\"" V2_FLOAT_DATATYPES
+                   "\"},\"output_datatypes\":{\"string_value\":\"" V2_FLOAT_DATATYPES "\"}}");
     } else {
         jw_raw(&w, ",\"versions\":[\"" V2_MODEL_VERSION "\"],\"platform\":\"" V2_PLATFORM
                    "\",\"inputs\":");

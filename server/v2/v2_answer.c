@@ -3,9 +3,13 @@
  * model, the parameters used and each output asked for, then, for outputs
  * asked in binary, their bytes in the order asked.
  *
- * An output is written in the precision of the inputs (FP32 or FP64); the
- * float32 attention weights of a float32 job are written as they are,
- * without a round trip through double.
+ * Every float output is written in one datatype, the request's
+ * output_datatype or by default the precision of the computation (FP64 for
+ * FP64 inputs, FP32 for the others), through v2_tensor.h's encoder
+ * (v2_numbers_*); the float32 numbers of a float32 job reach it as they are,
+ * without a round trip through double.  An output that holds a finite number
+ * the datatype cannot (it would round to Inf) is refused before anything is
+ * written.
  */
 #include "v2_internal.h"
 
@@ -46,30 +50,36 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
     return r;
 }
 
-/* The numbers of an output held as float: a float32 job's output (job.output_f32) and
- * its full attention; NULL for the others, held in double (output_data). */
-static const float *output_data_f32(const attn_result *res, int which)
+/* The n numbers of an output: held as float for a float32 job's output
+ * (job.output_f32) and its full attention, in double for the others. */
+static v2_numbers output_numbers(const attn_result *res, int which, size_t n)
 {
-    if (which == V2_OUT_OUTPUT)
-        return res->output_f32;
-    if (which == V2_OUT_ATTENTION && res->pooled == NULL)
-        return res->attention_f32;
-    return NULL;
-}
-
-/* The numbers of an output held in double (all but those of output_data_f32). */
-static const double *output_data(const attn_result *res, int which)
-{
+    v2_numbers x = {NULL, NULL, n};
     switch (which) {
     case V2_OUT_OUTPUT:
-        return res->output;
+        x.f32 = res->output_f32;
+        x.f64 = res->output;
+        break;
     case V2_OUT_Q:
-        return res->q;
+        x.f64 = res->q;
+        break;
     case V2_OUT_K:
-        return res->k;
+        x.f64 = res->k;
+        break;
     default:
-        return res->pooled != NULL ? res->pooled : res->attention;
+        x.f32 = res->pooled == NULL ? res->attention_f32 : NULL;
+        x.f64 = res->pooled != NULL ? res->pooled : res->attention;
     }
+    return x;
+}
+
+/* The element count of an output. */
+static size_t output_count(const attention_request *ar, const attn_result *res, int which)
+{
+    size_t dims[4], rank = output_shape(ar, res, which, dims), n = 1;
+    for (size_t d = 0; d < rank; d++)
+        n *= dims[d];
+    return n;
 }
 
 /* The model, the id and the parameters the computation used. */
@@ -124,12 +134,10 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
         jw_raw(w, ",\"parameters\":{\"binary_data_size\":");
         jw_size(w, n * v2_datatype_size(head->dtype));
         jw_char(w, '}');
-    } else if (output_data_f32(res, which) != NULL) {
-        jw_raw(w, ",\"data\":");
-        v2_tensor_write_json_f32(w, output_data_f32(res, which), n);
     } else {
         jw_raw(w, ",\"data\":");
-        v2_tensor_write_json(w, output_data(res, which), n, head->dtype);
+        v2_numbers x = output_numbers(res, which, n);
+        v2_numbers_write_json(w, &x, head->dtype);
     }
     jw_char(w, '}');
     return n;
@@ -143,11 +151,8 @@ static void write_binary(unsigned char *p, const v2_answer_head *head, const att
     for (size_t i = 0; i < head->outs->n; i++) {
         if (!head->outs->binary[i])
             continue;
-        int which = head->outs->which[i];
-        if (output_data_f32(res, which) != NULL)
-            v2_tensor_write_binary_f32(p, output_data_f32(res, which), counts[i]);
-        else
-            v2_tensor_write_binary(p, output_data(res, which), counts[i], head->dtype);
+        v2_numbers x = output_numbers(res, head->outs->which[i], counts[i]);
+        v2_numbers_write_binary(p, &x, head->dtype);
         p += counts[i] * esize;
     }
 }
@@ -195,6 +200,24 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
         a->n_outputs++;
     }
     a->set = 1;
+}
+
+int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
+                    const attn_result *res, attn_error *err)
+{
+    for (size_t i = 0; i < head->outs->n; i++) {
+        int which = head->outs->which[i];
+        v2_numbers x = output_numbers(res, which, output_count(ar, res, which));
+        size_t at = v2_numbers_overflow(&x, head->dtype);
+        if (at < x.n)
+            return error_set(err, ERR_BAD_REQUEST, "not_representable",
+                             "parameters.output_datatype",
+                             "Output \"%s\" holds %.17g at element %zu, which %s cannot hold "
+                             "(it rounds to Inf); ask for a wider output_datatype.",
+                             output_names[which], v2_numbers_get(&x, at), at,
+                             v2_datatype_name(head->dtype));
+    }
+    return 0;
 }
 
 void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,

@@ -43,7 +43,8 @@ typedef struct v2_infer {
     v2_tensor in[IN_COUNT];
     int have[IN_COUNT];
     char place[IN_COUNT][ATTENTION_FIELD_MAX]; /* "inputs[i].shape" of each input */
-    v2_datatype dtype;
+    v2_datatype dtype;      /* of the float outputs (parameters.output_datatype) */
+    int dtype_given;        /* output_datatype was given */
     v2_outputs outs;
     char id[256];
     int has_id;
@@ -211,6 +212,24 @@ static int decode_parameters(const json_t *root, attention_request *ar, int *bin
     return decode_pool_parameters(p, ar, err);
 }
 
+/* parameters.output_datatype: the datatype of every float output, FP16, BF16,
+ * FP32 or FP64 (absent: check_inputs chooses). */
+static int decode_output_datatype(const json_t *root, v2_infer *st, attn_error *err)
+{
+    const json_t *p = json_object_get(root, "parameters");
+    const json_t *v = json_is_object(p) ? json_object_get(p, "output_datatype") : NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v) || v2_datatype_float(json_string_value(v), &st->dtype) != 0)
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "parameters.output_datatype",
+                         "parameters.output_datatype is %s%.20s%s; it must be \"FP16\", "
+                         "\"BF16\", \"FP32\" or \"FP64\".", json_is_string(v) ? "\"" : "",
+                         json_is_string(v) ? json_string_value(v) : json_in_kind(v),
+                         json_is_string(v) ? "\"" : "");
+    st->dtype_given = 1;
+    return 0;
+}
+
 /* The id, the parameters and the outputs asked for. */
 static int describe_head(v2_infer *st, attn_error *err)
 {
@@ -229,6 +248,7 @@ static int describe_head(v2_infer *st, attn_error *err)
     }
     int rc, binary_output;
     if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
+        (rc = decode_output_datatype(root, st, err)) != 0 ||
         (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0)
         return rc;
     int attention = 0, output = 0;
@@ -307,7 +327,8 @@ static int check_numeric(const v2_tensor *t, const v2_tensor *ref, attn_error *e
     if (t->datatype == V2_BOOL)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value",
                          field_of(t, "datatype", f, sizeof f),
-                         "%s of input \"%s\" is BOOL; it must be FP32 or FP64.", f, t->name);
+                         "%s of input \"%s\" is BOOL; it must be FP32, FP64, FP16 or BF16.", f,
+                         t->name);
     if (t->rank != 2 && t->rank != 3)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape", field_of(t, "shape", f, sizeof f),
                          "%s of input \"%s\" has %zu dimensions; it must be [L, d] or [B, L, d].",
@@ -337,7 +358,11 @@ static attention_input input_of(const v2_infer *st, int s)
 }
 
 /* Checks that the model's required inputs are there and that the numeric
- * ones agree in datatype and rank; sets the job's precision. */
+ * ones agree in datatype and rank; sets the job's precision: float64 for FP64
+ * inputs, float32 for the others (FP16 and BF16 widen exactly to float32).  The
+ * outputs are by default in the precision of the computation, as the metadata
+ * declares them (FP32; FP64 for FP64 inputs): a 16-bit answer is asked for with
+ * output_datatype, never a rounding the client did not ask for. */
 static int check_inputs(v2_infer *st, attn_error *err)
 {
     static const int builtin_req[] = {IN_Q, IN_K, IN_V};
@@ -355,10 +380,12 @@ static int check_inputs(v2_infer *st, attn_error *err)
     for (int s = 0; s < IN_MASK; s++)
         if (st->have[s] && (rc = check_numeric(&st->in[s], ref, err)) != 0)
             return rc;
-    st->dtype = ref->datatype;
-    st->ar.job.dtype = ref->datatype == V2_FP32 ? ATTN_FLOAT32 : ATTN_FLOAT64;
-    /* FP32 outputs are sent as the kernels formed them (v2_answer.c) */
-    st->ar.job.output_f32 = ref->datatype == V2_FP32;
+    int f64 = ref->datatype == V2_FP64;
+    if (!st->dtype_given)
+        st->dtype = f64 ? V2_FP64 : V2_FP32;
+    st->ar.job.dtype = f64 ? ATTN_FLOAT64 : ATTN_FLOAT32;
+    /* a float32 job's outputs reach the encoder as the kernels formed them (v2_answer.c) */
+    st->ar.job.output_f32 = !f64;
     return 0;
 }
 
@@ -419,18 +446,19 @@ static int read_input(const v2_tensor *t, double **out, attn_error *err)
     return v2_tensor_read_numbers(t, *out, err);
 }
 
-/* Reads q, k or v: binary FP32 data as float into *f32 (a float32 job then computes on
- * it as it came), anything else as double into *f64; the job points at the one read. */
+/* Reads q, k or v: binary FP32, FP16 or BF16 data as float into *f32 (a float32 job
+ * then computes on it as it came, 16-bit numbers widened), anything else as double into
+ * *f64; the job points at the one read. */
 static int read_qkv(const v2_tensor *t, double **f64, float **f32, const double **job64,
                     const float **job32, attn_error *err)
 {
-    if (t->bytes == NULL || t->datatype != V2_FP32) {
+    if (t->bytes == NULL || t->datatype == V2_FP64) {
         int rc = read_input(t, f64, err);
         *job64 = *f64;
         return rc;
     }
-    /* Read where they are in the body when they can be: no copy, no memory of their own. */
-    int rc = v2_tensor_view_floats(t, job32, err);
+    /* FP32 read where it is in the body when it can be: no copy, no memory of its own. */
+    int rc = t->datatype == V2_FP32 ? v2_tensor_view_floats(t, job32, err) : 0;
     if (rc != 0 || *job32 != NULL)
         return rc;
     *f32 = mem_malloc(t->count * sizeof(float));
@@ -585,11 +613,15 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
             model_stats_computed(&sample, start, ran, result.compute_ms);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs};
-            v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2, resp);
+            rc = v2_answer_check(&head, &st.ar, &result, &err);
+            if (rc == 0)
+                v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2,
+                                resp);
             attention_result_free(&result);
             sample.output = compute_now() - ran;
             sample.batch = st.ar.job.batch;
-            model_stats_success(st.model.name, &sample);
+            if (rc == 0)
+                model_stats_success(st.model.name, &sample);
         }
     }
     /* A request whose model is unknown is counted nowhere; a deferred one

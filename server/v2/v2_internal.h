@@ -50,11 +50,16 @@ typedef struct v2_outputs {
 typedef struct v2_answer_head {
     const char *model;      /* the model's name */
     const char *id;         /* the request's id, or NULL */
-    v2_datatype dtype;      /* of the numeric inputs, and so of the outputs */
+    v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
 } v2_answer_head;
 
-/* Writes the 200 answer of an inference: the JSON header with the outputs
+/* Checks that every output asked for can be written in head->dtype: 0, or
+ * ERR_BAD_REQUEST naming the output and the element that would round to Inf. */
+int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
+                    const attn_result *res, attn_error *err);
+
+/* Writes the 200 answer of an inference (v2_answer_check passed): the JSON header with the outputs
  * asked for (JSON data, or binary_data_size with the bytes after the
  * header), the scale, heads and compute_ms.  hint is the expected size of
  * the JSON numbers.  On out of memory resp holds the 503 error instead. */

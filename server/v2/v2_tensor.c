@@ -6,6 +6,12 @@
  * other and against the limits before it allocates.  Binary numbers are then
  * read as little-endian IEEE numbers and checked to be finite: copied, or,
  * for FP32 bytes on a float's alignment, used where they are in the body.
+ * FP16 and BF16 numbers are widened to float (core/half.h), exactly; JSON
+ * numbers of an FP16 or BF16 input are rounded to the datatype first, as if
+ * the client had converted them.
+ *
+ * Outputs are written by one encoder (v2_numbers_*) for every datatype,
+ * whether the numbers are held as float or as double.
  */
 #include "v2_tensor.h"
 
@@ -16,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "json/json_in.h"
 #include "core/mem.h"
 
@@ -67,21 +74,39 @@ int v2_body_check_consumed(const v2_body *body, attn_error *err)
     return 0;
 }
 
+/* The datatypes this server reads and writes, by v2_datatype. */
+static const struct {
+    const char *name;
+    size_t size;
+} datatypes[] = {[V2_FP32] = {"FP32", 4}, [V2_FP64] = {"FP64", 8}, [V2_BOOL] = {"BOOL", 1},
+                 [V2_FP16] = {"FP16", 2}, [V2_BF16] = {"BF16", 2}};
+
 size_t v2_datatype_size(v2_datatype t)
 {
-    return t == V2_FP64 ? 8 : t == V2_FP32 ? 4 : 1;
+    return datatypes[t].size;
 }
 
 const char *v2_datatype_name(v2_datatype t)
 {
-    return t == V2_FP64 ? "FP64" : t == V2_FP32 ? "FP32" : "BOOL";
+    return datatypes[t].name;
+}
+
+int v2_datatype_float(const char *s, v2_datatype *t)
+{
+    static const v2_datatype floats[] = {V2_FP32, V2_FP64, V2_FP16, V2_BF16};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (strcmp(s, datatypes[floats[i]].name) == 0) {
+            *t = floats[i];
+            return 0;
+        }
+    return -1;
 }
 
 /* Datatypes the protocol defines that this server does not take as input. */
 static int is_protocol_datatype(const char *s)
 {
     static const char *const known[] = {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-                                        "INT32", "INT64", "FP16", "BF16", "BYTES"};
+                                        "INT32", "INT64", "BYTES"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(s, known[i]) == 0)
             return 1;
@@ -131,7 +156,7 @@ static int describe_name(const json_t *input, v2_tensor *t, attn_error *err)
     return 0;
 }
 
-/* The datatype: FP32, FP64 or BOOL. */
+/* The datatype: FP32, FP64, FP16, BF16 or BOOL. */
 static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
 {
     char field[64];
@@ -139,18 +164,17 @@ static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
     snprintf(field, sizeof field, "inputs[%zu].datatype", t->index);
     if (!json_is_string(dt))
         return error_set(err, ERR_BAD_REQUEST, dt ? "wrong_type" : "missing_field", field,
-                         "%s (input \"%s\") must be a string: FP32, FP64 or BOOL.", field, t->name);
+                         "%s (input \"%s\") must be a string: FP32, FP64, FP16, BF16 or BOOL.",
+                         field, t->name);
     const char *dts = json_string_value(dt);
-    if (strcmp(dts, "FP32") == 0)
-        t->datatype = V2_FP32;
-    else if (strcmp(dts, "FP64") == 0)
-        t->datatype = V2_FP64;
+    if (v2_datatype_float(dts, &t->datatype) == 0)
+        ;
     else if (strcmp(dts, "BOOL") == 0)
         t->datatype = V2_BOOL;
     else
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
-                         "%s (input \"%s\") is \"%.20s\", %s; this server takes FP32, FP64 "
-                         "and BOOL.", field, t->name, dts,
+                         "%s (input \"%s\") is \"%.20s\", %s; this server takes FP32, FP64, "
+                         "FP16, BF16 and BOOL.", field, t->name, dts,
                          is_protocol_datatype(dts) ? "which this server does not take"
                                                    : "which is not a datatype of the protocol");
     return 0;
@@ -460,14 +484,78 @@ static int first_not_finite(const v2_tensor *t, attn_error *err)
     return not_finite(t, 0, err);
 }
 
+static inline uint16_t load_le16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* The float of a 16-bit pattern of datatype t (FP16 or BF16). */
+static inline float widen16(uint16_t u, v2_datatype t)
+{
+    return t == V2_FP16 ? half_fp16_to_float(u) : half_bf16_to_float(u);
+}
+
+static inline int nonfinite16(uint16_t u, v2_datatype t)
+{
+    return t == V2_FP16 ? half_fp16_is_nonfinite(u) : half_bf16_is_nonfinite(u);
+}
+
+/* d rounded to t (FP16 or BF16), nearest even. */
+static inline uint16_t narrow16(double d, v2_datatype t)
+{
+    return t == V2_FP16 ? half_fp16_from_double(d) : half_bf16_from_double(d);
+}
+
+/* Binary FP16 or BF16 numbers of t widened into out (float, or double when
+ * out64 is set); NaN and Inf refused. */
+static int read_binary16(const v2_tensor *t, float *out32, double *out64, attn_error *err)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        uint16_t u = load_le16(t->bytes + 2 * i);
+        if (nonfinite16(u, t->datatype))
+            return not_finite(t, i, err);
+        if (out32 != NULL)
+            out32[i] = widen16(u, t->datatype);
+        else
+            out64[i] = widen16(u, t->datatype);
+    }
+    return 0;
+}
+
+/* JSON numbers of an FP16 or BF16 input rounded to it, as the client's own
+ * conversion would; one that rounds to Inf is refused, naming its element. */
+static int round_json16(const v2_tensor *t, double *out, attn_error *err)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        uint16_t u = narrow16(out[i], t->datatype);
+        if (nonfinite16(u, t->datatype)) {
+            char field[64];
+            snprintf(field, sizeof field, "inputs[%zu].data", t->index);
+            return error_set(err, ERR_BAD_REQUEST, "not_finite", field,
+                             "%s (input \"%s\", %s) holds %.17g at element %zu (row-major), "
+                             "which rounds to Inf in %s; every number must be finite.", field,
+                             t->name, v2_datatype_name(t->datatype), out[i], i,
+                             v2_datatype_name(t->datatype));
+        }
+        out[i] = widen16(u, t->datatype);
+    }
+    return 0;
+}
+
 int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err)
 {
-    if (t->bytes == NULL)
-        return read_json(t, out, NULL, err);
+    if (t->bytes == NULL) {
+        int rc = read_json(t, out, NULL, err);
+        if (rc != 0 || (t->datatype != V2_FP16 && t->datatype != V2_BF16))
+            return rc;
+        return round_json16(t, out, err);
+    }
     const unsigned char *p = t->bytes;
     size_t n = t->count;
     if (t->datatype == V2_FP64)
         return copy_finite(out, p, n, 8) ? 0 : first_not_finite(t, err);
+    if (t->datatype != V2_FP32)
+        return read_binary16(t, NULL, out, err);
     uint64_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t u = load_le32(p + 4 * i);
@@ -481,7 +569,9 @@ int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err)
 
 int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err)
 {
-    assert(t->bytes != NULL && t->datatype == V2_FP32);
+    assert(t->bytes != NULL && t->datatype != V2_FP64 && t->datatype != V2_BOOL);
+    if (t->datatype != V2_FP32)
+        return read_binary16(t, out, NULL, err);
     return copy_finite(out, t->bytes, t->count, 4) ? 0 : first_not_finite(t, err);
 }
 
@@ -525,49 +615,79 @@ static inline void store_le32(unsigned char *p, float f)
     p[3] = (unsigned char)(u >> 24);
 }
 
-void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_datatype t)
+static inline void store_le64(unsigned char *p, double d)
 {
-    if (t == V2_FP32) {
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    for (int b = 0; b < 8; b++)
+        p[b] = (unsigned char)(u >> (8 * b));
+}
+
+double v2_numbers_get(const v2_numbers *x, size_t i)
+{
+    return x->f32 != NULL ? x->f32[i] : x->f64[i];
+}
+
+/* x's number i as datatype t writes it, as a double: FP32 and the 16-bit
+ * types rounded (nearest even), FP64 as it is.  Inf where a finite number
+ * rounds past t's largest. */
+static inline double encoded(const v2_numbers *x, size_t i, v2_datatype t)
+{
+    switch (t) {
+    case V2_FP32:
+        return x->f32 != NULL ? x->f32[i] : (float)x->f64[i];
+    case V2_FP16:
+    case V2_BF16:
+        return widen16(narrow16(v2_numbers_get(x, i), t), t);
+    default:
+        return v2_numbers_get(x, i);
+    }
+}
+
+size_t v2_numbers_overflow(const v2_numbers *x, v2_datatype t)
+{
+    if (t == V2_FP64 || (t == V2_FP32 && x->f32 != NULL))
+        return x->n; /* as wide as the numbers: nothing rounds */
+    for (size_t i = 0; i < x->n; i++)
+        if (isinf(encoded(x, i, t)) && isfinite(v2_numbers_get(x, i)))
+            return i;
+    return x->n;
+}
+
+void v2_numbers_write_binary(unsigned char *dst, const v2_numbers *x, v2_datatype t)
+{
+    size_t n = x->n;
+    switch (t) {
+    case V2_FP32:
         for (size_t i = 0; i < n; i++)
-            store_le32(dst + 4 * i, (float)src[i]);
-    } else {
+            store_le32(dst + 4 * i, (float)encoded(x, i, t));
+        break;
+    case V2_FP16:
+    case V2_BF16:
         for (size_t i = 0; i < n; i++) {
-            uint64_t u;
-            memcpy(&u, &src[i], sizeof u);
-            unsigned char *p = dst + 8 * i;
-            for (int b = 0; b < 8; b++)
-                p[b] = (unsigned char)(u >> (8 * b));
+            uint16_t u = narrow16(v2_numbers_get(x, i), t);
+            dst[2 * i] = (unsigned char)u;
+            dst[2 * i + 1] = (unsigned char)(u >> 8);
         }
+        break;
+    default:
+        for (size_t i = 0; i < n; i++)
+            store_le64(dst + 8 * i, v2_numbers_get(x, i));
     }
 }
 
-void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t)
+void v2_numbers_write_json(jw_buf *w, const v2_numbers *x, v2_datatype t)
 {
     jw_char(w, '[');
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < x->n; i++) {
         if (i)
             jw_char(w, ',');
-        if (t == V2_FP32)
-            jw_float(w, src[i]);
+        /* every FP32, FP16 and BF16 number is a float: the shortest text of that
+         * float reads back to it, and to the same 16-bit number */
+        if (t == V2_FP64)
+            jw_double(w, v2_numbers_get(x, i));
         else
-            jw_double(w, src[i]);
-    }
-    jw_char(w, ']');
-}
-
-void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        store_le32(dst + 4 * i, src[i]);
-}
-
-void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n)
-{
-    jw_char(w, '[');
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            jw_char(w, ',');
-        jw_float(w, src[i]);
+            jw_float(w, encoded(x, i, t));
     }
     jw_char(w, ']');
 }

@@ -21,7 +21,8 @@
 
 #define V2_MAX_RANK 4
 
-typedef enum v2_datatype { V2_FP32, V2_FP64, V2_BOOL } v2_datatype;
+/* FP16 and BF16 numbers are read as float32 (exactly) and computed as float32. */
+typedef enum v2_datatype { V2_FP32, V2_FP64, V2_BOOL, V2_FP16, V2_BF16 } v2_datatype;
 
 /* A body split into its JSON header and its binary section.  Every pointer
  * borrows from the body handed to v2_body_split. */
@@ -62,14 +63,18 @@ int v2_body_split(const char *body, size_t len, const char *header_length, v2_bo
  * or ERR_BAD_REQUEST. */
 int v2_body_check_consumed(const v2_body *body, attn_error *err);
 
-/* Bytes of one element of datatype t: 4, 8 or 1. */
+/* Bytes of one element of datatype t: 4, 8, 1 or 2. */
 size_t v2_datatype_size(v2_datatype t);
 
-/* The protocol's name of t ("FP32", "FP64", "BOOL"). */
+/* The protocol's name of t ("FP32", "FP64", "BOOL", "FP16", "BF16"). */
 const char *v2_datatype_name(v2_datatype t);
 
+/* The float datatype named s (FP32, FP64, FP16, BF16) into *t; 0, or -1 when
+ * s names none of them. */
+int v2_datatype_float(const char *s, v2_datatype *t);
+
 /* Describes inputs[index] (the JSON object `input`) into t: its name, a
- * datatype among FP32, FP64 and BOOL, a shape of 1 to V2_MAX_RANK
+ * datatype among FP32, FP64, FP16, BF16 and BOOL, a shape of 1 to V2_MAX_RANK
  * dimensions each >= 1, and where its numbers are.  With
  * parameters.binary_data_size the next bytes of body are claimed for it and
  * the size must equal the shape times the element size.  Adds the element
@@ -83,16 +88,18 @@ int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t 
  * ("data"): what json_fast_load is given for a v2 header. */
 int v2_tensor_data_field(const char *name, size_t len);
 
-/* Reads the numbers of t (FP32 or FP64) into out (t->count doubles, caller's
- * buffer): JSON data flat in row-major order or nested as the shape says;
- * binary bytes as little-endian IEEE numbers.  NaN and Inf are refused.
- * Returns 0 or ERR_BAD_REQUEST naming the element; out is then partly
- * written. */
+/* Reads the numbers of t (FP32, FP64, FP16 or BF16) into out (t->count doubles,
+ * caller's buffer): JSON data flat in row-major order or nested as the shape says,
+ * rounded to nearest even for FP16 and BF16 (a number that rounds to Inf is
+ * refused); binary bytes as little-endian IEEE numbers, 16-bit ones widened
+ * exactly.  NaN and Inf are refused.  Returns 0 or ERR_BAD_REQUEST naming the
+ * element; out is then partly written. */
 int v2_tensor_read_numbers(const v2_tensor *t, double *out, attn_error *err);
 
-/* Reads the numbers of t, binary FP32 data (t->bytes set, datatype FP32), into out
- * (t->count floats, caller's buffer) as they are: what a float32 job computes on, with
- * no double in between.  NaN and Inf are refused as by v2_tensor_read_numbers. */
+/* Reads the numbers of t, binary FP32, FP16 or BF16 data (t->bytes set), into out
+ * (t->count floats, caller's buffer): FP32 as they are, FP16 and BF16 widened
+ * exactly; what a float32 job computes on, with no double in between.  NaN and Inf
+ * are refused as by v2_tensor_read_numbers. */
 int v2_tensor_read_floats(const v2_tensor *t, float *out, attn_error *err);
 
 /* The numbers of t, binary FP32 data, read where they are: *view is t->bytes
@@ -108,20 +115,34 @@ int v2_tensor_view_floats(const v2_tensor *t, const float **view, attn_error *er
  * or ERR_BAD_REQUEST naming the element. */
 int v2_tensor_read_bools(const v2_tensor *t, unsigned char *out, attn_error *err);
 
-/* Writes n numbers of src as little-endian FP32 (rounded) or FP64 bytes at
- * dst, which has room for n * v2_datatype_size(t) bytes. */
-void v2_tensor_write_binary(unsigned char *dst, const double *src, size_t n, v2_datatype t);
+/* The numbers of one float output, to be written in a datatype the request
+ * chose: n of them, held as float (f32) or as double (f64; f32 NULL).  Every
+ * float output of an answer is written through the three functions below, so
+ * that each datatype is encoded in one place.  Borrowed. */
+typedef struct v2_numbers {
+    const float *f32;
+    const double *f64;
+    size_t n;
+} v2_numbers;
 
-/* Appends n numbers of src to w as a flat JSON array, each in the shortest
- * form that reads back to the same float (FP32) or double (FP64). */
-void v2_tensor_write_json(jw_buf *w, const double *src, size_t n, v2_datatype t);
+/* x's number i, as a double (exact). */
+double v2_numbers_get(const v2_numbers *x, size_t i);
 
-/* Writes the n float32 numbers of src as little-endian FP32 bytes at dst
- * (room for 4 n bytes): the same bytes, with no rounding on the way. */
-void v2_tensor_write_binary_f32(unsigned char *dst, const float *src, size_t n);
+/* The index of the first of x's numbers that is finite but rounds to Inf in t
+ * (past FP16's 65504, BF16's or FP32's largest), or x->n when none does: such a
+ * number is not to be sent. */
+size_t v2_numbers_overflow(const v2_numbers *x, v2_datatype t);
 
-/* Appends the n float32 numbers of src to w as a flat JSON array, each in the
- * shortest form that reads back to the same float. */
-void v2_tensor_write_json_f32(jw_buf *w, const float *src, size_t n);
+/* Writes x's numbers at dst as little-endian t (FP32, FP64, FP16 or BF16),
+ * rounded to nearest even where t is narrower (room for x->n *
+ * v2_datatype_size(t) bytes).  Float numbers written as FP32 are their own
+ * bytes. */
+void v2_numbers_write_binary(unsigned char *dst, const v2_numbers *x, v2_datatype t);
+
+/* Appends x's numbers to w as a flat JSON array: each rounded to t as
+ * v2_numbers_write_binary rounds it, in the shortest form that reads back to
+ * the same number of t (FP64: the same double; the others: the same float,
+ * which is the same 16-bit number). */
+void v2_numbers_write_json(jw_buf *w, const v2_numbers *x, v2_datatype t);
 
 #endif

@@ -245,7 +245,8 @@ static char *v2_request(const double *values, int binary, v2_datatype dt, size_t
             jw_char(&w, '}');
         } else {
             jw_raw(&w, ",\"data\":");
-            v2_tensor_write_json(&w, values + i * per, per, dt);
+            v2_numbers x = {NULL, values + i * per, per};
+            v2_numbers_write_json(&w, &x, dt);
         }
         jw_char(&w, '}');
     }
@@ -259,7 +260,8 @@ static char *v2_request(const double *values, int binary, v2_datatype dt, size_t
     if (body != NULL) {
         memcpy(body, header, header_len);
         if (binary)
-            v2_tensor_write_binary((unsigned char *)body + header_len, values, READ_COUNT, dt);
+            v2_numbers_write_binary((unsigned char *)body + header_len,
+                                    &(v2_numbers){NULL, values, READ_COUNT}, dt);
         body[header_len + bin] = '\0';
         *len = header_len + bin;
         snprintf(hlen, hlen_size, "%zu", header_len);

@@ -7,8 +7,10 @@ server with --grpc-port -1 (a free port, printed on stdout) on loopback,
 and checks every RPC served; the same inference requests sent over HTTP v2
 (binary tensors) and over gRPC answered with the same bytes, and bad ones
 with the same words; the statistics counting a gRPC request once; bearer
-tokens from the authorization metadata; TLS with --tls-cert; and a
-cancelled call whose computation stops.
+tokens from the authorization metadata; TLS with --tls-cert; a
+cancelled call whose computation stops; and FP16 and BF16 tensors (inputs
+over HTTP binary, HTTP JSON and gRPC raw, parameters.output_datatype) against
+NumPy's float16 and a bfloat16 reference written here.
 
 Usage: grpc_test.py --server PATH [--filter SUBSTR] (only the check
 functions whose name contains SUBSTR).  Prints "ok NAME" or "FAIL NAME" per
@@ -16,6 +18,7 @@ check and "N passed, N failed" last.
 """
 import array
 import json
+import math
 import os
 import re
 import subprocess
@@ -28,6 +31,7 @@ import harness  # noqa: E402
 from harness import check  # noqa: E402
 
 import grpc  # noqa: E402  (Debian's python3-grpcio)
+import numpy as np  # noqa: E402  (Debian's python3-numpy)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 STUBS = tempfile.TemporaryDirectory(prefix="attn-grpc-stubs-")
@@ -102,15 +106,21 @@ def floats(n, seed):
     return array.array("f", [((i * 7 + seed * 13) % 17 - 8) / 8.0 for i in range(n)])
 
 
+def input_bytes(dtype, data):
+    """The little-endian bytes of an input: data as they are when bytes already."""
+    if isinstance(data, bytes):
+        return data
+    return bytes(bytearray(data)) if dtype == "BOOL" else array.array(
+        "f" if dtype == "FP32" else "d", data).tobytes()
+
+
 def infer_request(model, inputs, outputs=None, params=None, raw=True):
-    """A ModelInferRequest: inputs is [(name, datatype, shape, array or list)]."""
+    """A ModelInferRequest: inputs is [(name, datatype, shape, array, list or bytes)]."""
     req = pb.ModelInferRequest(model_name=model)
     for name, dtype, shape, data in inputs:
         t = req.inputs.add(name=name, datatype=dtype, shape=shape)
         if raw:
-            req.raw_input_contents.append(
-                bytes(bytearray(data)) if dtype == "BOOL" else array.array(
-                    "f" if dtype == "FP32" else "d", data).tobytes())
+            req.raw_input_contents.append(input_bytes(dtype, data))
         elif dtype == "FP32":
             t.contents.fp32_contents.extend(data)
         elif dtype == "FP64":
@@ -125,6 +135,8 @@ def infer_request(model, inputs, outputs=None, params=None, raw=True):
             p.bool_param = v
         elif isinstance(v, int):
             p.int64_param = v
+        elif isinstance(v, str):
+            p.string_param = v
         else:
             p.double_param = v
     return req
@@ -136,8 +148,7 @@ def http_infer(srv, model, inputs, outputs=None, params=None):
     head = {"inputs": [], "parameters": dict(params or {}, binary_data_output=True)}
     blobs = []
     for name, dtype, shape, data in inputs:
-        blob = bytes(bytearray(data)) if dtype == "BOOL" else array.array(
-            "f" if dtype == "FP32" else "d", data).tobytes()
+        blob = input_bytes(dtype, data)
         head["inputs"].append({"name": name, "datatype": dtype, "shape": shape,
                                "parameters": {"binary_data_size": len(blob)}})
         blobs.append(blob)
@@ -203,7 +214,12 @@ def check_every_rpc(srv):
           [(t.name, pb.DataType.Name(t.data_type), list(t.dims), t.optional) for t in cfg.input] ==
           [(t["name"], t["data_type"], t["dims"], t.get("optional", False)) for t in v2["input"]]
           and [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] ==
-          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]], cfg)
+          [(t["name"], t["data_type"], t["dims"]) for t in v2["output"]] and
+          {k: p.string_value for k, p in cfg.parameters.items()} ==
+          {k: p["string_value"] for k, p in v2["parameters"].items()}, cfg)
+    check("ModelConfig: FP16 and BF16 listed among the input and output datatypes",
+          all(set(cfg.parameters[k].string_value.split(",")) == {"FP32", "FP64", "FP16", "BF16"}
+              for k in ("input_datatypes", "output_datatypes")), cfg)
     code, _ = rpc_error(s.ModelConfig, pb.ModelConfigRequest(name="absent"))
     check("ModelConfig: an unknown model is NOT_FOUND", code == grpc.StatusCode.NOT_FOUND, code)
     s.ModelInfer(infer_request("attention", SEED))
@@ -392,6 +408,251 @@ def check_bad_inputs(srv):
     code, words = rpc_error(garbage, b"\x0a\xff\xff\xff\xff\x0f")
     check("bytes that are no ModelInferRequest: INVALID_ARGUMENT",
           code == grpc.StatusCode.INVALID_ARGUMENT, (code, words))
+
+
+# ---- FP16 and BF16 --------------------------------------------------------
+
+BF16_MAX = (2 - 2 ** -7) * 2.0 ** 127
+
+
+def round_even(x, fraction_bits, min_exp, largest):
+    """x rounded to the nearest number of a binary format (fraction_bits bits after the
+    point, least normal exponent min_exp, largest finite number `largest`), ties to even,
+    Inf past the tie above `largest`: the definition, written without the server's bit
+    arithmetic.  x / ulp is exact (ulp is a power of two) and Python's round() of a float
+    rounds half to even exactly."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    _, e = math.frexp(abs(x))           # abs(x) = m * 2**e, 0.5 <= m < 1
+    ulp = math.ldexp(1.0, max(e - 1, min_exp) - fraction_bits)
+    r = round(abs(x) / ulp) * ulp
+    return math.copysign(r if r <= largest else math.inf, x)
+
+
+def bf16_round(a):
+    """float64 array -> the float64 values of its nearest bfloat16 numbers (reference)."""
+    return np.array([round_even(float(x), 7, -126, BF16_MAX) for x in np.ravel(a)],
+                    dtype=np.float64).reshape(np.shape(a))
+
+
+def bf16_bytes(values):
+    """Exact bfloat16 values -> their little-endian bytes (the top half of the float32)."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+    assert not np.any(bits & 0xffff), "not bfloat16 numbers"
+    return (bits >> 16).astype("<u2").tobytes()
+
+
+def fp16_round(a):
+    return np.asarray(a, dtype=np.float64).astype(np.float16).astype(np.float64)
+
+
+def fp16_bytes(values):
+    return np.asarray(values, dtype=np.float64).astype("<f2").tobytes()
+
+
+HALF = {"FP16": (fp16_round, fp16_bytes), "BF16": (bf16_round, bf16_bytes)}
+
+
+def half_inputs(rng):
+    """q, k, v (float64) with what rounding and widening get wrong: subnormals of both
+    formats, +-0, halfway ties of both, numbers past FP16's range in k."""
+    q = rng.standard_normal((7, 8)) * 2
+    q[0, :8] = [2.0 ** -24, -(2.0 ** -20), -0.0, 0.0, 3 * 2.0 ** -25, 1 + 2.0 ** -11,
+                1 + 2.0 ** -8, 1e-39]
+    k = rng.standard_normal((9, 8))
+    k[0, 0], k[1, 1] = -(2.0 ** -130), 1 + 3 * 2.0 ** -11
+    v = rng.standard_normal((9, 4)) * 3
+    return {"q": q, "k": k, "v": v}
+
+
+def post_json(srv, head):
+    """POST a JSON v2 body: (status, parsed answer or error words)."""
+    status, body, _ = srv.request("POST", "/v2/models/attention/infer",
+                                  json.dumps(head).encode(),
+                                  {"Content-Type": "application/json"})
+    answer = json.loads(body)
+    return status, answer if status == 200 else answer["error"]
+
+
+def check_half_inputs(srv):
+    """FP16 and BF16 inputs, binary and JSON over HTTP and raw over gRPC, answer as the FP32
+    request of their widened values, bit for bit."""
+    rng = np.random.default_rng(32)
+    x = half_inputs(rng)
+    # the bfloat16 reference agrees with NumPy where NumPy has the format
+    ref16 = np.array([round_even(float(v), 10, -14, 65504.0) for v in x["q"].ravel()])
+    check("half: the rounding reference is NumPy's float16 rounding (q, with ties and "
+          "subnormals)", np.array_equal(ref16, fp16_round(x["q"]).ravel()) and
+          np.array_equal(np.signbit(ref16), np.signbit(fp16_round(x["q"]).ravel())))
+    for dtype, (rounder, packer) in HALF.items():
+        for params in ({}, {"causal": True, "heads": 2}):
+            r = {n: rounder(a) for n, a in x.items()}
+            twin = [(n, "FP32", list(a.shape), a.astype("<f4").tobytes()) for n, a in r.items()]
+            half = [(n, dtype, list(a.shape), packer(a)) for n, a in r.items()]
+            what = "%s%s" % (dtype, " causal, heads 2" if params else "")
+            s32, want = http_infer(srv, "attention", twin, params=params)
+            status, got = http_infer(srv, "attention", half, params=params)
+            check("half: %s binary over HTTP as FP32 of the widened values" % what,
+                  s32 == 200 and status == 200 and got == want, (s32, status))
+            code, answer = rpc_error(srv.stub().ModelInfer,
+                                     infer_request("attention", half, params=params))
+            check("half: %s raw over gRPC as FP32 of the widened values" % what,
+                  code == grpc.StatusCode.OK and grpc_outputs(answer) == want,
+                  (code, answer if code != grpc.StatusCode.OK else ""))
+            # JSON numbers, not rounded by the client: the server rounds them
+            head = {"parameters": dict(params, binary_data_output=True),
+                    "inputs": [{"name": n, "datatype": dtype, "shape": list(a.shape),
+                                "data": a.ravel().tolist()} for n, a in x.items()]}
+            text = json.dumps(head).encode()
+            status, body, headers = srv.request("POST", "/v2/models/attention/infer", text,
+                                                {"Content-Type": "application/json"})
+            hl = int(headers.get("Inference-Header-Content-Length") or 0)
+            json_bin = body[hl:] if status == 200 else body
+            check("half: %s JSON numbers rounded to nearest even, as FP32 of the rounded "
+                  "values" % what, status == 200 and
+                  json_bin == want["output"][1] + want["attention"][1], (status, body[:200]))
+    # 65520 rounds to Inf in FP16 and is refused; 65519 rounds to 65504; BF16 holds both
+    for dtype, value, ok in (("FP16", 65519.0, True), ("FP16", 65520.0, False),
+                             ("BF16", 65520.0, True), ("BF16", 3.4e38, False),
+                             ("FP16", -1e6, False)):
+        head = {"inputs": [{"name": "q", "datatype": dtype, "shape": [1, 2], "data": [0, value]},
+                           {"name": "k", "datatype": dtype, "shape": [1, 2], "data": [1, 2]},
+                           {"name": "v", "datatype": dtype, "shape": [1, 1], "data": [3]}]}
+        status, answer = post_json(srv, head)
+        check("half: JSON %s %g %s" % (dtype, value, "accepted" if ok else
+                                         "refused, naming the input (rounds to Inf)"),
+              status == 200 if ok else status == 400 and
+              answer.startswith("inputs[0].data") and "Inf" in answer, (status, answer))
+    # NaN and Inf in binary data: refused as for FP32, the same words over gRPC
+    for dtype, bits, what in (("FP16", 0x7e00, "NaN"), ("FP16", 0xfc00, "-Inf"),
+                              ("BF16", 0x7fc1, "NaN"), ("BF16", 0x7f80, "Inf")):
+        raw = np.array([0x3c00, bits] if dtype == "FP16" else [0x3f80, bits],
+                       dtype="<u2").tobytes()
+        bad = [("q", dtype, [1, 2], raw), ("k", dtype, [1, 2], raw[:2] * 2),
+               ("v", dtype, [1, 1], raw[:2])]
+        status, words = http_infer(srv, "attention", bad)
+        check("half: binary %s %s refused as FP32's are" % (dtype, what), status == 400 and
+              "inputs[0]" in words and "NaN or Inf at element 1" in words, (status, words))
+        same_error(srv, "%s %s in raw contents" % (dtype, what), "attention", bad,
+                   grpc.StatusCode.INVALID_ARGUMENT)
+    mixed = [("q", "FP16", [1, 2], fp16_bytes([1, 2])), ("k", "FP32", [1, 2], [1.0, 2.0]),
+             ("v", "FP16", [1, 1], fp16_bytes([3]))]
+    same_error(srv, "FP16 q beside FP32 k", "attention", mixed, grpc.StatusCode.INVALID_ARGUMENT)
+    status, words = http_infer(srv, "attention", mixed)
+    check("half: inputs share one datatype", status == 400 and "share one datatype" in words,
+          words)
+    short = [("q", "FP16", [1, 2], fp16_bytes([1, 2])[:2])] + mixed[1:]
+    same_error(srv, "FP16 raw bytes short of the shape", "attention", short,
+               grpc.StatusCode.INVALID_ARGUMENT)
+    req = infer_request("attention", [(n, "FP32", s, [1.0] * int(np.prod(s)))
+                                      for n, s in (("q", [1, 2]), ("k", [1, 2]), ("v", [1, 1]))],
+                        raw=False)
+    for t in req.inputs:
+        t.datatype = "FP16"
+    code, words = rpc_error(srv.stub().ModelInfer, req)
+    check("half: FP16 in fp32_contents is INVALID_ARGUMENT (raw only, as Triton)",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in words,
+          (code, words))
+
+
+def decode(dtype, raw):
+    """The float64 values of an answer's bytes."""
+    if dtype == "BF16":
+        return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).astype(
+            np.float64)
+    return np.frombuffer(raw, {"FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}[dtype]).astype(
+        np.float64)
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and np.array_equal(a, b) and np.array_equal(np.signbit(a),
+                                                                          np.signbit(b))
+
+
+def check_output_datatype(srv):
+    """parameters.output_datatype: every float output rounded to nearest even, binary and
+    JSON, over HTTP and gRPC; values that would round to Inf refused."""
+    rng = np.random.default_rng(7)
+    q = (rng.standard_normal((6, 8)) * 3).astype(np.float32)
+    k = (rng.standard_normal((10, 8)) * 3).astype(np.float32)
+    v = (rng.standard_normal((10, 4)) * 1e4).astype(np.float32)
+    v[0, 0], v[1, 1] = 1e-6, -3e-8      # outputs in FP16's subnormal range on some rows
+    f32 = [("q", "FP32", [6, 8], q.tobytes()), ("k", "FP32", [10, 8], k.tobytes()),
+           ("v", "FP32", [10, 4], v.tobytes())]
+    f64 = [(n, "FP64", s, np.frombuffer(b, "<f4").astype("<f8").tobytes()) for n, t, s, b in f32]
+    pool = {"attention_pool_rows": 3, "attention_pool_cols": 4}
+    cases = [("FP32 inputs", f32, {}, ["output", "attention"]),
+             ("FP64 inputs", f64, {}, ["output", "attention"]),
+             ("FP32 inputs, pooled attention", f32, pool, ["attention"]),
+             ("FP64 inputs, causal", f64, {"causal": True}, ["attention", "output"])]
+    for name, inputs, params, outputs in cases:
+        # the numbers as the server holds them (FP64 widens them exactly), which every
+        # other datatype rounds once; the default is the computation's precision
+        wide = "FP64" if inputs is f64 else "FP32"
+        s64, held = http_infer(srv, "attention", inputs, outputs,
+                               dict(params, output_datatype="FP64"))
+        status, base = http_infer(srv, "attention", inputs, outputs, params)
+        sw, same = http_infer(srv, "attention", inputs, outputs,
+                              dict(params, output_datatype=wide))
+        check("output_datatype: %s, the default is %s" % (name, wide),
+              s64 == 200 and status == 200 and sw == 200 and same == base, (s64, status, sw))
+        if s64 != 200:
+            continue
+        exact = {o: decode("FP64", raw) for o, (_, raw) in held.items()}
+        for od in ("FP16", "BF16", "FP32", "FP64"):
+            p = dict(params, output_datatype=od)
+            status, got = http_infer(srv, "attention", inputs, outputs, p)
+            want = {o: (fp16_round(x) if od == "FP16" else bf16_round(x) if od == "BF16"
+                        else x.astype(np.float32).astype(np.float64) if od == "FP32" else x)
+                    for o, x in exact.items()}
+            ok = status == 200 and all(same_bits(decode(od, got[o][1]), want[o])
+                                       and got[o][0] == base[o][0] for o in outputs)
+            check("output_datatype %s, %s: binary rounded to nearest even (NumPy / the "
+                  "bfloat16 reference)" % (od, name), ok, (status, got if status != 200 else ""))
+            code, answer = rpc_error(srv.stub().ModelInfer,
+                                     infer_request("attention", inputs, outputs, p))
+            check("output_datatype %s, %s: the same bytes and datatype over gRPC" % (od, name),
+                  code == grpc.StatusCode.OK and status == 200 and
+                  grpc_outputs(answer) == got and
+                  all(o.datatype == od for o in answer.outputs), (code, answer))
+            # JSON numbers: each reads back to the same number of the datatype
+            head = {"parameters": p, "outputs": [{"name": o} for o in outputs],
+                    "inputs": [{"name": n, "datatype": t, "shape": s,
+                                "data": decode(t, b).tolist()} for n, t, s, b in inputs]}
+            status, answer = post_json(srv, head)
+            ok = status == 200
+            for o in (answer["outputs"] if ok else []):
+                data = np.array(o["data"], dtype=np.float64)
+                back = (fp16_round(data) if od == "FP16" else bf16_round(data) if od == "BF16"
+                        else data.astype(np.float32).astype(np.float64) if od == "FP32"
+                        else data)
+                ok &= o["datatype"] == od and same_bits(back, want[o["name"]])
+            check("output_datatype %s, %s: JSON numbers read back to the rounded values"
+                  % (od, name), ok, (status, answer if status != 200 else ""))
+    # an output past the datatype's range is refused, naming it; one within it is sent
+    big = [("v", "FP32", [10, 4], (np.abs(v) * 10 + 7e4).astype(np.float32).tobytes())]
+    status, words = http_infer(srv, "attention", f32[:2] + big, params={"output_datatype": "FP16"})
+    check("output_datatype FP16: an output past 65504 is 400 naming it", status == 400 and
+          'Output "output"' in words and "FP16" in words, (status, words))
+    same_error(srv, "an output past FP16's range", "attention", f32[:2] + big,
+               grpc.StatusCode.INVALID_ARGUMENT, params={"output_datatype": "FP16"})
+    status, got = http_infer(srv, "attention", f32[:2] + big, ["attention"],
+                             {"output_datatype": "FP16"})
+    check("output_datatype FP16: the attention alone of the same request is sent", status == 200,
+          got)
+    status, got = http_infer(srv, "attention", f32[:2] + big, params={"output_datatype": "BF16"})
+    check("output_datatype BF16: the same output fits BF16", status == 200, got)
+    huge = [("v", "FP64", [10, 4], np.full(40, 1e300, "<f8").tobytes())]
+    status, words = http_infer(srv, "attention", f64[:2] + huge,
+                               params={"output_datatype": "FP32"})
+    check("output_datatype FP32 of an FP64 job past FP32's range: 400 naming the output",
+          status == 400 and 'Output "output"' in words, (status, words))
+    for bad in ("FP8", "fp16", 16, True):
+        status, words = http_infer(srv, "attention", f32, params={"output_datatype": bad})
+        check("output_datatype %r: 400 naming parameters.output_datatype" % (bad,),
+              status == 400 and words.startswith("parameters.output_datatype"), (status, words))
+    same_error(srv, "an unknown output_datatype", "attention", f32,
+               grpc.StatusCode.INVALID_ARGUMENT, params={"output_datatype": "FP8"})
 
 
 def check_stream(srv):
@@ -600,6 +861,7 @@ def check_tls(binary):
 def main():
     args = harness.arguments(__doc__)
     harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
+                              check_half_inputs, check_output_datatype,
                               check_statistics, check_stream, check_port_taken],
                 server_class=GrpcServer)
     harness.run(args.server, [check_limits], "--max-elements", "4096", "--max-body", "1M",

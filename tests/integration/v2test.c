@@ -938,6 +938,7 @@ static const char *const g_framing_names[] = {
     "framing/sizes-past-body",
     "framing/size-disagrees-with-shape",
     "framing/size-disagrees-with-datatype",
+    "framing/size-disagrees-with-fp16",
     "framing/unknown-datatype",
     "framing/unsupported-datatype",
     "framing/shape-does-not-fit",
@@ -974,6 +975,10 @@ static void run_framing_tests(const struct server *s)
     framing_body(&b, qkv_header("FP64", 16, "[2,2]"), 3);
     snprintf(hl, sizeof hl, "%zu", b.json_len);
     framing_case(s, "size-disagrees-with-datatype", &b, hl, 400, "inputs[2].parameters.binary_data_size");
+    /* FP16 numbers are 2 bytes: the 16 bytes of an FP32 2x2 are too many */
+    framing_body(&b, qkv_header("FP16", 16, "[2,2]"), 3);
+    snprintf(hl, sizeof hl, "%zu", b.json_len);
+    framing_case(s, "size-disagrees-with-fp16", &b, hl, 400, "inputs[2].parameters.binary_data_size");
     framing_body(&b, qkv_header("FP17", 16, "[2,2]"), 3);
     snprintf(hl, sizeof hl, "%zu", b.json_len);
     framing_case(s, "unknown-datatype", &b, hl, 400, "inputs[2].datatype");

@@ -224,6 +224,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(v2_tensor_fp32_in_place)              \
     X(v2_tensor_bool_bytes)                 \
     X(v2_tensor_writers_round_trip)         \
+    X(v2_tensor_half_inputs)                \
+    X(half_widen_every_pattern)             \
+    X(half_round_edges)                     \
+    X(half_round_random)                    \
     X(v2_tensor_out_of_memory)              \
     X(store_put_reopen_bit_exact)       \
     X(store_replace)                    \

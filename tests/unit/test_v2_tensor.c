@@ -16,6 +16,7 @@
 #include "test.h"
 #include "core/test_hooks.h"
 #include "v2/v2_tensor.h"
+#include "core/half.h"
 
 /* Little-endian bytes of floats and doubles, written byte by byte so the test
  * does not depend on the machine's order. */
@@ -426,30 +427,43 @@ void test_v2_tensor_writers_round_trip(void)
     unsigned char bytes[8 * N];
     double back[N];
     attn_error err;
-    for (int dt = 0; dt < 2; dt++) {
-        v2_datatype type = dt ? V2_FP64 : V2_FP32;
-        v2_tensor_write_binary(bytes, src, N, type);
-        v2_tensor t = {.name = "o", .datatype = type, .rank = 1, .dims = {N}, .count = N,
-                       .bytes = bytes};
-        ASSERT_EQ(v2_tensor_read_numbers(&t, back, &err), 0);
-        for (int i = 0; i < N; i++)
-            ASSERT(back[i] == (dt ? src[i] : (double)(float)src[i]));
+    static const v2_datatype types[] = {V2_FP32, V2_FP64, V2_FP16, V2_BF16};
+    for (int dt = 0; dt < 4; dt++) {
+        /* from double and from float: read back as the datatype rounds them */
+        for (int held32 = 0; held32 < 2; held32++) {
+            v2_datatype type = types[dt];
+            v2_numbers x = {held32 ? src32 : NULL, held32 ? NULL : src, N};
+            v2_numbers_write_binary(bytes, &x, type);
+            v2_tensor t = {.name = "o", .datatype = type, .rank = 1, .dims = {N}, .count = N,
+                           .bytes = bytes};
+            ASSERT_EQ(v2_tensor_read_numbers(&t, back, &err), 0);
+            for (int i = 0; i < N; i++) {
+                double v = held32 ? src32[i] : src[i];
+                double want = type == V2_FP64   ? v
+                              : type == V2_FP32 ? (double)(float)v
+                              : type == V2_FP16 ? half_fp16_to_float(half_fp16_from_double(v))
+                                                : half_bf16_to_float(half_bf16_from_double(v));
+                if (back[i] != want)
+                    FAIL_AT("%s from %s, element %d: %.17g, want %.17g",
+                            v2_datatype_name(type), held32 ? "float" : "double", i, back[i],
+                            want);
+            }
+        }
     }
     /* float32 weights go out as their own bytes. */
-    v2_tensor_write_binary_f32(bytes, src32, N);
+    v2_numbers_write_binary(bytes, &(v2_numbers){src32, NULL, N}, V2_FP32);
     for (int i = 0; i < N; i++) {
         unsigned char want[4];
         put_f32(want, src32[i]);
         ASSERT(memcmp(bytes + 4 * i, want, 4) == 0);
     }
-    /* JSON: every number reads back to the same value in its precision. */
-    for (int form = 0; form < 3; form++) {
+    /* JSON: every number reads back to the same value in its datatype. */
+    for (int form = 0; form < 5; form++) {
+        v2_datatype type = form == 4 ? V2_FP32 : types[form];
+        v2_numbers x = {form == 4 ? src32 : NULL, form == 4 ? NULL : src, N};
         jw_buf w;
         jw_init(&w, 0);
-        if (form == 2)
-            v2_tensor_write_json_f32(&w, src32, N);
-        else
-            v2_tensor_write_json(&w, src, N, form ? V2_FP64 : V2_FP32);
+        v2_numbers_write_json(&w, &x, type);
         size_t len;
         char *text = jw_finish(&w, &len);
         ASSERT(text != NULL);
@@ -460,13 +474,87 @@ void test_v2_tensor_writers_round_trip(void)
         int same = 1;
         for (int i = 0; i < N; i++) {
             double v = json_number_value(json_array_get(arr, (size_t)i));
-            double want = form == 2 ? (double)src32[i] : form ? src[i] : (double)(float)src[i];
-            same &= (form == 1 ? v : (double)(float)v) == want;
+            double s = v2_numbers_get(&x, (size_t)i);
+            if (type == V2_FP64)
+                same &= v == s;
+            else if (type == V2_FP32)
+                same &= (float)v == (float)s;
+            else if (type == V2_FP16)
+                same &= half_fp16_from_double(v) == half_fp16_from_double(s);
+            else
+                same &= half_bf16_from_double(v) == half_bf16_from_double(s);
         }
         json_decref(arr);
         if (!same)
             FAIL_AT("form %d: a number did not read back", form);
     }
+}
+
+void test_v2_tensor_half_inputs(void)
+{
+    /* binary FP16 and BF16: widened exactly, NaN and Inf refused naming the element */
+    unsigned char bytes[8] = {0x01, 0x00, 0x00, 0x80, 0xff, 0x7b, 0x00, 0x3c};
+    v2_tensor t = {.name = "k", .index = 1, .datatype = V2_FP16, .rank = 1, .dims = {4},
+                   .count = 4, .bytes = bytes};
+    double out[4];
+    float out32[4];
+    attn_error err;
+    ASSERT_EQ(v2_tensor_read_numbers(&t, out, &err), 0);
+    ASSERT(out[0] == 0x1p-24 && out[1] == 0.0 && signbit(out[1]) && out[2] == 65504.0 &&
+           out[3] == 1.0);
+    ASSERT_EQ(v2_tensor_read_floats(&t, out32, &err), 0);
+    ASSERT(out32[0] == 0x1p-24f && signbit(out32[1]) && out32[2] == 65504.0f);
+    t.datatype = V2_BF16;
+    ASSERT_EQ(v2_tensor_read_floats(&t, out32, &err), 0);
+    ASSERT(out32[0] == 0x1p-133f && out32[2] == 0x1.fep120f && out32[3] == 0x1p-7f);
+    for (int dt = 0; dt < 2; dt++) {
+        unsigned char bad[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        /* Inf, then NaN, at element 2 */
+        for (int nan = 0; nan < 2; nan++) {
+            bad[4] = dt ? (nan ? 0xc1 : 0x80) : (nan ? 0x01 : 0x00);
+            bad[5] = dt ? 0x7f : (nan ? 0x7e : 0x7c);
+            v2_tensor b = {.name = "q", .index = 0, .datatype = dt ? V2_BF16 : V2_FP16,
+                           .rank = 1, .dims = {4}, .count = 4, .bytes = bad};
+            error_clear(&err);
+            ASSERT_EQ(v2_tensor_read_numbers(&b, out, &err), ERR_BAD_REQUEST);
+            ASSERT_STR_EQ(err.field, "inputs[0]");
+            ASSERT(strstr(err.message, "element 2") != NULL);
+            error_clear(&err);
+            ASSERT_EQ(v2_tensor_read_floats(&b, out32, &err), ERR_BAD_REQUEST);
+            ASSERT(strstr(err.message, "NaN or Inf") != NULL);
+        }
+    }
+    /* JSON numbers rounded to the datatype; one that rounds to Inf refused */
+    json_t *data = json_pack("[f, f, f, f]", 0.1, 65519.0, -0x1p-25, 1.0 + 0x1p-11);
+    v2_tensor j = {.name = "v", .index = 2, .datatype = V2_FP16, .rank = 1, .dims = {4},
+                   .count = 4, .data = data};
+    ASSERT_EQ(v2_tensor_read_numbers(&j, out, &err), 0);
+    ASSERT(out[0] == half_fp16_to_float(0x2e66) && out[1] == 65504.0 && out[2] == 0.0 &&
+           signbit(out[2]) && out[3] == 1.0);
+    json_array_set_new(data, 1, json_real(65520.0));
+    error_clear(&err);
+    ASSERT_EQ(v2_tensor_read_numbers(&j, out, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.field, "inputs[2].data");
+    ASSERT(strstr(err.message, "element 1") != NULL && strstr(err.message, "FP16") != NULL);
+    j.datatype = V2_BF16;
+    json_array_set_new(data, 1, json_real(3.4e38));
+    error_clear(&err);
+    ASSERT_EQ(v2_tensor_read_numbers(&j, out, &err), ERR_BAD_REQUEST);
+    json_array_set_new(data, 1, json_real(65520.0));
+    ASSERT_EQ(v2_tensor_read_numbers(&j, out, &err), 0);
+    ASSERT(out[1] == 65536.0 && out[0] == half_bf16_to_float(0x3dcd));
+    json_decref(data);
+    /* the encoder refuses what would round to Inf, and only that */
+    double big[3] = {1.0, 65504.0, 65520.0};
+    v2_numbers x = {NULL, big, 3};
+    ASSERT_EQ(v2_numbers_overflow(&x, V2_FP16), 2);
+    ASSERT_EQ(v2_numbers_overflow(&x, V2_BF16), 3);
+    x.n = 2;
+    ASSERT_EQ(v2_numbers_overflow(&x, V2_FP16), 2);
+    double huge[2] = {1e300, 1.0};
+    v2_numbers h = {NULL, huge, 2};
+    ASSERT_EQ(v2_numbers_overflow(&h, V2_FP32), 0);
+    ASSERT_EQ(v2_numbers_overflow(&h, V2_FP64), 2);
 }
 
 /* The whole v2 path of one request body, as v2_infer.c runs it: split, parse the
@@ -499,7 +587,7 @@ static int decode_and_answer(const char *body, size_t len, const char *header_le
         }
         rc = v2_tensor_read_numbers(&t, num, err);
         if (rc == 0)
-            v2_tensor_write_json(&w, num, t.count, t.datatype);
+            v2_numbers_write_json(&w, &(v2_numbers){NULL, num, t.count}, t.datatype);
         mem_free(num);
     }
     if (rc == 0)
