@@ -1,6 +1,7 @@
 // viz_bench.mjs - the visualizer from request to painted heatmap, in headless chromium.
 //
 //   node tests/bench/viz_bench.mjs --server build/attention-server --out build/bench/results [--quick]
+//                                  [--only SUBSTR]   (the cases whose name has it: "L=2048", "census")
 //
 // For L = 512, 2048 and 4096 (one head, float32, q/k/v of width 64, attention returned) it
 // clicks Compute on the page and waits for the heatmap to be painted (two animation frames
@@ -32,6 +33,7 @@ const puppeteer = require('puppeteer-core');
 const argv = process.argv.slice(2);
 const opt = (name, dflt) => { const i = argv.indexOf('--' + name); return i >= 0 ? argv[i + 1] : dflt; };
 const QUICK = argv.includes('--quick');
+const ONLY = opt('only', '');
 const SERVER = opt('server', 'build/attention-server');
 const OUT = opt('out', 'build/bench/results');
 const CHROMIUM = ['/usr/lib/chromium/chromium', '/usr/bin/chromium'].find((p) => fs.existsSync(p));
@@ -142,6 +144,7 @@ try {
   await page.goto(base + '/viz#view=heatmap');
   await page.waitForSelector('body[data-status="idle"]');
   for (const { L, reps, target, transfer } of CASES) {
+    if (!`L=${L}${transfer ? ' ' + transfer : ''}`.includes(ONLY)) continue;
     const req = { q: matrix(L, 64, 1), k: matrix(L, 64, 2), v: matrix(L, 64, 3), dtype: 'float32' };
     await page.select('#transfer', transfer === 'fp16' ? 'fp16' : 'exact');
     await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(req));
@@ -187,6 +190,7 @@ try {
       `transfer ${split[0]} ms, decode ${split[1]} ms, draw ${split[2]} ms${met}`]);
   }
   for (const { L, reps, target } of LONG_CASES) {
+    if (!`L=${L}`.includes(ONLY)) continue;
     // the inputs are made in the page, so that only the request itself is timed
     await page.evaluate((n) => {
       let s = 12345;
@@ -225,7 +229,7 @@ try {
     rows.push(['viz', what, total.toFixed(1), '', 'ms', '', '', '', '',
       `request ${transfer.toFixed(0)} ms, grid ${runs[0].lq} x ${runs[0].lk}; target < ${target / 1000} s: ${total < target ? 'ok' : 'MISSED'}`]);
   }
-  await benchCensus(page, base);
+  if ('census'.includes(ONLY)) await benchCensus(page, base);
 } catch (e) {
   failed = true;
   console.log('viz bench FAILED: ' + e.message);

@@ -515,21 +515,16 @@ test('stored weight set, cross-attention, own mask and token labels for each sid
   sameColour(await cellPixel(page, 0, 2), viridis(api.attention[0][2]), 'cell [0][2]');
 });
 
-// The server of this branch has no /v2, so this test stands in for it: GET /v2 and the infer
-// call are answered here, as the binary tensor extension lays them out (JSON header, its
-// length in Inference-Header-Content-Length, then each output's little-endian bytes), with
-// weights the real server computed through /v1.  It checks the page's side of the protocol.
+// The binary v2 form both ways: q, k and v as raw float32 after the request's JSON header,
+// the weights as raw bytes after the answer's, compared with the weights of /v1.
 test('large request: weights read from the binary v2 form into a Float32Array', async (page) => {
   const L = 256;
   const req = { q: randomMatrix(L, 8, 21), k: randomMatrix(L, 8, 22), v: randomMatrix(L, 4, 23), dtype: 'float32', causal: true };
   const v1 = (await postJson('/v1/attention', req)).json;
-  // The real server's v2 endpoint answers; the page's request is recorded on the way out.
-  let asked = null;
-  page.on('request', (r) => {
-    if (r.url() === base + '/v2/models/attention/infer') asked = JSON.parse(r.postData());
-  });
   await openView(page, 'view=heatmap');
   await setRequest(page, req);
+  // the JSON header of the binary request the page sent (its bytes follow it)
+  const asked = await page.evaluate(() => window.viz.data.asked);
   assert(asked, 'the page did not call POST /v2/models/attention/infer');
   assert(asked.parameters.binary_data_output === true && asked.parameters.causal === true, 'parameters: ' + JSON.stringify(asked.parameters));
   assert(asked.inputs.map((i) => i.name + ':' + i.datatype + ':' + i.shape).join() === `q:FP32:${L},8,k:FP32:${L},8,v:FP32:${L},4`,
@@ -544,6 +539,28 @@ test('large request: weights read from the binary v2 form into a Float32Array', 
   const c = await page.evaluate(() => window.viz.cellCenter(3, 200));
   const p = await pixel(page, 'heatmap', c.x, c.y);
   assert(p[0] === p[1] && p[1] === p[2], 'causally masked cell [3][200] drawn rgb(' + p + ')');
+});
+
+test('large request with FP16 answers: half the bytes, each weight the float32 weight rounded to FP16', async (page) => {
+  const L = 256;
+  const req = { q: randomMatrix(L, 8, 31), k: randomMatrix(L, 8, 32), v: randomMatrix(L, 4, 33), dtype: 'float32', causal: true };
+  const v1 = (await postJson('/v1/attention', req)).json;
+  await openView(page, 'view=heatmap&transfer=fp16');
+  assert(await page.$eval('#transfer', (e) => e.value) === 'fp16', 'the link did not choose FP16');
+  await setRequest(page, req);
+  const asked = await page.evaluate(() => window.viz.data.asked);
+  assert(asked && asked.parameters.output_datatype === 'FP16', 'parameters: ' + JSON.stringify(asked && asked.parameters));
+  const got = await page.evaluate(() => ({ kind: window.viz.data.attn.constructor.name, attn: Array.from(window.viz.data.attn),
+    header: window.viz.data.header.outputs.map((o) => o.name + ':' + o.datatype + ':' + o.parameters.binary_data_size) }));
+  assert(got.kind === 'Float32Array' && got.attn.length === L * L, `weights held as ${got.kind} of ${got.attn.length}`);
+  assert(got.header.includes(`attention:FP16:${L * L * 2}`), 'outputs: ' + got.header.join(' '));
+  // the rounding is the page's reader's (viz_capture.js toHalf, checked by hand in the census
+  // test) applied to the float32 weights of /v1: nearest even, so every weight must agree exactly
+  const want = await page.evaluate((w) => w.map((x) => window.vizCapture.HALF[window.vizCapture.toHalf(x)]), v1.attention.flat());
+  let differ = 0;
+  got.attn.forEach((x, i) => { if (x !== want[i]) differ++; });
+  assert(differ === 0, `${differ} of ${L * L} weights are not the FP16 rounding of the float32 weight`);
+  assert(got.attn.some((x, i) => x !== Math.fround(v1.attention.flat()[i])), 'no weight was rounded: the answer was not FP16');
 });
 
 test('a BertViz export opens offline, without the server', async (page) => {

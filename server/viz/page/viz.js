@@ -1333,23 +1333,18 @@
    * answers this request with an error (shown). */
   async function computeBinary(req) {
     const f32 = req.dtype === 'float32';
-    const dt = f32 ? 'FP32' : 'FP64';
     const T = f32 ? Float32Array : Float64Array;
-    const input = (name) => {
-      const a = req[name];
-      const shape = [];
-      for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
-      return { name, shape, datatype: dt, data: Array.from(flatten(a, Float64Array)) };
-    };
     const params = { binary_data_output: true };
     if (state.transfer === 'fp16') params.output_datatype = 'FP16';
     if (req.causal) params.causal = true;
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
-    const body = { inputs: [input('q'), input('k'), input('v')], parameters: params };
     const t0 = performance.now();
+    /* q, k and v as raw bytes after the JSON header, in the request's precision (exact) */
+    const body = window.vizPooled.body(req, params, flatten, null);
     const r = await fetch('/v2/models/attention/infer', {
-      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+      method: 'POST', body: new Blob(body.parts),
+      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(body.headerLength) },
     });
     const buf = await r.arrayBuffer();
     const t1 = performance.now();
@@ -1386,7 +1381,8 @@
       mask: requestMask(req, B, Lq, Lk),
       qTokens: parseTokens($('q-tokens').value),
       kTokens: parseTokens($('k-tokens').value) || parseTokens($('q-tokens').value),
-      header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
+      header, asked: body.header,
+      timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
     };
     return d;
   }
