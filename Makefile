@@ -120,6 +120,8 @@ EXTRA_attention_exp := -O3 -ffast-math
 # trip count known in advance; the full cost model vectorises them (no change to the results:
 # nothing is reassociated without -ffast-math).
 EXTRA_attention := -fvect-cost-model=dynamic
+# The same for the reductions' passes over a row of scores (attention_reduce_impl.inc).
+EXTRA_attention_reduce := -fvect-cost-model=dynamic
 
 # The fused attention kernel, one object per instruction set (server/kernel/attention_fused.h); the
 # sanitized build and the unit tests take the same flags through this one rule.  Contracting

@@ -49,7 +49,7 @@ BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenb
             libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # The grpc suite generates its Python stubs from api/grpc/*.proto with protoc and
 # grpc_python_plugin and speaks through Debian's grpcio and protobuf; its FP16 and BF16
-# checks compare with NumPy.
+# checks compare with NumPy, and so does the reductions suite (tests/reductions/).
 TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compiler
            protobuf-compiler-grpc python3-numpy"
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,

@@ -25,7 +25,7 @@
 #                                      a server that was started are reported whatever
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
-#   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*
+#   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -126,6 +126,10 @@ every_suite() {
         --server build/asan/attention-server
     suite grpc /usr/bin/python3 tests/grpc/grpc_test.py --server build/attention-server
     suite grpc-asan /usr/bin/python3 tests/grpc/grpc_test.py --server build/asan/attention-server
+    suite reductions /usr/bin/python3 tests/reductions/reductions_test.py \
+        --server build/attention-server
+    suite reductions-asan /usr/bin/python3 tests/reductions/reductions_test.py \
+        --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server

@@ -29,6 +29,7 @@
 
 #include "attention_exp.h"
 #include "attention_extras.h"
+#include "attention_reduce.h"
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
@@ -169,6 +170,8 @@ double attention_job_flops(const attn_job *job)
     double flops = job->skip_output ? 0 : 2.0 * b * lq * lk * (dk + dv);
     if (job->pool != NULL)      /* the scores once more (attention_pool.c) */
         flops += 2.0 * b * lq * lk * dk;
+    if (job->reduce != NULL)    /* the scores once, twice for received (attention_reduce.c) */
+        flops += 2.0 * b * lq * lk * dk * (job->reduce->received ? 2 : 1);
     if (job->causal)
         flops /= 2;
     const attn_weights *w = job->weights;
@@ -472,6 +475,14 @@ void attention_result_free(attn_result *result)
     mem_free(result->attention);
     mem_free(result->attention_f32);
     mem_free(result->pooled);
+    mem_free(result->reduced.entropy);
+    mem_free(result->reduced.max_weight);
+    mem_free(result->reduced.argmax);
+    mem_free(result->reduced.sink);
+    mem_free(result->reduced.local);
+    mem_free(result->reduced.received);
+    mem_free(result->reduced.topk_weights);
+    mem_free(result->reduced.topk_indices);
     mem_free(result->q);
     mem_free(result->k);
     memset(result, 0, sizeof *result);

@@ -13,6 +13,7 @@
 #define ATTN_ATTENTION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/error.h"
 #include "weights.h"
@@ -20,6 +21,7 @@
 typedef enum { ATTN_FLOAT64 = 0, ATTN_FLOAT32 = 1 } attn_dtype;
 
 struct attn_pool;                       /* attention_pool.h */
+struct attn_reduce;                     /* attention_reduce.h */
 
 /* One attention computation.  Arrays are row-major; "batch x" axes have
  * batch >= 1 (an unbatched request has batch = 1).  All pointers are borrowed
@@ -57,7 +59,16 @@ typedef struct attn_job {
     /* Extras (attention_extras.c), computed after the output: */
     const struct attn_pool *pool; /* NULL, or fill result->pooled (never with want_attention) */
     int want_qk;                /* fill result->q and result->k */
+    const struct attn_reduce *reduce; /* NULL, or fill result->reduced (attention_reduce.h) */
 } attn_job;
+
+/* The reductions of the weights a job's reduce asks for (attention_reduce.h), each NULL
+ * unless asked: per query row batch x heads x lq, per key (received) batch x heads x lk,
+ * top-k batch x heads x lq x k. */
+typedef struct attn_reduced {
+    double *entropy, *max_weight, *sink, *local, *received, *topk_weights;
+    int64_t *argmax, *topk_indices;
+} attn_reduced;
 
 /* The attention weights come in the job's precision: a float64 job fills
  * `attention`, a float32 job `attention_f32` (formed in float32 throughout, as
@@ -69,6 +80,7 @@ typedef struct attn_result {
     double *attention;          /* float64 jobs: batch x heads x lq x lk, or NULL */
     float *attention_f32;       /* float32 jobs: batch x heads x lq x lk, or NULL */
     double *pooled;             /* job->pool: batch x heads x gr x gc (attention_pool.h), or NULL */
+    attn_reduced reduced;       /* job->reduce */
     double *q, *k;              /* job->want_qk: batch x lq x dk and batch x lk x dk, after the
                                  * projections, before the scale, in the job's precision */
     size_t d_out;

@@ -1,7 +1,8 @@
 /*
  * attention_extras.c - what a request may ask for beside the output, for looking inside the
- * computation: q and k after the projections (return_qk, for the visualizer's neuron view)
- * and the attention weights pooled into blocks (attention_pool, for long sequences).
+ * computation: q and k after the projections (return_qk, for the visualizer's neuron view),
+ * the attention weights pooled into blocks (attention_pool, for long sequences) and their
+ * reductions (attention_reduce.h).
  *
  * Both need q and k as the kernels saw them.  The kernels keep them only in packed, per-task
  * pieces, so they are formed again here: for a request with q, k and v they are its own
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "attention_pool.h"
+#include "attention_reduce.h"
 #include "core/mem.h"
 
 /* Numbers of q (batch x lq x dk) and k (batch x lk x dk). */
@@ -31,7 +33,8 @@ static void qk_numbers(const attn_job *job, size_t *nq, size_t *nk)
 int attention_extras_bytes(const attn_job *job, size_t *bytes)
 {
     *bytes = 0;
-    if (job->pool == NULL && !job->want_qk)
+    int reduce = attention_reduce_any(job->reduce);
+    if (job->pool == NULL && !job->want_qk && !reduce)
         return 0;
     size_t nq, nk, n;
     if (mem_mul(job->batch, job->lq + job->lk, job->dk, &n) != 0)
@@ -48,6 +51,9 @@ int attention_extras_bytes(const attn_job *job, size_t *bytes)
     if (job->pool != NULL)
         total += attention_pool_cells(job->pool, job) * sizeof(double) +
                  attention_pool_scratch_bytes(job);
+    if (reduce)
+        total += attention_reduce_numbers(job->reduce, job) * sizeof(double) +
+                 attention_reduce_scratch_bytes(job);
     *bytes = total;
     return 0;
 }
@@ -141,10 +147,28 @@ static int form_qk(const attn_job *job, double *q, double *k)
            project_f(ctx, rk, w->d_ctx, w, WEIGHTS_WK, WEIGHTS_BK, job->dk, k) != 0 ? -1 : 0;
 }
 
+/* Whether the reductions are all job asks of the extras and can read a float32 job's q and
+ * k as the request gave them, with no double copies (the long-context case). */
+static int reduce_in_place(const attn_job *job)
+{
+    return job->pool == NULL && !job->want_qk && job->weights == NULL &&
+           job->dtype == ATTN_FLOAT32 && job->q32 != NULL && job->k32 != NULL;
+}
+
 int attention_extras_run(const attn_job *job, attn_result *result)
 {
-    if (job->pool == NULL && !job->want_qk)
+    int reduce = attention_reduce_any(job->reduce);
+    if (job->pool == NULL && !job->want_qk && !reduce)
         return 0;
+    if (reduce_in_place(job)) {
+        /* as below: without the output, a non-finite input is found here */
+        size_t nq, nk;
+        qk_numbers(job, &nq, &nk);
+        for (size_t i = 0; job->skip_output && i < nq + nk; i++)
+            if (!isfinite(i < nq ? job->q32[i] : job->k32[i - nq]))
+                return 1;
+        return attention_reduce_run(job, NULL, NULL, job->q32, job->k32, result);
+    }
     size_t nq, nk;
     qk_numbers(job, &nq, &nk);
     double *q = mem_malloc(nq * sizeof(double)), *k = mem_malloc(nk * sizeof(double));
@@ -166,6 +190,8 @@ int attention_extras_run(const attn_job *job, attn_result *result)
         if (rc != 0)
             goto fail;
     }
+    if (reduce && (rc = attention_reduce_run(job, q, k, NULL, NULL, result)) != 0)
+        goto fail;
     if (job->want_qk) {
         result->q = q;
         result->k = k;

@@ -1,6 +1,7 @@
 /*
- * attention_extras.h - q and k after the projections (job->want_qk) and the pooled attention
- * weights (job->pool), formed after the output by attention_run.
+ * attention_extras.h - q and k after the projections (job->want_qk), the pooled attention
+ * weights (job->pool) and their reductions (job->reduce), formed after the output by
+ * attention_run.
  */
 #ifndef ATTN_ATTENTION_EXTRAS_H
 #define ATTN_ATTENTION_EXTRAS_H
@@ -13,7 +14,8 @@
  * estimate.  Returns 0, or -1 when the count overflows. */
 int attention_extras_bytes(const attn_job *job, size_t *bytes);
 
-/* Fills result->q and result->k (want_qk) and result->pooled (pool).  Returns 0, 1 when a
+/* Fills result->q and result->k (want_qk), result->pooled (pool) and result->reduced
+ * (reduce).  Returns 0, 1 when a
  * score is not finite, or ERR_UNAVAILABLE when memory ran out; on failure result holds none
  * of them.  A stopped computation returns 0 with them incomplete: the caller checks
  * compute_stopped. */

@@ -66,7 +66,7 @@ typedef enum api_phase {
  * the answer's JSON part back: filled by v2's answer writer when every
  * output is binary.  Strings are static or copied here; an output's bytes
  * are the next `bytes` of the body's binary section, in order. */
-#define API_INFER_MAX_OUTPUTS 4
+#define API_INFER_MAX_OUTPUTS 12 /* as many as v2 has (v2_internal.h) */
 #define API_INFER_MAX_RANK 4
 #define API_INFER_MAX_PARAMS 5
 typedef struct api_infer_answer {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "json/json_in.h"
 
 void attention_request_init(attention_request *req)
 {
@@ -252,6 +253,63 @@ void attention_request_set_pool(attention_request *req, size_t rows, size_t cols
     req->job.want_attention = 0;        /* the pool takes the matrix's place */
 }
 
+/* The largest sink or local width taken: past the keys it changes nothing, and a double
+ * holds every whole number up to it. */
+#define REDUCE_MAX_WIDTH 9007199254740992.0
+
+int attention_request_reduce_param(attention_request *req, const char *key, const json_t *v,
+                                   const char *field, attn_error *err)
+{
+    attn_reduce *r = &req->reduce;
+    int *flag = !strcmp(key, "entropy")    ? &r->entropy
+                : !strcmp(key, "max")      ? &r->max
+                : !strcmp(key, "received") ? &r->received
+                                           : NULL;
+    if (flag != NULL) {
+        if (!json_is_boolean(v))
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                             "%s is %s; it must be true or false.", field, json_in_kind(v));
+        *flag = json_is_true(v);
+        req->job.reduce = r;
+        return 0;
+    }
+    int topk = !strcmp(key, "topk");
+    if (!topk && strcmp(key, "sink") != 0 && strcmp(key, "local") != 0)
+        return 1;
+    double lo = topk ? 1 : 0;
+    const char *what = topk ? "a whole number from 1 to the number of keys"
+                            : "a whole number >= 0 (a count of keys)";
+    if (!json_is_number(v))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field, "%s is %s; it must be %s.",
+                         field, json_in_kind(v), what);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= REDUCE_MAX_WIDTH) || d != floor(d))
+        return error_set(err, ERR_BAD_REQUEST, "invalid_value", field, "%s is %g; it must be %s.",
+                         field, d, what);
+    if (topk) {
+        r->topk = (size_t)d;
+        snprintf(req->reduce_topk_field, sizeof req->reduce_topk_field, "%s", field);
+    } else if (!strcmp(key, "sink")) {
+        r->sink = (size_t)d;
+        r->want_sink = 1;
+    } else {
+        r->local = (size_t)d;
+        r->want_local = 1;
+    }
+    req->job.reduce = r;
+    return 0;
+}
+
+int attention_request_check_reduce(const attention_request *req, attn_error *err)
+{
+    const attn_reduce *r = req->job.reduce;
+    if (r == NULL || r->topk <= req->job.lk)
+        return 0;
+    return error_set(err, ERR_BAD_REQUEST, "invalid_value", req->reduce_topk_field,
+                     "%s is %zu; it must be a whole number from 1 to the number of keys (%zu).",
+                     req->reduce_topk_field, r->topk, req->job.lk);
+}
+
 size_t attention_request_result_elements(const attention_request *req)
 {
     const attn_job *j = &req->job;
@@ -266,6 +324,13 @@ size_t attention_request_result_elements(const attention_request *req)
     size_t extra = 0;
     if (j->pool != NULL && __builtin_add_overflow(total, attention_pool_cells(j->pool, j), &total))
         return (size_t)-1;
+    if (j->reduce != NULL) {
+        /* each factor is at most a count the budget has passed, or topk <= lk */
+        size_t n;
+        if (mem_mul(j->batch * j->heads, j->lq, 5 + 2 * j->reduce->topk, &n) != 0 ||
+            __builtin_add_overflow(total, attention_reduce_numbers(j->reduce, j), &total))
+            return (size_t)-1;
+    }
     if (j->want_qk && (mem_mul(j->batch, j->lq + j->lk, j->dk, &extra) != 0 ||
                        __builtin_add_overflow(total, extra, &total)))
         return (size_t)-1;

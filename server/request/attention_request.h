@@ -25,6 +25,7 @@
 
 #include "kernel/attention.h"
 #include "kernel/attention_pool.h"
+#include "kernel/attention_reduce.h"
 #include "core/error.h"
 #include "kernel/weights.h"
 
@@ -68,6 +69,8 @@ typedef struct attention_request {
     attn_weights weights;   /* inline weights, owned; all NULL otherwise */
     attn_pool pool;         /* the pooling asked for; job.pool points here when it was */
     const char *pool_queries_field, *pool_keys_field; /* where its window was given */
+    attn_reduce reduce;     /* the reductions asked for; job.reduce points here when any was */
+    char reduce_topk_field[ATTENTION_FIELD_MAX]; /* where topk was given */
     int has_inline_weights;
     char weights_name[WEIGHTS_NAME_MAX + 1]; /* "" unless the request names a stored set */
     uint64_t weights_generation; /* the generation of that set the request needs; 0: any */
@@ -105,6 +108,21 @@ void attention_request_set_pool(attention_request *req, size_t rows, size_t cols
  * range [start, end) within the queries or keys and not empty, else 400 "invalid_value" at
  * pool_queries_field or pool_keys_field.  Nothing to check without a pool. */
 int attention_request_check_pool(const attention_request *req, attn_error *err);
+
+struct json_t;
+
+/* Reads the reduction `key` (attention_reduce.h) given as v at `field` ("reductions.topk" on
+ * v1, "parameters.topk" on v2) into req->reduce, pointing job.reduce there: entropy, max and
+ * received take true or false; sink and local a whole number >= 0; topk a whole number >= 1
+ * (at most the keys: attention_request_check_reduce, once they are known).  Returns 0, 400
+ * "wrong_type" or "invalid_value" at field, or 1 when key names no reduction (the caller
+ * decides what that is). */
+int attention_request_reduce_param(attention_request *req, const char *key,
+                                   const struct json_t *v, const char *field, attn_error *err);
+
+/* Checks the reductions against the job's shapes: topk at most the keys, else 400
+ * "invalid_value" at reduce_topk_field.  Nothing to check without them. */
+int attention_request_check_reduce(const attention_request *req, attn_error *err);
 
 /* Checks that input t has the rank and batch of ref (the first input): 400
  * "shape_mismatch" at t->field otherwise. */
@@ -144,8 +162,8 @@ int attention_request_bind_weights(attention_request *req, const attn_weights *w
 int attention_request_bind_set(attention_request *req, const char *name, const attn_weights *w,
                                size_t heads, attn_error *err);
 
-/* Numbers the answer will carry (output, plus attention, pooled or not, and q and k when
- * asked for), or SIZE_MAX when that count overflows. */
+/* Numbers the answer will carry (output, plus attention, pooled or not, the reductions, and
+ * q and k when asked for), or SIZE_MAX when that count overflows. */
 size_t attention_request_result_elements(const attention_request *req);
 
 #endif

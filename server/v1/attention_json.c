@@ -91,6 +91,30 @@ static int decode_range(const json_t *obj, const char *name, size_t *start, size
     return 0;
 }
 
+/* Reads reductions ({"entropy": true, "topk": 8, ...}, attention_reduce.h), each member by
+ * attention_request's rules. */
+static int decode_reductions(const json_t *root, attention_request *req, attn_error *err)
+{
+    static const char *const known[] = {"entropy", "max", "received", "sink", "local", "topk"};
+    const json_t *jr = json_object_get(root, "reductions");
+    if (jr == NULL)
+        return 0;
+    if (!json_is_object(jr))
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", "reductions",
+                         "reductions is %s; it must be an object such as {\"entropy\": true, "
+                         "\"topk\": 8}.", json_in_kind(jr));
+    int rc = json_in_check_fields(jr, "reductions", known, sizeof known / sizeof known[0], err);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)jr, key, v) {
+        char field[ATTENTION_FIELD_MAX];
+        snprintf(field, sizeof field, "reductions.%s", key);
+        if (rc == 0)
+            rc = attention_request_reduce_param(req, key, v, field, err);
+    }
+    return rc;
+}
+
 /* Reads return_qk and attention_pool ({"rows", "cols", "reduce"}): what the answer carries
  * beside the output. */
 static int decode_extras(const json_t *root, attention_request *req, attn_error *err)
@@ -286,7 +310,7 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
     static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
                                         "causal", "mask", "scale", "layout", "weights_layout",
                                         "dtype", "return_attention", "weights_generation",
-                                        "attention_pool", "return_qk"};
+                                        "attention_pool", "return_qk", "reductions"};
     int rc, qkv;
     if (!json_is_object(root))
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -294,7 +318,7 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                          "(q, k, v or x and weights).", json_in_kind(root));
     if ((rc = json_in_check_fields(root, "", known, sizeof known / sizeof known[0], err)) != 0 ||
         (rc = decode_scalars(root, req, err)) != 0 || (rc = decode_extras(root, req, err)) != 0 ||
-        (rc = check_form(root, &qkv, err)) != 0)
+        (rc = decode_reductions(root, req, err)) != 0 || (rc = check_form(root, &qkv, err)) != 0)
         return rc;
     json_in_budget budget = {limits->max_elements, &req->input_elements};
     rc = qkv ? decode_qkv(root, &budget, req, err) : decode_x(root, &budget, req, err);
@@ -303,7 +327,9 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
     const json_t *jm = json_object_get(root, "mask");
     if (jm != NULL && (rc = decode_mask(jm, &budget, req, err)) != 0)
         return rc;
-    return attention_request_check_pool(req, err);
+    if ((rc = attention_request_check_pool(req, err)) != 0)
+        return rc;
+    return attention_request_check_reduce(req, err);
 }
 
 int attention_json_tensor_field(const char *name, size_t len)
@@ -371,6 +397,86 @@ static void encode_attention(const attention_request *req, const attn_result *re
         jw_char(w, ']');
 }
 
+/* n numbers (k per row when k > 0: n / k rows), as a list or a list of rows. */
+static void encode_numbers(jw_buf *w, const double *d, const int64_t *ix, size_t n, size_t k,
+                           int as_float)
+{
+    jw_char(w, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jw_char(w, ',');
+        if (k > 0 && i % k == 0)
+            jw_char(w, '[');
+        if (ix != NULL && ix[i] < 0)
+            jw_raw(w, "-1");
+        else if (ix != NULL)
+            jw_size(w, (size_t)ix[i]);
+        else if (as_float)
+            jw_float(w, d[i]);
+        else
+            jw_double(w, d[i]);
+        if (k > 0 && i % k == k - 1)
+            jw_char(w, ']');
+    }
+    jw_char(w, ']');
+}
+
+/* One reduction, `name`: per (batch, head) `per` numbers (rows of k when k > 0), with the
+ * batch and heads axes where "attention" has them. */
+static void encode_reduced(const attention_request *req, const char *name, const double *d,
+                           const int64_t *ix, size_t per, size_t k, int *first, jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    if (d == NULL && ix == NULL)
+        return;
+    size_t n = per * (k > 0 ? k : 1);
+    if (!*first)
+        jw_char(w, ',');
+    *first = 0;
+    jw_string(w, name);
+    jw_char(w, ':');
+    if (req->batched)
+        jw_char(w, '[');
+    for (size_t b = 0; b < j->batch; b++) {
+        if (b)
+            jw_char(w, ',');
+        if (req->heads_given)
+            jw_char(w, '[');
+        for (size_t h = 0; h < j->heads; h++) {
+            size_t at = (b * j->heads + h) * n;
+            if (h)
+                jw_char(w, ',');
+            encode_numbers(w, d != NULL ? d + at : NULL, ix != NULL ? ix + at : NULL, n, k,
+                           j->dtype == ATTN_FLOAT32);
+        }
+        if (req->heads_given)
+            jw_char(w, ']');
+    }
+    if (req->batched)
+        jw_char(w, ']');
+}
+
+/* "reductions": the statistics asked for (attention_reduce.h), each shaped like "attention"
+ * with its last axis reduced (received: its query axis). */
+static void encode_reductions(const attention_request *req, const attn_result *result,
+                              jw_buf *w)
+{
+    const attn_job *j = &req->job;
+    const attn_reduced *r = &result->reduced;
+    size_t k = j->reduce->topk;
+    int first = 1;
+    jw_raw(w, ",\"reductions\":{");
+    encode_reduced(req, "entropy", r->entropy, NULL, j->lq, 0, &first, w);
+    encode_reduced(req, "max_weight", r->max_weight, NULL, j->lq, 0, &first, w);
+    encode_reduced(req, "argmax", NULL, r->argmax, j->lq, 0, &first, w);
+    encode_reduced(req, "received", r->received, NULL, j->lk, 0, &first, w);
+    encode_reduced(req, "sink", r->sink, NULL, j->lq, 0, &first, w);
+    encode_reduced(req, "local", r->local, NULL, j->lq, 0, &first, w);
+    encode_reduced(req, "topk_indices", NULL, r->topk_indices, j->lq, k, &first, w);
+    encode_reduced(req, "topk_weights", r->topk_weights, NULL, j->lq, k, &first, w);
+    jw_char(w, '}');
+}
+
 /* q or k after the projections, shaped like the output (batch axis, layout). */
 static void encode_tokens(const attention_request *req, const char *name, const double *a,
                           size_t tokens, jw_buf *w)
@@ -409,6 +515,8 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
         jw_char(w, ']');
     if (j->want_attention || j->pool != NULL)
         encode_attention(req, result, w);
+    if (attention_reduce_any(j->reduce))
+        encode_reductions(req, result, w);
     if (j->want_qk) {
         encode_tokens(req, "q", result->q, j->lq, w);
         encode_tokens(req, "k", result->k, j->lk, w);

@@ -62,6 +62,28 @@ typedef struct v2_meta_tensor {
     int optional;
 } v2_meta_tensor;
 
+/* The reductions of the weights (kernel/attention_reduce.h), answered when the request's
+ * parameters ask for them: per query (received: per key), top-k k per query; with the head
+ * axis `heads` in front when a set has one (0: none).  Written from out[n]; returns the new
+ * count. */
+static size_t reduction_tensors(v2_meta_tensor *out, size_t n, long heads)
+{
+    static const char *const names[] = {"entropy", "max_weight", "argmax", "received",
+                                        "sink", "local", "topk_indices", "topk_weights"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *type = !strcmp(names[i], "argmax") || !strcmp(names[i], "topk_indices")
+                               ? "INT64" : "FP32";
+        int topk = !strncmp(names[i], "topk", 4);
+        v2_meta_tensor t = {names[i], type, 1 + topk, {-1, -1, 0}, 0};
+        if (heads > 0) {
+            t.rank++;
+            t.dims[0] = heads;
+        }
+        out[n++] = t;
+    }
+    return n;
+}
+
 /* The inputs and outputs of m, as metadata and config describe them. */
 static size_t model_tensors(const v2_model *m, v2_meta_tensor *in, size_t *n_in,
                             v2_meta_tensor *out)
@@ -74,7 +96,7 @@ static size_t model_tensors(const v2_model *m, v2_meta_tensor *in, size_t *n_in,
         *n_in = 4;
         out[0] = (v2_meta_tensor){"output", "FP32", 2, {-1, -1, 0}, 0};
         out[1] = (v2_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
-        return 2;
+        return reduction_tensors(out, 2, 0);
     }
     const attn_weights *w = &m->set->w;
     in[0] = (v2_meta_tensor){"x", "FP32", 2, {-1, (long)w->d_in, 0}, 0};
@@ -86,7 +108,7 @@ static size_t model_tensors(const v2_model *m, v2_meta_tensor *in, size_t *n_in,
         out[1] = (v2_meta_tensor){"attention", "FP32", 3, {(long)m->set->heads, -1, -1}, 0};
     else
         out[1] = (v2_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
-    return 2;
+    return reduction_tensors(out, 2, (long)m->set->heads);
 }
 
 static void write_dims(jw_buf *w, const v2_meta_tensor *t)
@@ -122,7 +144,9 @@ static void write_config_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
         jw_raw(w, i ? ",{\"name\":" : "{\"name\":");
         jw_string(w, t[i].name);
         jw_raw(w, ",\"data_type\":");
-        jw_raw(w, !strcmp(t[i].datatype, "BOOL") ? "\"TYPE_BOOL\"" : "\"TYPE_FP32\"");
+        jw_raw(w, !strcmp(t[i].datatype, "BOOL")    ? "\"TYPE_BOOL\""
+                  : !strcmp(t[i].datatype, "INT64") ? "\"TYPE_INT64\""
+                                                    : "\"TYPE_FP32\"");
         jw_raw(w, ",\"dims\":");
         write_dims(w, &t[i]);
         if (t[i].optional)
@@ -151,7 +175,7 @@ static void answer_model(const api_request *req, const api_env *env, int config,
     v2_model m;
     if (open_or_answer(req, env, &m, resp) != 0)
         return;
-    v2_meta_tensor in[4], out[2];
+    v2_meta_tensor in[4], out[10];
     size_t n_in, n_out = model_tensors(&m, in, &n_in, out);
     jw_buf w;
     jw_init(&w, 1024);

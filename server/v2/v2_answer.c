@@ -20,7 +20,57 @@
 #include "message/answer.h"
 #include "core/mem.h"
 
-static const char *const output_names[V2_OUT_COUNT] = {"output", "attention", "q", "k"};
+const char *const v2_output_names[V2_OUT_COUNT] = {
+    "output", "attention", "q", "k", "entropy", "max_weight", "argmax", "received", "sink",
+    "local", "topk_indices", "topk_weights"};
+
+const char *v2_output_parameter(int which)
+{
+    static const char *const params[V2_OUT_COUNT] = {
+        NULL, NULL, NULL, NULL, "entropy", "max", "max", "received", "sink", "local", "topk",
+        "topk"};
+    return which >= 0 && which < V2_OUT_COUNT ? params[which] : NULL;
+}
+
+int v2_output_asked(const attn_reduce *r, int which)
+{
+    if (r == NULL)
+        return 0;
+    switch (which) {
+    case V2_OUT_ENTROPY:
+        return r->entropy;
+    case V2_OUT_MAX_WEIGHT:
+    case V2_OUT_ARGMAX:
+        return r->max;
+    case V2_OUT_RECEIVED:
+        return r->received;
+    case V2_OUT_SINK:
+        return r->want_sink;
+    case V2_OUT_LOCAL:
+        return r->want_local;
+    case V2_OUT_TOPK_INDICES:
+    case V2_OUT_TOPK_WEIGHTS:
+        return r->topk > 0;
+    default:
+        return 0;
+    }
+}
+
+/* Whether output `which` is written as INT64 (key indices), not in the inputs' type. */
+static int output_int64(int which)
+{
+    return which == V2_OUT_ARGMAX || which == V2_OUT_TOPK_INDICES;
+}
+
+static const char *output_datatype(const v2_answer_head *head, int which)
+{
+    return output_int64(which) ? "INT64" : v2_datatype_name(head->dtype);
+}
+
+static size_t output_esize(const v2_answer_head *head, int which)
+{
+    return output_int64(which) ? sizeof(int64_t) : v2_datatype_size(head->dtype);
+}
 
 /* Shape of an output as written in the answer; returns its rank. */
 static size_t output_shape(const attention_request *ar, const attn_result *res, int which,
@@ -36,6 +86,13 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
     } else if (which == V2_OUT_Q || which == V2_OUT_K) {
         dims[r++] = which == V2_OUT_Q ? j->lq : j->lk;
         dims[r++] = j->dk;
+    } else if (which != V2_OUT_ATTENTION) {
+        /* a reduction: the attention's axes with its last reduced (received: the queries) */
+        if (ar->heads_given)
+            dims[r++] = j->heads;
+        dims[r++] = which == V2_OUT_RECEIVED ? j->lk : j->lq;
+        if (which == V2_OUT_TOPK_INDICES || which == V2_OUT_TOPK_WEIGHTS)
+            dims[r++] = j->reduce->topk;
     } else {
         if (ar->heads_given)
             dims[r++] = j->heads;
@@ -66,6 +123,24 @@ static v2_numbers output_numbers(const attn_result *res, int which, size_t n)
     case V2_OUT_K:
         x.f64 = res->k;
         break;
+    case V2_OUT_ENTROPY:
+        x.f64 = res->reduced.entropy;
+        break;
+    case V2_OUT_MAX_WEIGHT:
+        x.f64 = res->reduced.max_weight;
+        break;
+    case V2_OUT_RECEIVED:
+        x.f64 = res->reduced.received;
+        break;
+    case V2_OUT_SINK:
+        x.f64 = res->reduced.sink;
+        break;
+    case V2_OUT_LOCAL:
+        x.f64 = res->reduced.local;
+        break;
+    case V2_OUT_TOPK_WEIGHTS:
+        x.f64 = res->reduced.topk_weights;
+        break;
     default:
         x.f32 = res->pooled == NULL ? res->attention_f32 : NULL;
         x.f64 = res->pooled != NULL ? res->pooled : res->attention;
@@ -80,6 +155,36 @@ static size_t output_count(const attention_request *ar, const attn_result *res, 
     for (size_t d = 0; d < rank; d++)
         n *= dims[d];
     return n;
+}
+
+/* The numbers of an INT64 output (output_int64). */
+static const int64_t *output_data_i64(const attn_result *res, int which)
+{
+    return which == V2_OUT_ARGMAX ? res->reduced.argmax : res->reduced.topk_indices;
+}
+
+static void write_json_i64(jw_buf *w, const int64_t *v, size_t n)
+{
+    jw_char(w, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jw_char(w, ',');
+        if (v[i] < 0)
+            jw_raw(w, "-1");            /* the only negative one: no key (attention_reduce.h) */
+        else
+            jw_size(w, (size_t)v[i]);
+    }
+    jw_char(w, ']');
+}
+
+/* n INT64 numbers at dst, little-endian as the protocol's binary data is. */
+static void write_binary_i64(unsigned char *dst, const int64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = (uint64_t)v[i];
+        for (int b = 0; b < 8; b++)
+            dst[i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
+    }
 }
 
 /* The model, the id and the parameters the computation used. */
@@ -120,9 +225,9 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
     for (size_t d = 0; d < rank; d++)
         n *= dims[d];
     jw_raw(w, i ? ",{\"name\":" : "{\"name\":");
-    jw_string(w, output_names[which]);
+    jw_string(w, v2_output_names[which]);
     jw_raw(w, ",\"datatype\":");
-    jw_string(w, v2_datatype_name(head->dtype));
+    jw_string(w, output_datatype(head, which));
     jw_raw(w, ",\"shape\":[");
     for (size_t d = 0; d < rank; d++) {
         if (d)
@@ -132,8 +237,11 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
     jw_char(w, ']');
     if (head->outs->binary[i]) {
         jw_raw(w, ",\"parameters\":{\"binary_data_size\":");
-        jw_size(w, n * v2_datatype_size(head->dtype));
+        jw_size(w, n * output_esize(head, which));
         jw_char(w, '}');
+    } else if (output_int64(which)) {
+        jw_raw(w, ",\"data\":");
+        write_json_i64(w, output_data_i64(res, which), n);
     } else {
         jw_raw(w, ",\"data\":");
         v2_numbers x = output_numbers(res, which, n);
@@ -147,12 +255,17 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
 static void write_binary(unsigned char *p, const v2_answer_head *head, const attn_result *res,
                          const size_t *counts)
 {
-    size_t esize = v2_datatype_size(head->dtype);
     for (size_t i = 0; i < head->outs->n; i++) {
         if (!head->outs->binary[i])
             continue;
-        v2_numbers x = output_numbers(res, head->outs->which[i], counts[i]);
-        v2_numbers_write_binary(p, &x, head->dtype);
+        int which = head->outs->which[i];
+        size_t esize = output_esize(head, which);
+        if (output_int64(which)) {
+            write_binary_i64(p, output_data_i64(res, which), counts[i]);
+        } else {
+            v2_numbers x = output_numbers(res, which, counts[i]);
+            v2_numbers_write_binary(p, &x, head->dtype);
+        }
         p += counts[i] * esize;
     }
 }
@@ -191,12 +304,12 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
     for (size_t i = 0; i < head->outs->n && i < API_INFER_MAX_OUTPUTS; i++) {
         int which = head->outs->which[i];
         size_t n = 1;
-        a->outputs[i].name = output_names[which];
-        a->outputs[i].datatype = v2_datatype_name(head->dtype);
+        a->outputs[i].name = v2_output_names[which];
+        a->outputs[i].datatype = output_datatype(head, which);
         a->outputs[i].rank = output_shape(ar, res, which, a->outputs[i].dims);
         for (size_t d = 0; d < a->outputs[i].rank; d++)
             n *= a->outputs[i].dims[d];
-        a->outputs[i].bytes = n * v2_datatype_size(head->dtype);
+        a->outputs[i].bytes = n * output_esize(head, which);
         a->n_outputs++;
     }
     a->set = 1;
@@ -207,6 +320,8 @@ int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
 {
     for (size_t i = 0; i < head->outs->n; i++) {
         int which = head->outs->which[i];
+        if (output_int64(which))
+            continue;                   /* key indices: INT64 whatever output_datatype says */
         v2_numbers x = output_numbers(res, which, output_count(ar, res, which));
         size_t at = v2_numbers_overflow(&x, head->dtype);
         if (at < x.n)
@@ -214,7 +329,7 @@ int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
                              "parameters.output_datatype",
                              "Output \"%s\" holds %.17g at element %zu, which %s cannot hold "
                              "(it rounds to Inf); ask for a wider output_datatype.",
-                             output_names[which], v2_numbers_get(&x, at), at,
+                             v2_output_names[which], v2_numbers_get(&x, at), at,
                              v2_datatype_name(head->dtype));
     }
     return 0;
@@ -231,7 +346,7 @@ void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
     for (size_t i = 0; i < head->outs->n; i++) {
         counts[i] = write_output(&w, head, ar, res, i);
         if (head->outs->binary[i])
-            bin_bytes += counts[i] * v2_datatype_size(head->dtype);
+            bin_bytes += counts[i] * output_esize(head, head->outs->which[i]);
     }
     jw_raw(&w, "]}");
     if (bin_bytes == 0) {

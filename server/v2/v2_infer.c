@@ -80,23 +80,26 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
     }
     if (!json_is_array(outs) || json_array_size(outs) == 0 || json_array_size(outs) > V2_OUT_COUNT)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "outputs",
-                         "outputs must be an array of 1 to 4 objects naming \"output\", "
-                         "\"attention\", \"q\" or \"k\".");
+                         "outputs must be an array of 1 to %d objects naming \"output\", "
+                         "\"attention\", \"q\", \"k\" or a reduction (\"entropy\", "
+                         "\"max_weight\", \"argmax\", \"received\", \"sink\", \"local\", "
+                         "\"topk_indices\", \"topk_weights\").", V2_OUT_COUNT);
     for (size_t i = 0; i < json_array_size(outs); i++) {
         const json_t *e = json_array_get(outs, i);
         char field[64];
         snprintf(field, sizeof field, "outputs[%zu].name", i);
         const json_t *name = json_is_object(e) ? json_object_get(e, "name") : NULL;
         const char *s = json_is_string(name) ? json_string_value(name) : "";
-        int which = !strcmp(s, "output")      ? V2_OUT_OUTPUT
-                    : !strcmp(s, "attention") ? V2_OUT_ATTENTION
-                    : !strcmp(s, "q")         ? V2_OUT_Q
-                    : !strcmp(s, "k")         ? V2_OUT_K
-                                              : -1;
+        int which = -1;
+        for (int w = 0; w < V2_OUT_COUNT && which < 0; w++)
+            if (!strcmp(s, v2_output_names[w]))
+                which = w;
         if (which < 0)
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
-                             "%s must be \"output\", \"attention\", \"q\" or \"k\" "
-                             "(got %s%.40s%s).", field,
+                             "%s must be \"output\", \"attention\", \"q\", \"k\" or a "
+                             "reduction: \"entropy\", \"max_weight\", \"argmax\", "
+                             "\"received\", \"sink\", \"local\", \"topk_indices\" or "
+                             "\"topk_weights\" (got %s%.40s%s).", field,
                              json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
                              name ? json_in_kind(name) : "nothing",
                              json_is_string(name) ? "\"" : "");
@@ -209,7 +212,69 @@ static int decode_parameters(const json_t *root, attention_request *ar, int *bin
         (rc = attention_request_set_scale(ar, json_is_number(s) ? NULL : json_in_kind(s),
                                           json_number_value(s), "parameters.scale", err)) != 0)
         return rc;
-    return decode_pool_parameters(p, ar, err);
+    if ((rc = decode_pool_parameters(p, ar, err)) != 0)
+        return rc;
+    /* the reductions, by v1's rules for its "reductions" members of the same names */
+    static const char *const reductions[] = {"entropy", "max", "received", "sink", "local",
+                                             "topk"};
+    for (size_t i = 0; i < sizeof reductions / sizeof reductions[0]; i++) {
+        const json_t *v = json_object_get(p, reductions[i]);
+        char field[ATTENTION_FIELD_MAX];
+        snprintf(field, sizeof field, "parameters.%s", reductions[i]);
+        if (v != NULL && (rc = attention_request_reduce_param(ar, reductions[i], v, field, err)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The outputs and the reduction parameters agree: a listed reduction output needs its
+ * parameter, and a reduction asked for needs one of its outputs listed (as the pooling
+ * parameters need "attention"); 400 "conflicting_fields" at the parameter otherwise.  With no
+ * outputs listed, every reduction asked for is answered after "output" (and "attention" only
+ * when pooled: a request for reductions is one too long for the full matrix). */
+static int match_reductions(const json_t *root, v2_outputs *o, const attention_request *ar,
+                            attn_error *err)
+{
+    const attn_reduce *r = ar->job.reduce;
+    if (json_object_get(root, "outputs") == NULL && attention_reduce_any(r)) {
+        int binary = o->binary[0];
+        o->n = ar->job.pool != NULL ? 2 : 1;    /* output, and attention when pooled */
+        for (int w = V2_OUT_ENTROPY; w < V2_OUT_COUNT; w++)
+            if (v2_output_asked(r, w)) {
+                o->which[o->n] = w;
+                o->binary[o->n++] = binary;
+            }
+        return 0;
+    }
+    int named[V2_OUT_COUNT] = {0};
+    for (size_t i = 0; i < o->n; i++) {
+        int w = o->which[i];
+        named[w] = 1;
+        char field[ATTENTION_FIELD_MAX];
+        snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w) ? v2_output_parameter(w) : "");
+        if (v2_output_parameter(w) != NULL && !v2_output_asked(r, w))
+            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
+                             "outputs[%zu] names \"%s\", which needs parameters.%s%s.", i,
+                             v2_output_names[w], v2_output_parameter(w),
+                             w == V2_OUT_TOPK_INDICES || w == V2_OUT_TOPK_WEIGHTS ? " (k)" :
+                             w == V2_OUT_SINK || w == V2_OUT_LOCAL ? " (a width)" : ": true");
+    }
+    for (int w = V2_OUT_ENTROPY; w < V2_OUT_COUNT; w++) {
+        /* both outputs of max and of topk count: either one is enough */
+        int pair = w == V2_OUT_MAX_WEIGHT   ? V2_OUT_ARGMAX
+                   : w == V2_OUT_ARGMAX     ? V2_OUT_MAX_WEIGHT
+                   : w == V2_OUT_TOPK_INDICES ? V2_OUT_TOPK_WEIGHTS
+                   : w == V2_OUT_TOPK_WEIGHTS ? V2_OUT_TOPK_INDICES
+                                              : w;
+        if (v2_output_asked(r, w) && !named[w] && !named[pair]) {
+            char field[ATTENTION_FIELD_MAX];
+            snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w));
+            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", field,
+                             "%s asks for the \"%s\" output, which outputs does not name.",
+                             field, v2_output_names[w]);
+        }
+    }
+    return 0;
 }
 
 /* parameters.output_datatype: the datatype of every float output, FP16, BF16,
@@ -249,7 +314,8 @@ static int describe_head(v2_infer *st, attn_error *err)
     int rc, binary_output;
     if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
         (rc = decode_output_datatype(root, st, err)) != 0 ||
-        (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0)
+        (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0 ||
+        (rc = match_reductions(root, &st->outs, &st->ar, err)) != 0)
         return rc;
     int attention = 0, output = 0;
     for (size_t i = 0; i < st->outs.n; i++) {
@@ -434,7 +500,9 @@ static int infer_describe(v2_infer *st, const api_env *env, v2_body *body, attn_
         (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
         (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0))
         return rc;
-    return attention_request_check_pool(&st->ar, err);
+    if ((rc = attention_request_check_pool(&st->ar, err)) != 0)
+        return rc;
+    return attention_request_check_reduce(&st->ar, err);
 }
 
 /* Allocates and reads a numeric input. */

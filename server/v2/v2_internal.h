@@ -36,8 +36,22 @@ int v2_model_open(const api_env *env, const route_args *args, v2_model *m, attn_
 /* Drops the reference m holds (harmless when it holds none). */
 void v2_model_close(v2_model *m);
 
-/* The outputs a model answers: q and k (after the projections) only when asked for. */
-enum { V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_Q, V2_OUT_K, V2_OUT_COUNT };
+/* The outputs a model answers: q and k (after the projections) only when asked for, and the
+ * reductions of the weights (kernel/attention_reduce.h) when their parameters ask for them. */
+enum {
+    V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_Q, V2_OUT_K,
+    V2_OUT_ENTROPY, V2_OUT_MAX_WEIGHT, V2_OUT_ARGMAX, V2_OUT_RECEIVED, V2_OUT_SINK, V2_OUT_LOCAL,
+    V2_OUT_TOPK_INDICES, V2_OUT_TOPK_WEIGHTS, V2_OUT_COUNT
+};
+
+/* The outputs' names, by V2_OUT_*. */
+extern const char *const v2_output_names[V2_OUT_COUNT];
+
+/* The request parameter a reduction output needs ("max" for argmax), or NULL for the others. */
+const char *v2_output_parameter(int which);
+
+/* Whether the reduction output `which` is asked for by the parameters in r (NULL: none). */
+int v2_output_asked(const attn_reduce *r, int which);
 
 /* The outputs asked for, in the order asked, each as JSON or binary. */
 typedef struct v2_outputs {

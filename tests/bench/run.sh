@@ -16,6 +16,9 @@
 #   store-load  build/bench/bench-store-load: a 4096 x 4096 weight set, binary file vs JSON
 #   checkpoint  bench_checkpoint.sh: PUT of a 100 MiB float32 safetensors checkpoint vs the same
 #               weights as JSON (time, peak RSS), and the 512 x 64 request gzip'd vs plain
+#   reductions  bench_reductions.py: the reductions of the weights (entropy, received, sink, local,
+#               top-8; no output) against the output alone, q, k, v of L x 64 causal binary v2,
+#               L = 16k, 32k, 128k on one server each, and the reductions' peak RSS
 #   viz         viz_bench.mjs: the visualizer (GET /viz) in headless chromium, from request to
 #               painted heatmap for L = 512, 2048, 4096 (needs `make browser-deps`)
 #
@@ -72,6 +75,7 @@ step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
 step grpc bash tests/bench/bench_grpc.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
 step checkpoint bash tests/bench/bench_checkpoint.sh "$RESULTS" "${QUICK[@]}"
+step reductions "$BENCH_PYTHON" tests/bench/bench_reductions.py --results "$RESULTS" "${QUICK[@]}"
 step viz node tests/bench/viz_bench.mjs --server build/attention-server --out "$RESULTS" "${QUICK[@]}"
 
 # The store benchmark's TSV as a table row: ours = the binary file, peer = JSON.
@@ -98,7 +102,7 @@ fi
     echo
     cat "$RESULTS"/table-kernel.tsv "$RESULTS"/table-json.tsv "$RESULTS"/table-http.tsv \
         "$RESULTS"/table-grpc.tsv "$RESULTS"/table-store.tsv "$RESULTS"/table-checkpoint.tsv \
-        "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
+        "$RESULTS"/table-reductions.tsv "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
     function num(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
     {
         ratio = "-"; met = ""

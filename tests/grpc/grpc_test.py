@@ -308,6 +308,11 @@ def check_same_answers(srv):
     same_answer(srv, "pooled attention", "attention", SEED, outputs=["attention"],
                 params={"attention_pool_rows": 1, "attention_pool_cols": 2})
     same_answer(srv, "batched", "attention", [(n, t, [2] + s, list(x) * 2) for n, t, s, x in SEED])
+    # the reductions (checked against NumPy in tests/reductions): the same INT64 and FP32
+    # outputs through gRPC's parameters and raw contents
+    same_answer(srv, "reductions", "attention", SEED,
+                outputs=["entropy", "argmax", "received", "topk_indices", "topk_weights"],
+                params={"entropy": True, "max": True, "received": True, "topk": 2})
     srv.request("PUT", "/v1/weight-sets/toy", json.dumps(
         {"wq": [[1.0, 0.5]], "wk": [[0.5, 1.0]], "wv": [[1.0, -1.0]]}).encode(),
         {"Content-Type": "application/json"})
