@@ -254,6 +254,81 @@ async function openCapture(page, file) {
 // numbers: within the same bound.
 const CENSUS_TOL = 1e-5;
 
+test('census: a capture of a random model, every head\'s statistics equal the float64 NumPy reference', async (page) => {
+  const cap = makeCapture('census', { layers: 3, heads: 4, 'kv-heads': 2, dim: 32, tokens: 40, sink: 4, local: 3 });
+  await openView(page, 'view=census');
+  await page.$eval('#census-local', (e) => { e.value = '3'; });
+  assert(await openCapture(page, cap.path) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  for (const stat of ['entropy', 'sink', 'local', 'prev', 'max']) {
+    await page.select('#census-stat', stat);
+    const cells = await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head,
+      v: Number(td.dataset.v), text: td.textContent, title: td.title })));
+    assert(cells.length === 12, `${cells.length} cells for 3 layers x 4 heads`);
+    for (const c of cells) {
+      close(c.v, cap.ref.layers[c.L][c.h][stat], CENSUS_TOL, `${stat} of layer ${c.L} head ${c.h}`);
+      assert(c.title.endsWith(' ' + c.v) && c.text === String(Number(c.v.toPrecision(4))), `cell ${c.L}/${c.h}: "${c.text}", title "${c.title}"`);
+    }
+    // the heads differ, so the colours must too (a grid of one colour would pass the rest)
+    const colours = await page.$$eval('#census-table td', (tds) => new Set(tds.map((td) => getComputedStyle(td).backgroundColor)).size);
+    assert(colours > 3, `${stat}: only ${colours} colours over 12 heads`);
+  }
+  // ordered by the statistic: each layer's heads, largest first, each head once
+  await page.select('#census-stat', 'entropy');
+  await page.select('#census-order', 'stat');
+  const rows = await page.$$eval('#census-table tr', (trs) => trs.slice(1).map((tr) =>
+    [...tr.querySelectorAll('td')].map((td) => ({ h: +td.dataset.head, v: Number(td.dataset.v), text: td.textContent }))));
+  rows.forEach((row, L) => {
+    assert(row.map((c) => c.h).sort().join() === '0,1,2,3', `layer ${L}: heads ${row.map((c) => c.h)}`);
+    for (let i = 1; i < row.length; i++) assert(row[i - 1].v >= row[i].v, `layer ${L} not sorted: ${row.map((c) => c.v)}`);
+    for (const c of row) assert(c.text.startsWith(`h${c.h} `), `a sorted cell names its head: "${c.text}"`);
+  });
+  // a click: the keys' received attention along the sequence, and the pooled heatmap
+  await page.click('#census-table td[data-layer="1"][data-head="2"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"], body[data-census-heatmap="error"]');
+  assert(await page.$eval('body', (b) => b.dataset.censusHeatmap) === 'ready', await page.$eval('#census-heatmap-note', (e) => e.textContent));
+  const strip = await page.evaluate(() => window.vizCensus.strip());
+  const received = cap.ref.layers[1][2].received;
+  assert(strip.length === 40, `${strip.length} strip pixels for 40 keys`);
+  for (const [k0, k1, v] of strip) {
+    assert(k1 === k0 + 1, `a pixel covers keys ${k0}-${k1} of 40`);
+    close(v, received[k0], CENSUS_TOL, `received by key ${k0}`);
+  }
+  const pooledNote = await page.$eval('#census-heatmap-note', (e) => e.textContent);
+  assert(/40 × 40 cells of 1 × 1 tokens/.test(pooledNote), 'pooled: ' + pooledNote);
+  // above the diagonal the heatmap is hatched (causal), below it coloured
+  const cv = await page.$eval('#census-heatmap', (c) => [c.width, c.height]);
+  const above = await pixel(page, 'census-heatmap', cv[0] * 0.9, cv[1] * 0.1), below = await pixel(page, 'census-heatmap', cv[0] * 0.1, cv[1] * 0.9);
+  assert(above[0] === above[1] && above[1] === above[2] && MASK_SHADES.includes(above[0]), `above the diagonal rgb(${above})`);
+  assert(!(below[0] === below[1] && below[1] === below[2]), `below the diagonal rgb(${below}) is grey`);
+});
+
+test('census: past one key a pixel the strip shows the max or the mean of each pixel\'s keys', async (page) => {
+  const cap = makeCapture('census-long', { layers: 1, heads: 2, dim: 16, tokens: 1500 });
+  assert(await openCapture(page, cap.path) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  for (const c of await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ h: +td.dataset.head, v: Number(td.dataset.v) }))))
+    close(c.v, cap.ref.layers[0][c.h].entropy, CENSUS_TOL, `entropy of head ${c.h}`);
+  await page.click('#census-table td[data-layer="0"][data-head="1"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"], body[data-census-heatmap="error"]');
+  const received = cap.ref.layers[0][1].received;
+  for (const how of ['max', 'mean']) {
+    await page.select('#census-strip-how', how);
+    const strip = await page.evaluate(() => window.vizCensus.strip());
+    const width = await page.$eval('#census-strip', (c) => c.width);
+    assert(strip.length === width, `${strip.length} pixels for a strip ${width} wide`);
+    let next = 0;
+    for (const [k0, k1, v] of strip) {
+      assert(k0 === next && k1 > k0, `pixels cover keys ${k0}-${k1} after ${next}`);
+      next = k1;
+      const keys = received.slice(k0, k1);
+      const want = how === 'max' ? Math.max(...keys) : keys.reduce((a, b) => a + b, 0) / keys.length;
+      close(v, want, CENSUS_TOL, `${how} of keys ${k0}-${k1}`);
+    }
+    assert(next === 1500, `the strip covers ${next} of 1500 keys`);
+  }
+  const title = await page.$eval('#census-strip-title', (e) => e.textContent);
+  assert(title.includes('from all 1500 queries') && title.includes('mean of 2.1 keys a pixel'), 'strip title: ' + title);
+});
+
 test('census: the capture reader rounds F32 and BF16 to FP16 as the server would, and refuses a bad file naming why', async (page) => {
   await openView(page, 'view=census');
   const got = await page.evaluate(() => {
