@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -41,7 +42,8 @@ def start_server(binary, workdir):
     proc = subprocess.Popen(
         [binary, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "0",
          "--data-dir", os.path.join(workdir, "data"), "--max-body", "1G",
-         "--max-elements", "64M", "--max-request-memory", "4G"],
+         "--max-elements", "64M", "--max-request-memory", "4G",
+         "--deadline", "600"],
         stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "stderr"), "w"), text=True,
         env=dict(os.environ, ATTN_QUIET="true"))
     line = proc.stdout.readline()
@@ -89,9 +91,12 @@ def post(base, text, body):
                                  headers={"Inference-Header-Content-Length": str(len(text)),
                                           "Content-Type": "application/octet-stream"})
     t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=600) as r:
-        data = r.read()
-        hl = int(r.headers["Inference-Header-Content-Length"])
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            data = r.read()
+            hl = int(r.headers["Inference-Header-Content-Length"])
+    except urllib.error.HTTPError as e:
+        raise RuntimeError("HTTP %d: %s" % (e.code, e.read()[:300])) from None
     return time.perf_counter() - t0, json.loads(data[:hl]), data[hl:]
 
 

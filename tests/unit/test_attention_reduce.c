@@ -1,0 +1,240 @@
+/*
+ * test_attention_reduce.c - the reductions of the weights (server/kernel/attention_reduce.c)
+ * through attention_run, against the full matrix computed here in long double and reduced by
+ * each statistic's definition.
+ *
+ * Shapes land on the edges of the reductions' own blocks (64 queries, 512 keys, bands of 256
+ * queries and of 1024 keys); masks cover causal, a random mask with a fully masked row and a
+ * batched mask; cross-attention; both precisions, a float32 job given float inputs (reduced
+ * in place) and double ones; serially and on a pool of three threads, whose answers must be
+ * the same bit for bit; with each kernel path.  (tests/reductions/ checks the same against
+ * NumPy through the server's v1 and v2.)
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernel/attention_fused.h"
+#include "kernel/attention_reduce.h"
+#include "core/compute.h"
+#include "test.h"
+
+static uint64_t reduce_rng = 0x452821E638D01377ull;
+
+typedef struct reduce_case {
+    size_t batch, heads, lq, lk, dk;
+    int causal, masked, mask_batched;
+    size_t sink, local, topk;
+} reduce_case;
+
+static const reduce_case REDUCE_CASES[] = {
+    /* batch heads lq lk dk causal masked batched sink local topk */
+    {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1},
+    {2, 2, 37, 53, 8, 1, 0, 0, 3, 2, 4},
+    {1, 3, 130, 600, 12, 0, 1, 0, 5, 40, 8},        /* past 64 rows and 512 keys */
+    {2, 1, 70, 1100, 4, 0, 1, 1, 1, 0, 3},          /* past a band of 1024 keys */
+    {1, 2, 600, 600, 16, 1, 1, 0, 4, 16, 8},        /* past a band of 256 queries */
+    {1, 1, 40, 9, 8, 1, 0, 0, 20, 100, 9},          /* cross, causal: rows past the keys */
+};
+
+/* Row i of (b, h)'s weights, in long double, into w[0..lk); returns the number of keys the
+ * row may see. */
+static size_t weights_row(const reduce_case *rc, const attn_job *job, const double *q,
+                          const double *k, size_t b, size_t h, size_t i, long double *w,
+                          int *seen)
+{
+    size_t dh = rc->dk / rc->heads, n = 0;
+    long double mx = -INFINITY;
+    const unsigned char *mask =
+        job->mask ? job->mask + (job->mask_batched ? b : 0) * rc->lq * rc->lk : NULL;
+    for (size_t j = 0; j < rc->lk; j++) {
+        seen[j] = !((rc->causal && j > i) || (mask && !mask[i * rc->lk + j]));
+        long double s = 0;
+        for (size_t t = 0; t < dh; t++)
+            s += (long double)q[(b * rc->lq + i) * rc->dk + h * dh + t] *
+                 k[(b * rc->lk + j) * rc->dk + h * dh + t];
+        w[j] = seen[j] ? s * job->scale : -INFINITY;
+        n += (size_t)seen[j];
+        if (w[j] > mx)
+            mx = w[j];
+    }
+    long double sum = 0;
+    for (size_t j = 0; j < rc->lk; j++) {
+        w[j] = mx == -INFINITY ? 0 : expl(w[j] - mx);
+        sum += w[j];
+    }
+    for (size_t j = 0; j < rc->lk; j++)
+        w[j] = sum > 0 ? w[j] / sum : 0;
+    return n;
+}
+
+static double worse(double worst, double got, long double want)
+{
+    double d = fabs(got - (double)want);
+    return isnan(d) ? INFINITY : d > worst ? d : worst;
+}
+
+/* The largest difference of any statistic of res from the reference, or INFINITY when an
+ * index differs (the random scores here have no ties). */
+static double compare(const reduce_case *rc, const attn_job *job, const double *q,
+                      const double *k, const attn_result *res)
+{
+    const attn_reduced *r = &res->reduced;
+    long double *w = malloc(rc->lk * sizeof *w), *recv = calloc(rc->lk, sizeof *recv);
+    int *seen = malloc(rc->lk * sizeof *seen);
+    double worst = 0;
+    for (size_t b = 0; b < rc->batch; b++)
+        for (size_t h = 0; h < rc->heads; h++) {
+            size_t bh = b * rc->heads + h;
+            for (size_t j = 0; j < rc->lk; j++)
+                recv[j] = 0;
+            for (size_t i = 0; i < rc->lq; i++) {
+                size_t n = weights_row(rc, job, q, k, b, h, i, w, seen), o = bh * rc->lq + i;
+                long double ent = 0, sink = 0, local = 0;
+                for (size_t j = 0; j < rc->lk; j++) {
+                    ent -= w[j] > 0 ? w[j] * logl(w[j]) : 0;
+                    sink += j < rc->sink ? w[j] : 0;
+                    local += (j > i ? j - i : i - j) <= rc->local ? w[j] : 0;
+                    recv[j] += w[j];
+                }
+                worst = worse(worst, r->entropy[o], ent);
+                worst = worse(worst, r->sink[o], sink);
+                worst = worse(worst, r->local[o], local);
+                /* the top-k by selection: the largest weight of the keys not yet taken */
+                for (size_t t = 0; t < rc->topk; t++) {
+                    long double best = -1;
+                    int64_t at = -1;
+                    for (size_t j = 0; j < rc->lk; j++)
+                        if (seen[j] && w[j] > best) {
+                            best = w[j];
+                            at = (int64_t)j;
+                        }
+                    if (at >= 0)
+                        seen[at] = 0;
+                    int64_t got = r->topk_indices[o * rc->topk + t];
+                    if (got != (t < n ? at : -1))
+                        worst = INFINITY;
+                    worst = worse(worst, r->topk_weights[o * rc->topk + t], at >= 0 ? best : 0);
+                    if (t == 0) {
+                        if (r->argmax[o] != at)
+                            worst = INFINITY;
+                        worst = worse(worst, r->max_weight[o], at >= 0 ? best : 0);
+                    }
+                }
+            }
+            for (size_t j = 0; j < rc->lk; j++)
+                worst = worse(worst, r->received[bh * rc->lk + j], recv[j]);
+        }
+    free(w);
+    free(recv);
+    free(seen);
+    return worst;
+}
+
+/* Runs case rc (f32: in float32, from float inputs when f32 == 2) on `threads`; fills res.
+ * Returns attention_run's status. */
+static int run_case(const reduce_case *rc, int f32, double *q, double *k, double *v,
+                    float *qf, float *kf, float *vf, unsigned char *mask, attn_result *res)
+{
+    attn_reduce red = {.entropy = 1, .max = 1, .received = 1, .want_sink = 1, .want_local = 1,
+                       .sink = rc->sink, .local = rc->local, .topk = rc->topk};
+    attn_job job = {.batch = rc->batch, .lq = rc->lq, .lk = rc->lk, .heads = rc->heads,
+                    .dk = rc->dk, .dv = rc->dk, .causal = rc->causal,
+                    .scale = 1.0 / sqrt((double)(rc->dk / rc->heads)), .mask = mask,
+                    .mask_batched = rc->mask_batched,
+                    .dtype = f32 ? ATTN_FLOAT32 : ATTN_FLOAT64, .reduce = &red,
+                    .skip_output = 1};
+    if (f32 == 2) {
+        job.q32 = qf;
+        job.k32 = kf;
+        job.v32 = vf;
+    } else {
+        job.q = q;
+        job.k = k;
+        job.v = v;
+    }
+    attn_error err;
+    return attention_run(&job, res, &err);
+}
+
+/* Every case in both precisions (float32 from double and from float inputs), on one thread
+ * and on three (the same bits), with each kernel path.  float32 is held to 4e-6 relative to
+ * the largest value (received reaches lq): scores reach 25 here, whose float32 ulp is 1.9e-6;
+ * float64 to 1e-13. */
+void test_attention_reduce_matches_reference(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    char err[128];
+    for (size_t c = 0; c < sizeof REDUCE_CASES / sizeof REDUCE_CASES[0]; c++) {
+        const reduce_case *rc = &REDUCE_CASES[c];
+        size_t nq = rc->batch * rc->lq * rc->dk, nk = rc->batch * rc->lk * rc->dk;
+        double *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+        float *qf = malloc(nq * sizeof *qf), *kf = malloc(nk * sizeof *kf), *vf = malloc(nk * sizeof *vf);
+        for (size_t i = 0; i < nq; i++)
+            q[i] = qf[i] = (float)(3 * test_uniform(&reduce_rng));
+        for (size_t i = 0; i < nk; i++) {
+            k[i] = kf[i] = (float)(3 * test_uniform(&reduce_rng));
+            v[i] = vf[i] = (float)test_uniform(&reduce_rng);
+        }
+        unsigned char *mask = NULL;
+        if (rc->masked) {
+            size_t n = (rc->mask_batched ? rc->batch : 1) * rc->lq * rc->lk;
+            mask = malloc(n);
+            for (size_t i = 0; i < n; i++)
+                mask[i] = (test_next_bits(&reduce_rng) & 3) != 0;
+            memset(mask + 2 * rc->lk, 0, rc->lk);     /* row 2 sees nothing */
+        }
+        attn_job ref = {.lq = rc->lq, .lk = rc->lk, .mask = mask, .mask_batched = rc->mask_batched,
+                        .scale = 1.0 / sqrt((double)(rc->dk / rc->heads))};
+        for (size_t p = 0; p < npaths; p++) {
+            ASSERT_EQ(attn_kernel_select(paths[p]->name, err, sizeof err), 0);
+            for (int f32 = 0; f32 <= 2; f32++) {
+                attn_result one, three;
+                int rc1 = run_case(rc, f32, q, k, v, qf, kf, vf, mask, &one);
+                ASSERT_EQ(compute_init(3), 0);
+                int rc3 = run_case(rc, f32, q, k, v, qf, kf, vf, mask, &three);
+                compute_shutdown();
+                ASSERT_EQ(rc1, 0);
+                ASSERT_EQ(rc3, 0);
+                size_t rows = rc->batch * rc->heads * rc->lq;
+                int same = memcmp(one.reduced.received, three.reduced.received,
+                                  rc->batch * rc->heads * rc->lk * sizeof(double)) == 0 &&
+                           memcmp(one.reduced.entropy, three.reduced.entropy,
+                                  rows * sizeof(double)) == 0 &&
+                           memcmp(one.reduced.topk_indices, three.reduced.topk_indices,
+                                  rows * rc->topk * sizeof(int64_t)) == 0;
+                double worst = compare(rc, &ref, q, k, &one);
+                double tol = f32 ? 4e-6 * (double)rc->lq : 1e-13 * (double)rc->lq;
+                attention_result_free(&one);
+                attention_result_free(&three);
+                if (!same || !(worst <= tol)) {
+                    attn_kernel_select("auto", err, sizeof err);
+                    FAIL_AT("case %zu, %s, path %s: largest difference %g%s", c,
+                            f32 == 2 ? "float32 from float" : f32 ? "float32" : "float64",
+                            paths[p]->name, worst, same ? "" : "; 1 and 3 threads differ");
+                }
+            }
+        }
+        free(q);
+        free(k);
+        free(v);
+        free(qf);
+        free(kf);
+        free(vf);
+        free(mask);
+    }
+    ASSERT_EQ(attn_kernel_select("auto", err, sizeof err), 0);
+}
+
+/* A score past float64's range is the kernels' 400 "not_finite", not a NaN in an answer. */
+void test_attention_reduce_overflow_is_reported(void)
+{
+    double q[2] = {1e200, 1}, k[2] = {1e200, 1}, v[2] = {1, 1};
+    attn_reduce red = {.entropy = 1};
+    attn_job job = {.batch = 1, .lq = 2, .lk = 2, .heads = 1, .dk = 1, .dv = 1, .scale = 1,
+                    .q = q, .k = k, .v = v, .reduce = &red, .skip_output = 1};
+    attn_result res;
+    attn_error err;
+    ASSERT(attention_run(&job, &res, &err) != 0);
+    ASSERT(strcmp(err.code, "not_finite") == 0);
+}
