@@ -8,8 +8,8 @@
  * FP64 inputs, FP32 for the others), through v2_tensor.h's encoder
  * (v2_numbers_*); the float32 numbers of a float32 job reach it as they are,
  * without a round trip through double.  An output that holds a finite number
- * the datatype cannot (it would round to Inf) is refused before anything is
- * written.
+ * the datatype cannot (it would round to Inf) turns the answer into a 400: the
+ * encoder finds it while it writes, so the numbers are converted once.
  */
 #include "v2_internal.h"
 
@@ -148,15 +148,6 @@ static v2_numbers output_numbers(const attn_result *res, int which, size_t n)
     return x;
 }
 
-/* The element count of an output. */
-static size_t output_count(const attention_request *ar, const attn_result *res, int which)
-{
-    size_t dims[4], rank = output_shape(ar, res, which, dims), n = 1;
-    for (size_t d = 0; d < rank; d++)
-        n *= dims[d];
-    return n;
-}
-
 /* The numbers of an INT64 output (output_int64). */
 static const int64_t *output_data_i64(const attn_result *res, int which)
 {
@@ -215,10 +206,22 @@ static void write_head(jw_buf *w, const v2_answer_head *head, const attention_re
     jw_raw(w, "}");
 }
 
+/* The error of output `which` whose element `at` (x's number) would be Inf in
+ * the answer's datatype. */
+static int not_representable(const v2_answer_head *head, int which, const v2_numbers *x,
+                             size_t at, attn_error *err)
+{
+    return error_set(err, ERR_BAD_REQUEST, "not_representable", "parameters.output_datatype",
+                     "Output \"%s\" holds %.17g at element %zu, which %s cannot hold (it "
+                     "rounds to Inf); ask for a wider output_datatype.", v2_output_names[which],
+                     v2_numbers_get(x, at), at, v2_datatype_name(head->dtype));
+}
+
 /* One entry of "outputs": name, datatype, shape, and the numbers as JSON
- * data or the byte count of the binary part.  Returns its element count. */
+ * data or the byte count of the binary part.  Returns its element count, or
+ * 0 with err set when a JSON number cannot be written in the datatype. */
 static size_t write_output(jw_buf *w, const v2_answer_head *head, const attention_request *ar,
-                           const attn_result *res, size_t i)
+                           const attn_result *res, size_t i, attn_error *err)
 {
     int which = head->outs->which[i];
     size_t dims[4], rank = output_shape(ar, res, which, dims), n = 1;
@@ -245,15 +248,20 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
     } else {
         jw_raw(w, ",\"data\":");
         v2_numbers x = output_numbers(res, which, n);
-        v2_numbers_write_json(w, &x, head->dtype);
+        size_t at = v2_numbers_write_json(w, &x, head->dtype);
+        if (at < n) {
+            not_representable(head, which, &x, at, err);
+            return 0;
+        }
     }
     jw_char(w, '}');
     return n;
 }
 
-/* Writes the binary outputs, counts[i] elements each, at p in the order asked. */
-static void write_binary(unsigned char *p, const v2_answer_head *head, const attn_result *res,
-                         const size_t *counts)
+/* Writes the binary outputs, counts[i] elements each, at p in the order asked.
+ * Returns 0, or ERR_BAD_REQUEST when a number cannot be written in the datatype. */
+static int write_binary(unsigned char *p, const v2_answer_head *head, const attn_result *res,
+                        const size_t *counts, attn_error *err)
 {
     for (size_t i = 0; i < head->outs->n; i++) {
         if (!head->outs->binary[i])
@@ -264,10 +272,13 @@ static void write_binary(unsigned char *p, const v2_answer_head *head, const att
             write_binary_i64(p, output_data_i64(res, which), counts[i]);
         } else {
             v2_numbers x = output_numbers(res, which, counts[i]);
-            v2_numbers_write_binary(p, &x, head->dtype);
+            size_t at = v2_numbers_write_binary(p, &x, head->dtype);
+            if (at < counts[i])
+                return not_representable(head, which, &x, at, err);
         }
         p += counts[i] * esize;
     }
+    return 0;
 }
 
 /* Adds a parameter to the answer's fields: an integer, or the real r when
@@ -315,28 +326,9 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
     a->set = 1;
 }
 
-int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
-                    const attn_result *res, attn_error *err)
-{
-    for (size_t i = 0; i < head->outs->n; i++) {
-        int which = head->outs->which[i];
-        if (output_int64(which))
-            continue;                   /* key indices: INT64 whatever output_datatype says */
-        v2_numbers x = output_numbers(res, which, output_count(ar, res, which));
-        size_t at = v2_numbers_overflow(&x, head->dtype);
-        if (at < x.n)
-            return error_set(err, ERR_BAD_REQUEST, "not_representable",
-                             "parameters.output_datatype",
-                             "Output \"%s\" holds %.17g at element %zu, which %s cannot hold "
-                             "(it rounds to Inf); ask for a wider output_datatype.",
-                             v2_output_names[which], v2_numbers_get(&x, at), at,
-                             v2_datatype_name(head->dtype));
-    }
-    return 0;
-}
-
-void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
-                     const attn_result *res, double compute_ms, size_t hint, api_response *resp)
+int v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
+                    const attn_result *res, double compute_ms, size_t hint, api_response *resp,
+                    attn_error *err)
 {
     jw_buf w;
     jw_init(&w, hint + 512);
@@ -344,28 +336,33 @@ void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
     jw_raw(&w, ",\"outputs\":[");
     size_t bin_bytes = 0, counts[V2_OUT_COUNT];
     for (size_t i = 0; i < head->outs->n; i++) {
-        counts[i] = write_output(&w, head, ar, res, i);
+        counts[i] = write_output(&w, head, ar, res, i, err);
+        if (counts[i] == 0) { /* every output has at least one number */
+            jw_discard(&w);
+            return ERR_BAD_REQUEST;
+        }
         if (head->outs->binary[i])
             bin_bytes += counts[i] * output_esize(head, head->outs->which[i]);
     }
     jw_raw(&w, "]}");
     if (bin_bytes == 0) {
         answer_jw(resp, 200, &w);
-        return;
+        return 0;
     }
     size_t header_len;
     char *header = jw_finish(&w, &header_len);
     char *body = header ? mem_malloc(header_len + bin_bytes) : NULL;
     if (body == NULL) {
         mem_free(header);
-        attn_error err;
-        error_nomem(&err);
-        answer_error(resp, &err);
-        return;
+        return error_nomem(err);
     }
     memcpy(body, header, header_len);
     mem_free(header);
-    write_binary((unsigned char *)body + header_len, head, res, counts);
+    int rc = write_binary((unsigned char *)body + header_len, head, res, counts, err);
+    if (rc != 0) {
+        mem_free(body);
+        return rc;
+    }
     resp->status = 200;
     resp->body = body;
     resp->body_len = header_len + bin_bytes;
@@ -377,4 +374,5 @@ void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
         all_binary &= head->outs->binary[i] != 0;
     if (all_binary)
         infer_fields(&resp->infer, head, ar, res, compute_ms);
+    return 0;
 }

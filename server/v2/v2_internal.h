@@ -68,16 +68,15 @@ typedef struct v2_answer_head {
     const v2_outputs *outs;
 } v2_answer_head;
 
-/* Checks that every output asked for can be written in head->dtype: 0, or
- * ERR_BAD_REQUEST naming the output and the element that would round to Inf. */
-int v2_answer_check(const v2_answer_head *head, const attention_request *ar,
-                    const attn_result *res, attn_error *err);
-
-/* Writes the 200 answer of an inference (v2_answer_check passed): the JSON header with the outputs
- * asked for (JSON data, or binary_data_size with the bytes after the
- * header), the scale, heads and compute_ms.  hint is the expected size of
- * the JSON numbers.  On out of memory resp holds the 503 error instead. */
-void v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
-                     const attn_result *res, double compute_ms, size_t hint, api_response *resp);
+/* Writes the 200 answer of an inference into resp: the JSON header with the
+ * outputs asked for (JSON data, or binary_data_size with the bytes after the
+ * header), the scale, heads and compute_ms, every float output in head->dtype.
+ * hint is the expected size of the JSON numbers.  Returns 0; or, with resp
+ * untouched and err set, ERR_BAD_REQUEST when an output holds a finite number
+ * that would be Inf in head->dtype (naming the output and the element), or
+ * the out-of-memory error. */
+int v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
+                    const attn_result *res, double compute_ms, size_t hint, api_response *resp,
+                    attn_error *err);
 
 #endif

@@ -117,7 +117,7 @@ int v2_tensor_read_bools(const v2_tensor *t, unsigned char *out, attn_error *err
 
 /* The numbers of one float output, to be written in a datatype the request
  * chose: n of them, held as float (f32) or as double (f64; f32 NULL).  Every
- * float output of an answer is written through the three functions below, so
+ * float output of an answer is written through the two writers below, so
  * that each datatype is encoded in one place.  Borrowed. */
 typedef struct v2_numbers {
     const float *f32;
@@ -128,21 +128,19 @@ typedef struct v2_numbers {
 /* x's number i, as a double (exact). */
 double v2_numbers_get(const v2_numbers *x, size_t i);
 
-/* The index of the first of x's numbers that is finite but rounds to Inf in t
- * (past FP16's 65504, BF16's or FP32's largest), or x->n when none does: such a
- * number is not to be sent. */
-size_t v2_numbers_overflow(const v2_numbers *x, v2_datatype t);
-
 /* Writes x's numbers at dst as little-endian t (FP32, FP64, FP16 or BF16),
  * rounded to nearest even where t is narrower (room for x->n *
  * v2_datatype_size(t) bytes).  Float numbers written as FP32 are their own
- * bytes. */
-void v2_numbers_write_binary(unsigned char *dst, const v2_numbers *x, v2_datatype t);
+ * bytes.  Returns the index of the first number that is finite but became Inf
+ * in t (past FP16's 65504, BF16's or FP32's largest), or x->n when none did:
+ * bytes with such a number are not to be sent. */
+size_t v2_numbers_write_binary(unsigned char *dst, const v2_numbers *x, v2_datatype t);
 
 /* Appends x's numbers to w as a flat JSON array: each rounded to t as
  * v2_numbers_write_binary rounds it, in the shortest form that reads back to
  * the same number of t (FP64: the same double; the others: the same float,
- * which is the same 16-bit number). */
-void v2_numbers_write_json(jw_buf *w, const v2_numbers *x, v2_datatype t);
+ * which is the same 16-bit number).  Returns as v2_numbers_write_binary does
+ * (the text is then not to be sent). */
+size_t v2_numbers_write_json(jw_buf *w, const v2_numbers *x, v2_datatype t);
 
 #endif

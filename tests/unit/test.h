@@ -228,6 +228,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(half_widen_every_pattern)             \
     X(half_round_edges)                     \
     X(half_round_random)                    \
+    X(half_from_float_as_from_double)       \
     X(v2_tensor_out_of_memory)              \
     X(store_put_reopen_bit_exact)       \
     X(store_replace)                    \

@@ -135,3 +135,61 @@ void test_half_round_random(void)
             FAIL_AT("BF16 of %a: 0x%04x is not the nearest (even)", d, b);
     }
 }
+
+/* The float forms give the double forms' result: on every tie between two
+ * neighbouring 16-bit numbers and the floats on either side of it (all of the
+ * places where rounding decides), on every float the 16-bit numbers are, and on
+ * random floats of every exponent. */
+void test_half_from_float_as_from_double(void)
+{
+    for (unsigned p = 0; p < 65536; p++) {
+        for (int fmt = 0; fmt < 2; fmt++) {
+            float a = fmt ? half_bf16_to_float((uint16_t)p) : half_fp16_to_float((uint16_t)p);
+            float b = fmt ? half_bf16_to_float((uint16_t)(p + 1))
+                          : half_fp16_to_float((uint16_t)(p + 1));
+            if (isnan(a) || isinf(a) || ((p + 1) & 0x7fffu) == 0)
+                continue;
+            /* the tie (exact in float); past the largest finite, the tie below Inf */
+            float below = fmt ? half_bf16_to_float((uint16_t)(p - 1))
+                              : half_fp16_to_float((uint16_t)(p - 1));
+            float mid = !isfinite(b) ? (float)((double)a + ((double)a - (double)below) / 2)
+                                     : (float)(((double)a + (double)b) / 2);
+            float tries[5] = {a, mid, nextafterf(mid, -INFINITY), nextafterf(mid, INFINITY),
+                              -mid};
+            for (int i = 0; i < 5; i++) {
+                unsigned got = fmt ? half_bf16_from_float(tries[i]) : half_fp16_from_float(tries[i]);
+                unsigned want = fmt ? half_bf16_from_double(tries[i])
+                                    : half_fp16_from_double(tries[i]);
+                if (got != want)
+                    FAIL_AT("%s of %a: 0x%04x from float, 0x%04x from double",
+                            fmt ? "BF16" : "FP16", (double)tries[i], got, want);
+            }
+        }
+    }
+    uint64_t state = 0x243f6a8885a308d3ull;
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t bits = (uint32_t)test_next_bits(&state);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        if (isnan(f)) {
+            ASSERT(half_fp16_is_nonfinite(half_fp16_from_float(f)) &&
+                   (half_fp16_from_float(f) & 0x3ff) != 0);
+            ASSERT(half_bf16_is_nonfinite(half_bf16_from_float(f)) &&
+                   (half_bf16_from_float(f) & 0x7f) != 0);
+            continue;
+        }
+        if (half_fp16_from_float(f) != half_fp16_from_double(f))
+            FAIL_AT("FP16 of %a: 0x%04x from float, 0x%04x from double", (double)f,
+                    half_fp16_from_float(f), half_fp16_from_double(f));
+        if (half_bf16_from_float(f) != half_bf16_from_double(f))
+            FAIL_AT("BF16 of %a: 0x%04x from float, 0x%04x from double", (double)f,
+                    half_bf16_from_float(f), half_bf16_from_double(f));
+    }
+    ASSERT_EQ(half_fp16_from_float(65520.0f), 0x7c00);
+    ASSERT_EQ(half_fp16_from_float(65519.996f), 0x7bff);
+    ASSERT_EQ(half_bf16_from_float(3.4028235e38f), 0x7f80);
+    ASSERT_EQ(half_fp16_from_float(-0.0f), 0x8000);
+    ASSERT_EQ(half_bf16_from_float(-0.0f), 0x8000);
+    ASSERT_EQ(half_fp16_from_float(0x1p-25f), 0x0000);
+    ASSERT_EQ(half_fp16_from_float(0x1.000002p-25f), 0x0001);
+}

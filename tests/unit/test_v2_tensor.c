@@ -544,17 +544,29 @@ void test_v2_tensor_half_inputs(void)
     ASSERT_EQ(v2_tensor_read_numbers(&j, out, &err), 0);
     ASSERT(out[1] == 65536.0 && out[0] == half_bf16_to_float(0x3dcd));
     json_decref(data);
-    /* the encoder refuses what would round to Inf, and only that */
+    /* the encoder reports what would round to Inf, and only that */
     double big[3] = {1.0, 65504.0, 65520.0};
+    unsigned char buf[24];
     v2_numbers x = {NULL, big, 3};
-    ASSERT_EQ(v2_numbers_overflow(&x, V2_FP16), 2);
-    ASSERT_EQ(v2_numbers_overflow(&x, V2_BF16), 3);
+    ASSERT_EQ(v2_numbers_write_binary(buf, &x, V2_FP16), 2);
+    ASSERT_EQ(v2_numbers_write_binary(buf, &x, V2_BF16), 3);
+    float big32[3] = {1.0f, 65520.0f, 1e38f};
+    v2_numbers x32 = {big32, NULL, 3};
+    ASSERT_EQ(v2_numbers_write_binary(buf, &x32, V2_FP16), 1);
+    ASSERT_EQ(v2_numbers_write_binary(buf, &x32, V2_BF16), 3);
     x.n = 2;
-    ASSERT_EQ(v2_numbers_overflow(&x, V2_FP16), 2);
-    double huge[2] = {1e300, 1.0};
+    ASSERT_EQ(v2_numbers_write_binary(buf, &x, V2_FP16), 2);
+    double huge[2] = {1.0, 1e300};
     v2_numbers h = {NULL, huge, 2};
-    ASSERT_EQ(v2_numbers_overflow(&h, V2_FP32), 0);
-    ASSERT_EQ(v2_numbers_overflow(&h, V2_FP64), 2);
+    ASSERT_EQ(v2_numbers_write_binary(buf, &h, V2_FP32), 1);
+    ASSERT_EQ(v2_numbers_write_binary(buf, &h, V2_FP64), 2);
+    jw_buf w;
+    jw_init(&w, 0);
+    ASSERT_EQ(v2_numbers_write_json(&w, &h, V2_FP32), 1);
+    jw_discard(&w);
+    jw_init(&w, 0);
+    ASSERT_EQ(v2_numbers_write_json(&w, &x32, V2_FP16), 1);
+    jw_discard(&w);
 }
 
 /* The whole v2 path of one request body, as v2_infer.c runs it: split, parse the
