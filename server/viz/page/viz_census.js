@@ -5,10 +5,11 @@
  * For each (layer, head) the page sends that head's q and k as a binary v2 request with FP16
  * inputs (half of float32's bytes, and the capture is FP16 already) and v of width 1, and asks
  * for the server's reductions of the attention weights only: entropy, max (max_weight and
- * argmax), received, sink and local, in FP32.  The server computes them in its sweep over the
- * keys without forming the matrix, so a head of 8,192 tokens answers some 150 KB.  A cell is
- * the mean over the queries of its statistic; the previous-token share w[i][i-1] is not a
- * reduction of the server's, and is computed here exactly from two that are:
+ * argmax), sink and local, in FP32 (received, for the strip, when a head is clicked).  The
+ * server computes them in its sweep over the keys without forming the matrix, so a head of
+ * 8,192 tokens answers 24 bytes a token (argmax is INT64).  A cell is the mean over the
+ * queries of its statistic; the previous-token share w[i][i-1] is not a reduction of the
+ * server's, and is computed here exactly from two that are:
  *   w[i][i-1] = max_weight[i] * exp(scale * (q_i . k_(i-1) - q_i . k_argmax[i]))
  * (every weight of row i is exp(its score - the row's log-sum-exp)), with the dot products in
  * float64 over the FP16 q and k the page sent.
@@ -28,7 +29,9 @@
     entropy: 'mean entropy (nats)', sink: 'sink share', local: 'local share',
     prev: 'previous-token share', max: 'largest weight',
   };
-  const OUTPUTS = ['entropy', 'max_weight', 'argmax', 'received', 'sink', 'local'];
+  /* The census asks for these; `received` (its key axis kept) only for a clicked head: the
+   * server needs a second sweep over the keys for it, once each row's sum is known. */
+  const OUTPUTS = ['entropy', 'max_weight', 'argmax', 'sink', 'local'];
 
   let deps = null;                /* from viz.js: lut, colorIndex(w), drawPooled(...), pool() */
   let cap = null;                 /* the capture (viz_capture.js parse) */
@@ -57,8 +60,9 @@
     await compute();
   }
 
-  /* The v2 request of head h of layer L: {parts, headerLength, qh, kh}. */
-  function headRequest(L, h, opts) {
+  /* The v2 request of head h of layer L for the reductions `outputs` (OUTPUTS, or
+   * ['received']): {parts, headerLength, qh, kh, D, T}. */
+  function headRequest(L, h, opts, outputs) {
     const l = cap.layers[L], T = cap.T, D = l.q.D;
     const qh = window.vizCapture.headHalf(l.q, h);
     const kh = window.vizCapture.headHalf(l.k, Math.floor(h / (l.q.H / l.k.H)));
@@ -66,12 +70,15 @@
     const input = (name, a, shape) => ({ name, shape, datatype: 'FP16', parameters: { binary_data_size: a.byteLength } });
     const header = {
       inputs: [input('q', qh, [T, D]), input('k', kh, [T, D]), input('v', v, [T, 1])],
-      outputs: OUTPUTS.map((name) => ({ name, parameters: { binary_data: true } })),
-      parameters: {
-        causal: opts.causal, scale: 1 / Math.sqrt(D), entropy: true, max: true, received: true,
-        sink: opts.sink, local: opts.local, output_datatype: 'FP32', binary_data_output: true,
-      },
+      outputs: outputs.map((name) => ({ name, parameters: { binary_data: true } })),
+      parameters: { causal: opts.causal, scale: 1 / Math.sqrt(D), output_datatype: 'FP32', binary_data_output: true },
     };
+    const p = header.parameters;
+    if (outputs.includes('entropy')) p.entropy = true;
+    if (outputs.includes('max_weight')) p.max = true;
+    if (outputs.includes('received')) p.received = true;
+    if (outputs.includes('sink')) p.sink = opts.sink;
+    if (outputs.includes('local')) p.local = opts.local;
     const text = new TextEncoder().encode(JSON.stringify(header));
     return { parts: [text, qh, kh, v], headerLength: text.length, qh, kh, D, T };
   }
@@ -91,9 +98,10 @@
     }
   }
 
-  /* Sends one head's request; returns its statistics or throws with the server's error. */
-  async function computeHead(L, h, opts) {
-    const b = headRequest(L, h, opts);
+  /* Sends one head's request for `outputs`; returns {b: the request, out: {name: values}}
+   * or throws with the server's error. */
+  async function askHead(L, h, opts, outputs) {
+    const b = headRequest(L, h, opts, outputs);
     const r = await fetch('/v2/models/attention/infer', {
       method: 'POST', body: new Blob(b.parts),
       headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
@@ -111,15 +119,20 @@
       out[o.name] = outputValues(o, buf, off);
       off += (o.parameters && o.parameters.binary_data_size) || 0;
     }
-    for (const name of OUTPUTS)
+    for (const name of outputs)
       if (!out[name]) throw new Error(`layer ${L}, head ${h}: the answer has no "${name}" output`);
-    return statistics(out, b, opts);
+    return { b, out };
+  }
+
+  async function computeHead(L, h, opts) {
+    const { b, out } = await askHead(L, h, opts, OUTPUTS);
+    return statistics(out, b);
   }
 
   const mean = (a, from) => { let s = 0; for (let i = from; i < a.length; i++) s += a[i]; return a.length > from ? s / (a.length - from) : 0; };
 
   /* The census's numbers of one head from the server's reductions (see the top). */
-  function statistics(out, b, opts) {
+  function statistics(out, b) {
     const { qh, kh, D, T } = b, H = window.vizCapture.HALF, scale = 1 / Math.sqrt(D);
     let prev = 0;
     for (let i = 1; i < T; i++) {
@@ -135,8 +148,7 @@
     }
     return {
       entropy: mean(out.entropy, 0), sink: mean(out.sink, 0), local: mean(out.local, 0),
-      prev: T > 1 ? prev / (T - 1) : 0, max: mean(out.max_weight, 0),
-      received: Float32Array.from(out.received),
+      prev: T > 1 ? prev / (T - 1) : 0, max: mean(out.max_weight, 0), received: null,
     };
   }
 
@@ -286,7 +298,7 @@
   }
 
   function hoverStrip(ev) {
-    if (!selected) return;
+    if (!selected || !census.heads[selected.L][selected.h].received) return;
     const cv = $('census-strip'), r = cv.getBoundingClientRect();
     const s = census.heads[selected.L][selected.h];
     const px = stripValues(s.received, cv.width, $('census-strip-how').value);
@@ -300,12 +312,24 @@
     if (!census || !census.heads[L] || !census.heads[L][h]) return;
     selected = { L, h };
     draw();
-    $('census-detail').hidden = false;
-    drawStrip();
     document.body.dataset.censusHeatmap = 'computing';
     const cv = $('census-heatmap'), ctx = cv.getContext('2d');
     ctx.clearRect(0, 0, cv.width, cv.height);
-    const b = headRequest(L, h, census);
+    const s = census.heads[L][h], run = census.run;
+    if (!s.received) {
+      let got;
+      try { got = await askHead(L, h, census, ['received']); } catch (e) {
+        $('census-heatmap-note').textContent = e.message;
+        document.body.dataset.censusHeatmap = 'error';
+        return;
+      }
+      if (run !== census.run) return;
+      s.received = Float32Array.from(got.out.received);
+    }
+    if (!selected || selected.L !== L || selected.h !== h) return;
+    $('census-detail').hidden = false;
+    drawStrip();
+    const b = headRequest(L, h, census, []);
     const req = {
       causal: census.causal, scale: 1 / Math.sqrt(b.D), params: { output_datatype: 'FP32' },
       inputs: [{ name: 'q', shape: [b.T, b.D], datatype: 'FP16', values: b.qh },
@@ -353,6 +377,6 @@
     init, STATS,
     /* for tests: the heads' numbers, and the strip's pixels of the selected head */
     get census() { return census; },
-    strip: () => (selected ? drawStrip().map((p) => [p.k0, p.k1, p.v]) : null),
+    strip: () => (selected && census.heads[selected.L][selected.h].received ? drawStrip().map((p) => [p.k0, p.k1, p.v]) : null),
   };
 })();
