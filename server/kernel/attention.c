@@ -170,7 +170,7 @@ double attention_job_flops(const attn_job *job)
     double flops = job->skip_output ? 0 : 2.0 * b * lq * lk * (dk + dv);
     if (job->pool != NULL)      /* the scores once more (attention_pool.c) */
         flops += 2.0 * b * lq * lk * dk;
-    if (job->reduce != NULL)    /* the scores once, twice for received (attention_reduce.c) */
+    if (attention_reduce_any(job->reduce)) /* the scores once, twice for received */
         flops += 2.0 * b * lq * lk * dk * (job->reduce->received ? 2 : 1);
     if (job->causal)
         flops /= 2;

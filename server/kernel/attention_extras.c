@@ -30,12 +30,25 @@ static void qk_numbers(const attn_job *job, size_t *nq, size_t *nk)
     *nk = job->batch * job->lk * job->dk;
 }
 
+/* Whether the reductions are all job asks of the extras and can read a float32 job's q and
+ * k as the request gave them, with no double copies (the long-context case). */
+static int reduce_in_place(const attn_job *job)
+{
+    return job->pool == NULL && !job->want_qk && job->weights == NULL &&
+           job->dtype == ATTN_FLOAT32 && job->q32 != NULL && job->k32 != NULL;
+}
+
 int attention_extras_bytes(const attn_job *job, size_t *bytes)
 {
     *bytes = 0;
     int reduce = attention_reduce_any(job->reduce);
     if (job->pool == NULL && !job->want_qk && !reduce)
         return 0;
+    if (reduce_in_place(job)) {
+        *bytes = attention_reduce_numbers(job->reduce, job) * sizeof(double) +
+                 attention_reduce_scratch_bytes(job);
+        return 0;
+    }
     size_t nq, nk, n;
     if (mem_mul(job->batch, job->lq + job->lk, job->dk, &n) != 0)
         return -1;
@@ -145,14 +158,6 @@ static int form_qk(const attn_job *job, double *q, double *k)
                project_d(ctx, rk, w->d_ctx, w, WEIGHTS_WK, WEIGHTS_BK, job->dk, k) != 0 ? -1 : 0;
     return project_f(job->x, rq, w->d_in, w, WEIGHTS_WQ, WEIGHTS_BQ, job->dk, q) != 0 ||
            project_f(ctx, rk, w->d_ctx, w, WEIGHTS_WK, WEIGHTS_BK, job->dk, k) != 0 ? -1 : 0;
-}
-
-/* Whether the reductions are all job asks of the extras and can read a float32 job's q and
- * k as the request gave them, with no double copies (the long-context case). */
-static int reduce_in_place(const attn_job *job)
-{
-    return job->pool == NULL && !job->want_qk && job->weights == NULL &&
-           job->dtype == ATTN_FLOAT32 && job->q32 != NULL && job->k32 != NULL;
 }
 
 int attention_extras_run(const attn_job *job, attn_result *result)

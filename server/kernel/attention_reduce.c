@@ -88,9 +88,12 @@ size_t attention_reduce_scratch_bytes(const attn_job *job)
     const attn_reduce *r = job->reduce;
     if (!attention_reduce_any(r))
         return 0;
-    return (size_t)compute_threads() * slot_bytes(job, r) +
+    /* the float copies of q and k, unless the job gives them as float (job->q32, k32) */
+    int in_place = job->weights == NULL && job->q32 != NULL && job->k32 != NULL;
+    unsigned slots = compute_threads() > 0 ? compute_threads() : 1;   /* as the run takes */
+    return (size_t)slots * slot_bytes(job, r) +
            2 * job->batch * job->heads * job->lq * sizeof(double) +
-           float_copies(job) * sizeof(float);
+           (in_place ? 0 : float_copies(job) * sizeof(float));
 }
 
 typedef struct reduce_ctx {

@@ -326,6 +326,55 @@ def check_v2_rules(srv):
           conf.get("received") == "TYPE_FP32", conf)
 
 
+def check_projections(srv):
+    """With x and weights (projections, biases, heads, causal, cross-attention context) the
+    reductions are those of q and k after the projections: the answer's own q and k
+    (return_qk) sent as q, k and v give the same numbers within 1e-12, and match the NumPy
+    reference of those q and k."""
+    rng = np.random.default_rng(11)
+    x, ctx = rng.standard_normal((2, 30, 6)), rng.standard_normal((2, 45, 5))
+    w = {"wq": rng.standard_normal((6, 8)).tolist(), "wk": rng.standard_normal((5, 8)).tolist(),
+         "wv": rng.standard_normal((5, 8)).tolist(), "bq": rng.standard_normal(8).tolist()}
+    red = dict(ALL, topk=5)
+    body = {"x": x.tolist(), "context": ctx.tolist(), "weights": w, "heads": 2, "causal": True,
+            "return_qk": True, "return_attention": False, "reductions": red}
+    status, out, _ = srv.request("POST", "/v1/attention", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    if status != 200:
+        check("projections: x, context and weights", False, (status, out[:300]))
+        return
+    a = json.loads(out)
+    q, k = np.array(a["q"]), np.array(a["k"])
+    ref = reference(heads_view(q, 2), heads_view(k, 2), a["meta"]["scale"], None, True, red)
+    compare("projections/reference", a["reductions"], ref, ref[1], red, "float64")
+    status, out2, _ = srv.request("POST", "/v1/attention", v1_body(q, k, k, None, 2, True,
+                                                                    a["meta"]["scale"],
+                                                                    "float64", red),
+                                  {"Content-Type": "application/json"})
+    b = json.loads(out2)["reductions"] if status == 200 else {}
+    check("projections: the same reductions as from the answer's q and k",
+          status == 200 and all(np.allclose(np.array(b[n], float), np.array(v, float),
+                                            rtol=1e-12, atol=1e-13)
+                                for n, v in a["reductions"].items()), status)
+
+
+def check_memory_estimate(srv):
+    """The reductions' arrays count in the estimate checked before anything is allocated: on a
+    server with --max-request-memory 1M, the same request passes without top-k and is refused
+    with it (300 x 300 top-k weights and indices: 1.4 MB)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((300, 8)).tolist()
+    base = {"q": q, "k": q, "v": q, "return_attention": False}
+    answers = []
+    for red in ({"entropy": True}, {"entropy": True, "topk": 300}):
+        status, body, _ = srv.request("POST", "/v1/attention",
+                                      json.dumps(dict(base, reductions=red)).encode(),
+                                      {"Content-Type": "application/json"})
+        answers.append((status, body[:200]))
+    check("memory estimate: 200 without the large top-k, 413 with it",
+          answers[0][0] == 200 and answers[1][0] == 413, answers)
+
+
 def kernel_paths():
     flags = open("/proc/cpuinfo").read().split()
     paths = ["portable"]
@@ -340,7 +389,8 @@ def main():
     args = harness.arguments(__doc__)
     for path in kernel_paths():
         harness.run(args.server, v1_checks(path), "--kernel", path)
-    harness.run(args.server, [check_errors, check_v2_rules])
+    harness.run(args.server, [check_errors, check_v2_rules, check_projections])
+    harness.run(args.server, [check_memory_estimate], "--max-request-memory", "1M")
     return harness.summary()
 
 
