@@ -13,8 +13,8 @@
 #               gunicorn, wrk, gzip): what `make bench` needs
 #   container   jq, curl and docker.io (the swarm suite), and podman with its helpers when no
 #               Docker engine answers
-#   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint suite)
-#   browser     chromium and the pinned puppeteer-core of tests/browser/
+#   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint and viz-capture suites)
+#   browser     checkpoint, chromium and the pinned puppeteer-core of tests/browser/
 #   api         the pinned OpenAPI linter (Spectral) of api/
 #   prism       the pinned validating proxy (Stoplight Prism) of tests/prism/
 #   k8s         the pinned Kubernetes schema validator of tests/k8s/
@@ -97,7 +97,10 @@ add() {
                 add podman
             fi ;;
         checkpoint) debs="$debs $CHECKPOINT_DEBS" ;;
-        browser) debs="$debs chromium"; npm_dirs="$npm_dirs tests/browser" ;;
+        browser)
+            # the census test writes its capture with PyTorch (tests/browser/capture.py)
+            add checkpoint
+            debs="$debs chromium"; npm_dirs="$npm_dirs tests/browser" ;;
         api) npm_dirs="$npm_dirs api" ;;
         prism) npm_dirs="$npm_dirs tests/prism" ;;
         k8s) npm_dirs="$npm_dirs tests/k8s" ;;

@@ -36,6 +36,7 @@
 #                                      the whole script runs when one matches, reporting
 #                                      only the matching checks
 #   browser                            the test's name (make's T=)
+#   viz-capture                        the check's name (capture/...)
 set -u
 cd "$(dirname "$0")/.."
 
@@ -93,6 +94,7 @@ every_suite() {
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
     suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
+    suite viz-capture /usr/bin/python3 tests/browser/capture.py
     suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
         --cases tests/integration/cases
     suite integration-asan build/itest --server build/asan/attention-server --fixtures "$FIXTURES" \

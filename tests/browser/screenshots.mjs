@@ -5,10 +5,11 @@
 // Starts the server on a free loopback port, shows each view in headless chromium and saves
 // viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png, viz-error.png, and the views
 // past BertViz: viz-selection.png, viz-compare.png, viz-neuron.png, viz-model.png and
-// viz-share.png, and viz-long.png (16384 tokens pooled by the server); stops the
-// server by its PID.  `make viz-screenshots` runs it.
+// viz-share.png, viz-long.png (16384 tokens pooled by the server), and viz-census.png (the
+// heads census of a capture tests/browser/capture.py writes from a small random model); stops
+// the server by its PID.  `make viz-screenshots` runs it.
 
-import { spawn } from 'node:child_process';
+import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -139,6 +140,18 @@ try {
   await page.select('#scale', 'log');
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: path.join(OUT, 'viz-long.png') });
+  // the heads census: 4 layers x 4 heads of a random model's 256 tokens, head 2 of layer 1 clicked
+  const capDir = path.join(tmp, 'capture');
+  execFileSync('/usr/bin/python3', [path.join(path.dirname(new URL(import.meta.url).pathname), 'capture.py'), '--write', capDir,
+    '--layers', '4', '--heads', '4', '--dim', '64', '--tokens', '256', '--no-reference'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await page.goto(base + '/viz#view=census');
+  await page.reload();
+  await page.waitForSelector('body[data-census="idle"]');
+  await (await page.$('#census-file')).uploadFile(path.join(capDir, 'capture.safetensors'));
+  await page.waitForSelector('body[data-census="ready"]');
+  await page.click('#census-table td[data-layer="1"][data-head="2"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"]');
+  await page.screenshot({ path: path.join(OUT, 'viz-census.png'), fullPage: true });
   console.log('screenshots in ' + OUT);
 } finally {
   if (browser) await browser.close();

@@ -196,16 +196,183 @@ test('serves the page under a strict CSP, / redirects to it', async () => {
 for (const fx of fixtures)
   test(`${fx.name}: loads by URL, the values view shows the fixture's numbers`, async (page) => {
     await openView(page, `example=${fx.name}&view=values`);
-    const cells = await page.$$eval('#attention-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.textContent]));
+    const cells = await page.$$eval('#attention-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.dataset.v]));
     const att = fx.expect.attention;
     assert(cells.length === att.length * att[0].length, `${cells.length} attention cells shown for ${att.length}x${att[0].length}`);
     for (const [i, j, text] of cells) close(Number(text), att[i][j], fx.expect.tolerance, `attention[${i}][${j}]`);
     let out = fx.expect.output;
     if (fx.request.layout === 'columns') out = out[0].map((_, n) => out.map((row) => row[n]));
-    const outCells = await page.$$eval('#output-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.textContent]));
+    const outCells = await page.$$eval('#output-table td', (tds) => tds.map((td) => [+td.dataset.i, +td.dataset.j, td.dataset.v]));
     assert(outCells.length === out.length * out[0].length, `${outCells.length} output cells shown for ${out.length}x${out[0].length}`);
     for (const [i, f, text] of outCells) close(Number(text), out[i][f], fx.expect.tolerance, `output[${i}][${f}]`);
   });
+
+test('tables round numbers for reading, with the exact number on hover and in the CSV', async (page) => {
+  // the toy request's values are written so that the float64 results carry float noise
+  // (-0.09129899999999999): each cell shows 4 significant digits and keeps every digit in its title
+  await openView(page, 'example=seed004_toy&view=values');
+  const cells = await page.$$eval('#attention-table td, #output-table td', (tds) => tds.map((td) =>
+    ({ text: td.textContent, title: td.title, v: td.dataset.v })));
+  assert(cells.length > 0, 'no cells');
+  let noisy = 0;
+  for (const c of cells) {
+    const exact = Number(c.v);
+    assert(c.title.endsWith(c.v), `the title "${c.title}" does not give the exact ${c.v}`);
+    const want = Number.isInteger(exact) ? String(exact) : String(Number(exact.toPrecision(4)));
+    assert(c.text === want, `cell ${c.v} shows "${c.text}", not "${want}"`);
+    assert(c.text.replace(/^-?0\.0*|e.*$|[-.]/g, '').length <= 4, `"${c.text}" has more than 4 significant digits`);
+    if (c.v.replace(/^-?0\.0*|e.*$|[-.]/g, '').length > 4) noisy++;
+  }
+  assert(noisy > 0, 'no cell of the example needs rounding, so this test checks nothing');
+  const csv = fs.readFileSync(await downloadTo(page, path.join(tmp, 'csv-round'), '#export-csv', '.csv'), 'utf8');
+  const exactWeights = await page.$$eval('#attention-table td', (tds) => tds.map((td) => td.dataset.v));
+  for (const v of exactWeights.filter((x) => x !== '0')) assert(csv.includes(v), `the CSV lacks the exact ${v}`);
+});
+
+// A capture written by the lines of docs/visualizer.md (tests/browser/capture.py runs them on a
+// small random model) and its census computed by that script in float64 NumPy from the file's
+// FP16 q and k: {path, ref}.
+function makeCapture(name, opts) {
+  const dir = path.join(tmp, name);
+  const flags = Object.entries(opts).flatMap(([k, v]) => ['--' + k, String(v)]);
+  execFileSync('/usr/bin/python3', [path.join(path.dirname(new URL(import.meta.url).pathname), 'capture.py'),
+    '--write', dir, ...flags], { stdio: ['ignore', 'ignore', 'inherit'] });
+  return { path: path.join(dir, 'capture.safetensors'), ref: JSON.parse(fs.readFileSync(path.join(dir, 'reference.json'), 'utf8')) };
+}
+
+async function openCapture(page, file) {
+  await openView(page, 'view=census');
+  await (await page.$('#census-file')).uploadFile(file);
+  await page.waitForSelector('body[data-census="ready"], body[data-census="error"]', { timeout: 25000 });
+  return page.$eval('body', (b) => b.dataset.census);
+}
+
+// The server computes the reductions in float32 from the FP16 values widened exactly; its
+// contract for every float32 statistic is 1e-5 relative to the float64 reference (docs/contract.md),
+// and a mean over the queries of numbers each within that stays within it.  The previous-token
+// share is the page's own, from max_weight (float32) and float64 dot products of the same FP16
+// numbers: within the same bound.
+const CENSUS_TOL = 1e-5;
+
+test('census: a capture of a random model, every head\'s statistics equal the float64 NumPy reference', async (page) => {
+  const cap = makeCapture('census', { layers: 3, heads: 4, 'kv-heads': 2, dim: 32, tokens: 40, sink: 4, local: 3 });
+  await openView(page, 'view=census');
+  await page.$eval('#census-local', (e) => { e.value = '3'; });
+  assert(await openCapture(page, cap.path) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  for (const stat of ['entropy', 'sink', 'local', 'prev', 'max']) {
+    await page.select('#census-stat', stat);
+    const cells = await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head,
+      v: Number(td.dataset.v), text: td.textContent, title: td.title })));
+    assert(cells.length === 12, `${cells.length} cells for 3 layers x 4 heads`);
+    for (const c of cells) {
+      close(c.v, cap.ref.layers[c.L][c.h][stat], CENSUS_TOL, `${stat} of layer ${c.L} head ${c.h}`);
+      assert(c.title.endsWith(' ' + c.v) && c.text === String(Number(c.v.toPrecision(4))), `cell ${c.L}/${c.h}: "${c.text}", title "${c.title}"`);
+    }
+    // the heads differ, so the colours must too (a grid of one colour would pass the rest)
+    const colours = await page.$$eval('#census-table td', (tds) => new Set(tds.map((td) => getComputedStyle(td).backgroundColor)).size);
+    assert(colours > 3, `${stat}: only ${colours} colours over 12 heads`);
+  }
+  // ordered by the statistic: each layer's heads, largest first, each head once
+  await page.select('#census-stat', 'entropy');
+  await page.select('#census-order', 'stat');
+  const rows = await page.$$eval('#census-table tr', (trs) => trs.slice(1).map((tr) =>
+    [...tr.querySelectorAll('td')].map((td) => ({ h: +td.dataset.head, v: Number(td.dataset.v), text: td.textContent }))));
+  rows.forEach((row, L) => {
+    assert(row.map((c) => c.h).sort().join() === '0,1,2,3', `layer ${L}: heads ${row.map((c) => c.h)}`);
+    for (let i = 1; i < row.length; i++) assert(row[i - 1].v >= row[i].v, `layer ${L} not sorted: ${row.map((c) => c.v)}`);
+    for (const c of row) assert(c.text.startsWith(`h${c.h} `), `a sorted cell names its head: "${c.text}"`);
+  });
+  // a click: the keys' received attention along the sequence, and the pooled heatmap
+  await page.click('#census-table td[data-layer="1"][data-head="2"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"], body[data-census-heatmap="error"]');
+  assert(await page.$eval('body', (b) => b.dataset.censusHeatmap) === 'ready', await page.$eval('#census-heatmap-note', (e) => e.textContent));
+  const strip = await page.evaluate(() => window.vizCensus.strip());
+  const received = cap.ref.layers[1][2].received;
+  assert(strip.length === 40, `${strip.length} strip pixels for 40 keys`);
+  for (const [k0, k1, v] of strip) {
+    assert(k1 === k0 + 1, `a pixel covers keys ${k0}-${k1} of 40`);
+    close(v, received[k0], CENSUS_TOL, `received by key ${k0}`);
+  }
+  const pooledNote = await page.$eval('#census-heatmap-note', (e) => e.textContent);
+  assert(/40 × 40 cells of 1 × 1 tokens/.test(pooledNote), 'pooled: ' + pooledNote);
+  // above the diagonal the heatmap is hatched (causal), below it coloured
+  const cv = await page.$eval('#census-heatmap', (c) => [c.width, c.height]);
+  const above = await pixel(page, 'census-heatmap', cv[0] * 0.9, cv[1] * 0.1), below = await pixel(page, 'census-heatmap', cv[0] * 0.1, cv[1] * 0.9);
+  assert(above[0] === above[1] && above[1] === above[2] && MASK_SHADES.includes(above[0]), `above the diagonal rgb(${above})`);
+  assert(!(below[0] === below[1] && below[1] === below[2]), `below the diagonal rgb(${below}) is grey`);
+});
+
+test('census: past one key a pixel the strip shows the max or the mean of each pixel\'s keys', async (page) => {
+  const cap = makeCapture('census-long', { layers: 1, heads: 2, dim: 16, tokens: 1500 });
+  assert(await openCapture(page, cap.path) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  for (const c of await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ h: +td.dataset.head, v: Number(td.dataset.v) }))))
+    close(c.v, cap.ref.layers[0][c.h].entropy, CENSUS_TOL, `entropy of head ${c.h}`);
+  await page.click('#census-table td[data-layer="0"][data-head="1"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"], body[data-census-heatmap="error"]');
+  const received = cap.ref.layers[0][1].received;
+  for (const how of ['max', 'mean']) {
+    await page.select('#census-strip-how', how);
+    const strip = await page.evaluate(() => window.vizCensus.strip());
+    const width = await page.$eval('#census-strip', (c) => c.width);
+    assert(strip.length === width, `${strip.length} pixels for a strip ${width} wide`);
+    let next = 0;
+    for (const [k0, k1, v] of strip) {
+      assert(k0 === next && k1 > k0, `pixels cover keys ${k0}-${k1} after ${next}`);
+      next = k1;
+      const keys = received.slice(k0, k1);
+      const want = how === 'max' ? Math.max(...keys) : keys.reduce((a, b) => a + b, 0) / keys.length;
+      close(v, want, CENSUS_TOL, `${how} of keys ${k0}-${k1}`);
+    }
+    assert(next === 1500, `the strip covers ${next} of 1500 keys`);
+  }
+  const title = await page.$eval('#census-strip-title', (e) => e.textContent);
+  assert(title.includes('from all 1500 queries') && title.includes('mean of 2.1 keys a pixel'), 'strip title: ' + title);
+});
+
+test('census: the capture reader rounds F32 and BF16 to FP16 as the server would, and refuses a bad file naming why', async (page) => {
+  await openView(page, 'view=census');
+  const got = await page.evaluate(() => {
+    const C = window.vizCapture;
+    const f = [1, 3.140625, 65519, 65520, -65520, 2 ** -24, 2 ** -25, 3 * 2 ** -25, 2 ** -14 * (1 - 2 ** -11), -0, 1 + 2 ** -11, 1 + 3 * 2 ** -11]
+      .map((x) => C.toHalf(x));
+    // a one-layer capture of F32 q and BF16 k, [1 head, 2 tokens, 2 dims], written here
+    const header = JSON.stringify({ __metadata__: { tokens: '["a","b"]' },
+      'layer.0.q': { dtype: 'F32', shape: [1, 2, 2], data_offsets: [0, 16] },
+      'layer.0.k': { dtype: 'BF16', shape: [1, 2, 2], data_offsets: [16, 24] } });
+    const buf = new ArrayBuffer(8 + header.length + 24), dv = new DataView(buf);
+    dv.setBigUint64(0, BigInt(header.length), true);
+    new Uint8Array(buf, 8).set(new TextEncoder().encode(header));
+    const d = 8 + header.length;
+    [1.5, -2, 0.1, 70000].forEach((x, i) => dv.setFloat32(d + 4 * i, x, true));
+    [0x3f80, 0xc049, 0x0000, 0x8000].forEach((x, i) => dv.setUint16(d + 16 + 2 * i, x, true));
+    const cap = C.parse(buf);
+    const bad = [];
+    for (const h of [header.replace('[16,24]', '[16,26]'), header.replace('"F32"', '"I8"'),
+      header.replace('"[\\"a\\",\\"b\\"]"', '"[\\"a\\"]"'), header.replace('layer.0.k', 'layer.0.kk')]) {
+      const b2 = new ArrayBuffer(8 + h.length + 24), v2 = new DataView(b2);
+      v2.setBigUint64(0, BigInt(h.length), true);
+      new Uint8Array(b2, 8).set(new TextEncoder().encode(h));
+      try { C.parse(b2); bad.push('accepted'); } catch (e) { bad.push(e.message); }
+    }
+    return { f, q: Array.from(C.headHalf(cap.layers[0].q, 0)), k: Array.from(C.headHalf(cap.layers[0].k, 0)), tokens: cap.tokens, bad };
+  });
+  // half bits worked by hand: 1, 3.140625, the largest finite, the tie past it to +-Inf, the
+  // smallest subnormal, a tie to even (0), 1.5 subnormals (up to 2), the largest subnormal
+  // rounded up to the smallest normal, -0, ties to even at 1
+  const want = [0x3c00, 0x4248, 0x7bff, 0x7c00, 0xfc00, 0x0001, 0x0000, 0x0002, 0x0400, 0x8000, 0x3c00, 0x3c02];
+  got.f.forEach((b, i) => assert(b === want[i], `toHalf case ${i}: 0x${b.toString(16)}, not 0x${want[i].toString(16)}`));
+  assert(got.q.join() === [0x3e00, 0xc000, 0x2e66, 0x7c00].join(), 'F32 q as halves: ' + got.q.map((b) => b.toString(16)));
+  assert(got.k.join() === [0x3c00, 0xc248, 0x0000, 0x8000].join(), 'BF16 k as halves: ' + got.k.map((b) => b.toString(16)));
+  assert(got.tokens.join() === 'a,b', 'tokens: ' + got.tokens);
+  const why = ['ends at byte 26', 'dtype "I8"', '1 strings for 2 tokens', 'no tensor "layer.0.k"'];
+  got.bad.forEach((m, i) => assert(m.includes(why[i]), `bad file ${i}: "${m}", not about ${why[i]}`));
+  // a truncated file opened in the page: the census says why and computes nothing
+  const trunc = path.join(tmp, 'truncated.safetensors');
+  fs.writeFileSync(trunc, Buffer.from([200, 0, 0, 0, 0, 0, 0, 0, 123]));
+  assert(await openCapture(page, trunc) === 'error', 'a truncated file was accepted');
+  const note = await page.$eval('#census-note', (e) => e.textContent);
+  assert(note.includes('header length is 200 bytes, past the end of the file'), 'note: ' + note);
+});
 
 test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {
   await openView(page, 'example=seed004_toy&view=values');
@@ -423,21 +590,16 @@ test('stored weight set, cross-attention, own mask and token labels for each sid
   sameColour(await cellPixel(page, 0, 2), viridis(api.attention[0][2]), 'cell [0][2]');
 });
 
-// The server of this branch has no /v2, so this test stands in for it: GET /v2 and the infer
-// call are answered here, as the binary tensor extension lays them out (JSON header, its
-// length in Inference-Header-Content-Length, then each output's little-endian bytes), with
-// weights the real server computed through /v1.  It checks the page's side of the protocol.
+// The binary v2 form both ways: q, k and v as raw float32 after the request's JSON header,
+// the weights as raw bytes after the answer's, compared with the weights of /v1.
 test('large request: weights read from the binary v2 form into a Float32Array', async (page) => {
   const L = 256;
   const req = { q: randomMatrix(L, 8, 21), k: randomMatrix(L, 8, 22), v: randomMatrix(L, 4, 23), dtype: 'float32', causal: true };
   const v1 = (await postJson('/v1/attention', req)).json;
-  // The real server's v2 endpoint answers; the page's request is recorded on the way out.
-  let asked = null;
-  page.on('request', (r) => {
-    if (r.url() === base + '/v2/models/attention/infer') asked = JSON.parse(r.postData());
-  });
   await openView(page, 'view=heatmap');
   await setRequest(page, req);
+  // the JSON header of the binary request the page sent (its bytes follow it)
+  const asked = await page.evaluate(() => window.viz.data.asked);
   assert(asked, 'the page did not call POST /v2/models/attention/infer');
   assert(asked.parameters.binary_data_output === true && asked.parameters.causal === true, 'parameters: ' + JSON.stringify(asked.parameters));
   assert(asked.inputs.map((i) => i.name + ':' + i.datatype + ':' + i.shape).join() === `q:FP32:${L},8,k:FP32:${L},8,v:FP32:${L},4`,
@@ -452,6 +614,28 @@ test('large request: weights read from the binary v2 form into a Float32Array', 
   const c = await page.evaluate(() => window.viz.cellCenter(3, 200));
   const p = await pixel(page, 'heatmap', c.x, c.y);
   assert(p[0] === p[1] && p[1] === p[2], 'causally masked cell [3][200] drawn rgb(' + p + ')');
+});
+
+test('large request with FP16 answers: half the bytes, each weight the float32 weight rounded to FP16', async (page) => {
+  const L = 256;
+  const req = { q: randomMatrix(L, 8, 31), k: randomMatrix(L, 8, 32), v: randomMatrix(L, 4, 33), dtype: 'float32', causal: true };
+  const v1 = (await postJson('/v1/attention', req)).json;
+  await openView(page, 'view=heatmap&transfer=fp16');
+  assert(await page.$eval('#transfer', (e) => e.value) === 'fp16', 'the link did not choose FP16');
+  await setRequest(page, req);
+  const asked = await page.evaluate(() => window.viz.data.asked);
+  assert(asked && asked.parameters.output_datatype === 'FP16', 'parameters: ' + JSON.stringify(asked && asked.parameters));
+  const got = await page.evaluate(() => ({ kind: window.viz.data.attn.constructor.name, attn: Array.from(window.viz.data.attn),
+    header: window.viz.data.header.outputs.map((o) => o.name + ':' + o.datatype + ':' + o.parameters.binary_data_size) }));
+  assert(got.kind === 'Float32Array' && got.attn.length === L * L, `weights held as ${got.kind} of ${got.attn.length}`);
+  assert(got.header.includes(`attention:FP16:${L * L * 2}`), 'outputs: ' + got.header.join(' '));
+  // the rounding is the page's reader's (viz_capture.js toHalf, checked by hand in the census
+  // test) applied to the float32 weights of /v1: nearest even, so every weight must agree exactly
+  const want = await page.evaluate((w) => w.map((x) => window.vizCapture.HALF[window.vizCapture.toHalf(x)]), v1.attention.flat());
+  let differ = 0;
+  got.attn.forEach((x, i) => { if (x !== want[i]) differ++; });
+  assert(differ === 0, `${differ} of ${L * L} weights are not the FP16 rounding of the float32 weight`);
+  assert(got.attn.some((x, i) => x !== Math.fround(v1.attention.flat()[i])), 'no weight was rounded: the answer was not FP16');
 });
 
 test('a BertViz export opens offline, without the server', async (page) => {
@@ -494,10 +678,11 @@ function refAttention(q, k, causal) {
   });
 }
 
-// The numbers of a table's cells: the exact number where the cell also shows a rounded one.
+// The numbers of a table's cells: the exact number every numeric cell keeps beside the
+// rounded one it shows.
 async function tableNumbers(page, selector) {
   return page.$$eval(selector + ' td', (tds) => tds.map((td) => ({ i: Number(td.dataset.i), j: Number(td.dataset.j),
-    v: Number(td.dataset.v != null ? td.dataset.v : td.textContent) })));
+    v: Number(td.dataset.v) })));
 }
 
 test('selection: several queries summed or averaged under the heatmap and in the lines view', async (page) => {
@@ -745,8 +930,9 @@ test('neuron view: q, k, their product, dot, scaled score and weight of one quer
   const scores = dots.map((d, j) => (j > 3 ? -Infinity : d * scale));
   const mx = Math.max(...scores), e = scores.map((s) => Math.exp(s - mx)), z = e.reduce((a, b) => a + b, 0);
   const rows = await page.$$eval('#neuron-table tr[data-j]', (trs) => trs.map((tr) => ({
-    j: Number(tr.dataset.j), dot: Number(tr.querySelector('.dot').textContent),
-    scaled: tr.querySelector('.scaled').textContent, weight: Number(tr.querySelector('.weight').textContent),
+    j: Number(tr.dataset.j), dot: Number(tr.querySelector('.dot').dataset.v),
+    scaled: tr.querySelector('.scaled').dataset.v || tr.querySelector('.scaled').textContent,
+    weight: Number(tr.querySelector('.weight').dataset.v),
     k: tr.querySelectorAll('canvas')[0].dataset.values.split(',').map(Number),
     p: tr.querySelectorAll('canvas')[1].dataset.values.split(',').map(Number) })));
   assert(rows.length === 6, `${rows.length} keys shown`);

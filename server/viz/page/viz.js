@@ -17,7 +17,9 @@
  *   model    a layer x head grid of thumbnails and the attention rollout across layers, for
  *            sources with layers (BertViz exports, stored sets named PREFIX.0 ... PREFIX.N);
  *   neuron   q_i and each k_j of one query and head, their product, dot, score and weight
- *            (drawn by viz_neuron.js from the q and k the server returns with return_qk).
+ *            (drawn by viz_neuron.js from the q and k the server returns with return_qk);
+ *   census   a layer x head grid of statistics of a model's heads, from q and k captured
+ *            from the model (viz_census.js; it keeps its own data, not this one).
  * Several query tokens can be selected (`select=`): the heatmap and lines views then show
  * their attention combined, summed or averaged.  A request typed into the editor travels in
  * the link as `req=` (viz_share.js), so a link reproduces any view.
@@ -29,7 +31,7 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron'];
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron', 'census'];
   const SELECTION_TABLE_KEYS = 64;    /* keys listed with numbers under the heatmap */
   /* Requests whose attention has at least this many weights use the binary v2 form when
    * the server offers it: below it JSON is as fast and keeps the response readable. */
@@ -45,7 +47,7 @@
   const state = {
     example: '', view: 'heatmap', batch: 0, head: 0, layer: 0, scale: 'linear',
     threshold: 0, topk: 0, select: [], agg: 'sum', compare: '', req: '', model: '', query: 0,
-    pool: 'max',
+    pool: 'max', transfer: 'exact',
   };
   let data = null;            /* see setData */
   /* The visible window: from fraction k0 (q0) of the keys (queries), a fraction sk (sq) of them. */
@@ -109,6 +111,7 @@
       model: p.get('model') || '',
       query: Math.floor(num('query', 0)),
       pool: p.get('pool') === 'mean' ? 'mean' : 'max',
+      transfer: p.get('transfer') === 'fp16' ? 'fp16' : 'exact',
     };
   }
 
@@ -147,6 +150,7 @@
     if (state.model) p.set('model', state.model);
     if (state.view === 'neuron') p.set('query', state.query);
     if (state.pool !== 'max') p.set('pool', state.pool);
+    if (state.transfer !== 'exact') p.set('transfer', state.transfer);
     return p;
   }
 
@@ -306,6 +310,7 @@
     $('select').value = state.select.join(',');
     $('neuron-index').value = String(state.query);
     $('pool').value = state.pool;
+    $('transfer').value = state.transfer;
     $('agg').value = state.agg;
     if (state.compare && ![...$('compare').options].some((o) => o.value === state.compare))
       $('compare').add(new Option(compareLabel(state.compare), state.compare));
@@ -710,7 +715,7 @@
       k.textContent = tokenLabel(data.kTokens, j);
       head.append(k);
       const td = vals.insertCell();
-      td.textContent = String(row[j]);
+      window.vizNum.cell(td, row[j]);
       td.dataset.j = j;
     }
     $('selection-values').textContent = '';
@@ -888,10 +893,10 @@
       tr.append(th);
       for (let j = c0; j < c1; j++) {
         const td = tr.insertCell();
-        td.textContent = String(w[i * Lk + j]);
+        window.vizNum.cell(td, w[i * Lk + j]);
         td.dataset.i = i; td.dataset.j = j;
-        if (s[i * Lk + j] === -2) { td.className = 'masked'; td.title = 'masked'; }
-        else if (s[i * Lk + j] === -1) { td.className = 'hidden'; td.title = 'below the threshold or top-k'; }
+        if (s[i * Lk + j] === -2) { td.className = 'masked'; td.title = 'masked: ' + td.title; }
+        else if (s[i * Lk + j] === -1) { td.className = 'hidden'; td.title = 'below the threshold or top-k: ' + td.title; }
       }
     }
     box.append(t);
@@ -911,7 +916,7 @@
       tr.append(th);
       for (let f = 0; f < oc1; f++) {
         const td = tr.insertCell();
-        td.textContent = String(data.output.values[(b * Lq + i) * D + f]);
+        window.vizNum.cell(td, data.output.values[(b * Lq + i) * D + f]);
         td.dataset.i = i; td.dataset.j = f;
       }
     }
@@ -1203,9 +1208,7 @@
       const tr = t.insertRow();
       for (let j = 0; j < n; j++) {
         const td = tr.insertCell();
-        td.textContent = r[i * L + j].toPrecision(4);
-        td.title = String(r[i * L + j]);    /* the exact number */
-        td.dataset.v = String(r[i * L + j]);
+        window.vizNum.cell(td, r[i * L + j]);
         td.dataset.i = i; td.dataset.j = j;
       }
     }
@@ -1275,7 +1278,7 @@
       else if (state.view === 'values') drawValues();
       else if (state.view === 'compare') ensureCompare();
       else if (state.view === 'neuron') ensureNeuron();
-      else drawModel();
+      else if (state.view === 'model') drawModel();
     }
     renderCount++;
     document.body.dataset.render = renderCount;
@@ -1324,26 +1327,24 @@
 
   /* POST /v2/models/attention/infer with binary outputs: the JSON header, whose length is
    * the Inference-Header-Content-Length response header, then each output's raw
-   * little-endian bytes in order (parameters.binary_data_size each).  Returns data, or
-   * null when the server answers this request with an error (shown). */
+   * little-endian bytes in order (parameters.binary_data_size each).  With *Large answers
+   * in* FP16 (state.transfer) the outputs come as FP16 (output_datatype), half of float32's
+   * bytes, and are widened here to a Float32Array.  Returns data, or null when the server
+   * answers this request with an error (shown). */
   async function computeBinary(req) {
     const f32 = req.dtype === 'float32';
-    const dt = f32 ? 'FP32' : 'FP64';
     const T = f32 ? Float32Array : Float64Array;
-    const input = (name) => {
-      const a = req[name];
-      const shape = [];
-      for (let x = a; Array.isArray(x); x = x[0]) shape.push(x.length);
-      return { name, shape, datatype: dt, data: Array.from(flatten(a, Float64Array)) };
-    };
     const params = { binary_data_output: true };
+    if (state.transfer === 'fp16') params.output_datatype = 'FP16';
     if (req.causal) params.causal = true;
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
-    const body = { inputs: [input('q'), input('k'), input('v')], parameters: params };
     const t0 = performance.now();
+    /* q, k and v as raw bytes after the JSON header, in the request's precision (exact) */
+    const body = window.vizPooled.body(req, params, flatten, null);
     const r = await fetch('/v2/models/attention/infer', {
-      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+      method: 'POST', body: new Blob(body.parts),
+      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(body.headerLength) },
     });
     const buf = await r.arrayBuffer();
     const t1 = performance.now();
@@ -1358,7 +1359,10 @@
     const out = {};
     for (const o of header.outputs || []) {
       const size = o.parameters && o.parameters.binary_data_size;
-      if (size != null) {
+      if (size != null && o.datatype === 'FP16') {
+        out[o.name] = { shape: o.shape, values: widenHalf(new Uint16Array(buf.slice(off, off + size))) };
+        off += size;
+      } else if (size != null) {
         out[o.name] = { shape: o.shape, values: new T(buf.slice(off, off + size)) };
         off += size;
       } else {
@@ -1377,9 +1381,17 @@
       mask: requestMask(req, B, Lq, Lk),
       qTokens: parseTokens($('q-tokens').value),
       kTokens: parseTokens($('k-tokens').value) || parseTokens($('q-tokens').value),
-      header, timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
+      header, asked: body.header,
+      timing: { transferMs: t1 - t0, decodeMs: performance.now() - t1, server: serverTiming(r) },
     };
     return d;
+  }
+
+  /* FP16 bits to a Float32Array (exact: every half is a float). */
+  function widenHalf(bits) {
+    const out = new Float32Array(bits.length), H = window.vizCapture.HALF;
+    for (let i = 0; i < bits.length; i++) out[i] = H[bits[i]];
+    return out;
   }
 
   /* POST /v1/attention with req: {data} (see setData; source names it), or {error: the
@@ -1724,6 +1736,7 @@
     state.select = parseSelection($('select').value);
     state.agg = $('agg').value === 'mean' ? 'mean' : 'sum';
     state.compare = $('compare').value;
+    state.transfer = $('transfer').value === 'fp16' ? 'fp16' : 'exact';
     const pool = $('pool').value === 'mean' ? 'mean' : 'max';
     if (pool !== state.pool) {
       state.pool = pool;
@@ -1751,7 +1764,7 @@
   function init() {
     for (const b of document.querySelectorAll('#views button'))
       b.addEventListener('click', () => { state.view = b.dataset.view; syncControls(); render(); });
-    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare', 'pool'])
+    for (const id of ['layer', 'batch', 'head', 'scale', 'threshold', 'topk', 'select', 'agg', 'compare', 'pool', 'transfer'])
       $(id).addEventListener('change', onControl);
     $('run').addEventListener('click', () => {
       state.example = ''; state.req = ''; $('example').value = ''; compute();
@@ -1790,6 +1803,7 @@
       });
     setupHeatmapInteraction();
     setupLinesInteraction();
+    window.vizCensus.init({ lut: LUT, drawPooled, pool: () => state.pool });
     window.addEventListener('hashchange', applyHash);
     $('compare').add(new Option('(nothing)', ''));
     $('compare').add(new Option(compareLabel('causal'), 'causal'));

@@ -68,7 +68,7 @@
       tr.append(th);
       for (let j = 0; j < c1; j++) {
         const td = tr.insertCell();
-        td.textContent = String(diff[i * cols + j]);
+        window.vizNum.cell(td, diff[i * cols + j]);
         td.dataset.i = i; td.dataset.j = j;
       }
     }

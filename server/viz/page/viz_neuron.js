@@ -42,9 +42,12 @@
     return cv;
   }
 
+  /* A cell of tr: a node, a text, or a number (rounded, exact on hover: viz_num.js). */
   function cell(tr, content, cls) {
     const td = tr.insertCell();
-    if (content instanceof Node) td.append(content); else td.textContent = content;
+    if (content instanceof Node) td.append(content);
+    else if (typeof content === 'number') window.vizNum.cell(td, content);
+    else td.textContent = content;
     if (cls) td.className = cls;
     return td;
   }
@@ -88,14 +91,14 @@
       cell(tr, strip(v.keys[j], rk, 'k'));
       cell(tr, strip(products[j], rp, 'q × k'));
       if (v.masked[j]) {
-        cell(tr, String(dots[j]), 'num dot');
+        cell(tr, dots[j], 'num dot');
         cell(tr, 'masked', 'num scaled');
-        cell(tr, String(v.weights[j]), 'num weight');
+        cell(tr, v.weights[j], 'num weight');
         tr.className = 'masked';
       } else {
-        cell(tr, String(dots[j]), 'num dot');
-        cell(tr, String(dots[j] * v.scale), 'num scaled');
-        cell(tr, String(v.weights[j]), 'num weight');
+        cell(tr, dots[j], 'num dot');
+        cell(tr, dots[j] * v.scale, 'num scaled');
+        cell(tr, v.weights[j], 'num weight');
       }
     }
     const note = document.createElement('p');
@@ -106,7 +109,7 @@
     values.id = 'neuron-values';
     const qv = values.insertRow();
     cell(qv, 'q');
-    for (const x of v.q) cell(qv, String(x), 'num');
+    for (const x of v.q) cell(qv, x, 'num');
     box.append(head, t, note, values);
   }
 

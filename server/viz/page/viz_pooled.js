@@ -11,7 +11,8 @@
  * and once a window has no more tokens than the heatmap has pixels, each cell is one weight,
  * exact.  The server never forms the full matrix either.
  *
- * Loaded before viz.js, which calls window.vizPooled.fetchGrid and .windowOf.
+ * Loaded before viz.js, which calls window.vizPooled.fetchGrid and .windowOf, and .body for
+ * every binary v2 request (the whole matrix too).
  */
 'use strict';
 
@@ -27,26 +28,34 @@
     };
   }
 
-  /* The v2 body: a JSON header and the inputs' bytes, and the header's length. */
-  function body(req, params, flatten) {
-    const f32 = req.dtype === 'float32', T = f32 ? Float32Array : Float64Array;
-    const arrays = ['q', 'k', 'v'].map((name) => {
-      const shape = [];
-      for (let x = req[name]; Array.isArray(x); x = x[0]) shape.push(x.length);
-      return { name, shape, values: flatten(req[name], T) };
-    });
+  /* The v2 body: {parts: the JSON header and the inputs' bytes, headerLength, header}.  The
+   * inputs are req's q, k and v (nested arrays, float32 or float64 as req.dtype says), or
+   * req.inputs as they are ([{name, shape, datatype, values: a typed array}]: the heads
+   * census sends FP16 bits).  outputs: the names asked for as binary, or null for the
+   * server's default outputs (with parameters.binary_data_output). */
+  function body(req, params, flatten, outputs) {
+    let arrays = req.inputs;
+    if (!arrays) {
+      const f32 = req.dtype === 'float32', T = f32 ? Float32Array : Float64Array;
+      arrays = ['q', 'k', 'v'].map((name) => {
+        const shape = [];
+        for (let x = req[name]; Array.isArray(x); x = x[0]) shape.push(x.length);
+        return { name, shape, datatype: f32 ? 'FP32' : 'FP64', values: flatten(req[name], T) };
+      });
+    }
     const header = {
-      inputs: arrays.map((a) => ({ name: a.name, shape: a.shape, datatype: f32 ? 'FP32' : 'FP64',
+      inputs: arrays.map((a) => ({ name: a.name, shape: a.shape, datatype: a.datatype,
         parameters: { binary_data_size: a.values.byteLength } })),
-      outputs: [{ name: 'attention', parameters: { binary_data: true } }],
       parameters: params,
     };
+    if (outputs) header.outputs = outputs.map((name) => ({ name, parameters: { binary_data: true } }));
     const text = new TextEncoder().encode(JSON.stringify(header));
-    return { parts: [text].concat(arrays.map((a) => new Uint8Array(a.values.buffer))), headerLength: text.length };
+    return { parts: [text].concat(arrays.map((a) => new Uint8Array(a.values.buffer, a.values.byteOffset, a.values.byteLength))),
+      headerLength: text.length, header };
   }
 
   /* Asks the server for the pooled grid of req over the window w ({q0, q1, k0, k1}, tokens,
-   * ends excluded) in about rows x cols cells.  Returns {grid: {B, H, gr, gc, br, bc,
+   * ends excluded) in about rows x cols cells (req.params: more v2 parameters).  Returns {grid: {B, H, gr, gc, br, bc,
    * values}, ms} or {error}. */
   async function fetchGrid(req, w, rows, cols, reduce, flatten) {
     const params = {
@@ -57,7 +66,8 @@
     if (req.causal) params.causal = true;
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
-    const b = body(req, params, flatten);
+    Object.assign(params, req.params);
+    const b = body(req, params, flatten, ['attention']);
     const r = await fetch('/v2/models/attention/infer', {
       method: 'POST', body: new Blob(b.parts),
       headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
@@ -106,5 +116,5 @@
     return m;
   }
 
-  window.vizPooled = { POOLED_MIN_WEIGHTS, shapeOf, fetchGrid, windowOf, cellLabels, causalGridMask };
+  window.vizPooled = { POOLED_MIN_WEIGHTS, shapeOf, body, fetchGrid, windowOf, cellLabels, causalGridMask };
 })();

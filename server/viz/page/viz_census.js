@@ -1,0 +1,382 @@
+/*
+ * viz_census.js - the heads census: for a capture of a model's q and k (viz_capture.js), a
+ * grid of layers x heads coloured by one statistic of each head's attention.
+ *
+ * For each (layer, head) the page sends that head's q and k as a binary v2 request with FP16
+ * inputs (half of float32's bytes, and the capture is FP16 already) and v of width 1, and asks
+ * for the server's reductions of the attention weights only: entropy, max (max_weight and
+ * argmax), sink and local, in FP32 (received, for the strip, when a head is clicked).  The
+ * server computes them in its sweep over the keys without forming the matrix, so a head of
+ * 8,192 tokens answers 24 bytes a token (argmax is INT64).  A cell is the mean over the
+ * queries of its statistic; the previous-token share w[i][i-1] is not a reduction of the
+ * server's, and is computed here exactly from two that are:
+ *   w[i][i-1] = max_weight[i] * exp(scale * (q_i . k_(i-1) - q_i . k_argmax[i]))
+ * (every weight of row i is exp(its score - the row's log-sum-exp)), with the dot products in
+ * float64 over the FP16 q and k the page sent.
+ *
+ * Clicking a cell shows the attention each key receives from all queries (received) as a
+ * strip along the whole sequence, each pixel the max or the mean of the keys it covers, and
+ * the head's pooled heatmap (viz_pooled.js, the same FP16 inputs).
+ *
+ * Loaded before viz.js, which calls window.vizCensus.init with its colour scale and drawing.
+ */
+'use strict';
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const IN_FLIGHT = 2;            /* requests at a time: the server computes two on two cores */
+  const STATS = {
+    entropy: 'mean entropy (nats)', sink: 'sink share', local: 'local share',
+    prev: 'previous-token share', max: 'largest weight',
+  };
+  /* The census asks for these; `received` (its key axis kept) only for a clicked head: the
+   * server needs a second sweep over the keys for it, once each row's sum is known. */
+  const OUTPUTS = ['entropy', 'max_weight', 'argmax', 'sink', 'local'];
+
+  let deps = null;                /* from viz.js: lut, colorIndex(w), drawPooled(...), pool() */
+  let cap = null;                 /* the capture (viz_capture.js parse) */
+  let census = null;              /* {heads: [[stats]], causal, sink, local, ms, run} */
+  let selected = null;            /* {L, h} */
+  let runs = 0;
+
+  function setState(s, note) {
+    document.body.dataset.census = s;
+    if (note != null) $('census-note').textContent = note;
+  }
+
+  /* Reads a capture file and computes its census. */
+  async function open(file) {
+    selected = null;
+    $('census-detail').hidden = true;
+    try {
+      cap = window.vizCapture.parse(await file.arrayBuffer());
+    } catch (e) {
+      cap = null; census = null;
+      $('census-grid').textContent = '';
+      setState('error', e.message);
+      return;
+    }
+    cap.file = file.name;
+    await compute();
+  }
+
+  /* The v2 request of head h of layer L for the reductions `outputs` (OUTPUTS, or
+   * ['received']): {parts, headerLength, qh, kh, D, T}. */
+  function headRequest(L, h, opts, outputs) {
+    const l = cap.layers[L], T = cap.T, D = l.q.D;
+    const qh = window.vizCapture.headHalf(l.q, h);
+    const kh = window.vizCapture.headHalf(l.k, Math.floor(h / (l.q.H / l.k.H)));
+    const v = new Uint16Array(T);         /* FP16 zeros: v is required, the output is not asked */
+    const input = (name, a, shape) => ({ name, shape, datatype: 'FP16', parameters: { binary_data_size: a.byteLength } });
+    const header = {
+      inputs: [input('q', qh, [T, D]), input('k', kh, [T, D]), input('v', v, [T, 1])],
+      outputs: outputs.map((name) => ({ name, parameters: { binary_data: true } })),
+      parameters: { causal: opts.causal, scale: 1 / Math.sqrt(D), output_datatype: 'FP32', binary_data_output: true },
+    };
+    const p = header.parameters;
+    if (outputs.includes('entropy')) p.entropy = true;
+    if (outputs.includes('max_weight')) p.max = true;
+    if (outputs.includes('received')) p.received = true;
+    if (outputs.includes('sink')) p.sink = opts.sink;
+    if (outputs.includes('local')) p.local = opts.local;
+    const text = new TextEncoder().encode(JSON.stringify(header));
+    return { parts: [text, qh, kh, v], headerLength: text.length, qh, kh, D, T };
+  }
+
+  /* The values of output o of a v2 answer (its bytes at buf[off ...], or its JSON data). */
+  function outputValues(o, buf, off) {
+    const size = o.parameters && o.parameters.binary_data_size;
+    if (size == null) return Float64Array.from(o.data.flat(Infinity), Number);
+    const bytes = buf.slice(off, off + size);
+    switch (o.datatype) {
+      case 'FP32': return new Float32Array(bytes);
+      case 'FP64': return new Float64Array(bytes);
+      case 'INT64': return Float64Array.from(new BigInt64Array(bytes), Number);
+      case 'FP16': return Float32Array.from(new Uint16Array(bytes), (b) => window.vizCapture.HALF[b]);
+      case 'BF16': return Float32Array.from(new Uint16Array(bytes), (b) => new Float32Array(new Uint32Array([b << 16]).buffer)[0]);
+      default: throw new Error(`output "${o.name}" has datatype ${o.datatype}`);
+    }
+  }
+
+  /* Sends one head's request for `outputs`; returns {b: the request, out: {name: values}}
+   * or throws with the server's error. */
+  async function askHead(L, h, opts, outputs) {
+    const b = headRequest(L, h, opts, outputs);
+    const r = await fetch('/v2/models/attention/infer', {
+      method: 'POST', body: new Blob(b.parts),
+      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
+    });
+    const buf = await r.arrayBuffer();
+    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    if (!r.ok) {
+      const e = header.error;
+      throw new Error(`layer ${L}, head ${h}: ${r.status} ` + (typeof e === 'string' ? e : JSON.stringify(header)));
+    }
+    const out = {};
+    let off = hlen;
+    for (const o of header.outputs || []) {
+      out[o.name] = outputValues(o, buf, off);
+      off += (o.parameters && o.parameters.binary_data_size) || 0;
+    }
+    for (const name of outputs)
+      if (!out[name]) throw new Error(`layer ${L}, head ${h}: the answer has no "${name}" output`);
+    return { b, out };
+  }
+
+  async function computeHead(L, h, opts) {
+    const { b, out } = await askHead(L, h, opts, OUTPUTS);
+    return statistics(out, b);
+  }
+
+  const mean = (a, from) => { let s = 0; for (let i = from; i < a.length; i++) s += a[i]; return a.length > from ? s / (a.length - from) : 0; };
+
+  /* The census's numbers of one head from the server's reductions (see the top). */
+  function statistics(out, b) {
+    const { qh, kh, D, T } = b, H = window.vizCapture.HALF, scale = 1 / Math.sqrt(D);
+    let prev = 0;
+    for (let i = 1; i < T; i++) {
+      const m = out.max_weight[i], a = out.argmax[i];
+      if (!(m > 0)) continue;                       /* a fully masked row: no weight at all */
+      let d1 = 0, d2 = 0;
+      for (let t = 0, qi = i * D, kp = (i - 1) * D, ka = a * D; t < D; t++) {
+        const x = H[qh[qi + t]];
+        d1 += x * H[kh[kp + t]];
+        d2 += x * H[kh[ka + t]];
+      }
+      prev += m * Math.exp(scale * (d1 - d2));
+    }
+    return {
+      entropy: mean(out.entropy, 0), sink: mean(out.sink, 0), local: mean(out.local, 0),
+      prev: T > 1 ? prev / (T - 1) : 0, max: mean(out.max_weight, 0), received: null,
+    };
+  }
+
+  function options() {
+    const whole = (id, dflt) => { const v = Math.floor(Number($(id).value)); return Number.isFinite(v) && v >= 0 ? v : dflt; };
+    return { causal: $('census-causal').checked, sink: Math.max(1, whole('census-sink', 4)), local: whole('census-local', 16) };
+  }
+
+  /* Computes every head, IN_FLIGHT at a time, painting each cell as its answer comes. */
+  async function compute() {
+    if (!cap) return;
+    const run = ++runs, opts = options(), t0 = performance.now();
+    census = { heads: cap.layers.map((l) => new Array(l.q.H).fill(null)), ...opts, ms: null, run };
+    const jobs = [];
+    cap.layers.forEach((l, L) => { for (let h = 0; h < l.q.H; h++) jobs.push([L, h]); });
+    setState('computing', `${cap.file}: ${jobs.length} heads of ${cap.T} tokens, computing…`);
+    draw();
+    let next = 0, failed = null;
+    const worker = async () => {
+      while (next < jobs.length && !failed && run === runs) {
+        const [L, h] = jobs[next++];
+        try {
+          const s = await computeHead(L, h, opts);
+          if (run !== runs) return;
+          census.heads[L][h] = s;
+          paintCell(L, h);
+        } catch (e) {
+          failed = failed || e;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+    if (run !== runs) return;
+    if (failed) { setState('error', failed.message); return; }
+    await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+    census.ms = performance.now() - t0;
+    draw();
+    setState('ready', `${cap.file}: ${cap.layers.length} layers, ${jobs.length} heads of ${cap.T} tokens` +
+      `${opts.causal ? ', causal' : ''}, computed and painted in ${(census.ms / 1000).toFixed(2)} s`);
+  }
+
+  function statOf(s) { return s ? s[$('census-stat').value] : null; }
+
+  /* The colour range of the chosen statistic over the heads computed so far. */
+  function range() {
+    let lo = Infinity, hi = -Infinity;
+    for (const row of census.heads) for (const s of row) {
+      const v = statOf(s);
+      if (v != null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    }
+    return lo <= hi ? [lo, hi] : [0, 1];
+  }
+
+  function colourCell(td, v, lo, hi) {
+    const li = Math.round((hi > lo ? (v - lo) / (hi - lo) : 0.5) * 255) * 3, lut = deps.lut;
+    td.style.backgroundColor = `rgb(${lut[li]},${lut[li + 1]},${lut[li + 2]})`;
+    td.style.color = lut[li] * 0.3 + lut[li + 1] * 0.6 + lut[li + 2] * 0.1 > 140 ? '#000' : '#fff';
+  }
+
+  /* The grid: a row per layer, its heads by index or by the statistic (largest first). */
+  function draw() {
+    const box = $('census-grid');
+    box.textContent = '';
+    if (!census) return;
+    const stat = $('census-stat').value, sorted = $('census-order').value === 'stat';
+    const [lo, hi] = range();
+    const t = document.createElement('table');
+    t.id = 'census-table';
+    const hr = t.insertRow();
+    const corner = document.createElement('th');
+    corner.textContent = sorted ? 'layer \\ rank' : 'layer \\ head';
+    hr.append(corner);
+    const width = Math.max(...census.heads.map((r) => r.length));
+    for (let c = 0; c < width; c++) { const th = document.createElement('th'); th.textContent = c; hr.append(th); }
+    census.heads.forEach((row, L) => {
+      const tr = t.insertRow();
+      const th = document.createElement('th');
+      th.textContent = L;
+      tr.append(th);
+      let order = row.map((_, h) => h);
+      if (sorted) order = order.sort((a, b) => (statOf(row[b]) ?? -Infinity) - (statOf(row[a]) ?? -Infinity) || a - b);
+      for (const h of order) {
+        const td = tr.insertCell();
+        td.dataset.layer = L; td.dataset.head = h;
+        fillCell(td, row[h], stat, sorted, lo, hi);
+      }
+    });
+    box.append(t);
+    $('census-caption').textContent = `${STATS[stat]}: colour from ${window.vizNum.text(lo)} (dark) to ` +
+      `${window.vizNum.text(hi)} (yellow)` + (census.causal ? '' : '; not causal') +
+      `; sink: keys 0–${census.sink - 1}; local: |i − j| ≤ ${census.local}`;
+  }
+
+  function fillCell(td, s, stat, sorted, lo, hi) {
+    td.className = s ? '' : 'pending';
+    if (selected && selected.L === +td.dataset.layer && selected.h === +td.dataset.head) td.classList.add('selected');
+    if (!s) { td.textContent = '…'; td.title = 'not computed yet'; return; }
+    const v = s[stat];
+    td.textContent = (sorted ? `h${td.dataset.head} ` : '') + window.vizNum.text(v);
+    td.title = `layer ${td.dataset.layer}, head ${td.dataset.head}: ${STATS[stat]} ${v}`;
+    td.dataset.v = String(v);
+    colourCell(td, v, lo, hi);
+  }
+
+  /* Paints one computed cell (the range may have grown: then the whole grid). */
+  function paintCell(L, h) {
+    const [lo, hi] = range(), old = census.range;
+    census.range = [lo, hi];
+    if (!old || old[0] !== lo || old[1] !== hi || $('census-order').value === 'stat') { draw(); return; }
+    const td = document.querySelector(`#census-table td[data-layer="${L}"][data-head="${h}"]`);
+    if (td) fillCell(td, census.heads[L][h], $('census-stat').value, false, lo, hi);
+  }
+
+  /* ---------- one head: the keys' received attention and the pooled heatmap ---------- */
+
+  /* The strip's pixels: keys [k0, k1) of each, and its value (max or mean of received). */
+  function stripValues(received, width, how) {
+    const n = received.length, px = [];
+    for (let c = 0; c < Math.min(width, n); c++) {
+      const w = Math.min(width, n);
+      const k0 = Math.floor(c * n / w), k1 = Math.max(k0 + 1, Math.floor((c + 1) * n / w));
+      let v = how === 'mean' ? 0 : -Infinity;
+      for (let j = k0; j < k1; j++) v = how === 'mean' ? v + received[j] : Math.max(v, received[j]);
+      px.push({ k0, k1, v: how === 'mean' ? v / (k1 - k0) : v });
+    }
+    return px;
+  }
+
+  function drawStrip() {
+    const s = census.heads[selected.L][selected.h], cv = $('census-strip'), ctx = cv.getContext('2d');
+    const px = stripValues(s.received, cv.width, $('census-strip-how').value);
+    let hi = 0;
+    for (const p of px) hi = Math.max(hi, p.v);
+    ctx.clearRect(0, 0, cv.width, cv.height);
+    const w = cv.width / px.length;
+    px.forEach((p, c) => {
+      const li = Math.round((hi > 0 ? p.v / hi : 0) * 255) * 3, lut = deps.lut;
+      ctx.fillStyle = `rgb(${lut[li]},${lut[li + 1]},${lut[li + 2]})`;
+      ctx.fillRect(Math.floor(c * w), 0, Math.ceil(w), cv.height);
+    });
+    cv.dataset.max = String(hi);
+    $('census-strip-title').textContent = `Layer ${selected.L}, head ${selected.h}: the attention each key receives ` +
+      `from all ${cap.T} queries (Σᵢ wᵢⱼ), ${px.length < s.received.length ? `${$('census-strip-how').value} of ` +
+      `${(s.received.length / px.length).toFixed(1)} keys a pixel` : 'one key a pixel or more'}; ` +
+      `colour from 0 to ${window.vizNum.text(hi)}`;
+    return px;
+  }
+
+  function hoverStrip(ev) {
+    if (!selected || !census.heads[selected.L][selected.h].received) return;
+    const cv = $('census-strip'), r = cv.getBoundingClientRect();
+    const s = census.heads[selected.L][selected.h];
+    const px = stripValues(s.received, cv.width, $('census-strip-how').value);
+    const c = Math.min(px.length - 1, Math.max(0, Math.floor((ev.clientX - r.left) / r.width * px.length)));
+    const p = px[c], label = (j) => (cap.tokens ? `${j} "${cap.tokens[j]}"` : String(j));
+    cv.title = p.k1 - p.k0 === 1 ? `key ${label(p.k0)}: received ${p.v}`
+      : `keys ${label(p.k0)} – ${label(p.k1 - 1)}: ${$('census-strip-how').value} received ${p.v}`;
+  }
+
+  async function selectHead(L, h) {
+    if (!census || !census.heads[L] || !census.heads[L][h]) return;
+    selected = { L, h };
+    draw();
+    document.body.dataset.censusHeatmap = 'computing';
+    const cv = $('census-heatmap'), ctx = cv.getContext('2d');
+    ctx.clearRect(0, 0, cv.width, cv.height);
+    const s = census.heads[L][h], run = census.run;
+    if (!s.received) {
+      let got;
+      try { got = await askHead(L, h, census, ['received']); } catch (e) {
+        $('census-heatmap-note').textContent = e.message;
+        document.body.dataset.censusHeatmap = 'error';
+        return;
+      }
+      if (run !== census.run) return;
+      s.received = Float32Array.from(got.out.received);
+    }
+    if (!selected || selected.L !== L || selected.h !== h) return;
+    $('census-detail').hidden = false;
+    drawStrip();
+    const b = headRequest(L, h, census, []);
+    const req = {
+      causal: census.causal, scale: 1 / Math.sqrt(b.D), params: { output_datatype: 'FP32' },
+      inputs: [{ name: 'q', shape: [b.T, b.D], datatype: 'FP16', values: b.qh },
+        { name: 'k', shape: [b.T, b.D], datatype: 'FP16', values: b.kh },
+        { name: 'v', shape: [b.T, 1], datatype: 'FP16', values: new Uint16Array(b.T) }],
+    };
+    const w = { q0: 0, q1: b.T, k0: 0, k1: b.T };
+    const got = await window.vizPooled.fetchGrid(req, w, cv.height, cv.width, deps.pool(), null);
+    if (!selected || selected.L !== L || selected.h !== h) return;
+    if (got.error) {
+      $('census-heatmap-note').textContent = got.error;
+      document.body.dataset.censusHeatmap = 'error';
+      return;
+    }
+    const g = got.grid, m = Float32Array.from(g.values);
+    if (census.causal) {
+      const mask = window.vizPooled.causalGridMask(g, w, 1);
+      for (let i = 0; i < m.length; i++) if (mask[i]) m[i] = -2;
+    }
+    const img = ctx.createImageData(cv.width, cv.height);
+    deps.drawPooled(img, m, g.gr, g.gc, 0, 0, cv.width, cv.height, 0, g.gr, 0, g.gc);
+    ctx.putImageData(img, 0, 0);
+    $('census-heatmap-note').textContent = `Its attention pooled by ${deps.pool()} into ${g.gr} × ${g.gc} cells ` +
+      `of ${g.br} × ${g.bc} tokens (queries down, keys across)`;
+    document.body.dataset.censusHeatmap = 'ready';
+  }
+
+  function init(d) {
+    deps = d;
+    for (const [k, label] of Object.entries(STATS)) $('census-stat').add(new Option(label, k));
+    $('census-file').addEventListener('change', () => { const f = $('census-file').files[0]; if (f) open(f); });
+    for (const id of ['census-stat', 'census-order']) $(id).addEventListener('change', draw);
+    for (const id of ['census-causal', 'census-sink', 'census-local'])
+      $(id).addEventListener('change', () => { selected = null; $('census-detail').hidden = true; compute(); });
+    $('census-strip-how').addEventListener('change', () => { if (selected) drawStrip(); });
+    $('census-grid').addEventListener('click', (ev) => {
+      const td = ev.target.closest('td[data-layer]');
+      if (td) selectHead(Number(td.dataset.layer), Number(td.dataset.head));
+    });
+    $('census-strip').addEventListener('mousemove', hoverStrip);
+    setState('idle', 'Open a capture of a model\'s q and k (docs/visualizer.md says how to write one).');
+  }
+
+  window.vizCensus = {
+    init, STATS,
+    /* for tests: the heads' numbers, and the strip's pixels of the selected head */
+    get census() { return census; },
+    strip: () => (selected && census.heads[selected.L][selected.h].received ? drawStrip().map((p) => [p.k0, p.k1, p.v]) : null),
+  };
+})();
