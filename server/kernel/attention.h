@@ -94,6 +94,15 @@ typedef struct attn_result {
  * products, 4 MFLOP is about a millisecond of arithmetic. */
 #define ATTENTION_SMALL_FLOPS 4e6
 
+/* Keys the query rows [i0, i0 + nq) of job may see, nq >= 1: all of them, or with causal
+ * up to the last row's own position.  The sweeps that pool or reduce the weights stop
+ * there. */
+static inline size_t attention_keys_seen(const attn_job *job, size_t i0, size_t nq)
+{
+    size_t last = i0 + nq - 1;
+    return job->causal && last + 1 < job->lk ? last + 1 : job->lk;
+}
+
 /* Floating-point operations of job: the projections, the scores and their
  * weighted sum (half of both when causal), and the output projection.  An
  * estimate from the shapes alone, for deciding where a job runs. */

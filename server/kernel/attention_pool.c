@@ -102,13 +102,6 @@ typedef struct pool_ctx {
     _Atomic int not_finite;
 } pool_ctx;
 
-/* Keys the rows [i0, i0 + nq) may see: all, or up to the last row's own position. */
-static size_t keys_seen(const attn_job *job, size_t i0, size_t nq)
-{
-    size_t last = i0 + nq - 1;
-    return job->causal && last + 1 < job->lk ? last + 1 : job->lk;
-}
-
 #define REAL double
 #define SFX d
 #define GEMM cblas_dgemm
