@@ -66,6 +66,15 @@ static int get_bool(const json_t *obj, const char *key, const char *path, int de
     return 0;
 }
 
+/* "outputs[INDEX]" followed by what in field, which it returns: for the error paths
+ * (formatting the fields of every output of every request cost instructions a small
+ * request notices). */
+static const char *output_field(char *field, size_t len, size_t index, const char *what)
+{
+    snprintf(field, len, "outputs[%zu]%s", index, what);
+    return field;
+}
+
 static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
                           attn_error *err)
 {
@@ -86,8 +95,7 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
                          "\"topk_indices\", \"topk_weights\").", V2_OUT_COUNT);
     for (size_t i = 0; i < json_array_size(outs); i++) {
         const json_t *e = json_array_get(outs, i);
-        char field[64];
-        snprintf(field, sizeof field, "outputs[%zu].name", i);
+        char field[64]; /* formatted on the error paths only */
         const json_t *name = json_is_object(e) ? json_object_get(e, "name") : NULL;
         const char *s = json_is_string(name) ? json_string_value(name) : "";
         int which = -1;
@@ -95,7 +103,8 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
             if (!strcmp(s, v2_output_names[w]))
                 which = w;
         if (which < 0)
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                             output_field(field, sizeof field, i, ".name"),
                              "%s must be \"output\", \"attention\", \"q\", \"k\" or a "
                              "reduction: \"entropy\", \"max_weight\", \"argmax\", "
                              "\"received\", \"sink\", \"local\", \"topk_indices\" or "
@@ -105,16 +114,18 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
                              json_is_string(name) ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
             if (o->which[j] == which)
-                return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                                 output_field(field, sizeof field, i, ".name"),
                                  "%s names \"%s\" a second time.", field, s);
         int binary = binary_default;
         const json_t *params = json_object_get(e, "parameters");
-        snprintf(field, sizeof field, "outputs[%zu].parameters", i);
         if (params != NULL && !json_is_object(params))
-            return error_set(err, ERR_BAD_REQUEST, "wrong_type", field, "%s must be an object.",
-                             field);
-        if (params != NULL) {
-            snprintf(field, sizeof field, "outputs[%zu].parameters.binary_data", i);
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type",
+                             output_field(field, sizeof field, i, ".parameters"),
+                             "%s must be an object.", field);
+        const json_t *bd = params != NULL ? json_object_get(params, "binary_data") : NULL;
+        if (bd != NULL) {
+            output_field(field, sizeof field, i, ".parameters.binary_data");
             int rc = get_bool(params, "binary_data", field, binary_default, &binary, err);
             if (rc != 0)
                 return rc;
@@ -349,6 +360,13 @@ static int input_slot(int builtin, const char *name)
     return -1;
 }
 
+/* "inputs[INDEX].WHAT" of t in buf, which it returns: for the error paths. */
+static char *field_of(const v2_tensor *t, const char *what, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "inputs[%zu].%s", t->index, what);
+    return buf;
+}
+
 /* Describes each of "inputs" into its slot, without reading a number. */
 static int describe_inputs(v2_infer *st, const api_env *env, v2_body *body, attn_error *err)
 {
@@ -366,26 +384,21 @@ static int describe_inputs(v2_infer *st, const api_env *env, v2_body *body, attn
             return rc;
         int slot = input_slot(builtin, t.name);
         char f[64];
-        snprintf(f, sizeof f, "inputs[%zu].name", i);
         if (slot < 0)
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", f,
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                             field_of(&t, "name", f, sizeof f),
                              "%s is \"%s\", which model \"%s\" does not take; its inputs are %s.",
                              f, t.name, st->model.name,
                              builtin ? "q, k, v and mask" : "x, context and mask");
         if (st->have[slot])
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", f,
+            return error_set(err, ERR_BAD_REQUEST, "invalid_value",
+                             field_of(&t, "name", f, sizeof f),
                              "%s names input \"%s\" a second time.", f, t.name);
         st->in[slot] = t;
         st->have[slot] = 1;
         snprintf(st->place[slot], sizeof st->place[slot], "inputs[%zu].shape", i);
     }
     return v2_body_check_consumed(body, err);
-}
-
-static char *field_of(const v2_tensor *t, const char *what, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "inputs[%zu].%s", t->index, what);
-    return buf;
 }
 
 /* Checks what the wire alone says of a numeric input: a number datatype,
