@@ -355,29 +355,13 @@ int attention_json_decode(const json_t *root, const attention_json_limits *limit
 
 /* ---- the response ------------------------------------------------------ */
 
-/* The attention of head bh (batch * heads + head): the pooled grid, or the Lq x Lk weights
- * in the job's precision. */
-static void encode_head(const attention_request *req, const attn_result *result, size_t bh,
-                        jw_buf *w)
+/* Writes one value per (batch, head), [batch][head] only where the request had those axes
+ * (the shape of "attention", which the reductions share): head(ctx, bh, w) writes the value
+ * of head bh (batch * heads + head). */
+static void encode_heads(const attention_request *req, jw_buf *w,
+                         void (*head)(const void *ctx, size_t bh, jw_buf *w), const void *ctx)
 {
     const attn_job *j = &req->job;
-    if (j->pool != NULL) {
-        size_t br, bc, gr, gc;
-        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
-        jw_matrix(w, result->pooled + bh * gr * gc, gr, gc, 0, j->dtype == ATTN_FLOAT32);
-    } else if (j->dtype == ATTN_FLOAT32) {
-        jw_matrix_f32(w, result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk, 0, 1);
-    } else {
-        jw_matrix(w, result->attention + bh * j->lq * j->lk, j->lq, j->lk, 0, 0);
-    }
-}
-
-/* "attention", full or pooled: [batch][head] only where the request had those axes. */
-static void encode_attention(const attention_request *req, const attn_result *result,
-                             jw_buf *w)
-{
-    const attn_job *j = &req->job;
-    jw_raw(w, ",\"attention\":");
     if (req->batched)
         jw_char(w, '[');
     for (size_t b = 0; b < j->batch; b++) {
@@ -388,13 +372,44 @@ static void encode_attention(const attention_request *req, const attn_result *re
         for (size_t h = 0; h < j->heads; h++) {
             if (h)
                 jw_char(w, ',');
-            encode_head(req, result, b * j->heads + h, w);
+            head(ctx, b * j->heads + h, w);
         }
         if (req->heads_given)
             jw_char(w, ']');
     }
     if (req->batched)
         jw_char(w, ']');
+}
+
+typedef struct attention_ctx {
+    const attention_request *req;
+    const attn_result *result;
+} attention_ctx;
+
+/* The attention of head bh: the pooled grid, or the Lq x Lk weights in the job's
+ * precision. */
+static void encode_head(const void *ctx, size_t bh, jw_buf *w)
+{
+    const attention_ctx *c = ctx;
+    const attn_job *j = &c->req->job;
+    if (j->pool != NULL) {
+        size_t br, bc, gr, gc;
+        attention_pool_grid(j->pool, j->lq, j->lk, &br, &bc, &gr, &gc);
+        jw_matrix(w, c->result->pooled + bh * gr * gc, gr, gc, 0, j->dtype == ATTN_FLOAT32);
+    } else if (j->dtype == ATTN_FLOAT32) {
+        jw_matrix_f32(w, c->result->attention_f32 + bh * j->lq * j->lk, j->lq, j->lk, 0, 1);
+    } else {
+        jw_matrix(w, c->result->attention + bh * j->lq * j->lk, j->lq, j->lk, 0, 0);
+    }
+}
+
+/* "attention", full or pooled. */
+static void encode_attention(const attention_request *req, const attn_result *result,
+                             jw_buf *w)
+{
+    attention_ctx c = {req, result};
+    jw_raw(w, ",\"attention\":");
+    encode_heads(req, w, encode_head, &c);
 }
 
 /* n numbers (k per row when k > 0: n / k rows), as a list or a list of rows. */
@@ -421,39 +436,36 @@ static void encode_numbers(jw_buf *w, const double *d, const int64_t *ix, size_t
     jw_char(w, ']');
 }
 
+/* One reduction's numbers: per head n of d (or of ix, for indices), k per row when k > 0. */
+typedef struct reduced_ctx {
+    const double *d;
+    const int64_t *ix;
+    size_t n, k;
+    int as_float;
+} reduced_ctx;
+
+static void encode_reduced_head(const void *ctx, size_t bh, jw_buf *w)
+{
+    const reduced_ctx *c = ctx;
+    size_t at = bh * c->n;
+    encode_numbers(w, c->d != NULL ? c->d + at : NULL, c->ix != NULL ? c->ix + at : NULL, c->n,
+                   c->k, c->as_float);
+}
+
 /* One reduction, `name`: per (batch, head) `per` numbers (rows of k when k > 0), with the
  * batch and heads axes where "attention" has them. */
 static void encode_reduced(const attention_request *req, const char *name, const double *d,
                            const int64_t *ix, size_t per, size_t k, int *first, jw_buf *w)
 {
-    const attn_job *j = &req->job;
     if (d == NULL && ix == NULL)
         return;
-    size_t n = per * (k > 0 ? k : 1);
+    reduced_ctx c = {d, ix, per * (k > 0 ? k : 1), k, req->job.dtype == ATTN_FLOAT32};
     if (!*first)
         jw_char(w, ',');
     *first = 0;
     jw_string(w, name);
     jw_char(w, ':');
-    if (req->batched)
-        jw_char(w, '[');
-    for (size_t b = 0; b < j->batch; b++) {
-        if (b)
-            jw_char(w, ',');
-        if (req->heads_given)
-            jw_char(w, '[');
-        for (size_t h = 0; h < j->heads; h++) {
-            size_t at = (b * j->heads + h) * n;
-            if (h)
-                jw_char(w, ',');
-            encode_numbers(w, d != NULL ? d + at : NULL, ix != NULL ? ix + at : NULL, n, k,
-                           j->dtype == ATTN_FLOAT32);
-        }
-        if (req->heads_given)
-            jw_char(w, ']');
-    }
-    if (req->batched)
-        jw_char(w, ']');
+    encode_heads(req, w, encode_reduced_head, &c);
 }
 
 /* "reductions": the statistics asked for (attention_reduce.h), each shaped like "attention"
