@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "attention_exp.h"
+#include "attention_extras.h"
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
@@ -65,12 +66,6 @@ size_t attention_pool_cells(const attn_pool *pool, const attn_job *job)
     return job->batch * job->heads * gr * gc;
 }
 
-/* Numbers of the job's precision a float32 job's own copies of q and k hold. */
-static size_t float_copies(const attn_job *job)
-{
-    return job->dtype == ATTN_FLOAT32 ? job->batch * (job->lq + job->lk) * job->dk : 0;
-}
-
 /* Scratch bytes per compute slot: each row's maximum and sum (double), a score tile, and
  * each row's cells of the window with their references (the job's precision). */
 static size_t slot_bytes(const attn_job *job, const attn_pool *pool)
@@ -85,7 +80,7 @@ static size_t slot_bytes(const attn_job *job, const attn_pool *pool)
 size_t attention_pool_scratch_bytes(const attn_job *job)
 {
     return (size_t)compute_threads() * slot_bytes(job, job->pool) +
-           float_copies(job) * sizeof(float);
+           attention_extras_float_count(job) * sizeof(float);
 }
 
 typedef struct pool_ctx {
@@ -143,16 +138,11 @@ int attention_pool_run(const attn_job *job, const attn_pool *pool, const double 
     int f32 = job->dtype == ATTN_FLOAT32;
     float *qf = NULL;
     if (f32) {
-        qf = mem_malloc(float_copies(job) * sizeof(float));
+        qf = attention_extras_float_copies(job, q, k);
         if (qf == NULL)
             return ERR_UNAVAILABLE;
-        size_t nq = job->batch * job->lq * job->dk, nk = job->batch * job->lk * job->dk;
-        for (size_t i = 0; i < nq; i++)
-            qf[i] = (float)q[i];
-        for (size_t i = 0; i < nk; i++)
-            qf[nq + i] = (float)k[i];
         c.q = qf;
-        c.k = qf + nq;
+        c.k = qf + job->batch * job->lq * job->dk;
     }
     c.stride = slot_bytes(job, pool);
     c.scratch = mem_malloc((size_t)slots * c.stride);

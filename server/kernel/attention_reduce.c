@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "attention_exp.h"
+#include "attention_extras.h"
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
@@ -64,12 +65,6 @@ size_t attention_reduce_numbers(const attn_reduce *r, const attn_job *job)
     return n;
 }
 
-/* Numbers of the job's precision a float32 job's own copies of q and k hold. */
-static size_t float_copies(const attn_job *job)
-{
-    return job->dtype == ATTN_FLOAT32 ? job->batch * (job->lq + job->lk) * job->dk : 0;
-}
-
 /* Scratch bytes per compute slot (the layout of slot_layout in attention_reduce_impl.inc):
  * per row of a tile its m, l, u, sink and local, a key tile's column sums (sweep 2) and
  * each row's top-k (a score and an index each) and count; then a score tile and one row's
@@ -93,7 +88,7 @@ size_t attention_reduce_scratch_bytes(const attn_job *job)
     unsigned slots = compute_threads() > 0 ? compute_threads() : 1;   /* as the run takes */
     return (size_t)slots * slot_bytes(job, r) +
            2 * job->batch * job->heads * job->lq * sizeof(double) +
-           (in_place ? 0 : float_copies(job) * sizeof(float));
+           (in_place ? 0 : attention_extras_float_count(job) * sizeof(float));
 }
 
 typedef struct reduce_ctx {
@@ -170,16 +165,11 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     c.l = c.m + bh * job->lq;
     /* a float32 job is reduced in float32, from q and k as the kernels had them */
     if (f32 && (qf == NULL || kf == NULL)) {
-        copies = mem_malloc(float_copies(job) * sizeof(float));
+        copies = attention_extras_float_copies(job, q, k);
         if (copies == NULL)
             goto done;
-        size_t nq = job->batch * job->lq * job->dk, nk = job->batch * job->lk * job->dk;
-        for (size_t i = 0; i < nq; i++)
-            copies[i] = (float)q[i];
-        for (size_t i = 0; i < nk; i++)
-            copies[nq + i] = (float)k[i];
         qf = copies;
-        kf = copies + nq;
+        kf = copies + job->batch * job->lq * job->dk;
     }
     if (f32) {
         c.q = qf;
