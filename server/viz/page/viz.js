@@ -1342,14 +1342,7 @@
     const t0 = performance.now();
     /* q, k and v as raw bytes after the JSON header, in the request's precision (exact) */
     const body = window.vizPooled.body(req, params, flatten, null);
-    const r = await fetch('/v2/models/attention/infer', {
-      method: 'POST', body: new Blob(body.parts),
-      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(body.headerLength) },
-    });
-    const buf = await r.arrayBuffer();
-    const t1 = performance.now();
-    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
-    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    const { r, buf, received: t1, hlen, header } = await window.vizPooled.postBinary(body);
     if (!r.ok) {
       const e = header.error;
       showError(r.status + '', typeof e === 'string' ? e : JSON.stringify(header), null);

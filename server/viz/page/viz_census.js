@@ -102,13 +102,7 @@
    * or throws with the server's error. */
   async function askHead(L, h, opts, outputs) {
     const b = headRequest(L, h, opts, outputs);
-    const r = await fetch('/v2/models/attention/infer', {
-      method: 'POST', body: new Blob(b.parts),
-      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
-    });
-    const buf = await r.arrayBuffer();
-    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
-    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    const { r, buf, hlen, header } = await window.vizPooled.postBinary(b);
     if (!r.ok) {
       const e = header.error;
       throw new Error(`layer ${L}, head ${h}: ${r.status} ` + (typeof e === 'string' ? e : JSON.stringify(header)));

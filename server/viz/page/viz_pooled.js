@@ -57,6 +57,21 @@
   /* Asks the server for the pooled grid of req over the window w ({q0, q1, k0, k1}, tokens,
    * ends excluded) in about rows x cols cells (req.params: more v2 parameters).  Returns {grid: {B, H, gr, gc, br, bc,
    * values}, ms} or {error}. */
+  /* POSTs b (a binary v2 body, as body() makes) to /v2/models/attention/infer; returns the
+   * response r, its bytes buf, when they had all come (received, performance.now()), the
+   * JSON header's length hlen (Inference-Header-Content-Length) and that header parsed. */
+  async function postBinary(b) {
+    const r = await fetch('/v2/models/attention/infer', {
+      method: 'POST', body: new Blob(b.parts),
+      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
+    });
+    const buf = await r.arrayBuffer();
+    const received = performance.now();
+    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    return { r, buf, received, hlen, header };
+  }
+
   async function fetchGrid(req, w, rows, cols, reduce, flatten) {
     const params = {
       attention_pool_rows: Math.min(rows, w.q1 - w.q0), attention_pool_cols: Math.min(cols, w.k1 - w.k0),
@@ -67,14 +82,7 @@
     if (req.heads) params.heads = req.heads;
     if (req.scale != null) params.scale = req.scale;
     Object.assign(params, req.params);
-    const b = body(req, params, flatten, ['attention']);
-    const r = await fetch('/v2/models/attention/infer', {
-      method: 'POST', body: new Blob(b.parts),
-      headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(b.headerLength) },
-    });
-    const buf = await r.arrayBuffer();
-    const hlen = Number(r.headers.get('Inference-Header-Content-Length') || buf.byteLength);
-    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 0, hlen)));
+    const { r, buf, hlen, header } = await postBinary(body(req, params, flatten, ['attention']));
     if (!r.ok) return { error: typeof header.error === 'string' ? header.error : JSON.stringify(header) };
     const out = header.outputs[0], s = out.shape;
     const T = out.datatype === 'FP32' ? Float32Array : Float64Array;
@@ -116,5 +124,5 @@
     return m;
   }
 
-  window.vizPooled = { POOLED_MIN_WEIGHTS, shapeOf, body, fetchGrid, windowOf, cellLabels, causalGridMask };
+  window.vizPooled = { POOLED_MIN_WEIGHTS, shapeOf, body, postBinary, fetchGrid, windowOf, cellLabels, causalGridMask };
 })();
