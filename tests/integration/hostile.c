@@ -66,8 +66,9 @@ static int hostile_server_start(struct server *s, struct server_kind *kind, cons
     return server_start(s);
 }
 
-/* Peak resident set (VmHWM) of pid in KiB, or -1. */
-static long peak_rss_kib(pid_t pid)
+/* The line `key` of /proc/PID/status in KiB (VmHWM: the peak resident set, VmRSS: the
+ * resident set now), or -1. */
+static long status_kib(pid_t pid, const char *key)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
@@ -75,8 +76,9 @@ static long peak_rss_kib(pid_t pid)
     if (f == NULL)
         return -1;
     long kib = -1;
+    size_t n = strlen(key);
     while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+        if (strncmp(line, key, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%ld", &kib) == 1)
             break;
     fclose(f);
     return kib;
@@ -408,7 +410,7 @@ static void test_memory(void)
           "memory/small-put-answers", "no answer");
     rawhttp_answer_free(&a);
     memory_never_fits(&s);
-    long rss = peak_rss_kib(s.pid);
+    long rss = status_kib(s.pid, "VmHWM");
     /* Margin: the program, OpenBLAS and libmicrohttpd's buffers (about 30 MiB
      * at rest) plus allocator slack. */
     test_check(rss > 0 && rss < (128 + 96) * 1024, "memory/peak-rss-under-budget",
@@ -525,28 +527,12 @@ static void test_pinning(void)
     for (int i = 0; i < CRAWLERS; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    long rss = peak_rss_kib(s.pid);
+    long rss = status_kib(s.pid, "VmHWM");
     /* What was announced, 20 x 64 MiB, never became memory: the peak is the
      * 2 MB request's (its body, tree and computation) plus the program. */
     test_check(rss > 0 && rss < 512 * 1024, "pinning/peak-rss-far-under-the-announced",
           "peak RSS %ld KiB; 20 x 64 MiB were announced", rss);
     server_stop(&s);
-}
-
-/* Resident set (VmRSS) of pid in KiB, or -1. */
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    long kib = -1;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
 }
 
 #define HUGE_HEADER_TENSORS 400000
@@ -632,7 +618,7 @@ static void test_given_back(void)
     rawhttp_answer a;
     rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a);
     rawhttp_answer_free(&a);
-    long idle = rss_kib(s.pid);
+    long idle = status_kib(s.pid, "VmRSS");
     size_t len;
     char *file = huge_header_file(&len);
     struct upload ups[GIVEN_BACK_CONCURRENT];
@@ -645,7 +631,7 @@ static void test_given_back(void)
     }
     test_check(refused, "given-back/huge-header-413", "status %d, code \"%s\" (expected 413 "
                "header_too_large)", ups[0].status, ups[0].code);
-    long after = rss_kib(s.pid);
+    long after = status_kib(s.pid, "VmRSS");
     test_check(idle > 0 && after > 0 && after - idle < (128 + 64) * 1024, "given-back/sequential",
                "RSS %ld KiB at rest, %ld KiB after three uploads", idle, after);
     pthread_t threads[GIVEN_BACK_CONCURRENT];
@@ -661,7 +647,7 @@ static void test_given_back(void)
             pthread_join(threads[i], NULL);
         answered &= started[i] && ups[i].status != 0;
     }
-    after = rss_kib(s.pid);
+    after = status_kib(s.pid, "VmRSS");
     test_check(answered && idle > 0 && after > 0 && after - idle < (128 + 64) * 1024,
                "given-back/concurrent", "%s; RSS %ld KiB at rest, %ld KiB after four uploads at once",
                answered ? "all answered" : "not all answered", idle, after);
