@@ -225,8 +225,9 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
     return root;
 }
 
-/* The body of the HTTP twin: each input's bytes one after another, on
- * BODY_ALIGN.  Returns it (free()) with *len set, or NULL with out filled. */
+/* The body of the HTTP twin for typed contents: each input's numbers as
+ * little-endian bytes, one input after another, on BODY_ALIGN.  Returns it
+ * (free()) with *len set, or NULL with out filled. */
 static unsigned char *request_body(const Inference__ModelInferRequest *q, const size_t *sizes,
                                    size_t *len, grpc_answer *out)
 {
@@ -241,16 +242,11 @@ static unsigned char *request_body(const Inference__ModelInferRequest *q, const 
     }
     unsigned char *p = buf;
     for (size_t i = 0; i < q->n_inputs; i++) {
-        if (q->n_raw_input_contents != 0) {
-            if (sizes[i] != 0)
-                memcpy(p, q->raw_input_contents[i].data, sizes[i]);
-        } else {
-            const void *src;
-            size_t n, esize;
-            typed_contents(q->inputs[i], i, &src, &n, &esize, out);
-            if (n != 0)
-                write_le(p, src, n, esize);
-        }
+        const void *src;
+        size_t n, esize;
+        typed_contents(q->inputs[i], i, &src, &n, &esize, out);
+        if (n != 0)
+            write_le(p, src, n, esize);
         p += sizes[i];
     }
     *len = bin;
@@ -365,21 +361,33 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
                                  "The request is not a ModelInferRequest.");
     char path[768];
     size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
+    /* Raw contents are read where protobuf-c unpacked them, one part an
+     * input; typed ones are written out as the HTTP twin's body. */
+    api_part *parts = calloc(q->n_raw_input_contents + 1, sizeof *parts);
     json_t *header = NULL;
     unsigned char *buf = NULL;
-    size_t body_len;
-    if (sizes == NULL)
+    size_t body_len = 0;
+    if (sizes == NULL || parts == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
     else if (grpc_model_path(q->model_name, q->model_version, "/infer", path, sizeof path,
                              out) == 0 &&
              (header = request_header(q, sizes, out)) != NULL &&
-             (buf = request_body(q, sizes, &body_len, out)) != NULL) {
-        /* the request's numbers now live in buf only */
-        inference__model_infer_request__free_unpacked(q, NULL);
-        q = NULL;
+             (q->n_raw_input_contents != 0 ||
+              (buf = request_body(q, sizes, &body_len, out)) != NULL)) {
+        static const unsigned char none[1];     /* an empty part is still somewhere */
+        for (size_t i = 0; i < q->n_raw_input_contents; i++) {
+            const ProtobufCBinaryData *raw = &q->raw_input_contents[i];
+            parts[i] = (api_part){raw->len != 0 ? raw->data : none, raw->len};
+        }
+        if (buf != NULL) {
+            /* the request's numbers now live in buf only */
+            inference__model_infer_request__free_unpacked(q, NULL);
+            q = NULL;
+        }
         api_request req = {.method = "POST", .path = path, .body = (const char *)buf,
                            .body_len = body_len, .inference_header = header,
+                           .bin_parts = parts, .n_bin_parts = buf != NULL ? 0 : q->n_raw_input_contents,
                            .io_thread = io_thread, .queued_at = queued_at,
                            .protocol = "grpc"};
         api_response resp;
@@ -398,6 +406,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
     }
     json_decref(header);
     free(sizes);
+    free(parts);
     if (q != NULL)
         inference__model_infer_request__free_unpacked(q, NULL);
 }

@@ -17,6 +17,12 @@
 #include "route/route.h"
 #include "store/store.h"
 
+/* One run of bytes a request borrows (api_request.bin_parts). */
+typedef struct api_part {
+    const void *data;
+    size_t len;
+} api_part;
+
 typedef struct api_request {
     const char *method;
     const char *path;
@@ -29,6 +35,13 @@ typedef struct api_request {
      * (inference_header_length unused).  Its numbers are reals, as v2's
      * parser makes every JSON number.  Borrowed; NULL: the body says it. */
     const struct json_t *inference_header;
+    /* With inference_header, the binary section as the front-end holds it,
+     * one part per binary input in order (gRPC's raw_input_contents, each
+     * where protobuf-c unpacked it): each input takes the next part whole,
+     * so no copy joins them.  Borrowed; n_bin_parts 0: body is the binary
+     * section. */
+    const api_part *bin_parts;
+    size_t n_bin_parts;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)

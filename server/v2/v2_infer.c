@@ -642,6 +642,13 @@ static int infer_body(const api_request *req, v2_body *body, attn_error *err)
     memset(body, 0, sizeof *body);
     body->bin = (const unsigned char *)req->body;
     body->bin_len = req->body_len;
+    if (req->n_bin_parts != 0) {
+        body->parts = req->bin_parts;
+        body->n_parts = req->n_bin_parts;
+        body->bin_len = 0;
+        for (size_t i = 0; i < req->n_bin_parts; i++)
+            body->bin_len += req->bin_parts[i].len;
+    }
     return 0;
 }
 

@@ -246,13 +246,27 @@ static int claim_binary(const json_t *input, size_t size, v2_body *body, v2_tens
                          input_field(field, sizeof field, t->index, ".parameters.binary_data_size"),
                          "%s of input \"%s\" is %zu but its shape and datatype %s need %zu "
                          "bytes.", field, t->name, size, v2_datatype_name(t->datatype), want);
-    if (size > body->bin_len - body->bin_used)
+    /* What is left for this input: the rest of bin, or the next part. */
+    size_t left = body->bin_len - body->bin_used;
+    if (body->parts != NULL)
+        left = body->parts_used < body->n_parts ? body->parts[body->parts_used].len : 0;
+    if (size > left)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch",
                          input_field(field, sizeof field, t->index, ".parameters.binary_data_size"),
                          "%s of input \"%s\" is %zu but only %zu bytes of binary data are "
                          "left after the JSON part and the inputs before it.", field, t->name,
-                         size, body->bin_len - body->bin_used);
-    t->bytes = body->bin + body->bin_used;
+                         size, left);
+    if (body->parts != NULL) {
+        if (size != left)
+            return error_set(err, ERR_BAD_REQUEST, "shape_mismatch",
+                             input_field(field, sizeof field, t->index,
+                                         ".parameters.binary_data_size"),
+                             "%s of input \"%s\" is %zu but its binary data has %zu bytes.",
+                             field, t->name, size, left);
+        t->bytes = body->parts[body->parts_used++].data;
+    } else {
+        t->bytes = body->bin + body->bin_used;
+    }
     body->bin_used += size;
     return 0;
 }

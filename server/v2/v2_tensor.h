@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "json/jsonw.h"
+#include "message/api_message.h"
 
 #define V2_MAX_RANK 4
 
@@ -32,6 +33,10 @@ typedef struct v2_body {
     const unsigned char *bin;
     size_t bin_len;
     size_t bin_used;        /* bytes of bin claimed by inputs so far */
+    /* The binary section in parts instead of bin (api_request.bin_parts):
+     * each input claims the next part whole; bin_len is their total. */
+    const api_part *parts;
+    size_t n_parts, parts_used;
 } v2_body;
 
 /* One input as described by its JSON object, before its numbers are read.

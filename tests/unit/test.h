@@ -217,6 +217,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(mem_populate_resident_unchanged)      \
     X(v2_tensor_framing_split)              \
     X(v2_tensor_size_checks)                \
+    X(v2_tensor_parts)                      \
     X(v2_tensor_describe_errors)            \
     X(v2_tensor_binary_reads)               \
     X(v2_tensor_nan_inf_refused)            \

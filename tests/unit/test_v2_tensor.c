@@ -126,6 +126,45 @@ void test_v2_tensor_size_checks(void)
     ASSERT_EQ(b.bin_used, 8);
 }
 
+/* The binary section in parts (a gRPC request's raw contents): each input takes the next
+ * part whole, where it lies; a size other than the part's is refused; the section is
+ * consumed once every part is taken. */
+void test_v2_tensor_parts(void)
+{
+    unsigned char a[24] = {0}, c[8] = {0};
+    api_part parts[] = {{a, sizeof a}, {c, sizeof c}};
+    v2_body b = {.json = "", .parts = parts, .n_parts = 2, .bin_len = 32};
+    v2_tensor t;
+    attn_error err;
+    size_t elements = 0;
+    json_t *in = input("{\"name\":\"q\",\"datatype\":\"FP32\",\"shape\":[2,3],"
+                       "\"parameters\":{\"binary_data_size\":24}}");
+    ASSERT_EQ(v2_tensor_describe(in, 0, &b, 100, &elements, &t, &err), 0);
+    json_decref(in);
+    ASSERT(t.bytes == a);
+    ASSERT_EQ(b.parts_used, 1);
+    ASSERT_EQ(v2_body_check_consumed(&b, &err), ERR_BAD_REQUEST);
+    /* 4 bytes of the 8-byte part: the rest would be lost, so it is refused. */
+    in = input("{\"name\":\"k\",\"datatype\":\"FP32\",\"shape\":[1],"
+               "\"parameters\":{\"binary_data_size\":4}}");
+    ASSERT_EQ(v2_tensor_describe(in, 1, &b, 100, &elements, &t, &err), ERR_BAD_REQUEST);
+    json_decref(in);
+    ASSERT_STR_EQ(err.field, "inputs[1].parameters.binary_data_size");
+    ASSERT_EQ(b.parts_used, 1);
+    in = input("{\"name\":\"k\",\"datatype\":\"FP32\",\"shape\":[2],"
+               "\"parameters\":{\"binary_data_size\":8}}");
+    ASSERT_EQ(v2_tensor_describe(in, 1, &b, 100, &elements, &t, &err), 0);
+    json_decref(in);
+    ASSERT(t.bytes == c);
+    ASSERT_EQ(v2_body_check_consumed(&b, &err), 0);
+    /* No part left for a third input. */
+    in = input("{\"name\":\"v\",\"datatype\":\"FP32\",\"shape\":[1],"
+               "\"parameters\":{\"binary_data_size\":4}}");
+    ASSERT_EQ(v2_tensor_describe(in, 2, &b, 100, &elements, &t, &err), ERR_BAD_REQUEST);
+    json_decref(in);
+    ASSERT_STR_EQ(err.field, "inputs[2].parameters.binary_data_size");
+}
+
 /* Inputs refused while they are described: the code and field of each error, and the
  * element budget counted over inputs. */
 void test_v2_tensor_describe_errors(void)
