@@ -9,7 +9,8 @@
 #              latency against the server's own compute_ms (the kernel's time), i.e. what the
 #              protocol costs around the computation                          (target <= 1.3x)
 #   grpcseed   q, k, v of the seed case's size (3 x 2: tests/fixtures/seed004_toy projects
-#              x 3 x 3 to d = 2), FP32, output only, 16 concurrent calls (grpc-load) against 16
+#              x 3 x 3 to d = 2), FP32, output only, 16 concurrent calls (grpc-load: one client
+#              thread driving them on a completion queue, as wrk drives its connections) against 16
 #              connections of wrk on HTTP v2 binary: calls/s over requests/s, the p99 of both
 #              beside each other                                               (target >= 0.8x)
 #              REPS runs of each, interleaved (gRPC, HTTP, gRPC, ...), medians.

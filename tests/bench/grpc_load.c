@@ -4,12 +4,16 @@
  *
  * Builds one ModelInferRequest for the model "attention" (q of Lq x d, k and
  * v of Lk x d, FP32 as raw_input_contents, the outputs named by --outputs),
- * then runs --concurrency threads, each sending it one call after another on
- * one shared channel for --seconds (and at most --max-calls calls in all),
- * and prints one line:
+ * then keeps --concurrency calls in flight on one shared channel for
+ * --seconds (and at most --max-calls calls in all), each started again as
+ * soon as it ends, from --threads client threads (default 1) that each drive
+ * their share on a completion queue of their own, and prints one line:
  *
  *   GRPC calls=N seconds=S rps=R mean_ms=M p50_ms=P p99_ms=Q compute_ms=C failed=F
+ *        client_cpu_s=U
  *
+ * client_cpu_s is the CPU time this client spent (user and system): on one
+ * machine it is taken from the server, as wrk's is in the HTTP runs.
  * compute_ms is the mean of the server's own compute_ms (the kernel's time,
  * from the response's parameters), so mean_ms / compute_ms is what the
  * protocol costs around the computation.  Any call that is not OK counts in
@@ -33,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct load {
@@ -42,11 +47,17 @@ typedef struct load {
     double until;               /* monotonic seconds */
     long max_calls;
     pthread_mutex_t lock;
-    long calls, failed;
+    long started, calls, failed;
     double *lat;                /* seconds of each call */
     double compute_ms;          /* sum */
     const char *save_output;    /* --save-output, until the first answer is saved */
 } load;
+
+/* What one client thread is given: the load and its share of the calls in flight. */
+typedef struct client_arg {
+    load *L;
+    long calls;
+} client_arg;
 
 static double now(void)
 {
@@ -77,54 +88,67 @@ static int save_output(load *L, const Inference__ModelInferResponse *res)
     return bad ? -1 : 0;
 }
 
-/* One call; returns its latency in seconds, or -1 when it failed.  *compute_ms
- * gets the server's compute_ms. */
-static double one_call(load *L, grpc_completion_queue *cq, double *compute_ms)
+/* One call in flight: its ops' buffers, kept until it completes. */
+typedef struct slot {
+    grpc_call *call;
+    grpc_byte_buffer *send, *recv;
+    grpc_metadata_array initial, trailing;
+    grpc_status_code status;
+    grpc_slice details;
+    double started;
+} slot;
+
+/* Starts s's next call on cq; returns 0, or -1 when it could not start. */
+static int call_start(load *L, grpc_completion_queue *cq, slot *s)
 {
     grpc_slice method = grpc_slice_from_static_string("/inference.GRPCInferenceService/ModelInfer");
-    double t0 = now();
-    grpc_call *call = grpc_channel_create_call(L->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                               method, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                               NULL);
+    s->started = now();
+    s->call = grpc_channel_create_call(L->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     grpc_slice body = grpc_slice_from_static_buffer(L->msg, L->msg_len);
-    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_byte_buffer *recv = NULL;
-    grpc_metadata_array initial, trailing;
-    grpc_metadata_array_init(&initial);
-    grpc_metadata_array_init(&trailing);
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details;
+    s->send = grpc_raw_byte_buffer_create(&body, 1);
+    s->recv = NULL;
+    grpc_metadata_array_init(&s->initial);
+    grpc_metadata_array_init(&s->trailing);
+    s->status = GRPC_STATUS_UNKNOWN;
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send;
+    ops[1].data.send_message.send_message = s->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->initial;
     ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv;
+    ops[4].data.recv_message.recv_message = &s->recv;
     ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    int tag;
-    int ok = grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK;
-    if (ok) {
-        grpc_event ev = grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                                    NULL);
-        ok = ev.type == GRPC_OP_COMPLETE && ev.success && status == GRPC_STATUS_OK && recv;
-        grpc_slice_unref(details);
-    }
-    double t = now() - t0;
+    ops[5].data.recv_status_on_client.trailing_metadata = &s->trailing;
+    ops[5].data.recv_status_on_client.status = &s->status;
+    ops[5].data.recv_status_on_client.status_details = &s->details;
+    if (grpc_call_start_batch(s->call, ops, 6, s, NULL) == GRPC_CALL_OK)
+        return 0;
+    grpc_byte_buffer_destroy(s->send);
+    grpc_metadata_array_destroy(&s->initial);
+    grpc_metadata_array_destroy(&s->trailing);
+    grpc_call_unref(s->call);
+    return -1;
+}
+
+/* Ends s's call, which completed with success; returns its latency in
+ * seconds, or -1 when it failed.  *compute_ms gets the server's compute_ms. */
+static double call_end(load *L, slot *s, int success, double *compute_ms)
+{
+    double t = now() - s->started;
+    int ok = success && s->status == GRPC_STATUS_OK && s->recv != NULL;
+    grpc_slice_unref(s->details);
     *compute_ms = 0;
     if (ok) {
         grpc_byte_buffer_reader r;
-        grpc_byte_buffer_reader_init(&r, recv);
-        grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+        grpc_byte_buffer_reader_init(&r, s->recv);
+        grpc_slice bytes = grpc_byte_buffer_reader_readall(&r);
         grpc_byte_buffer_reader_destroy(&r);
         Inference__ModelInferResponse *res = inference__model_infer_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+            NULL, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
         ok = res != NULL && res->n_raw_output_contents == res->n_outputs;
         if (ok)
             ok = save_output(L, res) == 0;
@@ -133,28 +157,57 @@ static double one_call(load *L, grpc_completion_queue *cq, double *compute_ms)
                 *compute_ms = res->parameters[i]->value->double_param;
         if (res != NULL)
             inference__model_infer_response__free_unpacked(res, NULL);
-        grpc_slice_unref(s);
+        grpc_slice_unref(bytes);
     }
-    if (recv)
-        grpc_byte_buffer_destroy(recv);
-    grpc_byte_buffer_destroy(send);
-    grpc_metadata_array_destroy(&initial);
-    grpc_metadata_array_destroy(&trailing);
-    grpc_call_unref(call);
+    if (s->recv)
+        grpc_byte_buffer_destroy(s->recv);
+    grpc_byte_buffer_destroy(s->send);
+    grpc_metadata_array_destroy(&s->initial);
+    grpc_metadata_array_destroy(&s->trailing);
+    grpc_call_unref(s->call);
     return ok ? t : -1;
 }
 
-static void *worker(void *arg)
+/* Whether another call may start (time and --max-calls left); counts it when
+ * so, in L->started. */
+static int may_start(load *L)
 {
-    load *L = arg;
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    for (;;) {
-        pthread_mutex_lock(&L->lock);
-        int go = now() < L->until && L->calls + L->failed < L->max_calls;
-        pthread_mutex_unlock(&L->lock);
-        if (!go)
+    pthread_mutex_lock(&L->lock);
+    int go = now() < L->until && L->started < L->max_calls;
+    if (go)
+        L->started++;
+    pthread_mutex_unlock(&L->lock);
+    return go;
+}
+
+/* One client thread: its share of the calls in flight on one completion
+ * queue, each started again as soon as it ends, until time or --max-calls
+ * runs out and the last one has ended.  One thread driving many calls is
+ * how gRPC's own benchmarks load a server: a thread per call would spend the
+ * machine's cores (the server's, on one machine) on switching threads. */
+static void *client(void *arg)
+{
+    load *L = ((client_arg *)arg)->L;
+    long n = ((client_arg *)arg)->calls;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    slot *slots = calloc((size_t)n, sizeof *slots);
+    long open = 0;
+    for (long i = 0; i < n && may_start(L); i++) {
+        if (call_start(L, cq, &slots[i]) == 0) {
+            open++;
+        } else {
+            pthread_mutex_lock(&L->lock);
+            L->failed++;
+            pthread_mutex_unlock(&L->lock);
+        }
+    }
+    while (open > 0) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
             break;
-        double cms, t = one_call(L, cq, &cms);
+        slot *s = ev.tag;
+        double cms, t = call_end(L, s, ev.success, &cms);
+        open--;
         pthread_mutex_lock(&L->lock);
         if (t < 0) {
             L->failed++;
@@ -163,12 +216,22 @@ static void *worker(void *arg)
             L->compute_ms += cms;
         }
         pthread_mutex_unlock(&L->lock);
+        if (may_start(L)) {
+            if (call_start(L, cq, s) == 0) {
+                open++;
+            } else {
+                pthread_mutex_lock(&L->lock);
+                L->failed++;
+                pthread_mutex_unlock(&L->lock);
+            }
+        }
     }
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_past(GPR_CLOCK_REALTIME), NULL).type !=
+    while (grpc_completion_queue_next(cq, gpr_inf_past(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
+    free(slots);
     return NULL;
 }
 
@@ -281,7 +344,7 @@ int main(int argc, char **argv)
     const char *target = "127.0.0.1:8001", *outputs = "output,attention";
     const char *v2_path = NULL, *save_path = NULL;
     size_t lq = 4, lk = 4, d = 4;
-    long conc = 1, max_calls = 1000000;
+    long conc = 1, threads = 1, max_calls = 1000000;
     double seconds = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--target")) target = argv[i + 1];
@@ -290,6 +353,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--d")) d = strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--outputs")) outputs = argv[i + 1];
         else if (!strcmp(argv[i], "--concurrency")) conc = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--threads")) threads = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--seconds")) seconds = strtod(argv[i + 1], NULL);
         else if (!strcmp(argv[i], "--max-calls")) max_calls = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write-v2")) v2_path = argv[i + 1];
@@ -299,8 +363,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (conc < 1 || conc > 1024 || max_calls < 1 || lq == 0 || lk == 0 || d == 0) {
-        fprintf(stderr, "grpc-load: bad --concurrency, --max-calls or shape\n");
+    if (conc < 1 || conc > 1024 || threads < 1 || threads > conc || max_calls < 1 || lq == 0 ||
+        lk == 0 || d == 0) {
+        fprintf(stderr, "grpc-load: bad --concurrency, --threads, --max-calls or shape\n");
         return 2;
     }
     grpc_init();
@@ -319,11 +384,14 @@ int main(int argc, char **argv)
     L.channel = grpc_channel_create(target, creds, &args);
     grpc_channel_credentials_release(creds);
     pthread_t th[1024];
+    client_arg ca[1024];
     double start = now();
     L.until = start + seconds;
-    for (long i = 0; i < conc; i++)
-        pthread_create(&th[i], NULL, worker, &L);
-    for (long i = 0; i < conc; i++)
+    for (long i = 0; i < threads; i++) {
+        ca[i] = (client_arg){&L, conc / threads + (i < conc % threads)};
+        pthread_create(&th[i], NULL, client, &ca[i]);
+    }
+    for (long i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     double elapsed = now() - start;
     qsort(L.lat, (size_t)L.calls, sizeof *L.lat, cmp);
@@ -331,11 +399,15 @@ int main(int argc, char **argv)
     for (long i = 0; i < L.calls; i++)
         sum += L.lat[i];
     long n = L.calls;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
     printf("GRPC calls=%ld seconds=%.3f rps=%.1f mean_ms=%.3f p50_ms=%.3f p99_ms=%.3f "
-           "compute_ms=%.3f failed=%ld\n", n, elapsed, (double)n / elapsed,
+           "compute_ms=%.3f failed=%ld client_cpu_s=%.3f\n", n, elapsed, (double)n / elapsed,
            n ? 1000 * sum / (double)n : 0, n ? 1000 * L.lat[n / 2] : 0,
            n ? 1000 * L.lat[(size_t)((double)(n - 1) * 0.99)] : 0,
-           n ? L.compute_ms / (double)n : 0, L.failed);
+           n ? L.compute_ms / (double)n : 0, L.failed, cpu);
     grpc_channel_destroy(L.channel);
     free(L.lat);
     free(L.msg);
