@@ -360,6 +360,11 @@ build/bench/mhd/attention-server-%: $(filter-out build/obj/http/http.o,$(LIB_OBJ
 
 .PRECIOUS: build/bench/mhd/http-%.o
 
+# The compiler writes the variants' dependency files (below, -include); make must not try to
+# remake them: the pattern above matches http-pool1.d.o too, and make's built-in rule would
+# compile and link a program http-pool1.d from it each time http.c changes.
+build/bench/mhd/%.d: ;
+
 bench-mhd: provision-build
 	@$(MAKE) --no-print-directory SANITIZE= $(MHD_VARIANTS:%=build/bench/mhd/attention-server-%)
 	@bash tests/bench/bench_mhd.sh $(BENCH_ARGS) $(MHD_VARIANTS)
