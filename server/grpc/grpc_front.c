@@ -25,6 +25,11 @@
  * away.  A call that waited longer than --queue-wait-ms for a worker is
  * answered UNAVAILABLE with a retry hint when a worker takes it.
  *
+ * Every call begins a trace from its metadata as an HTTP request does from
+ * its headers (http/trace.h), answers traceresponse and x-request-id in its
+ * initial metadata, and prints its access line, one a request of a stream,
+ * through HTTP's writer.
+ *
  * grpc.health.v1's Watch stays open: the polling thread keeps a list of the
  * open watches, sends each the status at once, and reads the status again
  * every WATCH_TICK_MS while any is open (gRPC's C core has no way to wake
@@ -40,6 +45,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,6 +56,7 @@
 #include "core/compute.h"
 #include "grpc_private.h"
 #include "http/guard.h"
+#include "http/trace.h"
 #include "metrics/metrics.h"
 
 /* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on);
@@ -97,6 +104,15 @@ struct gcall {
     gcall *watch_prev, *watch_next;
     gtag t_new, t_recv, t_sent, t_close, t_stream, t_watch;
     gcall *next;                /* in the workers' queue */
+    /* Its trace (trace.h), from the traceparent, tracestate and x-request-id
+     * metadata; traceresponse and x-request-id go back in the initial
+     * metadata.  A stream is one call: its requests share the ids. */
+    http_trace trace;
+    char tracestate[HTTP_TRACESTATE_MAX + 1];
+    char traceresponse[HTTP_TRACERESPONSE_LEN];
+    grpc_metadata initial[2];
+    double read_seconds;        /* from the call's start to its (first) message, -1: none */
+    const char *served;         /* which thread answers: "inline" (the polling thread), "worker" */
 };
 
 struct grpc_front {
@@ -138,6 +154,7 @@ static gcall *call_new(grpc_front *front)
     c->t_close = (gtag){c, TAG_CLOSE};
     c->t_stream = (gtag){c, TAG_STREAM};
     c->t_watch = (gtag){c, TAG_WATCH};
+    c->read_seconds = -1;
     front->live++;
     return c;
 }
@@ -202,6 +219,106 @@ static void call_close_watch(gcall *c)
         c->closed = 1;
 }
 
+/* The value of c's metadata key (lowercase, as gRPC gives keys) as text in
+ * out, cut at size - 1 bytes; NULL when the call has no such key.  A value
+ * cut short stays longer than any limit of its reader below size - 1. */
+static const char *call_metadata(const gcall *c, const char *key, char *out, size_t size)
+{
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < c->metadata.count; i++) {
+        const grpc_metadata *m = &c->metadata.metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == klen &&
+            memcmp(GRPC_SLICE_START_PTR(m->key), key, klen) == 0) {
+            size_t n = GRPC_SLICE_LENGTH(m->value);
+            n = n < size - 1 ? n : size - 1;
+            memcpy(out, GRPC_SLICE_START_PTR(m->value), n);
+            out[n] = '\0';
+            return out;
+        }
+    }
+    return NULL;
+}
+
+/* Begins c's trace from its metadata, as HTTP begins a request's from its
+ * headers, and makes the initial metadata that answers it. */
+static void call_trace_begin(gcall *c)
+{
+    char parent[128], id[HTTP_REQUEST_ID_MAX + 2];
+    const char *tp = call_metadata(c, "traceparent", parent, sizeof parent);
+    const char *ts = call_metadata(c, "tracestate", c->tracestate, sizeof c->tracestate);
+    const char *rid = call_metadata(c, "x-request-id", id, sizeof id);
+    http_trace_begin(&c->trace, tp, ts, rid);
+    http_trace_response(&c->trace, c->traceresponse);
+    c->initial[0].key = grpc_slice_from_static_string("traceresponse");
+    c->initial[0].value = grpc_slice_from_static_string(c->traceresponse);
+    c->initial[1].key = grpc_slice_from_static_string("x-request-id");
+    c->initial[1].value = grpc_slice_from_static_string(c->trace.request_id);
+}
+
+/* Writes the access line of c, answered with code (HTTP's twin: http_status,
+ * rid) having taken in in_len and sent out_len bytes; a's model and phases
+ * when a is not NULL. */
+static void call_log(gcall *c, grpc_status_code code, int http_status, route_id rid,
+                     size_t out_len, const grpc_answer *a)
+{
+    const server_config *cfg = c->front->cfg;
+    if (cfg->quiet)
+        return;
+    double phases[HTTP_PHASE_COUNT] = {0};
+    unsigned timed = 0;
+    if (c->read_seconds >= 0) {
+        phases[HTTP_PHASE_READ] = c->read_seconds;
+        timed |= 1u << HTTP_PHASE_READ;
+    }
+    for (int p = 0; a != NULL && p < API_PHASE_COUNT; p++)
+        if (a->phases_timed & (1u << p)) {
+            phases[p + 1] = a->phase_seconds[p];   /* api_phase p is http_phase p + 1 */
+            timed |= 1u << (p + 1);
+        }
+    /* gRPC names the peer "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT" */
+    char client[64] = "";
+    if (!strcmp(cfg->log_format, "json")) {
+        char *peer = grpc_call_get_peer(c->call);
+        const char *at = peer != NULL ? strchr(peer, ':') : NULL;
+        if (at != NULL) {
+            at += at[1] == '[' ? 2 : 1;
+            size_t n = strcspn(at, "]");
+            if (at[n] != ']' && strrchr(at, ':') != NULL)
+                n = (size_t)(strrchr(at, ':') - at);
+            snprintf(client, sizeof client, "%.*s", (int)n, at);
+        }
+        gpr_free(peer);
+    }
+    const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
+    char method_path[128];
+    snprintf(method_path, sizeof method_path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
+             path);
+    http_trace_printable(method_path);
+    http_access line = {.protocol = "grpc", .trace = &c->trace,
+                        .method = grpc_method_name(c->method), .route = route_label(rid),
+                        .path = method_path, .model = a != NULL ? a->model : "",
+                        .status = http_status ? http_status : 200, .grpc_status = (int)code,
+                        .bytes_in = c->in_len, .bytes_out = out_len,
+                        .seconds = compute_now() - c->started, .phases_timed = timed,
+                        .phase_seconds = phases, .client = client,
+                        .served = c->served != NULL ? c->served : "inline",
+                        .aborted = code == GRPC_STATUS_CANCELLED};
+    http_trace_access(&line, cfg->log_format);
+}
+
+/* Fills op with the initial metadata of c (its trace's traceresponse and
+ * x-request-id) unless an earlier batch sent it; returns the ops filled. */
+static size_t call_initial_op(gcall *c, grpc_op *op)
+{
+    if (c->initial_sent)
+        return 0;
+    c->initial_sent = 1;
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    op->data.send_initial_metadata.count = sizeof c->initial / sizeof c->initial[0];
+    op->data.send_initial_metadata.metadata = c->initial;
+    return 1;
+}
+
 /* Sends the answer and the status of c (from any thread); c belongs to the
  * polling thread again as soon as this returns. */
 static void call_answer(gcall *c, grpc_answer *a)
@@ -209,9 +326,7 @@ static void call_answer(gcall *c, grpc_answer *a)
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
-    if (!c->initial_sent)
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_sent = 1;
+    n += call_initial_op(c, &ops[n]);
     grpc_byte_buffer *bb = NULL;
     /* a stream's answer goes alone: its status ends the stream, after the last */
     int stream_message = c->stream && a->bytes != NULL;
@@ -246,15 +361,12 @@ static void call_answer(gcall *c, grpc_answer *a)
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     }
-    grpc_front *front = c->front;
     double seconds = compute_now() - c->started;
-    if (!front->cfg->quiet && (c->in != NULL || !c->stream))
-        fprintf(stderr, "access grpc %s status=%d http=%d in=%zu out=%zu ms=%.3f\n",
-                grpc_method_name(c->method), (int)a->code, a->http_status ? a->http_status : 200,
-                c->in_len, a->len, seconds * 1000.0);
-    if (c->in != NULL || !c->stream)
+    if (c->in != NULL || !c->stream) {
+        call_log(c, a->code, a->http_status, a->route, a->len, a);
         metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
                         a->len);
+    }
     call_in_drop(c);
     free(a->bytes);
     a->bytes = NULL;
@@ -310,19 +422,7 @@ static int call_authorized(const gcall *c, grpc_answer *a)
     int probe = c->method == GRPC_M_SERVER_LIVE || c->method == GRPC_M_SERVER_READY ||
                 c->method == GRPC_M_HEALTH_CHECK || c->method == GRPC_M_HEALTH_WATCH;
     char value[4096];
-    const char *authorization = NULL;
-    for (size_t i = 0; i < c->metadata.count; i++) {
-        const grpc_metadata *m = &c->metadata.metadata[i];
-        if (GRPC_SLICE_LENGTH(m->key) == 13 &&
-            memcmp(GRPC_SLICE_START_PTR(m->key), "authorization", 13) == 0) {
-            size_t n = GRPC_SLICE_LENGTH(m->value);
-            n = n < sizeof value - 1 ? n : sizeof value - 1;
-            memcpy(value, GRPC_SLICE_START_PTR(m->value), n);
-            value[n] = '\0';
-            authorization = value;
-            break;
-        }
-    }
+    const char *authorization = call_metadata(c, "authorization", value, sizeof value);
     attn_error err;
     error_clear(&err);
     if (guard_token_check(c->front->guard, authorization, !probe, 0, &err) == 0)
@@ -334,12 +434,9 @@ static int call_authorized(const gcall *c, grpc_answer *a)
 }
 
 /* Writes the access line of watch c, which ended with code. */
-static void watch_log(const gcall *c, grpc_status_code code)
+static void watch_log(gcall *c, grpc_status_code code)
 {
-    if (!c->front->cfg->quiet)
-        fprintf(stderr, "access grpc %s status=%d http=200 in=%zu out=0 ms=%.3f\n",
-                grpc_method_name(c->method), (int)code, c->in_len,
-                (compute_now() - c->started) * 1000.0);
+    call_log(c, code, 200, ROUTE_READYZ, 0, NULL);
 }
 
 /* Takes c out of the list of open watches; nothing when it is not in it. */
@@ -377,9 +474,7 @@ static void watch_push(gcall *c)
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
-    if (!c->initial_sent)
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_sent = 1;
+    n += call_initial_op(c, &ops[n]);
     grpc_answer a;
     memset(&a, 0, sizeof a);
     grpc_byte_buffer *bb = NULL;
@@ -488,6 +583,8 @@ static void on_recv(gcall *c, int ok)
         call_answer(c, &a);
         return;
     }
+    if (!c->stream)     /* a stream's requests are timed from their arrival */
+        c->read_seconds = compute_now() - c->started;
     if (call_authorized(c, &a) != 0) {
         call_answer(c, &a);
         return;
@@ -522,6 +619,7 @@ static void on_recv(gcall *c, int ok)
         memset(&a, 0, sizeof a);
     }
     call_close_watch(c); /* a worker computes it: a cancel must stop it */
+    c->served = "worker";
     pthread_mutex_lock(&front->lock);
     if (front->stopping) { /* the workers are gone */
         pthread_mutex_unlock(&front->lock);
@@ -561,6 +659,7 @@ static void call_recv_next(gcall *c)
 static void on_new(gcall *c)
 {
     c->started = compute_now();
+    call_trace_begin(c);
     c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
                                GRPC_SLICE_LENGTH(c->details.method));
     c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;

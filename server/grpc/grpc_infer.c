@@ -5,11 +5,12 @@
  *
  * The twin's inference header is made as the jansson tree v2's parser would
  * make of its text (api_request.inference_header: every number a real), and
- * its body is the binary section alone: every input travels as binary bytes,
- * whether it came as raw_input_contents (its bytes as they are) or as typed
- * contents (fp32_contents, fp64_contents, bool_contents, written as the same
- * little-endian bytes; FP16 and BF16, which have no typed field, come only
- * raw), and every output is asked in binary, so the numbers
+ * its binary section holds every input as binary bytes: raw_input_contents
+ * as they are, each where protobuf-c unpacked it (api_request.bin_parts, no
+ * copy), or typed contents (fp32_contents, fp64_contents, bool_contents)
+ * written out as the same little-endian bytes into one body (FP16 and BF16,
+ * which have no typed field, come only raw), and every output is asked in
+ * binary, so the numbers
  * are never text on the way and v2's decoder applies all of its rules, with
  * its words: the datatype, the shape, a raw length that does not match them
  * (refused before anything is allocated for the computation), the element
@@ -402,6 +403,10 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
             answer_response(&resp, out);
         else
             grpc_answer_from_http(out, &resp);
+        _Static_assert(sizeof out->model == sizeof resp.model, "the model's name fits");
+        memcpy(out->model, resp.model, sizeof out->model);
+        out->phases_timed = resp.phases_timed;
+        memcpy(out->phase_seconds, resp.phase_seconds, sizeof out->phase_seconds);
         api_response_free(&resp);
     }
     json_decref(header);

@@ -47,6 +47,10 @@ typedef struct grpc_answer {
     int http_status;            /* of the HTTP twin, for /metrics */
     route_id route;             /* of the HTTP twin, for /metrics */
     int deferred;               /* grpc_infer_answer on the polling thread: for a worker */
+    /* What the router's handler noted, for the access log (api_response's) */
+    char model[72];
+    unsigned phases_timed;
+    double phase_seconds[API_PHASE_COUNT];
 } grpc_answer;
 
 /* The method of a path such as "/inference.GRPCInferenceService/ModelInfer"

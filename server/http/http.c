@@ -185,11 +185,8 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     hr->hc = info != NULL ? info->socket_context : NULL;
     http_conn_set_phase(srv, hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
-    /* Keep the path printable: control characters become '?'. */
     snprintf(hr->path, sizeof hr->path, "%s", url);
-    for (char *p = hr->path; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
+    http_trace_printable(hr->path);
     http_trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));

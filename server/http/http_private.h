@@ -32,6 +32,7 @@
 #include "core/config.h"
 #include "guard.h"
 #include "http.h"
+#include "trace.h"
 #include "metrics/metrics.h"
 #include "route/route.h"
 
@@ -54,32 +55,6 @@ typedef struct http_conn {
 } http_conn;
 
 typedef enum { JOB_NONE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
-
-/* The longest X-Request-Id of a client that is echoed (http_trace.c). */
-#define HTTP_REQUEST_ID_MAX 64
-
-/* Who a request is in the trace it belongs to (http_trace.c): ids as
- * lowercase hex, NUL-terminated. */
-typedef struct http_trace {
-    char trace_id[33];
-    char span_id[17];           /* the server's span */
-    char parent_id[17];         /* the caller's span; "" when the trace is new */
-    char flags[3];
-    char request_id[HTTP_REQUEST_ID_MAX + 1];
-    const char *tracestate;     /* libmicrohttpd's, valid until completion; NULL: none */
-} http_trace;
-
-/* The phases of Server-Timing and the access log, in the order they happen;
- * parse to encode are api_phase's (api_message.h), one place further. */
-typedef enum http_phase {
-    HTTP_PHASE_READ,            /* from the first byte to the whole body */
-    HTTP_PHASE_PARSE,
-    HTTP_PHASE_QUEUE,
-    HTTP_PHASE_COMPUTE,
-    HTTP_PHASE_ENCODE,
-    HTTP_PHASE_COMPRESS,        /* compressing the answer for Accept-Encoding */
-    HTTP_PHASE_COUNT
-} http_phase;
 
 typedef struct http_request http_request;
 
@@ -169,13 +144,10 @@ struct http_request {
     double phase_seconds[HTTP_PHASE_COUNT];
 };
 
-/* http_trace.c: the trace of a new request from its traceparent,
- * tracestate and X-Request-Id (each NULL when absent; tracestate borrowed
- * until completion); the headers every answer carries (traceresponse,
- * X-Request-Id, Server-Timing); noting a phase's seconds; the access line
- * (served: which thread answered; aborted: the answer did not go out whole). */
-void http_trace_begin(http_trace *t, const char *traceparent, const char *tracestate,
-                      const char *request_id);
+/* http_trace.c (and trace.h's http_trace_begin for a new request's trace):
+ * the headers every answer carries (traceresponse, X-Request-Id,
+ * Server-Timing); noting a phase's seconds; the access line (served: which
+ * thread answered; aborted: the answer did not go out whole). */
 void http_trace_headers(struct MHD_Response *r, const http_request *hr);
 void http_trace_phase(http_request *hr, http_phase phase, double seconds);
 void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,

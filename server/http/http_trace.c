@@ -14,7 +14,8 @@
  * (the client's own when it sent a usable one, else a new one) and
  * Server-Timing with the phases that happened.  The access log prints one
  * line per request at its completion, as text or as a JSON object
- * (--log-format), written with jansson.
+ * (--log-format), written with jansson; the gRPC front-end begins its
+ * calls' traces and prints their lines with the same functions (trace.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -158,7 +159,7 @@ static int request_id_usable(const char *v)
 static int tracestate_usable(const char *v)
 {
     size_t n = strlen(v);
-    if (n == 0 || n > 512)
+    if (n == 0 || n > HTTP_TRACESTATE_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
@@ -216,22 +217,34 @@ static void put_millis(char *out, size_t *n, double seconds)
 /* The headers are written by hand rather than by snprintf, whose
  * floating-point and format parsing cost the smallest requests a visible
  * share of their time. */
+void http_trace_printable(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            *s = '?';
+}
+
+void http_trace_response(const http_trace *t, char out[HTTP_TRACERESPONSE_LEN])
+{
+    size_t n = 0;
+    put_text(out, &n, "00-");
+    put_text(out, &n, t->trace_id);
+    put_text(out, &n, "-");
+    put_text(out, &n, t->span_id);
+    put_text(out, &n, "-");
+    put_text(out, &n, t->flags);
+    out[n] = '\0';
+}
+
 void http_trace_headers(struct MHD_Response *r, const http_request *hr)
 {
-    char text[96];
-    size_t n = 0;
-    put_text(text, &n, "00-");
-    put_text(text, &n, hr->trace.trace_id);
-    put_text(text, &n, "-");
-    put_text(text, &n, hr->trace.span_id);
-    put_text(text, &n, "-");
-    put_text(text, &n, hr->trace.flags);
-    text[n] = '\0';
+    char text[HTTP_TRACERESPONSE_LEN];
+    http_trace_response(&hr->trace, text);
     MHD_add_response_header(r, "traceresponse", text);
     MHD_add_response_header(r, "X-Request-Id", hr->trace.request_id);
     /* each phase: ", " + a name of at most 8 + ";dur=" + at most 16 digits and a point */
     char timing[HTTP_PHASE_COUNT * 40];
-    n = 0;
+    size_t n = 0;
     for (int p = 0; p < HTTP_PHASE_COUNT; p++)
         if (hr->phases_timed & (1u << p)) {
             if (n > 0)
@@ -282,38 +295,58 @@ static void utc_now(char *out, size_t size)
 
 /* The JSON access line: one object, written whole under the stream's lock
  * so that lines of concurrent requests never mix. */
-static void log_json(const http_request *hr, struct MHD_Connection *conn, double seconds,
-                     const char *served, int aborted)
+static void access_json(const http_access *a)
 {
-    char when[64], client[INET6_ADDRSTRLEN];
+    char when[64];
     utc_now(when, sizeof when);
-    client_address(conn, client, sizeof client);
     json_t *phases = json_object();
     for (int p = 0; p < HTTP_PHASE_COUNT; p++)
-        if (hr->phases_timed & (1u << p))
-            json_object_set_new(phases, phase_names[p], json_real(hr->phase_seconds[p] * 1000.0));
-    json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f, s:o, "
+        if (a->phases_timed & (1u << p))
+            json_object_set_new(phases, phase_names[p], json_real(a->phase_seconds[p] * 1000.0));
+    const http_trace *t = a->trace;
+    json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f, s:o, "
                              "s:s, s:s, s:b}",
-                             "time", when, "request_id", hr->trace.request_id, "trace_id",
-                             hr->trace.trace_id, "span_id", hr->trace.span_id, "method",
-                             hr->method, "route", route_label(hr->route->id), "path", hr->path,
-                             "status", hr->status, "bytes_in", (json_int_t)hr->bytes_in,
-                             "bytes_out", (json_int_t)hr->bytes_out, "duration_ms",
-                             seconds * 1000.0, "phases_ms", phases, "client", client, "served",
-                             served, "aborted", aborted);
+                             "time", when, "protocol", a->protocol, "request_id", t->request_id,
+                             "trace_id", t->trace_id, "span_id", t->span_id, "method", a->method,
+                             "route", a->route, "path", a->path, "status", a->status, "bytes_in",
+                             (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out,
+                             "duration_ms", a->seconds * 1000.0, "phases_ms", phases, "client",
+                             a->client, "served", a->served, "aborted", a->aborted);
     if (line == NULL)
         return; /* out of memory: the line is lost, the request is not */
-    if (hr->trace.parent_id[0])
-        json_object_set_new(line, "parent_id", json_string(hr->trace.parent_id));
-    if (hr->trace.tracestate != NULL)
-        json_object_set_new(line, "tracestate", json_string(hr->trace.tracestate));
-    if (hr->model[0])
-        json_object_set_new(line, "model", json_string(hr->model));
+    if (!strcmp(a->protocol, "grpc"))
+        json_object_set_new(line, "grpc_status", json_integer(a->grpc_status));
+    if (t->parent_id[0])
+        json_object_set_new(line, "parent_id", json_string(t->parent_id));
+    if (t->tracestate != NULL)
+        json_object_set_new(line, "tracestate", json_string(t->tracestate));
+    if (a->model != NULL && a->model[0])
+        json_object_set_new(line, "model", json_string(a->model));
     flockfile(stderr);
     json_dumpf(line, stderr, JSON_COMPACT | JSON_REAL_PRECISION(6));
     fputc('\n', stderr);
     funlockfile(stderr);
     json_decref(line);
+}
+
+void http_trace_access(const http_access *a, const char *format)
+{
+    if (!strcmp(format, "json")) {
+        access_json(a);
+        return;
+    }
+    const http_trace *t = a->trace;
+    int model = a->model != NULL && a->model[0];
+    if (!strcmp(a->protocol, "grpc"))
+        fprintf(stderr, "access grpc %s status=%d http=%d in=%zu out=%zu ms=%.3f via=%s id=%s "
+                "trace=%s%s%s%s\n", a->method, a->grpc_status, a->status, a->bytes_in,
+                a->bytes_out, a->seconds * 1000.0, a->served, t->request_id, t->trace_id,
+                model ? " model=" : "", model ? a->model : "", a->aborted ? " aborted" : "");
+    else
+        fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s id=%s "
+                "trace=%s%s%s%s\n", a->method, a->path, a->status, a->bytes_in, a->bytes_out,
+                a->seconds * 1000.0, a->served, t->request_id, t->trace_id,
+                model ? " model=" : "", model ? a->model : "", a->aborted ? " aborted" : "");
 }
 
 void http_trace_log_library(const char *fmt, va_list ap)
@@ -342,12 +375,14 @@ void http_trace_log_library(const char *fmt, va_list ap)
 void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
                     const char *served, int aborted)
 {
-    if (!strcmp(hr->srv->cfg->log_format, "json")) {
-        log_json(hr, conn, seconds, served, aborted);
-        return;
-    }
-    fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s id=%s trace=%s%s%s%s\n",
-            hr->method, hr->path, hr->status, hr->bytes_in, hr->bytes_out, seconds * 1000.0,
-            served, hr->trace.request_id, hr->trace.trace_id, hr->model[0] ? " model=" : "",
-            hr->model, aborted ? " aborted" : "");
+    char client[INET6_ADDRSTRLEN] = "";
+    if (!strcmp(hr->srv->cfg->log_format, "json"))     /* the text line has no address */
+        client_address(conn, client, sizeof client);
+    http_access a = {.protocol = "http", .trace = &hr->trace, .method = hr->method,
+                     .route = route_label(hr->route->id), .path = hr->path, .model = hr->model,
+                     .status = hr->status, .bytes_in = hr->bytes_in, .bytes_out = hr->bytes_out,
+                     .seconds = seconds, .phases_timed = hr->phases_timed,
+                     .phase_seconds = hr->phase_seconds, .client = client, .served = served,
+                     .aborted = aborted};
+    http_trace_access(&a, hr->srv->cfg->log_format);
 }

@@ -8,7 +8,9 @@ and checks every RPC served; the same inference requests sent over HTTP v2
 (binary tensors) and over gRPC answered with the same bytes, and bad ones
 with the same words; the statistics counting a gRPC request once; bearer
 tokens from the authorization metadata; TLS with --tls-cert; a
-cancelled call whose computation stops; Health/Watch (the status at once,
+cancelled call whose computation stops; W3C trace context and request ids in
+the metadata, and the access line (text, and JSON with --log-format json)
+of every call; Health/Watch (the status at once,
 each change while the server drains, cancelled and bounded watches); and FP16
 and BF16 tensors (inputs over HTTP binary, HTTP JSON and gRPC raw,
 parameters.output_datatype) against NumPy's float16 and a bfloat16 reference
@@ -944,6 +946,85 @@ def check_port_taken(srv):
           srv.stub().ServerLive(pb.ServerLiveRequest(), timeout=10).live)
 
 
+def trace_of(call):
+    """(request id, trace id, span id, flags) from a call's initial metadata, or None."""
+    md = dict(call.initial_metadata())
+    m = re.fullmatch(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})", md.get("traceresponse", ""))
+    return (md.get("x-request-id"),) + m.groups() if m else None
+
+
+def check_trace(srv):
+    """W3C trace context and request ids over gRPC, and one JSON access line per call
+    (--log-format json), as HTTP has them."""
+    s = srv.stub()
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    _, call = s.ServerLive.with_call(pb.ServerLiveRequest(), metadata=[
+        ("traceparent", parent), ("tracestate", "congo=t61rcWkgMzE"),
+        ("x-request-id", "req-7.a:b_c")])
+    t = trace_of(call)
+    check("trace: traceparent joins the caller's trace with a span of the server's",
+          t is not None and t[1] == "4bf92f3577b34da6a3ce929d0e0e4736" and
+          t[2] != "00f067aa0ba902b7" and t[3] == "01", t)
+    check("trace: a usable x-request-id is echoed", t is not None and t[0] == "req-7.a:b_c", t)
+    _, call = s.ServerLive.with_call(pb.ServerLiveRequest(), metadata=[
+        ("traceparent", "00-zz-00f067aa0ba902b7-01"), ("x-request-id", "bad id with spaces")])
+    t2 = trace_of(call)
+    check("trace: a malformed traceparent starts a new trace, and the call is served",
+          t2 is not None and t2[1] != t[1] and t2[3] == "00", t2)
+    check("trace: an unusable x-request-id is replaced by a new one",
+          t2 is not None and re.fullmatch(r"[0-9a-f]{32}", t2[0] or ""), t2)
+    answer, call = s.ModelInfer.with_call(infer_request("attention", SEED, ["output"]))
+    plain = trace_of(call)
+    code, _ = rpc_error(s.ModelInfer, infer_request("no-such-model", SEED))
+    # calls at once: each has ids of its own
+    futures = [s.ModelInfer.future(infer_request("attention", SEED, ["output"]))
+               for _ in range(16)]
+    ids = [trace_of(f) for f in futures if f.result(timeout=60) is not None]
+    check("trace: 16 concurrent calls, 16 request ids, trace ids and span ids",
+          len(ids) == 16 and all(ids) and all(len({i[k] for i in ids}) == 16 for k in (0, 1, 2)),
+          ids[:2])
+    lines = [json.loads(l) for l in srv.log().splitlines() if l.startswith("{")]
+    by_id = {}
+    for line in lines:
+        by_id.setdefault(line.get("request_id"), []).append(line)
+    live = by_id.get("req-7.a:b_c", [])
+    check("trace: one JSON line for the call, with its ids, parent and tracestate",
+          len(live) == 1 and live[0]["trace_id"] == t[1] and live[0]["span_id"] == t[2] and
+          live[0]["parent_id"] == "00f067aa0ba902b7" and
+          live[0]["tracestate"] == "congo=t61rcWkgMzE" and live[0]["protocol"] == "grpc" and
+          live[0]["method"] == "ServerLive" and
+          live[0]["path"] == "/inference.GRPCInferenceService/ServerLive", live)
+    infer = by_id.get(plain[0] if plain else None, [])
+    fields = ("time", "request_id", "trace_id", "span_id", "method", "route", "path", "model",
+              "status", "grpc_status", "bytes_in", "bytes_out", "duration_ms", "phases_ms",
+              "client", "served")
+    check("trace: ModelInfer's line has HTTP's fields, its route and phases",
+          len(infer) == 1 and all(f in infer[0] for f in fields) and
+          infer[0]["route"] == "/v2/models/{model}/infer" and infer[0]["model"] == "attention" and
+          infer[0]["status"] == 200 and infer[0]["grpc_status"] == 0 and
+          infer[0]["client"] == "127.0.0.1" and
+          {"read", "parse", "compute", "encode"} <= set(infer[0]["phases_ms"]), infer)
+    failed = [l for l in lines if l.get("grpc_status") == 5]
+    check("trace: a failed call's line has its gRPC code and its HTTP twin's status",
+          code == grpc.StatusCode.NOT_FOUND and len(failed) == 1 and failed[0]["status"] == 404,
+          (code, failed))
+    check("trace: every ModelInfer of the concurrent calls has one line",
+          all(len(by_id.get(i[0], [])) == 1 for i in ids), len(lines))
+    check("trace: only JSON lines on stderr",
+          not [l for l in srv.log().splitlines() if l.startswith("access")])
+
+
+def check_trace_text(srv):
+    """The text access line of a gRPC call names its request and trace ids."""
+    _, call = srv.stub().ServerLive.with_call(pb.ServerLiveRequest())
+    t = trace_of(call)
+    line = [l for l in srv.log().splitlines()
+            if t is not None and (" id=%s " % t[0]) in l]
+    check("trace: the text line has id= and trace=", len(line) == 1 and
+          line[0].startswith("access grpc ServerLive status=0 ") and
+          line[0].endswith(" trace=%s" % t[1]), line)
+
+
 def check_tls(binary):
     with tempfile.TemporaryDirectory(prefix="attn-grpc-tls-") as tmp:
         cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
@@ -971,8 +1052,10 @@ def main():
     args = harness.arguments(__doc__)
     harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
                               check_half_inputs, check_output_datatype,
-                              check_statistics, check_stream, check_port_taken, check_watch],
+                              check_statistics, check_stream, check_port_taken, check_watch,
+                              check_trace_text],
                 server_class=GrpcServer)
+    harness.run(args.server, [check_trace], "--log-format", "json", server_class=GrpcServer)
     harness.run(args.server, [check_watch_limit], "--max-connections", "8",
                 server_class=GrpcServer)
     harness.run(args.server, [check_limits], "--max-elements", "4096", "--max-body", "1M",

@@ -310,6 +310,9 @@ def check_ids_unique_and_logged(srv):
     check("ids/64 concurrent requests: 64 request ids, trace ids, span ids",
           len(results) == 64 and len(set(ids)) == 64 and len(set(traces)) == 64 and
           len(set(spans)) == 64, (len(set(ids)), len(set(traces)), len(set(spans))))
+    # A path that unescapes to bytes that are not UTF-8 nor printable is logged all the same.
+    _, _, h = srv.request("GET", "/v1/%ff%fe%01", None, {"X-Request-Id": "odd-path"})
+    odd = h.get("X-Request-Id")
     # Two connections libmicrohttpd itself complains about: its message is a JSON line too.
     host, port = srv.base.split("//")[1].rsplit(":", 1)
     for raw in (b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nContent-Length: x\r\n\r\n"):
@@ -340,6 +343,9 @@ def check_ids_unique_and_logged(srv):
             check("ids/log line of %s" % rid, False, got)
             break
     check("ids/one JSON log line per request, with the same ids", ok, len(lines))
+    check("ids/a path of bytes that are not UTF-8 is logged, as '?'",
+          odd == "odd-path" and [l["path"] for l in by_id.get(odd, [])] == ["/v1/???"],
+          by_id.get(odd))
     sample = by_id.get(results[0][0], [{}])[0]
     fields = ("time", "request_id", "trace_id", "span_id", "method", "route", "model", "status",
               "bytes_in", "bytes_out", "duration_ms", "phases_ms", "client", "served")
