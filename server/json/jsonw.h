@@ -27,7 +27,8 @@ typedef struct jw_buf {
 void jw_init(jw_buf *w, size_t hint);
 void jw_raw(jw_buf *w, const char *text);
 void jw_char(jw_buf *w, char c);
-/* Writes s as a JSON string with quotes and escapes. */
+/* Writes s as a JSON string with quotes and escapes; a byte that is not
+ * part of well-formed UTF-8 is written as U+FFFD. */
 void jw_string(jw_buf *w, const char *s);
 /* Writes a finite double in shortest round-trip form (non-finite: null). */
 void jw_double(jw_buf *w, double v);

@@ -311,8 +311,16 @@ def check_ids_unique_and_logged(srv):
           len(results) == 64 and len(set(ids)) == 64 and len(set(traces)) == 64 and
           len(set(spans)) == 64, (len(set(ids)), len(set(traces)), len(set(spans))))
     # A path that unescapes to bytes that are not UTF-8 nor printable is logged all the same.
-    _, _, h = srv.request("GET", "/v1/%ff%fe%01", None, {"X-Request-Id": "odd-path"})
+    _, body, h = srv.request("GET", "/v1/%ff%fe%01", None, {"X-Request-Id": "odd-path"})
     odd = h.get("X-Request-Id")
+    # An error that quotes such bytes (a model's name from the path) is JSON in UTF-8 still.
+    _, body, _ = srv.request("GET", "/v2/models/%ff%fe")
+    try:
+        words = json.loads(body.decode("utf-8"))["error"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        words = e
+    check("ids/an error quoting bytes that are not UTF-8 is JSON, the bytes as U+FFFD",
+          isinstance(words, str) and '"\ufffd\ufffd"' in words, (body[:120], words))
     # Two connections libmicrohttpd itself complains about: its message is a JSON line too.
     host, port = srv.base.split("//")[1].rsplit(":", 1)
     for raw in (b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nContent-Length: x\r\n\r\n"):

@@ -141,6 +141,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \
     X(jsonw_strings_escaped)                \
+    X(jsonw_strings_utf8)                   \
     X(jsonw_double_random_bits)             \
     X(jsonw_float_random_bits)              \
     X(jsonw_attention_like_values)          \

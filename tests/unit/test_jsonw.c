@@ -375,3 +375,40 @@ void test_jsonw_strings_escaped(void)
     ASSERT_STR_EQ(text, "\"a\\\"b\\\\c\\nd\\u0001\"");
     mem_free(text);
 }
+
+/* Bytes that are not well-formed UTF-8 (a client's path unescaped, say) come out as U+FFFD,
+ * one for each byte that starts no sequence; well-formed sequences of 2, 3 and 4 bytes stay
+ * as they are; every text jansson reads back as valid JSON. */
+void test_jsonw_strings_utf8(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x84\x9e", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x84\x9e"},
+        {"a\xff" "b", "a\xef\xbf\xbd" "b"},
+        {"\xc3", "\xef\xbf\xbd"},                       /* cut short by the end */
+        {"\xc3(", "\xef\xbf\xbd("},                     /* a continuation missing */
+        {"\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd"},      /* overlong NUL */
+        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong '/' */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* past U+10FFFF */
+        {"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"},    /* U+10FFFF itself */
+        {"\x80\xbf", "\xef\xbf\xbd\xef\xbf\xbd"},      /* lone continuations */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        jw_buf w;
+        jw_init(&w, 4);
+        jw_string(&w, cases[i].in);
+        char *text = jw_finish(&w, NULL);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\"", cases[i].out);
+        if (strcmp(text, want) != 0)
+            FAIL_AT("case %zu: got %s", i, text);
+        json_error_t err;
+        json_t *back = json_loads(text, JSON_DECODE_ANY, &err);
+        if (back == NULL)
+            FAIL_AT("case %zu: jansson refuses %s: %s", i, text, err.text);
+        json_decref(back);
+        mem_free(text);
+    }
+}
