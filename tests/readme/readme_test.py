@@ -8,7 +8,8 @@ The convention (README.md says it again in an HTML comment at its top):
     directory in which `api` points at the repository's api/, so that
     `api/examples/...` works and files one example writes are there for the
     next), against one server started here with an empty data directory.
-    "127.0.0.1:8080" in a block is rewritten to that server's address.
+    "127.0.0.1:8080" in a block is rewritten to that server's address, and
+    "127.0.0.1:8001" to its gRPC address.
   * The first ```json or ```text block after an example, before the next
     example, is what the example prints, and every example must have one.
     json: the output is read as a sequence of JSON values, as many as the
@@ -41,6 +42,7 @@ import tempfile
 import time
 
 README_ADDRESS = "127.0.0.1:8080"
+README_GRPC_ADDRESS = "127.0.0.1:8001"
 EXAMPLE_TIMEOUT_S = 120
 START_TIMEOUT_S = 30
 TOLERANCE = 1e-6
@@ -180,17 +182,22 @@ class Server:
     def __init__(self, binary, tmp):
         self.stderr_path = os.path.join(tmp, "server.stderr")
         self.proc = subprocess.Popen(
-            [binary, "--host", "127.0.0.1", "--port", "0", "--quiet",
+            [binary, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1", "--quiet",
              "--data-dir", os.path.join(tmp, "data")],
             stdout=subprocess.PIPE, stderr=open(self.stderr_path, "w"), text=True)
+        self.address = self.listening("http")
+        self.grpc_address = self.listening("grpc")
+
+    def listening(self, scheme):
+        """The address of the next "listening on SCHEME://ADDRESS" line the server prints."""
         deadline, line = time.monotonic() + START_TIMEOUT_S, ""
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         if ready and time.monotonic() < deadline:
             line = self.proc.stdout.readline()
-        if "listening on http://" not in line:
+        if "listening on %s://" % scheme not in line:
             self.stop()
-            raise RuntimeError("the server did not start: %r" % line)
-        self.address = line.split("listening on http://")[1].strip()
+            raise RuntimeError("the server did not start %s: %r" % (scheme, line))
+        return line.split("listening on %s://" % scheme)[1].strip()
 
     def stop(self):
         """Ends the server by its PID; its exit status (None if it had to be killed)."""
@@ -276,7 +283,8 @@ def main():
                 report(n, first, False, "no ```json or ```text block says what it prints")
                 continue
             body = script.replace("http://" + README_ADDRESS, "http://" + server.address) \
-                         .replace(README_ADDRESS, server.address)
+                         .replace(README_ADDRESS, server.address) \
+                         .replace(README_GRPC_ADDRESS, server.grpc_address)
             try:
                 r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=work,
                                    env=env, capture_output=True, text=True,
