@@ -141,6 +141,9 @@ typedef struct attn_kernel_path {
     /* acc[j] += exp(s[j] - m) * inv for one row of n scores (-Inf adds 0). */
     void (*reduce_receive_d)(const double *s, size_t n, double m, double inv, double *acc);
     void (*reduce_receive_f)(const float *s, size_t n, float m, float inv, float *acc);
+    /* The largest of s[0..n), n >= 1; -Inf when all are, NaN when one is NaN. */
+    double (*reduce_max_d)(const double *s, size_t n);
+    float (*reduce_max_f)(const float *s, size_t n);
     /* The first j in [from, n) with s[j] > thr, or n (a NaN score is never above). */
     size_t (*reduce_above_d)(const double *s, size_t from, size_t n, double thr);
     size_t (*reduce_above_f)(const float *s, size_t from, size_t n, float thr);

@@ -31,7 +31,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention_exp.h"
 #include "attention_extras.h"
 #include "attention_fused.h"
 #include "core/compute.h"
@@ -126,12 +125,10 @@ typedef struct reduce_ctx {
 
 #define REAL double
 #define SFX d
-#define MAXV attention_max_d
 #include "attention_reduce_impl.inc"
 
 #define REAL float
 #define SFX f
-#define MAXV attention_max_f
 #include "attention_reduce_impl.inc"
 
 /* Allocates the arrays r asks for; returns 0 or -1 (those allocated are freed with the

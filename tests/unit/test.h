@@ -285,6 +285,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_reduce_overflow_is_reported) \
     X(attention_reduce_row_passes)      \
     X(attention_reduce_score_tiles)     \
+    X(attention_reduce_row_max)         \
     X(attention_reduce_above)
 
 #define DECLARE_TEST(name) void test_##name(void);

@@ -320,6 +320,37 @@ void test_attention_reduce_row_passes(void)
                 }
 }
 
+/* The row maximum (reduce_max) against a plain loop at every length: -Inf among the scores,
+ * all of them -Inf (a row whose keys are all masked), a NaN anywhere (taken as not finite). */
+void test_attention_reduce_row_max(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    double s[HELPER_MAX];
+    float sf[HELPER_MAX];
+    for (size_t p = 0; p < npaths; p++)
+        for (size_t c = 0; c < sizeof HELPER_LENGTHS / sizeof HELPER_LENGTHS[0]; c++)
+            for (int kind = 0; kind < 3; kind++) {    /* scores, all -Inf, a NaN at the end */
+                size_t n = HELPER_LENGTHS[c];
+                helper_row(s, n, 0);
+                double want = -INFINITY;
+                for (size_t j = 0; j < n; j++) {
+                    if (kind == 1)
+                        s[j] = -INFINITY;
+                    if (kind == 2 && j == n - 1)
+                        s[j] = NAN;
+                    sf[j] = (float)s[j];
+                    want = s[j] > want ? s[j] : want;
+                }
+                double got = paths[p]->reduce_max_d(s, n), gotf = paths[p]->reduce_max_f(sf, n);
+                int ok = kind == 2 ? got != got && gotf != gotf
+                                   : got == want && gotf == (float)want;
+                if (!ok)
+                    FAIL_AT("path %s, n %zu, case %d: %g and %g, want %g", paths[p]->name, n,
+                            kind, got, gotf, kind == 2 ? NAN : want);
+            }
+}
+
 /* The top-k's search (reduce_above) against a plain loop, from every start, with thresholds
  * below, inside and above a row's scores, -Inf and NaN among them. */
 void test_attention_reduce_above(void)
