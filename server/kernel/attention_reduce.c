@@ -4,9 +4,11 @@
  *
  * K is packed once per (batch, head) as the fused kernel packs it (attention_fused.h), and
  * two sweeps go over tiles of scores (REDUCE_ROWS queries by REDUCE_KEYS keys, q read in
- * place) that the kernel path's micro-kernel forms from it (attention_reduce_vec.inc): an
- * OpenBLAS product of that shape spent as long packing and on its edges as computing.
- * Each row of a tile is then weighed in one vectorised pass: its exponentials and sums.
+ * place) that the kernel path's micro-kernel forms from it (attention_reduce_vec.inc): it
+ * reads K in the order it is packed, each tile of K staying in the first-level cache while
+ * every group of rows passes it, where an OpenBLAS product packs both operands again at each
+ * call.  Each row of a tile is then weighed in one vectorised pass: its exponentials and
+ * sums.
  *
  * 1. Per task (batch, head, a band of queries), one pass over each row's keys with the online
  *    softmax: the row's maximum m and, relative to it, l = sum exp(s - m), u = sum exp(s - m)
