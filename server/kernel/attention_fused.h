@@ -107,7 +107,8 @@ typedef struct attn_kernel_path {
     int (*block_d)(const attn_fused_d *a);
     int (*block_f)(const attn_fused_f *a);
     /* Packs K and V of one (batch, head) in this path's layout (the sizes
-     * above): k and v are its row 0, rows ldk and ldv apart. */
+     * above): k and v are its row 0, rows ldk and ldv apart; with vp NULL,
+     * K alone (v unused). */
     void (*pack_d)(const double *k, size_t ldk, const double *v, size_t ldv, size_t lk,
                    size_t hdk, size_t hdv, size_t hdv_pad, double *kt, double *vp);
     void (*pack_f)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
@@ -121,6 +122,31 @@ typedef struct attn_kernel_path {
      * below 2^-1022 (double) and 2^-126 (float); for the tests, as exp_*. */
     void (*exp2_d)(double *x, size_t n);
     void (*exp2_f)(float *x, size_t n);
+    /* The reductions of the weights (attention_reduce.c, attention_reduce_vec.inc) on this
+     * path's vectors.  reduce_scores: s (rows lds apart) = scale * q . k for nq query rows q
+     * (ldq apart) against the keys [k0, k0 + nk) of kt, K packed by pack_* (vp NULL packs K
+     * alone), k0 a multiple of ATTN_FUSED_BK; writes nk rounded up to ATTN_FUSED_BK scores a
+     * row (keys past lk score 0), which lds must hold. */
+    void (*reduce_scores_d)(const double *q, size_t ldq, size_t nq, const double *kt,
+                            size_t hdk, size_t k0, size_t nk, double scale, double *s,
+                            size_t lds);
+    void (*reduce_scores_f)(const float *q, size_t ldq, size_t nq, const float *kt, size_t hdk,
+                            size_t k0, size_t nk, float scale, float *s, size_t lds);
+    /* One row of n scores against its finite maximum m: p[j] = exp(s[j] - m) (0 for -Inf),
+     * *l += sum p[j], *u += sum p[j] (s[j] - m); the sums kept in double (in float for at
+     * most 64 keys at a time: within 1e-6 relative). */
+    void (*reduce_weigh_d)(const double *s, size_t n, double m, double *p, double *l,
+                           double *u);
+    void (*reduce_weigh_f)(const float *s, size_t n, float m, float *p, double *l, double *u);
+    /* acc[j] += exp(s[j] - m) * inv for one row of n scores (-Inf adds 0). */
+    void (*reduce_receive_d)(const double *s, size_t n, double m, double inv, double *acc);
+    void (*reduce_receive_f)(const float *s, size_t n, float m, float inv, float *acc);
+    /* The largest of s[0..n), n >= 1; -Inf when all are, NaN when one is NaN. */
+    double (*reduce_max_d)(const double *s, size_t n);
+    float (*reduce_max_f)(const float *s, size_t n);
+    /* The first j in [from, n) with s[j] > thr, or n (a NaN score is never above). */
+    size_t (*reduce_above_d)(const double *s, size_t from, size_t n, double thr);
+    size_t (*reduce_above_f)(const float *s, size_t from, size_t n, float thr);
 } attn_kernel_path;
 
 extern const attn_kernel_path attn_kernel_avx512, attn_kernel_avx2, attn_kernel_portable;

@@ -2,8 +2,13 @@
  * attention_reduce.c - statistics of the attention weights without the full matrix (see
  * attention_reduce.h).
  *
- * Two sweeps, each over tiles of scores formed by one OpenBLAS product (REDUCE_ROWS queries
- * by REDUCE_KEYS keys, q and k read in place):
+ * K is packed once per (batch, head) as the fused kernel packs it (attention_fused.h), and
+ * two sweeps go over tiles of scores (REDUCE_ROWS queries by REDUCE_KEYS keys, q read in
+ * place) that the kernel path's micro-kernel forms from it (attention_reduce_vec.inc): it
+ * reads K in the order it is packed, each tile of K staying in the first-level cache while
+ * every group of rows passes it, where an OpenBLAS product packs both operands again at each
+ * call.  Each row of a tile is then weighed in one vectorised pass: its exponentials and
+ * sums.
  *
  * 1. Per task (batch, head, a band of queries), one pass over each row's keys with the online
  *    softmax: the row's maximum m and, relative to it, l = sum exp(s - m), u = sum exp(s - m)
@@ -19,16 +24,15 @@
  *    is fixed: results are the same from run to run whatever the thread count.
  *
  * Arithmetic is in the job's precision (attention_reduce_impl.inc is instantiated for both),
- * as the kernels compute the output, with every sum in double.  The exponentials of the
- * scores are the kernel path's (attention_fused.h), so each --kernel path computes its own.
+ * as the kernels compute the output, with every sum in double (a float job's after at most
+ * 64 float additions).  The scores and exponentials are the kernel path's
+ * (attention_fused.h), so each --kernel path computes its own.
  */
 #include "attention_reduce.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-#include "attention_exp.h"
 #include "attention_extras.h"
 #include "attention_fused.h"
 #include "core/compute.h"
@@ -40,6 +44,11 @@
 /* Queries per sweep-1 task and keys per sweep-2 task. */
 #define REDUCE_TASK_ROWS 256
 #define REDUCE_TASK_KEYS 1024
+/* Rows a float job's column sums of `received` take in float before they go into double. */
+#define REDUCE_FLUSH_ROWS 16
+/* The score tiles start at multiples of the packed K's tiles, and a row holds whole ones. */
+_Static_assert(REDUCE_KEYS % ATTN_FUSED_BK == 0 && REDUCE_TASK_KEYS % REDUCE_KEYS == 0,
+               "score tiles are whole tiles of packed K");
 
 int attention_reduce_any(const attn_reduce *r)
 {
@@ -78,6 +87,13 @@ static size_t slot_bytes(const attn_job *job, const attn_reduce *r)
            ((size_t)REDUCE_ROWS * REDUCE_KEYS + REDUCE_KEYS) * real;
 }
 
+/* Numbers of packed K per (batch, head): its keys rounded up to whole tiles. */
+static size_t packed_k_numbers(const attn_job *job)
+{
+    return (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK * ATTN_FUSED_BK *
+           (job->dk / job->heads);
+}
+
 size_t attention_reduce_scratch_bytes(const attn_job *job)
 {
     const attn_reduce *r = job->reduce;
@@ -86,8 +102,10 @@ size_t attention_reduce_scratch_bytes(const attn_job *job)
     /* the float copies of q and k, unless the job gives them as float (job->q32, k32) */
     int in_place = job->weights == NULL && job->q32 != NULL && job->k32 != NULL;
     unsigned slots = compute_threads() > 0 ? compute_threads() : 1;   /* as the run takes */
+    size_t real = job->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
     return (size_t)slots * slot_bytes(job, r) +
            2 * job->batch * job->heads * job->lq * sizeof(double) +
+           job->batch * job->heads * packed_k_numbers(job) * real +
            (in_place ? 0 : attention_extras_float_count(job) * sizeof(float));
 }
 
@@ -97,6 +115,9 @@ typedef struct reduce_ctx {
     const void *q, *k;          /* the job's precision (double or float) */
     attn_reduced *out;
     double *m, *l;              /* each row's final maximum and sum: batch x heads x lq */
+    const attn_kernel_path *path;
+    void *kt;                   /* K packed, kt_stride numbers per (batch, head) */
+    size_t kt_stride;
     size_t kept;
     size_t bands;               /* sweep 1: query bands per (batch, head); sweep 2: key bands */
     void *scratch;              /* slot_bytes() per slot */
@@ -106,18 +127,10 @@ typedef struct reduce_ctx {
 
 #define REAL double
 #define SFX d
-#define GEMM cblas_dgemm
-#define MAXV attention_max_d
-#define MAXMV attention_max_masked_d
-#define FUSED_EXP exp_d
 #include "attention_reduce_impl.inc"
 
 #define REAL float
 #define SFX f
-#define GEMM cblas_sgemm
-#define MAXV attention_max_f
-#define MAXMV attention_max_masked_f
-#define FUSED_EXP exp_f
 #include "attention_reduce_impl.inc"
 
 /* Allocates the arrays r asks for; returns 0 or -1 (those allocated are freed with the
@@ -152,7 +165,8 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     if (!attention_reduce_any(r))
         return 0;
     reduce_ctx c = {.job = job, .r = r, .q = q, .k = k, .out = &result->reduced,
-                    .kept = kept(r)};
+                    .kept = kept(r), .path = attn_kernel_current(),
+                    .kt_stride = packed_k_numbers(job)};
     size_t bh = job->batch * job->heads;
     int f32 = job->dtype == ATTN_FLOAT32;
     float *copies = NULL;
@@ -178,8 +192,11 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     c.stride = slot_bytes(job, r);
     unsigned threads = compute_threads() > 0 ? compute_threads() : 1;
     c.scratch = mem_malloc((size_t)threads * c.stride);
-    if (c.scratch == NULL)
+    c.kt = mem_malloc(bh * c.kt_stride * (f32 ? sizeof(float) : sizeof(double)));
+    if (c.scratch == NULL || c.kt == NULL)
         goto done;
+    compute_parallel(bh, bh < threads ? (unsigned)bh : threads, f32 ? pack_task_f : pack_task_d,
+                     &c);
     c.bands = (job->lq + REDUCE_TASK_ROWS - 1) / REDUCE_TASK_ROWS;
     size_t tasks = bh * c.bands;
     compute_parallel(tasks, tasks < threads ? (unsigned)tasks : threads,
@@ -192,6 +209,7 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     }
     rc = c.not_finite ? 1 : 0;
 done:
+    mem_free(c.kt);
     mem_free(c.scratch);
     mem_free(c.m);
     mem_free(copies);

@@ -18,7 +18,8 @@
  * start, masks) pads its top-k the same way.  It adds nothing to received.
  *
  * Memory is O(n d) plus per-task scratch: the outputs (batch x heads x (lq or lk) numbers, k
- * per row for top-k) and each row's softmax maximum and sum.
+ * per row for top-k), each row's softmax maximum and sum, and one copy of K packed for the
+ * kernel path's score tiles (counted by attention_reduce_scratch_bytes).
  */
 #ifndef ATTN_ATTENTION_REDUCE_H
 #define ATTN_ATTENTION_REDUCE_H

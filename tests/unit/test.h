@@ -283,7 +283,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_pool_through_attention_run) \
     X(attention_pool_float_inputs)     \
     X(attention_reduce_matches_reference) \
-    X(attention_reduce_overflow_is_reported)
+    X(attention_reduce_overflow_is_reported) \
+    X(attention_reduce_row_passes)      \
+    X(attention_reduce_score_tiles)     \
+    X(attention_reduce_row_max)         \
+    X(attention_reduce_above)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

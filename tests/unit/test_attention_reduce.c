@@ -10,6 +10,7 @@
  * the same bit for bit; with each kernel path.  (tests/reductions/ checks the same against
  * NumPy through the server's v1 and v2.)
  */
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -237,4 +238,221 @@ void test_attention_reduce_overflow_is_reported(void)
     attn_error err;
     ASSERT(attention_run(&job, &res, &err) != 0);
     ASSERT(strcmp(err.code, "not_finite") == 0);
+}
+
+/* Lengths that end on either side of every vector width (2 to 16 lanes) and of the blocks of
+ * the helpers (64 keys of float sums, 4 vectors of the top-k search). */
+static const size_t HELPER_LENGTHS[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 300, 512};
+#define HELPER_MAX 512
+#define HELPER_SENTINEL 12345.0
+
+/* One row of scores for the helpers: uniform in [-20, 10], every 7th -Inf (a masked key),
+ * and when `hidden` all but one -Inf (a row that sees one key of the tile). */
+static void helper_row(double *s, size_t n, int hidden)
+{
+    for (size_t j = 0; j < n; j++) {
+        s[j] = 7.5 * test_uniform(&reduce_rng) - 5;
+        if (j % 7 == 3 || (hidden && j != n / 2))
+            s[j] = -INFINITY;
+    }
+}
+
+/* The kernel path's pass over a row of scores (reduce_weigh) and its column sums of
+ * `received` (reduce_receive), in both precisions on every path, against exp in long double:
+ * every length, tails included, writes the n exponentials and adds the n weights and no
+ * more; a masked key weighs 0; the sums add to what l and u held. */
+void test_attention_reduce_row_passes(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    double s[HELPER_MAX + 1], p[HELPER_MAX + 1], acc[HELPER_MAX + 1];
+    float sf[HELPER_MAX + 1], pf[HELPER_MAX + 1], accf[HELPER_MAX + 1];
+    for (size_t p_ = 0; p_ < npaths; p_++)
+        for (size_t c = 0; c < sizeof HELPER_LENGTHS / sizeof HELPER_LENGTHS[0]; c++)
+            for (int hidden = 0; hidden <= 1; hidden++)
+                for (int f32 = 0; f32 <= 1; f32++) {
+                    size_t n = HELPER_LENGTHS[c];
+                    helper_row(s, n, hidden);
+                    double m = -INFINITY;
+                    for (size_t j = 0; j < n; j++) {
+                        sf[j] = (float)s[j];
+                        if (f32)
+                            s[j] = sf[j];
+                        m = s[j] > m ? s[j] : m;
+                    }
+                    if (m == -INFINITY)
+                        continue;               /* no key counts: the callers stop before */
+                    double l = 0.5, u = -0.25, inv = 1 / 3.0;
+                    for (size_t j = 0; j <= n; j++) {
+                        p[j] = acc[j] = HELPER_SENTINEL;
+                        pf[j] = accf[j] = (float)HELPER_SENTINEL;
+                        if (j < n)
+                            acc[j] = accf[j] = (float)j;
+                    }
+                    if (f32) {
+                        paths[p_]->reduce_weigh_f(sf, n, (float)m, pf, &l, &u);
+                        paths[p_]->reduce_receive_f(sf, n, (float)m, (float)inv, accf);
+                        for (size_t j = 0; j <= n; j++) {
+                            p[j] = pf[j];
+                            acc[j] = accf[j];
+                        }
+                    } else {
+                        paths[p_]->reduce_weigh_d(s, n, m, p, &l, &u);
+                        paths[p_]->reduce_receive_d(s, n, m, inv, acc);
+                    }
+                    double tol = f32 ? 4e-6 : 1e-14;
+                    long double lw = 0.5L, uw = -0.25L;
+                    int bad = p[n] != HELPER_SENTINEL || acc[n] != HELPER_SENTINEL;
+                    for (size_t j = 0; j < n; j++) {
+                        long double w = expl((long double)s[j] - (long double)m);
+                        lw += w;
+                        uw += s[j] == -INFINITY ? 0 : w * ((long double)s[j] - (long double)m);
+                        bad |= !(fabsl(p[j] - w) <= tol * w + (f32 ? 1e-37 : 1e-300));
+                        bad |= !(fabsl(acc[j] - ((long double)j + w / 3)) <=
+                                 tol * ((long double)j + w / 3) + (f32 ? 1e-37 : 1e-300));
+                    }
+                    bad |= !(fabsl(l - lw) <= tol * lw) || !(fabsl(u - uw) <= tol * fabsl(uw));
+                    if (bad)
+                        FAIL_AT("path %s, %s, n %zu%s: l %.17g (want %.17Lg), u %.17g (want "
+                                "%.17Lg), or a weight off, or a number past n written",
+                                paths[p_]->name, f32 ? "float" : "double", n,
+                                hidden ? ", one key seen" : "", l, lw, u, uw);
+                }
+}
+
+/* The row maximum (reduce_max) against a plain loop at every length: -Inf among the scores,
+ * all of them -Inf (a row whose keys are all masked), a NaN anywhere (taken as not finite). */
+void test_attention_reduce_row_max(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    double s[HELPER_MAX];
+    float sf[HELPER_MAX];
+    for (size_t p = 0; p < npaths; p++)
+        for (size_t c = 0; c < sizeof HELPER_LENGTHS / sizeof HELPER_LENGTHS[0]; c++)
+            for (int kind = 0; kind < 3; kind++) {    /* scores, all -Inf, a NaN at the end */
+                size_t n = HELPER_LENGTHS[c];
+                helper_row(s, n, 0);
+                double want = -INFINITY;
+                for (size_t j = 0; j < n; j++) {
+                    if (kind == 1)
+                        s[j] = -INFINITY;
+                    if (kind == 2 && j == n - 1)
+                        s[j] = NAN;
+                    sf[j] = (float)s[j];
+                    want = s[j] > want ? s[j] : want;
+                }
+                double got = paths[p]->reduce_max_d(s, n), gotf = paths[p]->reduce_max_f(sf, n);
+                int ok = kind == 2 ? got != got && gotf != gotf
+                                   : got == want && gotf == (float)want;
+                if (!ok)
+                    FAIL_AT("path %s, n %zu, case %d: %g and %g, want %g", paths[p]->name, n,
+                            kind, got, gotf, kind == 2 ? NAN : want);
+            }
+}
+
+/* The top-k's search (reduce_above) against a plain loop, from every start, with thresholds
+ * below, inside and above a row's scores, -Inf and NaN among them. */
+void test_attention_reduce_above(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    double s[HELPER_MAX];
+    float sf[HELPER_MAX];
+    const double thresholds[] = {-INFINITY, -30, -4.9, 0, 2.4, 9.99, 20};
+    for (size_t p = 0; p < npaths; p++)
+        for (size_t c = 0; c < sizeof HELPER_LENGTHS / sizeof HELPER_LENGTHS[0]; c++) {
+            size_t n = HELPER_LENGTHS[c];
+            helper_row(s, n, 0);
+            s[n / 3] = NAN;
+            for (size_t j = 0; j < n; j++)
+                sf[j] = (float)s[j];
+            for (size_t t = 0; t < sizeof thresholds / sizeof thresholds[0]; t++)
+                for (size_t from = 0; from <= n; from += 1 + from / 4) {
+                    size_t want_d = from, want_f = from;
+                    while (want_d < n && !(s[want_d] > thresholds[t]))
+                        want_d++;
+                    while (want_f < n && !(sf[want_f] > (float)thresholds[t]))
+                        want_f++;
+                    size_t got_d = paths[p]->reduce_above_d(s, from, n, thresholds[t]);
+                    size_t got_f = paths[p]->reduce_above_f(sf, from, n, (float)thresholds[t]);
+                    if (got_d != want_d || got_f != want_f)
+                        FAIL_AT("path %s, n %zu, from %zu, above %g: %zu and %zu, want %zu "
+                                "and %zu", paths[p]->name, n, from, thresholds[t], got_d, got_f,
+                                want_d, want_f);
+                }
+        }
+}
+
+/* The score tiles (reduce_scores) from K packed by the path, against the dot products in
+ * long double: row counts on either side of the register group, key counts on either side
+ * of a packed tile, odd head dims, a tile that starts past key 0, keys past lk scoring 0;
+ * nothing written past the rows asked for or past the keys rounded up to a tile. */
+void test_attention_reduce_score_tiles(void)
+{
+    const attn_kernel_path *paths[4];
+    size_t npaths = attn_kernel_available(paths, 4);
+    enum { LDS = 160, ROWS = 70, LK = 100, DMAX = 100, LD = DMAX + 3 };
+    const size_t dims[] = {1, 3, 8, 64, 100}, nqs[] = {1, 5, 6, 7, 13, 64}, nks[] = {1, 31, 32, 33, 68};
+    double *q = malloc(ROWS * LD * sizeof *q), *k = malloc(LK * LD * sizeof *k);
+    float *qf = malloc(ROWS * LD * sizeof *qf), *kf = malloc(LK * LD * sizeof *kf);
+    double *kt = malloc(128 * DMAX * sizeof *kt), *s = malloc((ROWS + 1) * LDS * sizeof *s);
+    float *ktf = malloc(128 * DMAX * sizeof *ktf), *sf = malloc((ROWS + 1) * LDS * sizeof *sf);
+    for (size_t i = 0; i < ROWS * LD; i++)
+        q[i] = qf[i] = (float)test_uniform(&reduce_rng);
+    for (size_t i = 0; i < LK * LD; i++)
+        k[i] = kf[i] = (float)test_uniform(&reduce_rng);
+    for (size_t p = 0; p < npaths; p++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            size_t d = dims[di];
+            paths[p]->pack_d(k, LD, NULL, 0, LK, d, 0, 0, kt, NULL);
+            paths[p]->pack_f(kf, LD, NULL, 0, LK, d, 0, 0, ktf, NULL);
+            for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
+                for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++)
+                    for (size_t k0 = 0; k0 < LK; k0 += ATTN_FUSED_BK) {
+                        size_t nq = nqs[a], nk = nks[b];
+                        if (k0 + nk > LK)
+                            continue;                   /* the callers stay within lk */
+                        size_t width = (nk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK * ATTN_FUSED_BK;
+                        for (size_t i = 0; i < (ROWS + 1) * LDS; i++)
+                            s[i] = sf[i] = (float)HELPER_SENTINEL;
+                        paths[p]->reduce_scores_d(q, LD, nq, kt, d, k0, nk, 0.5, s, LDS);
+                        paths[p]->reduce_scores_f(qf, LD, nq, ktf, d, k0, nk, 0.5f, sf, LDS);
+                        double worst = 0;
+                        int past = 0;
+                        for (size_t r = 0; r <= nq; r++)
+                            for (size_t j = 0; j < LDS; j++) {
+                                double got = s[r * LDS + j], gotf = sf[r * LDS + j];
+                                if (r == nq || j >= width) {
+                                    past |= got != HELPER_SENTINEL || gotf != HELPER_SENTINEL;
+                                    continue;
+                                }
+                                long double want = 0, mag = 0;
+                                for (size_t t = 0; k0 + j < LK && t < d; t++) {
+                                    long double x = (long double)q[r * LD + t] * k[(k0 + j) * LD + t];
+                                    want += x;
+                                    mag += fabsl(x);
+                                }
+                                want *= 0.5L;
+                                /* a sum of d products is within d ulps of their magnitudes */
+                                mag = 0.5L * mag * (long double)d + 1e-30L;
+                                double e = (double)(fabsl(got - want) / (mag * DBL_EPSILON)),
+                                       ef = (double)(fabsl(gotf - want) / (mag * FLT_EPSILON));
+                                worst = e > worst ? e : worst;
+                                worst = ef > worst ? ef : worst;
+                            }
+                        if (past || !(worst <= 1))
+                            FAIL_AT("path %s, d %zu, %zu rows, %zu keys from %zu: error %g of "
+                                    "the tolerance%s", paths[p]->name, d, nq, nk, k0, worst,
+                                    past ? ", written past the tile" : "");
+                    }
+        }
+    free(q);
+    free(k);
+    free(qf);
+    free(kf);
+    free(kt);
+    free(s);
+    free(ktf);
+    free(sf);
 }
