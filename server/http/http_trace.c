@@ -214,9 +214,6 @@ static void put_millis(char *out, size_t *n, double seconds)
         out[(*n)++] = digits[--k];
 }
 
-/* The headers are written by hand rather than by snprintf, whose
- * floating-point and format parsing cost the smallest requests a visible
- * share of their time. */
 void http_trace_printable(char *s)
 {
     for (; *s; s++)
@@ -224,6 +221,9 @@ void http_trace_printable(char *s)
             *s = '?';
 }
 
+/* The headers are written by hand rather than by snprintf, whose
+ * floating-point and format parsing cost the smallest requests a visible
+ * share of their time. */
 void http_trace_response(const http_trace *t, char out[HTTP_TRACERESPONSE_LEN])
 {
     size_t n = 0;
