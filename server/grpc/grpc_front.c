@@ -256,10 +256,10 @@ static void call_trace_begin(gcall *c)
 }
 
 /* Writes the access line of c, answered with code (HTTP's twin: http_status,
- * rid) having taken in in_len and sent out_len bytes; a's model and phases
- * when a is not NULL. */
+ * rid) after seconds, having taken in in_len and sent out_len bytes; a's
+ * model and phases when a is not NULL. */
 static void call_log(gcall *c, grpc_status_code code, int http_status, route_id rid,
-                     size_t out_len, const grpc_answer *a)
+                     double seconds, size_t out_len, const grpc_answer *a)
 {
     const server_config *cfg = c->front->cfg;
     if (cfg->quiet)
@@ -299,7 +299,7 @@ static void call_log(gcall *c, grpc_status_code code, int http_status, route_id 
                         .path = method_path, .model = a != NULL ? a->model : "",
                         .status = http_status ? http_status : 200, .grpc_status = (int)code,
                         .bytes_in = c->in_len, .bytes_out = out_len,
-                        .seconds = compute_now() - c->started, .phases_timed = timed,
+                        .seconds = seconds, .phases_timed = timed,
                         .phase_seconds = phases, .client = client,
                         .served = c->served != NULL ? c->served : "inline",
                         .aborted = code == GRPC_STATUS_CANCELLED};
@@ -363,7 +363,7 @@ static void call_answer(gcall *c, grpc_answer *a)
     }
     double seconds = compute_now() - c->started;
     if (c->in != NULL || !c->stream) {
-        call_log(c, a->code, a->http_status, a->route, a->len, a);
+        call_log(c, a->code, a->http_status, a->route, seconds, a->len, a);
         metrics_observe(a->route, a->http_status ? a->http_status : 200, seconds, c->in_len,
                         a->len);
     }
@@ -436,7 +436,7 @@ static int call_authorized(const gcall *c, grpc_answer *a)
 /* Writes the access line of watch c, which ended with code. */
 static void watch_log(gcall *c, grpc_status_code code)
 {
-    call_log(c, code, 200, ROUTE_READYZ, 0, NULL);
+    call_log(c, code, 200, ROUTE_READYZ, compute_now() - c->started, 0, NULL);
 }
 
 /* Takes c out of the list of open watches; nothing when it is not in it. */
