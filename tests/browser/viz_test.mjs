@@ -329,6 +329,93 @@ test('census: past one key a pixel the strip shows the max or the mean of each p
   assert(title.includes('from all 1500 queries') && title.includes('mean of 2.1 keys a pixel'), 'strip title: ' + title);
 });
 
+// The census's statistics of one head, by their definitions, from its weights w [Lq][Lk]
+// (written out here independently of the page): each a mean over the queries.
+function censusOfWeights(w, sink, local) {
+  const Lq = w.length, Lk = w[0].length, sum = (a) => a.reduce((x, y) => x + y, 0);
+  const mean = (f) => sum(w.map(f)) / Lq;
+  return {
+    entropy: mean((row) => -sum(row.map((x) => (x > 0 ? x * Math.log(x) : 0)))),
+    sink: mean((row) => sum(row.slice(0, sink))),
+    local: mean((row, i) => sum(row.filter((_, j) => Math.abs(i - j) <= local))),
+    max: mean((row) => Math.max(...row)),
+    prev: sum(w.slice(1).map((row, i) => (i < Lk ? row[i] : 0))) / (Lq - 1),
+  };
+}
+
+// Opens the census view, takes the layers the page holds with sink s and window w, and
+// checks every cell of every statistic against ref(L, h) (censusOfWeights).
+async function checkLayersCensus(page, s, w, ref, layers, heads) {
+  await page.click('#views button[data-view="census"]');
+  await page.$eval('#census-sink', (e, v) => { e.value = v; }, String(s));
+  await page.$eval('#census-local', (e, v) => { e.value = v; }, String(w));
+  assert(!await page.$eval('#census-layers', (b) => b.disabled), 'the census does not offer the layers held');
+  await page.click('#census-layers');
+  await page.waitForSelector('body[data-census="ready"], body[data-census="error"]');
+  assert(await page.$eval('body', (b) => b.dataset.census) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  assert(await page.$eval('#census-causal', (b) => b.disabled), 'causal is offered, though the weights carry their own mask');
+  for (const stat of ['entropy', 'sink', 'local', 'prev', 'max']) {
+    await page.select('#census-stat', stat);
+    const cells = await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head,
+      v: Number(td.dataset.v) })));
+    assert(cells.length === layers * heads, `${cells.length} cells for ${layers} layers x ${heads} heads`);
+    for (const c of cells) close(c.v, ref(c.L, c.h)[stat], 1e-12, `${stat} of layer ${c.L} head ${c.h}`);
+  }
+}
+
+test('census of the layers held: a BertViz export (batch 1, zero rows) and stored sets, every head by its definitions', async (page) => {
+  // 3 layers, batch 2, 2 heads, 7 tokens; head 1 is causal (zeros above the diagonal), and
+  // layer 2's row 3 is all zeros (a fully masked row)
+  const T = 7, layers = [0, 1, 2].map((l) => [0, 1].map((b) => [0, 1].map((h) => {
+    const m = randomMatrix(T, T, 100 + l * 10 + b * 3 + h).map((r, i) => r.map((v, j) => (h === 1 && j > i ? 0 : Math.exp(2 * v))));
+    return m.map((r, i) => { const z = r.reduce((a, x) => a + x, 0); return r.map((v) => (l === 2 && i === 3 ? 0 : v / z)); });
+  })));
+  // stored sets PREFIX.0, PREFIX.1 run on one x, causal, and the server's weights of each layer;
+  // stored first, so that the page lists them when it opens
+  const w0 = fixture('seed004_toy').request.weights, w1 = JSON.parse(JSON.stringify(w0));
+  w1.wk = w1.wk.map((r) => r.map((v) => 3 * v));
+  for (const [name, ws] of [['cen.0', w0], ['cen.1', w1]]) {
+    const put = await fetch(base + '/v1/weight-sets/' + name, { method: 'PUT', body: JSON.stringify(ws) });
+    assert(put.status === 201 || put.status === 200, `PUT ${name} answered ${put.status}`);
+  }
+  const req = { x: randomMatrix(6, 3, 77), causal: true };
+  const api = [];
+  for (const name of ['cen.0', 'cen.1']) api.push((await postJson('/v1/attention', { ...req, weights: name })).json.attention);
+  const H = api[0].length === req.x.length ? 1 : api[0].length, headOf = (a, h) => (H === 1 ? a : a[h]);
+  const file = path.join(tmp, 'bertviz-census.json');
+  fs.writeFileSync(file, JSON.stringify({ attention: layers, tokens: ['a', 'b', 'c', 'd', 'e', 'f', 'g'] }));
+  await openView(page, 'view=heatmap');
+  assert(await page.$eval('#census-layers', (b) => b.disabled), 'the census offers layers before any are held');
+  await (await page.$('#open-file')).uploadFile(file);
+  await page.waitForSelector('body[data-status="ready"]');
+  await page.select('#batch', '1');
+  await checkLayersCensus(page, 3, 1, (L, h) => censusOfWeights(layers[L][1][h], 3, 1), 3, 2);
+  // the detail of a head: the strip is each key's column sum, the heatmap its weights
+  await page.click('#census-table td[data-layer="2"][data-head="1"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"]');
+  const w = layers[2][1][1], strip = await page.evaluate(() => window.vizCensus.strip());
+  assert(strip.length === T, `${strip.length} strip pixels for ${T} keys`);
+  for (const [k0, k1, v] of strip) {
+    assert(k1 === k0 + 1, `a pixel covers keys ${k0}-${k1}`);
+    close(v, w.reduce((a, row) => a + row[k0], 0), 1e-12, `received by key ${k0}`);
+  }
+  assert((await page.$eval('#census-strip-title', (e) => e.textContent)).includes(`from all ${T} queries`), 'strip title');
+  const cv = await page.$eval('#census-heatmap', (c) => [c.width, c.height]);
+  for (const [i, j] of [[5, 2], [6, 6], [0, 0]])
+    sameColour(await pixel(page, 'census-heatmap', (j + 0.5) * cv[0] / T, (i + 0.5) * cv[1] / T), viridis(w[i][j]), `heatmap cell [${i}][${j}]`);
+
+  // then the stored sets, in the same page
+  await page.$eval('#request', (ta, text) => { ta.value = text; }, JSON.stringify(req));
+  await page.select('#model-prefix', 'cen');
+  await page.waitForSelector('#model figure');
+  await checkLayersCensus(page, 2, 0, (L, h) => censusOfWeights(headOf(api[L], h), 2, 0), 2, H);
+  // above the diagonal the heatmap is hatched: the request was causal
+  await page.click('#census-table td[data-layer="1"][data-head="0"]');
+  await page.waitForSelector('body[data-census-heatmap="ready"]');
+  const above = await pixel(page, 'census-heatmap', cv[0] * 0.9, cv[1] * 0.1);
+  assert(above[0] === above[1] && above[1] === above[2] && MASK_SHADES.includes(above[0]), `above the diagonal rgb(${above})`);
+});
+
 test('census: the capture reader rounds F32 and BF16 to FP16 as the server would, and refuses a bad file naming why', async (page) => {
   await openView(page, 'view=census');
   const got = await page.evaluate(() => {

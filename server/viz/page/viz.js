@@ -19,7 +19,8 @@
  *   neuron   q_i and each k_j of one query and head, their product, dot, score and weight
  *            (drawn by viz_neuron.js from the q and k the server returns with return_qk);
  *   census   a layer x head grid of statistics of a model's heads, from q and k captured
- *            from the model (viz_census.js; it keeps its own data, not this one).
+ *            from the model, or from the layers held here (viz_census.js; it keeps its own
+ *            data, not this one).
  * Several query tokens can be selected (`select=`): the heatmap and lines views then show
  * their attention combined, summed or averaged.  A request typed into the editor travels in
  * the link as `req=` (viz_share.js), so a link reproduces any view.
@@ -1218,6 +1219,17 @@
     $('model').after(wrap);
   }
 
+  /* The layers held, for the census (viz_census.js), or null: bound to this data and batch,
+   * so that a census keeps its weights when the page opens something else. */
+  function censusLayers() {
+    if (!data || !data.layers) return null;
+    const d = data, b = state.batch;
+    return {
+      source: d.source, layers: d.layers.length, H: d.H, Lq: d.Lq, Lk: d.Lk, batch: b, tokens: d.kTokens,
+      weights: (l, h) => headMatrixOf(d, d.layers[l], b, h), masked: (l, h) => maskedMatrixOf(d, d.layers[l], b, h),
+    };
+  }
+
   /* Stored sets named PREFIX.0 ... PREFIX.N (N >= 1, none missing): the prefixes. */
   function layerPrefixes(names) {
     const found = new Map();
@@ -1279,6 +1291,7 @@
       else if (state.view === 'compare') ensureCompare();
       else if (state.view === 'neuron') ensureNeuron();
       else if (state.view === 'model') drawModel();
+      else if (state.view === 'census') window.vizCensus.offer();
     }
     renderCount++;
     document.body.dataset.render = renderCount;
@@ -1796,7 +1809,7 @@
       });
     setupHeatmapInteraction();
     setupLinesInteraction();
-    window.vizCensus.init({ lut: LUT, drawPooled, pool: () => state.pool });
+    window.vizCensus.init({ lut: LUT, drawPooled, pool: () => state.pool, layers: censusLayers });
     window.addEventListener('hashchange', applyHash);
     $('compare').add(new Option('(nothing)', ''));
     $('compare').add(new Option(compareLabel('causal'), 'causal'));

@@ -1,7 +1,12 @@
 /*
- * viz_census.js - the heads census: for a capture of a model's q and k (viz_capture.js), a
- * grid of layers x heads coloured by one statistic of each head's attention.
+ * viz_census.js - the heads census: a grid of layers x heads coloured by one statistic of each
+ * head's attention, for one of two sources:
+ *   a capture   a model's q and k (viz_capture.js), whose attention the server reduces;
+ *   the layers  the page holds (a BertViz export, or stored sets PREFIX.0 ... run by viz.js),
+ *               whose weights are all here: the same statistics are summed from them, in
+ *               float64, by their definitions (weightStatistics).
  *
+ * For a capture:
  * For each (layer, head) the page sends that head's q and k as a binary v2 request with FP16
  * inputs (half of float32's bytes, and the capture is FP16 already) and v of width 1, and asks
  * for the server's reductions of the attention weights only: entropy, max (max_weight and
@@ -16,7 +21,8 @@
  *
  * Clicking a cell shows the attention each key receives from all queries (received) as a
  * strip along the whole sequence, each pixel the max or the mean of the keys it covers, and
- * the head's pooled heatmap (viz_pooled.js, the same FP16 inputs).
+ * the head's pooled heatmap (for a capture viz_pooled.js's request on the same FP16 inputs;
+ * for the layers the weights themselves, drawn as the model view draws them).
  *
  * Loaded before viz.js, which calls window.vizCensus.init with its colour scale and drawing.
  */
@@ -33,9 +39,13 @@
    * server needs a second sweep over the keys for it, once each row's sum is known. */
   const OUTPUTS = ['entropy', 'max_weight', 'argmax', 'sink', 'local'];
 
-  let deps = null;                /* from viz.js: lut, colorIndex(w), drawPooled(...), pool() */
+  /* from viz.js: lut, drawPooled(...), pool(), and layers(): the layers the page holds, or
+   * null ({source, layers, H, Lq, Lk, batch, tokens, weights(L, h), masked(L, h)}) */
+  let deps = null;
   let cap = null;                 /* the capture (viz_capture.js parse) */
-  let census = null;              /* {heads: [[stats]], causal, sink, local, ms, run} */
+  /* {from: 'capture' or 'layers', T (queries), tokens (the keys'), heads: [[stats]],
+   *  causal, sink, local, ms, run, and for the layers their source (deps.layers())} */
+  let census = null;
   let selected = null;            /* {L, h} */
   let runs = 0;
 
@@ -58,6 +68,12 @@
     }
     cap.file = file.name;
     await compute();
+  }
+
+  /* The census of whichever source was opened last, with the options as they are now. */
+  function recompute() {
+    if (census && census.from === 'layers') computeLayers(census.layers);
+    else compute();
   }
 
   /* The v2 request of head h of layer L for the reductions `outputs` (OUTPUTS, or
@@ -155,7 +171,9 @@
   async function compute() {
     if (!cap) return;
     const run = ++runs, opts = options(), t0 = performance.now();
-    census = { heads: cap.layers.map((l) => new Array(l.q.H).fill(null)), ...opts, ms: null, run };
+    $('census-causal').disabled = false;
+    census = { from: 'capture', T: cap.T, tokens: cap.tokens,
+      heads: cap.layers.map((l) => new Array(l.q.H).fill(null)), ...opts, ms: null, run };
     const jobs = [];
     cap.layers.forEach((l, L) => { for (let h = 0; h < l.q.H; h++) jobs.push([L, h]); });
     setState('computing', `${cap.file}: ${jobs.length} heads of ${cap.T} tokens, computing…`);
@@ -182,6 +200,65 @@
     draw();
     setState('ready', `${cap.file}: ${cap.layers.length} layers, ${jobs.length} heads of ${cap.T} tokens` +
       `${opts.causal ? ', causal' : ''}, computed and painted in ${(census.ms / 1000).toFixed(2)} s`);
+  }
+
+  /* One head's statistics from its weights w ([Lq][Lk], 0 where masked), by the definitions
+   * the server's reductions follow; a fully masked row counts as zeros, as the server's do. */
+  function weightStatistics(w, Lq, Lk, sink, local) {
+    let entropy = 0, sinkSum = 0, localSum = 0, prev = 0, max = 0;
+    for (let i = 0; i < Lq; i++) {
+      const row = i * Lk, l0 = Math.max(0, i - local), l1 = Math.min(Lk - 1, i + local);
+      let m = 0;
+      for (let j = 0; j < Lk; j++) {
+        const x = w[row + j];
+        if (x > 0) entropy -= x * Math.log(x);
+        if (x > m) m = x;
+      }
+      max += m;
+      for (let j = 0; j < Math.min(sink, Lk); j++) sinkSum += w[row + j];
+      for (let j = l0; j <= l1; j++) localSum += w[row + j];
+      if (i >= 1 && i - 1 < Lk) prev += w[row + i - 1];
+    }
+    return { entropy: entropy / Lq, sink: sinkSum / Lq, local: localSum / Lq, prev: Lq > 1 ? prev / (Lq - 1) : 0,
+      max: max / Lq, received: null };
+  }
+
+  /* Σᵢ wᵢⱼ per key of one head's weights. */
+  function columnSums(w, Lq, Lk) {
+    const r = new Float64Array(Lk);
+    for (let i = 0; i < Lq; i++) for (let j = 0; j < Lk; j++) r[j] += w[i * Lk + j];
+    return r;
+  }
+
+  /* The census of the layers the page holds (src: deps.layers(), kept with the census so that
+   * it stays whole when the page opens something else). */
+  function computeLayers(src) {
+    if (!src) return;
+    cap = null;
+    selected = null;
+    $('census-detail').hidden = true;
+    const run = ++runs, t0 = performance.now(), opts = options();
+    opts.causal = false;            /* the weights carry their own mask */
+    $('census-causal').disabled = true;
+    census = { from: 'layers', layers: src, T: src.Lq, tokens: src.tokens,
+      heads: [], ...opts, ms: null, run };
+    for (let L = 0; L < src.layers; L++) {
+      const row = [];
+      for (let h = 0; h < src.H; h++) row.push(weightStatistics(src.weights(L, h), src.Lq, src.Lk, opts.sink, opts.local));
+      census.heads.push(row);
+    }
+    census.ms = performance.now() - t0;
+    draw();
+    setState('ready', `${src.source}, batch ${src.batch}: ${src.layers} layers × ${src.H} heads of ${src.Lq} queries × ` +
+      `${src.Lk} keys, from the weights themselves (their own mask), in ${(census.ms / 1000).toFixed(2)} s`);
+  }
+
+  /* Offers the layers the page holds, if any (viz.js calls this when the census is shown). */
+  function offer() {
+    const src = deps.layers(), b = $('census-layers');
+    b.disabled = !src;
+    b.title = src ? `${src.source}: ${src.layers} layers × ${src.H} heads` :
+      'open a BertViz export, or run stored sets PREFIX.0 … PREFIX.N (model view), first';
   }
 
   function statOf(s) { return s ? s[$('census-stat').value] : null; }
@@ -231,8 +308,9 @@
       }
     });
     box.append(t);
+    const mask = census.from === 'layers' ? '; masked as the weights are' : census.causal ? '' : '; not causal';
     $('census-caption').textContent = `${STATS[stat]}: colour from ${window.vizNum.text(lo)} (dark) to ` +
-      `${window.vizNum.text(hi)} (yellow)` + (census.causal ? '' : '; not causal') +
+      `${window.vizNum.text(hi)} (yellow)` + mask +
       `; sink: keys 0–${census.sink - 1}; local: |i − j| ≤ ${census.local}`;
   }
 
@@ -285,7 +363,7 @@
     });
     cv.dataset.max = String(hi);
     $('census-strip-title').textContent = `Layer ${selected.L}, head ${selected.h}: the attention each key receives ` +
-      `from all ${cap.T} queries (Σᵢ wᵢⱼ), ${px.length < s.received.length ? `${$('census-strip-how').value} of ` +
+      `from all ${census.T} queries (Σᵢ wᵢⱼ), ${px.length < s.received.length ? `${$('census-strip-how').value} of ` +
       `${(s.received.length / px.length).toFixed(1)} keys a pixel` : 'one key a pixel or more'}; ` +
       `colour from 0 to ${window.vizNum.text(hi)}`;
     return px;
@@ -297,7 +375,7 @@
     const s = census.heads[selected.L][selected.h];
     const px = stripValues(s.received, cv.width, $('census-strip-how').value);
     const c = Math.min(px.length - 1, Math.max(0, Math.floor((ev.clientX - r.left) / r.width * px.length)));
-    const p = px[c], label = (j) => (cap.tokens ? `${j} "${cap.tokens[j]}"` : String(j));
+    const p = px[c], label = (j) => (census.tokens && j < census.tokens.length ? `${j} "${census.tokens[j]}"` : String(j));
     cv.title = p.k1 - p.k0 === 1 ? `key ${label(p.k0)}: received ${p.v}`
       : `keys ${label(p.k0)} – ${label(p.k1 - 1)}: ${$('census-strip-how').value} received ${p.v}`;
   }
@@ -310,6 +388,7 @@
     const cv = $('census-heatmap'), ctx = cv.getContext('2d');
     ctx.clearRect(0, 0, cv.width, cv.height);
     const s = census.heads[L][h], run = census.run;
+    if (census.from === 'layers') { showLayerHead(L, h); return; }
     if (!s.received) {
       let got;
       try { got = await askHead(L, h, census, ['received']); } catch (e) {
@@ -351,24 +430,42 @@
     document.body.dataset.censusHeatmap = 'ready';
   }
 
+  /* The detail of head h of layer L of the layers' census: both from its weights. */
+  function showLayerHead(L, h) {
+    const src = census.layers, s = census.heads[L][h];
+    if (!s.received) s.received = columnSums(src.weights(L, h), src.Lq, src.Lk);
+    $('census-detail').hidden = false;
+    drawStrip();
+    const cv = $('census-heatmap'), ctx = cv.getContext('2d'), img = ctx.createImageData(cv.width, cv.height);
+    deps.drawPooled(img, src.masked(L, h), src.Lq, src.Lk, 0, 0, cv.width, cv.height, 0, src.Lq, 0, src.Lk);
+    ctx.putImageData(img, 0, 0);
+    $('census-heatmap-note').textContent = `Its weights, ${src.Lq} queries down and ${src.Lk} keys across` +
+      (src.Lq > cv.height || src.Lk > cv.width ? ', each pixel the largest of the weights it covers' : '') +
+      ', masked cells hatched';
+    document.body.dataset.censusHeatmap = 'ready';
+  }
+
   function init(d) {
     deps = d;
     for (const [k, label] of Object.entries(STATS)) $('census-stat').add(new Option(label, k));
     $('census-file').addEventListener('change', () => { const f = $('census-file').files[0]; if (f) open(f); });
     for (const id of ['census-stat', 'census-order']) $(id).addEventListener('change', draw);
     for (const id of ['census-causal', 'census-sink', 'census-local'])
-      $(id).addEventListener('change', () => { selected = null; $('census-detail').hidden = true; compute(); });
+      $(id).addEventListener('change', () => { selected = null; $('census-detail').hidden = true; recompute(); });
+    $('census-layers').addEventListener('click', () => computeLayers(deps.layers()));
     $('census-strip-how').addEventListener('change', () => { if (selected) drawStrip(); });
     $('census-grid').addEventListener('click', (ev) => {
       const td = ev.target.closest('td[data-layer]');
       if (td) selectHead(Number(td.dataset.layer), Number(td.dataset.head));
     });
     $('census-strip').addEventListener('mousemove', hoverStrip);
-    setState('idle', 'Open a capture of a model\'s q and k (docs/visualizer.md says how to write one).');
+    offer();
+    setState('idle', 'Open a capture of a model\'s q and k (docs/visualizer.md says how to write one), or take the ' +
+      'layers loaded: a BertViz export, or stored sets PREFIX.0 … PREFIX.N run in the model view.');
   }
 
   window.vizCensus = {
-    init, STATS,
+    init, offer, STATS,
     /* for tests: the heads' numbers, and the strip's pixels of the selected head */
     get census() { return census; },
     strip: () => (selected && census.heads[selected.L][selected.h].received ? drawStrip().map((p) => [p.k0, p.k1, p.v]) : null),
