@@ -240,6 +240,29 @@ function makeCapture(name, opts) {
   return { path: path.join(dir, 'capture.safetensors'), ref: JSON.parse(fs.readFileSync(path.join(dir, 'reference.json'), 'utf8')) };
 }
 
+// The capture at src with every F16 tensor widened to F32 (exactly), written to dst: the
+// page then rounds each number back to the same FP16 before sending it.
+function widenCapture(src, dst) {
+  const b = fs.readFileSync(src), n = Number(b.readBigUInt64LE(0)), header = JSON.parse(b.subarray(8, 8 + n).toString());
+  const half = (h) => { const e = (h >> 10) & 31, m = h & 1023, s = h & 0x8000 ? -1 : 1;
+    return e === 0 ? s * m * 2 ** -24 : s * (1024 + m) * 2 ** (e - 25); };
+  const blobs = [];
+  let off = 0;
+  for (const [name, e] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const data = b.subarray(8 + n + e.data_offsets[0], 8 + n + e.data_offsets[1]), out = Buffer.alloc(data.length * 2);
+    assert(e.dtype === 'F16', `${name} is ${e.dtype}`);
+    for (let i = 0; i < data.length / 2; i++) out.writeFloatLE(half(data.readUInt16LE(2 * i)), 4 * i);
+    Object.assign(e, { dtype: 'F32', data_offsets: [off, off + out.length] });
+    blobs.push(out);
+    off += out.length;
+  }
+  const text = Buffer.from(JSON.stringify(header)), len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(text.length));
+  fs.writeFileSync(dst, Buffer.concat([len, text, ...blobs]));
+  return dst;
+}
+
 async function openCapture(page, file) {
   await openView(page, 'view=census');
   await (await page.$('#census-file')).uploadFile(file);
@@ -300,6 +323,15 @@ test('census: a capture of a random model, every head\'s statistics equal the fl
   const above = await pixel(page, 'census-heatmap', cv[0] * 0.9, cv[1] * 0.1), below = await pixel(page, 'census-heatmap', cv[0] * 0.1, cv[1] * 0.9);
   assert(above[0] === above[1] && above[1] === above[2] && MASK_SHADES.includes(above[0]), `above the diagonal rgb(${above})`);
   assert(!(below[0] === below[1] && below[1] === below[2]), `below the diagonal rgb(${below}) is grey`);
+  // the same capture in F32: the page rounds it to the same FP16 and sends that
+  await (await page.$('#census-file')).uploadFile(widenCapture(cap.path, path.join(tmp, 'census', 'f32.safetensors')));
+  await page.waitForFunction(() => document.body.dataset.census === 'error' ||
+    (document.body.dataset.census === 'ready' && document.getElementById('census-note').textContent.startsWith('f32.safetensors')));
+  assert(await page.$eval('body', (b) => b.dataset.census) === 'ready', await page.$eval('#census-note', (e) => e.textContent));
+  await page.select('#census-stat', 'prev');
+  const f32 = await page.$$eval('#census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head, v: Number(td.dataset.v) })));
+  assert(f32.length === 12, `F32: ${f32.length} cells`);
+  for (const c of f32) close(c.v, cap.ref.layers[c.L][c.h].prev, CENSUS_TOL, `F32 capture: prev of layer ${c.L} head ${c.h}`);
 });
 
 test('census: past one key a pixel the strip shows the max or the mean of each pixel\'s keys', async (page) => {
@@ -418,8 +450,8 @@ test('census of the layers held: a BertViz export (batch 1, zero rows) and store
 
 test('census: the capture reader rounds F32 and BF16 to FP16 as the server would, and refuses a bad file naming why', async (page) => {
   await openView(page, 'view=census');
-  const got = await page.evaluate(() => {
-    const C = window.vizCapture;
+  const got = await page.evaluate(async () => {
+    const C = window.vizCapture, file = (b) => new File([b], 'capture.safetensors');
     const f = [1, 3.140625, 65519, 65520, -65520, 2 ** -24, 2 ** -25, 3 * 2 ** -25, 2 ** -14 * (1 - 2 ** -11), -0, 1 + 2 ** -11, 1 + 3 * 2 ** -11]
       .map((x) => C.toHalf(x));
     // a one-layer capture of F32 q and BF16 k, [1 head, 2 tokens, 2 dims], written here
@@ -432,14 +464,15 @@ test('census: the capture reader rounds F32 and BF16 to FP16 as the server would
     const d = 8 + header.length;
     [1.5, -2, 0.1, 70000].forEach((x, i) => dv.setFloat32(d + 4 * i, x, true));
     [0x3f80, 0xc049, 0x0000, 0x8000].forEach((x, i) => dv.setUint16(d + 16 + 2 * i, x, true));
-    const cap = C.parse(buf);
+    const cap = await C.open(file(buf));
+    await cap.ready(0);
     const bad = [];
     for (const h of [header.replace('[16,24]', '[16,26]'), header.replace('"F32"', '"I8"'),
       header.replace('"[\\"a\\",\\"b\\"]"', '"[\\"a\\"]"'), header.replace('layer.0.k', 'layer.0.kk')]) {
       const b2 = new ArrayBuffer(8 + h.length + 24), v2 = new DataView(b2);
       v2.setBigUint64(0, BigInt(h.length), true);
       new Uint8Array(b2, 8).set(new TextEncoder().encode(h));
-      try { C.parse(b2); bad.push('accepted'); } catch (e) { bad.push(e.message); }
+      try { await C.open(file(b2)); bad.push('accepted'); } catch (e) { bad.push(e.message); }
     }
     return { f, q: Array.from(C.headHalf(cap.layers[0].q, 0)), k: Array.from(C.headHalf(cap.layers[0].k, 0)), tokens: cap.tokens, bad };
   });

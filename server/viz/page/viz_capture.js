@@ -59,15 +59,34 @@
     throw new Error('capture: ' + message);
   }
 
-  /* Reads a capture from its bytes (an ArrayBuffer).  Returns {tokens, T, layers: [{q, k}]}
-   * with each tensor {name, dtype, H, T, D, bytes (Uint8Array, borrowed from buf)}; throws an
-   * Error saying what is wrong with the file. */
-  function parse(buf) {
-    if (buf.byteLength < 8) fail(`the file has ${buf.byteLength} bytes, fewer than the 8 of a safetensors header length`);
-    const dv = new DataView(buf);
-    const n = Number(dv.getBigUint64(0, true));
-    if (n > buf.byteLength - 8) fail(`the header length is ${n} bytes, past the end of the file: it is truncated or not safetensors`);
-    const text = new TextDecoder().decode(new Uint8Array(buf, 8, n));
+  /* Opens a capture (a File): reads and checks its header, then reads the layers' q and k in
+   * the background, layer by layer, so that a census can start on the first layers while the
+   * rest is read.  Returns {name, file, tokens, T, layers: [{q, k}], ready(L), close()}: each
+   * tensor {name, dtype, H, T, D, offset (its first byte in the file), size (bytes), bytes
+   * (a Uint8Array of them, once read)}; ready(L) a promise that layer L's bytes are read;
+   * close() stops the reading.  Throws an Error saying what is wrong with the file. */
+  async function open(file) {
+    if (file.size < 8) fail(`the file has ${file.size} bytes, fewer than the 8 of a safetensors header length`);
+    const n = Number(new DataView(await file.slice(0, 8).arrayBuffer()).getBigUint64(0, true));
+    if (n > file.size - 8) fail(`the header length is ${n} bytes, past the end of the file: it is truncated or not safetensors`);
+    const cap = parseHeader(await file.slice(8, 8 + n).arrayBuffer(), file.size);
+    let closed = false, chain = Promise.resolve();
+    const ready = cap.layers.map((l) => (chain = chain.then(async () => {
+      for (const t of [l.q, l.k]) {
+        if (closed) throw new Error('capture: closed');
+        t.bytes = new Uint8Array(await file.slice(t.offset, t.offset + t.size).arrayBuffer());
+        if (t.bytes.byteLength !== t.size) fail(`tensor "${t.name}" could not be read whole: the file changed`);
+      }
+    })));
+    for (const p of ready) p.catch(() => {});     /* awaited where needed; not unhandled */
+    return Object.assign(cap, { name: file.name, file, ready: (L) => ready[L], close: () => { closed = true; } });
+  }
+
+  /* Reads a capture's header (text: its JSON bytes, an ArrayBuffer) of a file of fileSize
+   * bytes; returns {tokens, T, layers} as open() does, nothing read yet. */
+  function parseHeader(textBytes, fileSize) {
+    const n = textBytes.byteLength;
+    const text = new TextDecoder().decode(textBytes);
     let header;
     try { header = JSON.parse(text); } catch (e) { fail('the header is not JSON (' + e.message + ')'); }
     if (header === null || typeof header !== 'object' || Array.isArray(header)) fail('the header is JSON but not an object');
@@ -77,7 +96,7 @@
       if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) fail('"__metadata__" must be an object of strings');
       for (const [key, v] of Object.entries(meta)) if (typeof v !== 'string') fail(`"__metadata__" member "${key}" is not a string`);
     }
-    const dataStart = 8 + n, dataLen = buf.byteLength - dataStart;
+    const dataStart = 8 + n, dataLen = fileSize - dataStart;
     const spans = [], layers = [];
     for (const [name, e] of Object.entries(header)) {
       if (name === '__metadata__') continue;
@@ -90,7 +109,7 @@
       const L = Number(m[1]);
       layers[L] = layers[L] || {};
       layers[L][m[2]] = { name, dtype: t.dtype, H: t.shape[0], T: t.shape[1], D: t.shape[2],
-        bytes: new Uint8Array(buf, dataStart + t.begin, t.end - t.begin) };
+        offset: dataStart + t.begin, size: t.end - t.begin, bytes: null };
     }
     spans.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     let reach = 0, last = null;
@@ -118,15 +137,18 @@
     return { tokens, T: layers[0].q.T, layers };
   }
 
-  /* Fails on a key written twice in one object of the header (JSON.parse keeps the last). */
+  /* Fails on a key written twice in one object of the header (JSON.parse keeps the last).
+   * Every string is matched whole, keys and values alike, so that the scan goes once over the
+   * text: a pattern for keys alone would start again at each quote inside a long value (the
+   * tokens, with a \" per token), over the rest of it each time. */
   function checkDuplicates(text) {
     const stack = [];
-    const re = /"(?:[^"\\]|\\.)*"\s*:|[{}]/g;
+    const re = /("(?:[^"\\]|\\.)*")(\s*:)?|[{}]/g;
     for (let m; (m = re.exec(text));) {
       if (m[0] === '{') stack.push(new Set());
       else if (m[0] === '}') stack.pop();
-      else {
-        const key = JSON.parse(m[0].replace(/\s*:$/, '')), top = stack[stack.length - 1];
+      else if (m[2] !== undefined) {
+        const key = JSON.parse(m[1]), top = stack[stack.length - 1];
         if (top.has(key)) fail(`the header names "${key}" twice`);
         top.add(key);
       }
@@ -150,7 +172,7 @@
     return { dtype: e.dtype, shape: e.shape, begin: o[0], end: o[1] };
   }
 
-  /* The FP16 bits (Uint16Array of T x D) of head h of tensor t, little-endian as the file. */
+  /* The FP16 bits (Uint16Array of T x D) of head h of tensor t (read), little-endian as the file. */
   function headHalf(t, h) {
     const n = t.T * t.D, size = t.dtype === 'F32' ? 4 : 2;
     const start = t.bytes.byteOffset + h * n * size;
@@ -164,5 +186,5 @@
     return out;
   }
 
-  window.vizCapture = { parse, headHalf, toHalf, HALF };
+  window.vizCapture = { open, headHalf, toHalf, HALF };
 })();

@@ -58,15 +58,15 @@
   async function open(file) {
     selected = null;
     $('census-detail').hidden = true;
+    if (cap) cap.close();
     try {
-      cap = window.vizCapture.parse(await file.arrayBuffer());
+      cap = await window.vizCapture.open(file);
     } catch (e) {
       cap = null; census = null;
       $('census-grid').textContent = '';
       setState('error', e.message);
       return;
     }
-    cap.file = file.name;
     await compute();
   }
 
@@ -76,16 +76,39 @@
     else compute();
   }
 
+  /* Head h of layer L: its q and k tensors and heads, {q: [tensor, head], k: [...], D, T}. */
+  function headOf(L, h) {
+    const l = cap.layers[L];
+    return { q: [l.q, h], k: [l.k, Math.floor(h / (l.q.H / l.k.H))], D: l.q.D, T: cap.T };
+  }
+
+  /* The FP16 bits of q and k of head h of layer L, once the layer is read: {qh, kh}. */
+  async function headHalves(L, h) {
+    await cap.ready(L);
+    const b = headOf(L, h);
+    return { qh: window.vizCapture.headHalf(...b.q), kh: window.vizCapture.headHalf(...b.k) };
+  }
+
+  /* What a request sends of head h of tensor t: for an F16 tensor the slice of the file where
+   * its bits lie, which the browser sends from the file itself, whether read here yet or not;
+   * for others the bits rounded to FP16 here (after the layer is read).  A buffer given to a
+   * Blob is copied by Chromium for every request, which cost more than the census's own
+   * arithmetic (docs/performance.md). */
+  async function sendable(L, [t, h]) {
+    const bytes = cap.T * t.D * 2;
+    if (t.dtype === 'F16') return cap.file.slice(t.offset + h * bytes, t.offset + (h + 1) * bytes);
+    await cap.ready(L);
+    return window.vizCapture.headHalf(t, h);
+  }
+
   /* The v2 request of head h of layer L for the reductions `outputs` (OUTPUTS, or
-   * ['received']): {parts, headerLength, qh, kh, D, T}. */
-  function headRequest(L, h, opts, outputs) {
-    const l = cap.layers[L], T = cap.T, D = l.q.D;
-    const qh = window.vizCapture.headHalf(l.q, h);
-    const kh = window.vizCapture.headHalf(l.k, Math.floor(h / (l.q.H / l.k.H)));
+   * ['received']): {parts, headerLength}. */
+  async function headRequest(L, h, opts, outputs) {
+    const { q, k, D, T } = headOf(L, h);
     const v = new Uint16Array(T);         /* FP16 zeros: v is required, the output is not asked */
-    const input = (name, a, shape) => ({ name, shape, datatype: 'FP16', parameters: { binary_data_size: a.byteLength } });
+    const input = (name, shape) => ({ name, shape, datatype: 'FP16', parameters: { binary_data_size: shape[0] * shape[1] * 2 } });
     const header = {
-      inputs: [input('q', qh, [T, D]), input('k', kh, [T, D]), input('v', v, [T, 1])],
+      inputs: [input('q', [T, D]), input('k', [T, D]), input('v', [T, 1])],
       outputs: outputs.map((name) => ({ name, parameters: { binary_data: true } })),
       parameters: { causal: opts.causal, scale: 1 / Math.sqrt(D), output_datatype: 'FP32', binary_data_output: true },
     };
@@ -96,7 +119,7 @@
     if (outputs.includes('sink')) p.sink = opts.sink;
     if (outputs.includes('local')) p.local = opts.local;
     const text = new TextEncoder().encode(JSON.stringify(header));
-    return { parts: [text, qh, kh, v], headerLength: text.length, qh, kh, D, T };
+    return { parts: [text, await sendable(L, q), await sendable(L, k), v], headerLength: text.length };
   }
 
   /* The values of output o of a v2 answer (its bytes at buf[off ...], or its JSON data). */
@@ -114,10 +137,10 @@
     }
   }
 
-  /* Sends one head's request for `outputs`; returns {b: the request, out: {name: values}}
-   * or throws with the server's error. */
+  /* Sends one head's request for `outputs`; returns {out: {name: values}} or throws with the
+   * server's error. */
   async function askHead(L, h, opts, outputs) {
-    const b = headRequest(L, h, opts, outputs);
+    const b = await headRequest(L, h, opts, outputs);
     const { r, buf, hlen, header } = await window.vizPooled.postBinary(b);
     if (!r.ok) {
       const e = header.error;
@@ -131,17 +154,20 @@
     }
     for (const name of outputs)
       if (!out[name]) throw new Error(`layer ${L}, head ${h}: the answer has no "${name}" output`);
-    return { b, out };
+    return { out };
   }
 
-  async function computeHead(L, h, opts) {
-    const { b, out } = await askHead(L, h, opts, OUTPUTS);
-    return statistics(out, b);
+  /* Head h of layer L's numbers from its answer `out`, once the layer's q and k are read (the
+   * previous-token share needs them). */
+  async function headStatistics(L, h, out) {
+    const { qh, kh } = await headHalves(L, h);
+    return statistics(out, { qh, kh, D: cap.layers[L].q.D, T: cap.T });
   }
 
   const mean = (a, from) => { let s = 0; for (let i = from; i < a.length; i++) s += a[i]; return a.length > from ? s / (a.length - from) : 0; };
 
-  /* The census's numbers of one head from the server's reductions (see the top). */
+  /* The census's numbers of one head from the server's reductions (see the top); b: the
+   * head's FP16 q and k bits (qh, kh), D and T. */
   function statistics(out, b) {
     const { qh, kh, D, T } = b, H = window.vizCapture.HALF, scale = 1 / Math.sqrt(D);
     let prev = 0;
@@ -176,29 +202,35 @@
       heads: cap.layers.map((l) => new Array(l.q.H).fill(null)), ...opts, ms: null, run };
     const jobs = [];
     cap.layers.forEach((l, L) => { for (let h = 0; h < l.q.H; h++) jobs.push([L, h]); });
-    setState('computing', `${cap.file}: ${jobs.length} heads of ${cap.T} tokens, computing…`);
+    setState('computing', `${cap.name}: ${jobs.length} heads of ${cap.T} tokens, computing…`);
     draw();
+    /* The requests go one after another, IN_FLIGHT at a time, whether the file is read that far
+     * or not; each head's numbers follow its answer and its layer's reading. */
     let next = 0, failed = null;
+    const finishing = [];
     const worker = async () => {
       while (next < jobs.length && !failed && run === runs) {
         const [L, h] = jobs[next++];
         try {
-          const s = await computeHead(L, h, opts);
-          if (run !== runs) return;
-          census.heads[L][h] = s;
-          paintCell(L, h);
+          const { out } = await askHead(L, h, opts, OUTPUTS);
+          finishing.push(headStatistics(L, h, out).then((s) => {
+            if (run !== runs) return;
+            census.heads[L][h] = s;
+            paintCell(L, h);
+          }).catch((e) => { failed = failed || e; }));
         } catch (e) {
           failed = failed || e;
         }
       }
     };
     await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+    await Promise.all(finishing);
     if (run !== runs) return;
     if (failed) { setState('error', failed.message); return; }
     await new Promise((resolve) => requestAnimationFrame(() => resolve()));
     census.ms = performance.now() - t0;
     draw();
-    setState('ready', `${cap.file}: ${cap.layers.length} layers, ${jobs.length} heads of ${cap.T} tokens` +
+    setState('ready', `${cap.name}: ${cap.layers.length} layers, ${jobs.length} heads of ${cap.T} tokens` +
       `${opts.causal ? ', causal' : ''}, computed and painted in ${(census.ms / 1000).toFixed(2)} s`);
   }
 
@@ -234,6 +266,7 @@
    * it stays whole when the page opens something else). */
   function computeLayers(src) {
     if (!src) return;
+    if (cap) cap.close();
     cap = null;
     selected = null;
     $('census-detail').hidden = true;
@@ -402,7 +435,14 @@
     if (!selected || selected.L !== L || selected.h !== h) return;
     $('census-detail').hidden = false;
     drawStrip();
-    const b = headRequest(L, h, census, []);
+    let halves;
+    try { halves = await headHalves(L, h); } catch (e) {
+      $('census-heatmap-note').textContent = e.message;
+      document.body.dataset.censusHeatmap = 'error';
+      return;
+    }
+    if (!selected || selected.L !== L || selected.h !== h) return;
+    const b = { ...headOf(L, h), ...halves };
     const req = {
       causal: census.causal, scale: 1 / Math.sqrt(b.D), params: { output_datatype: 'FP32' },
       inputs: [{ name: 'q', shape: [b.T, b.D], datatype: 'FP16', values: b.qh },
