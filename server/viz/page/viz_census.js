@@ -6,8 +6,7 @@
  *               whose weights are all here: the same statistics are summed from them, in
  *               float64, by their definitions (weightStatistics).
  *
- * For a capture:
- * For each (layer, head) the page sends that head's q and k as a binary v2 request with FP16
+ * For a capture, the page sends each (layer, head)'s q and k as a binary v2 request with FP16
  * inputs (half of float32's bytes, and the capture is FP16 already) and v of width 1, and asks
  * for the server's reductions of the attention weights only: entropy, max (max_weight and
  * argmax), sink and local, in FP32 (received, for the strip, when a head is clicked).  The
@@ -42,7 +41,7 @@
   /* from viz.js: lut, drawPooled(...), pool(), and layers(): the layers the page holds, or
    * null ({source, layers, H, Lq, Lk, batch, tokens, weights(L, h), masked(L, h)}) */
   let deps = null;
-  let cap = null;                 /* the capture (viz_capture.js parse) */
+  let cap = null;                 /* the capture open (viz_capture.js open) */
   /* {from: 'capture' or 'layers', T (queries), tokens (the keys'), heads: [[stats]],
    *  causal, sink, local, ms, run, and for the layers their source (deps.layers())} */
   let census = null;
