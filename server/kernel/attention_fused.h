@@ -35,8 +35,14 @@
 #include <stddef.h>
 
 /* Keys per tile, query rows per register group, query rows per block whose
- * output is accumulated in scratch, and the alignment of a packed V row. */
-#define ATTN_FUSED_BK 32
+ * output is accumulated in scratch, and the alignment of a packed V row.
+ * A tile's softmax bookkeeping (the rows' maxima, the rescaling of their
+ * output, the accumulators' loads and stores) is paid once per tile, so
+ * wider tiles pay it less often; 64 keys were faster than 32 at every head
+ * dim measured, 128 little more (docs/performance.md), while a tile's K and
+ * V at head dim 64 (32 KiB in float) still come from L1 or L2 to each row
+ * group of the block. */
+#define ATTN_FUSED_BK 64
 #define ATTN_FUSED_MR 6
 #define ATTN_FUSED_FQ 48
 #define ATTN_FUSED_VPAD_BYTES 64
