@@ -38,10 +38,10 @@
  * output is accumulated in scratch, and the alignment of a packed V row.
  * A tile's softmax bookkeeping (the rows' maxima, the rescaling of their
  * output, the accumulators' loads and stores) is paid once per tile, so
- * wider tiles pay it less often; 64 keys were faster than 32 at every head
- * dim measured, 128 little more (docs/performance.md), while a tile's K and
- * V at head dim 64 (32 KiB in float) still come from L1 or L2 to each row
- * group of the block. */
+ * wider tiles pay it less often; but a request's keys are padded to whole
+ * tiles, and a tile's K and V (32 KiB at head dim 64 in float) are read
+ * again by each row group of the block, from L1 or L2.  The choice of 64 is
+ * measured in docs/performance.md ("Against ONNX Runtime"). */
 #define ATTN_FUSED_BK 64
 #define ATTN_FUSED_MR 6
 #define ATTN_FUSED_FQ 48

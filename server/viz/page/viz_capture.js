@@ -82,7 +82,7 @@
     return Object.assign(cap, { name: file.name, file, ready: (L) => ready[L], close: () => { closed = true; } });
   }
 
-  /* Reads a capture's header (text: its JSON bytes, an ArrayBuffer) of a file of fileSize
+  /* Reads a capture's header (textBytes: its JSON, an ArrayBuffer) of a file of fileSize
    * bytes; returns {tokens, T, layers} as open() does, nothing read yet. */
   function parseHeader(textBytes, fileSize) {
     const n = textBytes.byteLength;
