@@ -748,6 +748,13 @@ def check_auth(srv):
           srv.health().Check(hpb.HealthCheckRequest()).status == hpb.HealthCheckResponse.SERVING)
 
 
+def gauge(srv, name):
+    """The value of the gauge `name` (a whole number) in /metrics, or None when it is absent."""
+    _, body, _ = srv.request("GET", "/metrics")
+    m = re.search(rb"\n" + name.encode() + rb" (\d+)", body)
+    return int(m.group(1)) if m else None
+
+
 def check_cancel(srv):
     """A 32k-token request (max-inflight 1) cancelled once it computes: its computation
     stops (the server logs CANCELLED, status 1, not OK), and the compute slot is free again."""
@@ -758,8 +765,7 @@ def check_cancel(srv):
                                       ("v", "FP32", [n, d], floats(n * d, 3))], outputs=["output"])
 
     def inflight():
-        _, body, _ = srv.request("GET", "/metrics")
-        return int(re.search(rb"\nattn_grpc_inflight_calls (\d+)", body).group(1))
+        return gauge(srv, "attn_grpc_inflight_calls")
     future = s.ModelInfer.future(req)
     started = False
     for _ in range(2000):  # until the server holds the call (it counts in the gauge)
@@ -798,8 +804,7 @@ SERVICE_UNKNOWN = hpb.HealthCheckResponse.SERVICE_UNKNOWN
 
 def open_watches(srv):
     """The gauge attn_grpc_health_watches of /metrics."""
-    _, body, _ = srv.request("GET", "/metrics")
-    return int(re.search(rb"\nattn_grpc_health_watches (\d+)", body).group(1))
+    return gauge(srv, "attn_grpc_health_watches")
 
 
 def watches_drop_to(srv, n):
@@ -897,8 +902,7 @@ def check_drain(srv):
                                       ("v", "FP32", [n, d], floats(n * d, 3))], outputs=["output"])
     future = s.ModelInfer.future(req)
     for _ in range(3000):  # until the server holds the call; bounded
-        _, body, _ = srv.request("GET", "/metrics")
-        if b"\nattn_grpc_inflight_calls 1" in body or future.done():
+        if gauge(srv, "attn_grpc_inflight_calls") == 1 or future.done():
             break
         time.sleep(0.01)
     check("drain: the long call is held", not future.done())
@@ -908,13 +912,12 @@ def check_drain(srv):
     upload.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % (host.encode(), len(text)) + text[:5])
     for _ in range(3000):  # until the server counts the upload (and this request); bounded
-        _, body, _ = srv.request("GET", "/metrics")
-        m = re.search(rb"\nattn_http_inflight_requests (\d+)", body)
-        if m and int(m.group(1)) >= 2:
+        requests = gauge(srv, "attn_http_inflight_requests")
+        if requests is not None and requests >= 2:
             break
         time.sleep(0.01)
-    check("drain: the upload is being received", m is not None and int(m.group(1)) >= 2,
-          m and m.group(1))
+    check("drain: the upload is being received", requests is not None and requests >= 2,
+          requests)
     h = srv.health()
     watch = h.Watch(hpb.HealthCheckRequest(), timeout=120)
     check("drain: a Watch is told SERVING first", next(watch).status == SERVING)
@@ -934,12 +937,12 @@ def check_drain(srv):
           "shutting down" in words, (code, words))
     future.cancel()
     for _ in range(3000):  # until the server has let the call go; bounded
-        _, body, _ = srv.request("GET", "/metrics")
-        if b"\nattn_grpc_inflight_calls 0" in body:
+        calls = gauge(srv, "attn_grpc_inflight_calls")
+        if calls == 0:
             break
         time.sleep(0.01)
     check("drain: the long call, cancelled by its client, stops while the server drains",
-          b"\nattn_grpc_inflight_calls 0" in body)
+          calls == 0, calls)
     upload.sendall(text[5:])
     answer = b""
     while b"\r\n\r\n" not in answer:  # the status line and headers; bounded by the timeout
