@@ -47,6 +47,19 @@
 #define ATTN_FUSED_FQ 48
 #define ATTN_FUSED_VPAD_BYTES 64
 
+/* How far, in powers of two, a row's weights may rise above 1 before the
+ * output-only softmax moves the row's running maximum (softmax_group): a
+ * tile whose scores top the running maximum by less keeps it, and its
+ * weights 2^((s - max) log2 e) come out above 1 but at most 2^SLACK, so the
+ * row's sum and output need no rescaling.  Past a row's first tiles few
+ * scores top it by that much, so the maximum across a tile's lanes, the
+ * factor exp(old - new) and the branch that picks them are skipped on
+ * almost every tile (FlashAttention-4's rescaling threshold).  The result
+ * is the same softmax: every weight of a row is taken against the same
+ * shift, and the division by their sum removes it.  The cost is range:
+ * sums and outputs up to 2^SLACK larger, far inside float's. */
+#define ATTN_FUSED_SLACK 8
+
 /* Keys between two asks whether the request was stopped (compute_stopped: a
  * clock read when it has a deadline): the BLAS path's key block.  Asked at
  * every tile, the clock reads were a visible share of a server's time; 256
@@ -64,9 +77,10 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
 /* One block of query rows [i0, i0 + nq) of one (batch, head), in precision
  * REAL.  The kernel leaves in out the rows' output, already divided by their
  * sums (sum over keys of exp(s - run_max) v, over run_sum; zeros for a row
- * that no key reached), in run_max the row maximum (-Inf when no key counts)
- * and in run_sum the sum; attention_kernels.inc computes again the rows that
- * overflowed on the way. */
+ * that no key reached), in run_max the shift the weights were taken against
+ * (the row maximum, or less by at most ATTN_FUSED_SLACK ln 2; -Inf when no
+ * key counts) and in run_sum the sum; attention_kernels.inc computes again
+ * the rows that overflowed on the way. */
 #define ATTN_FUSED_ARGS(REAL, SFX)                                                                 \
     typedef struct attn_fused_##SFX {                                                              \
         size_t nq, i0;              /* rows, and the query index of the first */                   \

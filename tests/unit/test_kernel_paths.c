@@ -239,12 +239,15 @@ void test_kernel_paths_causal(void)
 }
 
 /* Scores near +-12 on top of the climbing keys: weights that span ten
- * orders of magnitude.  (Larger scores measure float32 itself rather than
+ * orders of magnitude, and running maxima that climb by more than the
+ * output-only softmax's slack (ATTN_FUSED_SLACK) between tiles, unmasked
+ * (whole register groups at once) and masked (row by row).  (Larger scores measure float32 itself rather than
  * the kernel: at +-25 over 1000 keys OpenBLAS's float32 products are
  * already within 1.5 of the 1e-5 bound, as the fused paths are; the
  * overflow tests take the scores to the end of the range.) */
 void test_kernel_paths_large_logits(void)
 {
+    sweep(0, 0, 12);
     sweep(0, 1, 12);
 }
 
@@ -447,9 +450,9 @@ void test_kernel_paths_huge_finite_scores(void)
 }
 
 /* The softmax's 2^x of every path against exp2 and exp2f over the range the
- * kernel uses it on (x <= 0): within a few units in the last place down to
- * where the result leaves the normal range, 0 below that and for -Inf, NaN
- * for NaN. */
+ * kernel uses it on (x <= ATTN_FUSED_SLACK): within a few units in the last
+ * place down to where the result leaves the normal range, 0 below that and
+ * for -Inf, NaN for NaN. */
 void test_kernel_paths_exp2_accuracy(void)
 {
     const attn_kernel_path *paths[MAX_PATHS];
@@ -459,10 +462,10 @@ void test_kernel_paths_exp2_accuracy(void)
     for (size_t p = 0; p < n; p++) {
         double worst_d = 0, worst_f = 0;
         for (size_t i = 0; i < count; i++) {
-            /* Evenly over [-1022, 0] and [-126, 0], plus a random offset. */
+            /* Evenly over [-1022, slack] and [-126, slack], plus a random offset. */
             double u = ((double)i + (test_uniform(&paths_rng) + 2) / 4) / (double)count;
-            yd[i] = xd[i] = -1022.0 * u;
-            yf[i] = xf[i] = (float)(-126.0 * u);
+            yd[i] = xd[i] = ATTN_FUSED_SLACK - (1022.0 + ATTN_FUSED_SLACK) * u;
+            yf[i] = xf[i] = (float)(ATTN_FUSED_SLACK - (126.0 + ATTN_FUSED_SLACK) * u);
         }
         yd[count] = yf[count] = 0;
         yd[count + 1] = yf[count + 1] = -INFINITY;
