@@ -95,6 +95,12 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     size_t bq = BLOCK_Q_MAX, heads = job->batch * job->heads;
     while (bq > BLOCK_Q_MIN && heads * ((job->lq + bq - 1) / bq) < per_slot * (size_t)p->slots)
         bq /= 2;
+    /* The fused kernel takes query rows ATTN_FUSED_MR at a time and fills a
+     * task's last group with copies of its last row, computed and thrown
+     * away: in tasks of whole groups only a head's last task has such rows
+     * (4 of every 512 at two threads, 2 of every 64 at sixteen, before). */
+    if (fused)
+        bq = (bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
     p->bq = job->lq < bq ? job->lq : bq;
     p->bk = job->lk < BLOCK_K ? job->lk : BLOCK_K;
     p->qblocks = (job->lq + p->bq - 1) / p->bq;
