@@ -300,7 +300,10 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
         return;
     compute_job job = {.fn = fn, .ctx = ctx, .tasks = tasks, .token = bound_token};
     atomic_init(&job.next, 0);
-    if (!pool.running) {
+    /* A caller that holds its slot already and can lend none needs nothing
+     * of the pool: a small request's products run here without its lock,
+     * which every thread that computes would otherwise take twice a call. */
+    if (!pool.running || (held_slot && (max_slots <= 1 || tasks == 1))) {
         run_tasks(&job, 0);
         return;
     }
