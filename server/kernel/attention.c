@@ -48,6 +48,11 @@
  * smaller blocks mean more copies of K packed by OpenBLAS. */
 #define FUSED_TASKS_PER_SLOT 4
 #define BLAS_TASKS_PER_SLOT 2
+/* Products this small (multiply-adds) are summed by attention_kernels.inc's
+ * own loop rather than by OpenBLAS, whose every call takes a process-wide
+ * lock (blas_memory_alloc): a request of a few tokens (the seed's) took
+ * it 15 times. */
+#define SMALL_PRODUCT_MACS 4096
 /* Row chunks of a projection are at least this tall. */
 #define LINEAR_MIN_ROWS 16
 
