@@ -183,7 +183,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hr->hc = info != NULL ? info->socket_context : NULL;
-    http_conn_set_phase(srv, hr->hc, CONN_BODY);
+    http_conn_set_phase(hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
     snprintf(hr->path, sizeof hr->path, "%s", url);
     http_trace_printable(hr->path);
@@ -217,7 +217,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
 static enum MHD_Result hand_over(http_server *srv, struct MHD_Connection *conn, http_request *hr,
                                  route_cost cost)
 {
-    http_conn_set_phase(srv, hr->hc, CONN_BUSY);
+    http_conn_set_phase(hr->hc, CONN_BUSY);
     http_request_token_start(srv, hr);
     hr->handed = 1;
     hr->answered_by = PATH_WORKER;
@@ -291,7 +291,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!srv->cfg->quiet)
         http_trace_log(hr, conn, seconds, hr->handed ? via[hr->answered_by] : "io",
                        toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    http_conn_set_phase(srv, hr->hc, CONN_WAIT_HEADERS);
+    http_conn_set_phase(hr->hc, CONN_WAIT_HEADERS);
     http_body_release(hr);
     api_response_free(&hr->resp);
     compress_inflater_free(hr->inflater);

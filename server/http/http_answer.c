@@ -210,7 +210,7 @@ enum MHD_Result http_queue_answer(http_server *srv, struct MHD_Connection *conn,
     note_handler(hr, resp);
     int varies_encoding = hr->answer_varies;
     const char *coding = hr->answer_coding;
-    http_conn_set_phase(srv, hr->hc, CONN_BUSY);
+    http_conn_set_phase(hr->hc, CONN_BUSY);
     struct MHD_Response *r;
     if (resp->body_static)
         r = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_PERSISTENT);

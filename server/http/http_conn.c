@@ -30,16 +30,20 @@
 /* How often the reaper looks at the connections. */
 #define HTTP_REAPER_MS 100
 
-void http_conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase)
+/* phase and now as http_conn's phase_at word */
+static unsigned long long phase_word(conn_phase phase)
+{
+    return (unsigned long long)(compute_now() * 1e6) << 2 | (unsigned long long)phase;
+}
+
+void http_conn_set_phase(http_conn *hc, conn_phase phase)
 {
     if (hc == NULL)
         return;
-    pthread_mutex_lock(&srv->lock);
-    hc->phase = phase;
-    hc->phase_start = compute_now();
+    /* The count first: a reaper that sees the new phase sees it reset. */
     if (phase == CONN_BODY)
         atomic_store(&hc->body_bytes, 0);
-    pthread_mutex_unlock(&srv->lock);
+    atomic_store(&hc->phase_at, phase_word(phase));
 }
 
 /* 1 when the peer of fd has closed its side or reset the connection. */
@@ -59,11 +63,13 @@ static void reap_once(http_server *srv, http_request **resume)
     for (http_conn *hc = srv->conns; hc != NULL; hc = hc->next) {
         if (hc->shut || hc->fd < 0)
             continue;
-        double elapsed = now - hc->phase_start;
+        unsigned long long word = atomic_load(&hc->phase_at);
+        conn_phase phase = (conn_phase)(word & 3);
+        double elapsed = now - (double)(word >> 2) * 1e-6;
         int slow = 0;
-        if (hc->phase == CONN_WAIT_HEADERS)
+        if (phase == CONN_WAIT_HEADERS)
             slow = elapsed > (double)cfg->header_timeout;
-        else if (hc->phase == CONN_BODY && cfg->min_body_rate > 0 &&
+        else if (phase == CONN_BODY && cfg->min_body_rate > 0 &&
                  elapsed > (double)cfg->header_timeout)
             slow = (double)atomic_load(&hc->body_bytes) < (double)cfg->min_body_rate * elapsed;
         if (slow) {
@@ -139,8 +145,7 @@ void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_co
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = info != NULL ? info->connect_fd : -1;
-        hc->phase = CONN_WAIT_HEADERS;
-        hc->phase_start = compute_now();
+        atomic_init(&hc->phase_at, phase_word(CONN_WAIT_HEADERS));
         atomic_init(&hc->body_bytes, 0);
         pthread_mutex_lock(&srv->lock);
         hc->next = srv->conns;

@@ -43,12 +43,15 @@ typedef enum {
 } conn_phase;
 
 /* One open connection, from libmicrohttpd's STARTED notification to its
- * CLOSED one.  phase and phase_start change under the server's lock. */
+ * CLOSED one.  Its phase and the time it began (conn_phase_at) are one
+ * atomic word, written by the thread serving the connection and read by
+ * the reaper, so that the reaper never sees a phase with another's start
+ * and a request's phase changes take no lock; the links change under the
+ * server's lock. */
 typedef struct http_conn {
     struct http_conn *prev, *next;
     int fd;
-    conn_phase phase;
-    double phase_start;
+    _Atomic unsigned long long phase_at; /* microseconds of compute_now() << 2 | conn_phase */
     atomic_size_t body_bytes;   /* of the current request */
     int shut;                   /* the reaper has shut it down */
     size_t target_bytes;        /* the current request's target as sent (on_uri) */
@@ -157,8 +160,8 @@ void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double 
 void http_trace_log_library(const char *fmt, va_list ap);
 
 /* http_conn.c: sets the phase of the connection record hc (NULL is fine)
- * and its start to now, under srv->lock. */
-void http_conn_set_phase(http_server *srv, http_conn *hc, conn_phase phase);
+ * and its start to now, without a lock (http_conn). */
+void http_conn_set_phase(http_conn *hc, conn_phase phase);
 
 /* http_conn.c: libmicrohttpd's connection-notify callback, which makes and
  * drops the record of each connection. */
