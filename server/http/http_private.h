@@ -43,7 +43,7 @@ typedef enum {
 } conn_phase;
 
 /* One open connection, from libmicrohttpd's STARTED notification to its
- * CLOSED one.  Its phase and the time it began (conn_phase_at) are one
+ * CLOSED one.  Its phase and the time it began (phase_at) are one
  * atomic word, written by the thread serving the connection and read by
  * the reaper, so that the reaper never sees a phase with another's start
  * and a request's phase changes take no lock; the links change under the
