@@ -51,8 +51,9 @@
 /* Products this small (multiply-adds) are summed by attention_kernels.inc's
  * own loop rather than by OpenBLAS, whose every call takes a process-wide
  * lock (blas_memory_alloc): a request of a few tokens (the seed's) took
- * it 15 times. */
-#define SMALL_PRODUCT_MACS 4096
+ * it 15 times.  Up to about this size the loop is as quick as OpenBLAS's
+ * call; past it OpenBLAS pulls ahead (docs/performance.md). */
+#define SMALL_PRODUCT_MACS 256
 /* Row chunks of a projection are at least this tall. */
 #define LINEAR_MIN_ROWS 16
 
