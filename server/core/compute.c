@@ -1,10 +1,14 @@
 /*
  * compute.c - the compute pool (see compute.h).
  *
- * One mutex guards the count of free slots and a small queue of hand-offs
- * to helper threads.  A hand-off lends one slot to a helper, which runs
+ * One mutex guards a small queue of hand-offs to helper threads and the
+ * waits for a slot.  A hand-off lends one slot to a helper, which runs
  * tasks of the caller's job until none are left and then gives the slot
- * back.  Tasks are claimed with an atomic counter, so the caller and its
+ * back.  The counts of free slots and of waiting callers are atomic, and a
+ * slot is only ever taken by a compare-and-swap that finds it free
+ * (take_slots), so that a small request's thread holds and gives back its
+ * slot without the mutex: only a release that finds a caller waiting takes
+ * it, to wake that caller.  Tasks are claimed with an atomic counter, so the caller and its
  * helpers share them dynamically: a slow task does not hold up the rest.
  *
  * The caller's compute_token travels with the job, and each helper binds it
@@ -108,8 +112,9 @@ static struct {
     pthread_cond_t slot_free;   /* free_slots went up */
     pthread_cond_t work;        /* a hand-off was queued, or stopping */
     pthread_cond_t done;        /* a helper finished its part of some job */
-    unsigned slots, free_slots;
-    unsigned waiting;           /* callers waiting for their first slot */
+    unsigned slots;
+    atomic_uint free_slots;
+    atomic_uint waiting;        /* callers waiting for their first slot */
     pthread_t *threads;
     unsigned thread_count;
     handoff *queue;             /* ring of `slots` entries */
@@ -122,6 +127,34 @@ static struct {
     .done = PTHREAD_COND_INITIALIZER,
     .slots = 1,
 };
+
+/* Takes up to `want` free slots; returns how many it took. */
+static unsigned take_slots(unsigned want)
+{
+    unsigned free_now = atomic_load(&pool.free_slots);
+    for (;;) {
+        unsigned take = want < free_now ? want : free_now;
+        if (take == 0 ||
+            atomic_compare_exchange_weak(&pool.free_slots, &free_now, free_now - take))
+            return take;
+    }
+}
+
+/* Gives back n slots, and wakes the callers waiting for one, if any
+ * (locked: the caller holds pool.lock).  A waiter counts itself before it
+ * looks for a free slot, and this adds the slots before it looks for
+ * waiters, so one of the two sees the other. */
+static void give_slots(unsigned n, int locked)
+{
+    atomic_fetch_add(&pool.free_slots, n);
+    if (locked) {
+        pthread_cond_broadcast(&pool.slot_free);
+    } else if (atomic_load(&pool.waiting) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.slot_free);
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
 
 static void run_tasks(compute_job *job, unsigned slot)
 {
@@ -154,8 +187,7 @@ static void *helper_main(void *arg)
         compute_bind(NULL);
 
         pthread_mutex_lock(&pool.lock);
-        pool.free_slots++;
-        pthread_cond_broadcast(&pool.slot_free);
+        give_slots(1, 1);
         if (--h.job->helpers == 0)
             pthread_cond_broadcast(&pool.done);
     }
@@ -176,7 +208,8 @@ int compute_init(unsigned threads)
         pool.queue = NULL;
         return -1;
     }
-    pool.slots = pool.free_slots = threads;
+    pool.slots = threads;
+    atomic_store(&pool.free_slots, threads);
     pool.head = pool.queued = 0;
     pool.stopping = 0;
     pool.thread_count = 0;
@@ -205,7 +238,8 @@ void compute_shutdown(void)
     pool.threads = NULL;
     pool.queue = NULL;
     pool.thread_count = 0;
-    pool.slots = pool.free_slots = 1;
+    pool.slots = 1;
+    atomic_store(&pool.free_slots, 1);
 }
 
 unsigned compute_threads(void)
@@ -310,21 +344,18 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     pthread_mutex_lock(&pool.lock);
     if (!held_slot) {
         /* The clock is read only when the caller has to wait. */
-        double waited_from = pool.free_slots == 0 ? compute_now() : 0;
-        pool.waiting++;
-        while (pool.free_slots == 0)
+        double waited_from = atomic_load(&pool.free_slots) == 0 ? compute_now() : 0;
+        atomic_fetch_add(&pool.waiting, 1);
+        while (take_slots(1) == 0)
             pthread_cond_wait(&pool.slot_free, &pool.lock);
-        pool.waiting--;
-        pool.free_slots--;
+        atomic_fetch_sub(&pool.waiting, 1);
         if (waited_from > 0)
             slot_wait += compute_now() - waited_from;
     }
     unsigned extra = max_slots > 1 ? max_slots - 1 : 0;
-    if (extra > pool.free_slots)
-        extra = pool.free_slots;
     if (extra > tasks - 1)
         extra = (unsigned)(tasks - 1);
-    pool.free_slots -= extra;
+    extra = take_slots(extra);
     job.helpers = extra;
     for (unsigned i = 0; i < extra; i++) {
         pool.queue[(pool.head + pool.queued) % pool.slots] = (handoff){&job, i + 1};
@@ -341,10 +372,8 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     pthread_mutex_lock(&pool.lock);
     while (job.helpers > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
-    if (!held_slot) {
-        pool.free_slots++;
-        pthread_cond_broadcast(&pool.slot_free);
-    }
+    if (!held_slot)
+        give_slots(1, 1);
     pthread_mutex_unlock(&pool.lock);
 }
 
@@ -356,12 +385,8 @@ int compute_slot_try_hold(void)
         held_slot = 1;
         return 0;
     }
-    pthread_mutex_lock(&pool.lock);
     /* Never ahead of a caller already waiting: it would wait on and on. */
-    int ok = pool.free_slots > 0 && pool.waiting == 0;
-    if (ok)
-        pool.free_slots--;
-    pthread_mutex_unlock(&pool.lock);
+    int ok = atomic_load(&pool.waiting) == 0 && take_slots(1) == 1;
     held_slot = ok;
     return ok ? 0 : -1;
 }
@@ -373,17 +398,14 @@ void compute_slot_release(void)
     held_slot = 0;
     if (!pool.running)
         return;
-    pthread_mutex_lock(&pool.lock);
-    pool.free_slots++;
-    pthread_cond_broadcast(&pool.slot_free);
-    pthread_mutex_unlock(&pool.lock);
+    give_slots(1, 0);
 }
 
 void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots)
 {
     pthread_mutex_lock(&pool.lock);
     *slots = pool.slots;
-    *busy = pool.slots - pool.free_slots;
-    *waiting = pool.waiting;
+    *busy = pool.slots - atomic_load(&pool.free_slots);
+    *waiting = atomic_load(&pool.waiting);
     pthread_mutex_unlock(&pool.lock);
 }

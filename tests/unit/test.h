@@ -137,6 +137,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_wide_heads)              \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
+    X(compute_pool_small_beside_large)      \
+    X(compute_pool_release_wakes_waiter)    \
     X(compute_pool_start_out_of_memory)     \
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \

@@ -3,13 +3,16 @@
  *
  * Several caller threads share a small pool at once: every task runs once,
  * slots stay below what each caller asked for, and no more threads compute
- * at the same moment than the pool has slots.  Starting the pool when
+ * at the same moment than the pool has slots; small requests holding a
+ * slot of their own beside them, and a slot given back by one, wake a
+ * caller that waits for it.  Starting the pool when
  * memory runs out fails cleanly, leaving nothing allocated and the pool
  * serial.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "core/compute.h"
 #include "core/mem.h"
@@ -124,6 +127,116 @@ void test_compute_pool_bounds_threads(void)
     ASSERT(atomic_load(&global_peak) >= 1);
     if (atomic_load(&global_peak) > SLOTS)
         FAIL_AT("%d threads computed at once with %d slots", atomic_load(&global_peak), SLOTS);
+}
+
+/* Small requests' threads (compute_slot_try_hold, their one task on that
+ * slot, compute_slot_release: no lock unless someone waits) beside large
+ * ones that wait for a first slot and lend the rest: every task runs, no
+ * more threads compute at once than there are slots, every slot comes back,
+ * and no waiter sleeps through a slot given back (the run ends in time). */
+static atomic_int mixed_tasks, mixed_done;
+
+static void mixed_task(void *arg, size_t task, unsigned slot)
+{
+    (void)task;
+    (void)slot;
+    atomic_fetch_add(&mixed_tasks, 1);
+    global_task(arg, task, slot);
+}
+
+static void *mixed_small(void *arg)
+{
+    atomic_int *held = arg;
+    for (int i = 0; i < 3000; i++)
+        if (compute_slot_try_hold() == 0) {
+            atomic_fetch_add(held, 1);
+            compute_parallel(1, 1, mixed_task, NULL);
+            compute_slot_release();
+        }
+    atomic_fetch_add(&mixed_done, 1);
+    return NULL;
+}
+
+static void *mixed_large(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 40; i++)
+        compute_parallel(8, 4, mixed_task, NULL);
+    atomic_fetch_add(&mixed_done, 1);
+    return NULL;
+}
+
+void test_compute_pool_small_beside_large(void)
+{
+    enum { SMALL = 3, LARGE = 3, SLOTS = 2 };
+    ASSERT_EQ(compute_init(SLOTS), 0);
+    atomic_init(&global_active, 0);
+    atomic_init(&global_peak, 0);
+    atomic_init(&mixed_tasks, 0);
+    atomic_init(&mixed_done, 0);
+    atomic_int held;
+    atomic_init(&held, 0);
+    pthread_t threads[SMALL + LARGE];
+    for (int c = 0; c < SMALL + LARGE; c++)
+        pthread_create(&threads[c], NULL, c < SMALL ? mixed_small : mixed_large, &held);
+    /* A lost wake-up leaves a caller asleep for good: give up after 60 s
+     * (the run takes well under one) rather than hang the suite. */
+    for (int waited = 0; atomic_load(&mixed_done) < SMALL + LARGE; waited++) {
+        if (waited == 6000)
+            FAIL_AT("%d of %d callers finished in 60 s: one waits for a slot that came back",
+                    atomic_load(&mixed_done), SMALL + LARGE);
+        struct timespec tick = {0, 10000000};
+        nanosleep(&tick, NULL);
+    }
+    for (int c = 0; c < SMALL + LARGE; c++)
+        pthread_join(threads[c], NULL);
+    unsigned busy, waiting, slots;
+    compute_slot_usage(&busy, &waiting, &slots);
+    compute_shutdown();
+    ASSERT_EQ(atomic_load(&mixed_tasks), atomic_load(&held) + LARGE * 40 * 8);
+    ASSERT(atomic_load(&held) > 0);
+    ASSERT(atomic_load(&global_peak) >= 1);
+    if (atomic_load(&global_peak) > SLOTS)
+        FAIL_AT("%d threads computed at once with %d slots", atomic_load(&global_peak), SLOTS);
+    ASSERT_EQ(busy, 0u);
+    ASSERT_EQ(waiting, 0u);
+    ASSERT_EQ(slots, (unsigned)SLOTS);
+}
+
+/* A caller waiting for the only slot is woken when a small request's
+ * thread gives that slot back, with no other release to wake it. */
+static void *waiting_caller(void *arg)
+{
+    compute_parallel(1, 1, mixed_task, NULL);
+    atomic_store((atomic_int *)arg, 1);
+    return NULL;
+}
+
+void test_compute_pool_release_wakes_waiter(void)
+{
+    ASSERT_EQ(compute_init(1), 0);
+    atomic_init(&mixed_tasks, 0);
+    ASSERT_EQ(compute_slot_try_hold(), 0);
+    atomic_int finished;
+    atomic_init(&finished, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, waiting_caller, &finished);
+    unsigned busy = 0, waiting = 0, slots = 0;
+    struct timespec tick = {0, 1000000};
+    for (int i = 0; i < 10000 && waiting == 0; i++) {
+        nanosleep(&tick, NULL);
+        compute_slot_usage(&busy, &waiting, &slots);
+    }
+    ASSERT_EQ(waiting, 1u);
+    ASSERT_EQ(atomic_load(&mixed_tasks), 0);
+    compute_slot_release();
+    for (int i = 0; i < 10000 && !atomic_load(&finished); i++)
+        nanosleep(&tick, NULL);
+    if (!atomic_load(&finished))
+        FAIL_AT("the waiting caller still sleeps 10 s after the slot came back");
+    pthread_join(t, NULL);
+    compute_shutdown();
+    ASSERT_EQ(atomic_load(&mixed_tasks), 1);
 }
 
 /* A task for the out-of-memory test: counts the tasks it ran. */
