@@ -8,8 +8,9 @@
  * slot is only ever taken by a compare-and-swap that finds it free
  * (take_slots), so that a small request's thread holds and gives back its
  * slot without the mutex: only a release that finds a caller waiting takes
- * it, to wake that caller.  Tasks are claimed with an atomic counter, so the caller and its
- * helpers share them dynamically: a slow task does not hold up the rest.
+ * it, to wake that caller.  Tasks are claimed with an atomic counter, so
+ * the caller and its helpers share them dynamically: a slow task does not
+ * hold up the rest.
  *
  * The caller's compute_token travels with the job, and each helper binds it
  * while it runs the job's tasks, so a request's deadline and stop flag hold
@@ -140,13 +141,13 @@ static unsigned take_slots(unsigned want)
     }
 }
 
-/* Gives back n slots, and wakes the callers waiting for one, if any
+/* Gives back one slot, and wakes the callers waiting for one, if any
  * (locked: the caller holds pool.lock).  A waiter counts itself before it
- * looks for a free slot, and this adds the slots before it looks for
+ * looks for a free slot, and this adds the slot before it looks for
  * waiters, so one of the two sees the other. */
-static void give_slots(unsigned n, int locked)
+static void give_slot(int locked)
 {
-    atomic_fetch_add(&pool.free_slots, n);
+    atomic_fetch_add(&pool.free_slots, 1);
     if (locked) {
         pthread_cond_broadcast(&pool.slot_free);
     } else if (atomic_load(&pool.waiting) > 0) {
@@ -187,7 +188,7 @@ static void *helper_main(void *arg)
         compute_bind(NULL);
 
         pthread_mutex_lock(&pool.lock);
-        give_slots(1, 1);
+        give_slot(1);
         if (--h.job->helpers == 0)
             pthread_cond_broadcast(&pool.done);
     }
@@ -373,7 +374,7 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     while (job.helpers > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     if (!held_slot)
-        give_slots(1, 1);
+        give_slot(1);
     pthread_mutex_unlock(&pool.lock);
 }
 
@@ -398,7 +399,7 @@ void compute_slot_release(void)
     held_slot = 0;
     if (!pool.running)
         return;
-    give_slots(1, 0);
+    give_slot(0);
 }
 
 void compute_slot_usage(unsigned *busy, unsigned *waiting, unsigned *slots)
