@@ -40,6 +40,11 @@ void store_fail_io_after(int n);
 struct attn_kernel_path;
 void attn_kernel_add_for_testing(const struct attn_kernel_path *path);
 
+/* attention_fused.c: the fused kernel takes sub-blocks of this many query
+ * rows (rounded up to whole register groups, at most ATTN_FUSED_FQ_MAX)
+ * whatever the cache; 0 goes back to the rows the cache gives. */
+void attn_fused_rows_for_testing(size_t rows);
+
 /* json_fast.c: arrays of at least n numbers (1: every one) are read fast
  * from now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
 void json_fast_set_min_numbers(size_t n);

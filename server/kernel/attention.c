@@ -73,6 +73,7 @@ typedef struct sdpa_plan {
     int fused;
     int scratch_block;          /* BLAS path: scores go to scratch, not to the attention result */
     size_t hdv_pad;             /* packed V row */
+    size_t fq;                  /* query rows per sub-block (attn_fused_block_rows) */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
     size_t packed;              /* numbers of the packed K and V of the job */
     /* The pack before the tasks (qblocks > 1) splits each head's keys into this many
@@ -121,7 +122,12 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         p->kt_size = tiles * ATTN_FUSED_BK * (job->dk / job->heads);
         p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
         p->packed = heads * p->pack_stride;
-        p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->hdv_pad);
+        /* A task's rows in whole register groups bound the sub-block (and its scratch). */
+        size_t task_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
+        p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);
+        if (p->fq > task_rows)
+            p->fq = task_rows;
+        p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->fq, p->hdv_pad);
         p->pack_pieces = heads >= p->slots ? 1 : (p->slots + heads - 1) / heads;
         if (p->pack_pieces > tiles)
             p->pack_pieces = tiles;

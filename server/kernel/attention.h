@@ -149,6 +149,15 @@ const char *attention_kernel_path(void);
  * returns how many. */
 size_t attention_kernel_available(const char **names, size_t max);
 
+/* The second-level cache the kernel sizes its blocks of query rows by, in
+ * bytes; *reported (may be NULL) is 1 when the CPU reported it, 0 when it is
+ * assumed. */
+size_t attention_kernel_l2_bytes(int *reported);
+
+/* The query rows per block the kernel takes for heads of head_dim numbers
+ * of `size` bytes (4 or 8) on this CPU. */
+size_t attention_kernel_block_rows(size_t head_dim, size_t size);
+
 /* Sets the threads OpenBLAS uses for one product. */
 void attention_blas_set_threads(int threads);
 

@@ -6,7 +6,8 @@
  * the operating system saves the wide registers).  The choice is made once,
  * at start-up, before any request is computed; the unit tests change it
  * between tests to run every path, and add one the server does not have
- * (tests/unit/kernel_avx512_on_avx2.c).
+ * (tests/unit/kernel_avx512_on_avx2.c).  Also the rows per sub-block, from
+ * the CPU's second-level cache.
  */
 #include "attention_fused.h"
 
@@ -15,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef ATTN_TESTING
 #include "core/test_hooks.h"
@@ -106,6 +108,53 @@ size_t attn_kernel_available(const attn_kernel_path **paths, size_t max)
     return n;
 }
 
+size_t attn_fused_rows_for_cache(size_t l2, size_t hdk, size_t hdv_pad, size_t size)
+{
+    size_t row = (hdk + hdv_pad) * size, fit = row > 0 ? l2 / 2 / row : ATTN_FUSED_FQ_MAX;
+    size_t rows = fit > ATTN_FUSED_BK ? (fit - ATTN_FUSED_BK) / ATTN_FUSED_MR * ATTN_FUSED_MR : 0;
+    return rows < ATTN_FUSED_FQ_MIN ? ATTN_FUSED_FQ_MIN
+                                    : rows > ATTN_FUSED_FQ_MAX ? ATTN_FUSED_FQ_MAX : rows;
+}
+
+/* The L2 in bytes shifted left by one, with 1 in bit 0 when the CPU
+ * reported it; 0 until asked. */
+static _Atomic size_t l2_known;
+
+size_t attn_fused_l2_bytes(int *reported)
+{
+    size_t known = atomic_load_explicit(&l2_known, memory_order_relaxed);
+    if (known == 0) {
+        /* Every thread that gets here computes the same answer. */
+        long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        known = bytes > 0 ? (size_t)bytes << 1 | 1 : (size_t)ATTN_FUSED_L2_ASSUMED << 1;
+        atomic_store_explicit(&l2_known, known, memory_order_relaxed);
+    }
+    if (reported != NULL)
+        *reported = known & 1;
+    return known >> 1;
+}
+
+#ifdef ATTN_TESTING
+static _Atomic size_t rows_forced;
+
+void attn_fused_rows_for_testing(size_t rows)
+{
+    atomic_store(&rows_forced, rows);
+}
+#endif
+
+size_t attn_fused_block_rows(size_t hdk, size_t hdv_pad, size_t size)
+{
+#ifdef ATTN_TESTING
+    size_t forced = atomic_load(&rows_forced);
+    if (forced != 0) {
+        forced = (forced + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
+        return forced < ATTN_FUSED_FQ_MAX ? forced : ATTN_FUSED_FQ_MAX;
+    }
+#endif
+    return attn_fused_rows_for_cache(attn_fused_l2_bytes(NULL), hdk, hdv_pad, size);
+}
+
 /* The module's public face (attention.h): names only. */
 int attention_kernel_select(const char *name, char *err, size_t errlen)
 {
@@ -124,4 +173,14 @@ size_t attention_kernel_available(const char **names, size_t max)
     for (size_t i = 0; i < n && i < max; i++)
         names[i] = paths[i]->name;
     return n < max ? n : max;
+}
+
+size_t attention_kernel_l2_bytes(int *reported)
+{
+    return attn_fused_l2_bytes(reported);
+}
+
+size_t attention_kernel_block_rows(size_t head_dim, size_t size)
+{
+    return attn_fused_block_rows(head_dim, attn_fused_vpad(head_dim, size), size);
 }

@@ -34,18 +34,35 @@
 
 #include <stddef.h>
 
-/* Keys per tile, query rows per register group, query rows per block whose
- * output is accumulated in scratch, and the alignment of a packed V row.
- * A tile's softmax bookkeeping (the rows' maxima, the rescaling of their
- * output, the accumulators' loads and stores) is paid once per tile, so
- * wider tiles pay it less often; but a request's keys are padded to whole
- * tiles, and a tile's K and V (32 KiB at head dim 64 in float) are read
- * again by each row group of the block, from L1 or L2.  The choice of 64 is
- * measured in docs/performance.md ("Against ONNX Runtime"). */
+/* Keys per tile, query rows per register group, and the alignment of a
+ * packed V row.  A tile's softmax bookkeeping (the rows' maxima, the
+ * rescaling of their output, the accumulators' loads and stores) is paid
+ * once per tile, so wider tiles pay it less often; but a request's keys are
+ * padded to whole tiles, and a tile's K and V (32 KiB at head dim 64 in
+ * float) are read again by each row group of the block, from L1 or L2.  The
+ * choice of 64 is measured in docs/performance.md ("Against ONNX Runtime").
+ * These three fix the packed layout and the register tiles, so they are
+ * constants; the rows per sub-block below follow the CPU's caches. */
 #define ATTN_FUSED_BK 64
 #define ATTN_FUSED_MR 6
-#define ATTN_FUSED_FQ 48
 #define ATTN_FUSED_VPAD_BYTES 64
+
+/* The bounds of the query rows per sub-block, the rows whose output
+ * accumulates in scratch while every key tile passes over them: K and V
+ * stream in from beyond the second-level cache once per sub-block, so more
+ * rows mean less of that traffic, as long as the rows' q and output stay in
+ * L2 beside the tile (attn_fused_rows_for_cache says how many do).  A
+ * multiple of ATTN_FUSED_MR each; the kernel keeps one vector of sums per
+ * row on its stack, so the largest is bounded. */
+#define ATTN_FUSED_FQ_MIN 48
+#define ATTN_FUSED_FQ_MAX 384
+_Static_assert(ATTN_FUSED_FQ_MIN % ATTN_FUSED_MR == 0 && ATTN_FUSED_FQ_MAX % ATTN_FUSED_MR == 0,
+               "sub-blocks of whole register groups");
+
+/* The second-level cache assumed when the CPU reports none (bytes): that
+ * of Intel's cores from Haswell to Skylake, the smallest of the CPUs with
+ * AVX2, so that a guess errs toward sub-blocks that fit. */
+#define ATTN_FUSED_L2_ASSUMED (256 * 1024)
 
 /* How far, in powers of two, a row's weights may rise above 1 before the
  * output-only softmax moves the row's running maximum (softmax_group): a
@@ -63,8 +80,9 @@
 /* Keys between two asks whether the request was stopped (compute_stopped: a
  * clock read when it has a deadline): the BLAS path's key block.  Asked at
  * every tile, the clock reads were a visible share of a server's time; 256
- * keys of 48 rows are some 3 MFLOP, tens of microseconds, so a stop is
- * still seen at once. */
+ * keys of a sub-block of at most ATTN_FUSED_FQ_MAX rows are at most some
+ * 25 MFLOP at head dim 64, a fraction of a millisecond, so a stop is still
+ * seen at once. */
 #define ATTN_FUSED_STOP_KEYS 256
 _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile starts");
 
@@ -94,7 +112,8 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
         REAL *out;                  /* row i0 of this head's output; rows ldo apart */             \
         size_t ldo;                                                                                \
         REAL *run_max, *run_sum;    /* nq each */                                                  \
-        REAL *obuf;                 /* ATTN_FUSED_FQ x hdv_pad scratch */                          \
+        size_t fq;                  /* rows per sub-block: a multiple of MR, <= FQ_MAX */          \
+        REAL *obuf;                 /* fq x hdv_pad scratch */                                     \
         REAL *sbuf;                 /* ATTN_FUSED_MR x ATTN_FUSED_BK scratch */                    \
     } attn_fused_##SFX;
 
@@ -106,7 +125,25 @@ ATTN_FUSED_ARGS(float, f)
 #define ATTN_FUSED_ROW_OVERFLOW 2
 
 /* Scratch numbers one call needs in obuf and sbuf together. */
-#define ATTN_FUSED_SCRATCH(hdv_pad) (ATTN_FUSED_FQ * (hdv_pad) + ATTN_FUSED_MR * ATTN_FUSED_BK)
+#define ATTN_FUSED_SCRATCH(fq, hdv_pad) ((fq) * (hdv_pad) + ATTN_FUSED_MR * ATTN_FUSED_BK)
+
+/* Query rows per sub-block for a second-level cache of l2 bytes, heads of
+ * hdk (q, k) and hdv_pad (packed v) numbers of `size` bytes: as many rows as
+ * fit, with their q and output, in half of L2 beside one key tile's K and V
+ * (the other half left to the tiles streaming through and to the rest of
+ * the process), in whole register groups, within [ATTN_FUSED_FQ_MIN,
+ * ATTN_FUSED_FQ_MAX].  The one rule; attn_fused_block_rows applies it to
+ * this CPU. */
+size_t attn_fused_rows_for_cache(size_t l2, size_t hdk, size_t hdv_pad, size_t size);
+
+/* This CPU's second-level cache in bytes, as glibc reads it from cpuid;
+ * ATTN_FUSED_L2_ASSUMED where it reports none (*reported 0 then, else 1;
+ * reported may be NULL). */
+size_t attn_fused_l2_bytes(int *reported);
+
+/* attn_fused_rows_for_cache on this CPU's L2 (or the rows the unit tests
+ * force: attn_fused_rows_for_testing). */
+size_t attn_fused_block_rows(size_t hdk, size_t hdv_pad, size_t size);
 
 /* hdv rounded up to whole packed rows for numbers of `size` bytes. */
 static inline size_t attn_fused_vpad(size_t hdv, size_t size)

@@ -73,9 +73,15 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
     json_t *available = json_array();
     for (size_t i = 0; i < path_count; i++)
         json_array_append_new(available, json_string(paths[i]));
+    int l2_reported;
+    size_t l2 = attention_kernel_l2_bytes(&l2_reported);
+    json_t *block_rows = json_pack("{s:I, s:I}", "float32",
+                                   (json_int_t)attention_kernel_block_rows(64, sizeof(float)),
+                                   "float64",
+                                   (json_int_t)attention_kernel_block_rows(64, sizeof(double)));
     json_t *info = json_pack(
         "{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:i}, s:{s:i, s:i}, "
-        "s:{s:s, s:o}, s:[s, s], "
+        "s:{s:s, s:o, s:I, s:s, s:o}, s:[s, s], "
         "s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I}}",
         "name", "attention-server", "version", ATTN_VERSION, "contract", "v1",
         "build", "commit", ATTN_BUILD_COMMIT, "date", ATTN_BUILD_DATE, "compiler", __VERSION__,
@@ -83,6 +89,8 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
         "core_chosen_by", blas_setup_chosen_by(), "threads", threads,
         "compute", "threads", (int)compute_threads(), "available_cpus", (int)compute_available_cpus(),
         "kernel", "path", attention_kernel_path(), "available", available,
+        "l2_cache_bytes", (json_int_t)l2, "l2_cache_source", l2_reported ? "cpu" : "assumed",
+        "block_rows_head_dim_64", block_rows,
         "dtypes", "float64", "float32",
         "limits", "max_body_bytes", (json_int_t)cfg->max_body,
         "max_elements", (json_int_t)cfg->max_elements,

@@ -324,6 +324,12 @@ int main(int argc, char **argv)
            "%d compute thread%s as the server starts them\n", attention_kernel_path(),
            blas_config, blas_core, blas_threads, blas_threads == 1 ? "" : "s", threads,
            threads == 1 ? "" : "s");
+    int l2_reported;
+    size_t l2 = attention_kernel_l2_bytes(&l2_reported);
+    printf("fused kernel: L2 %zu KiB (%s), so %zu query rows per sub-block at head dim 64 in "
+           "float32, %zu in float64\n", l2 / 1024, l2_reported ? "as the CPU reports" : "assumed",
+           attention_kernel_block_rows(64, sizeof(float)),
+           attention_kernel_block_rows(64, sizeof(double)));
     printf("%-18s %5s %10s %9s %7s\n", "case", "runs", "median ms", "GFLOP/s", "% peak");
 
     int failures = 0;

@@ -6,6 +6,7 @@
  * answers are cases/protocol.json.
  */
 #include <strings.h>
+#include <unistd.h>
 
 #include "itest.h"
 
@@ -74,6 +75,19 @@ static void check_info(enum server_id id)
     expect_json_integer(&t, limits, "limits", "max_body_bytes", g_expected_max_body[id]);
     expect_json_integer(&t, limits, "limits", "max_elements", g_expected_max_elements[id]);
     expect_true(&t, has64 && has32, "dtypes does not list both float64 and float32");
+    /* The kernel's blocks follow this CPU's L2 as glibc reports it (256 KiB assumed without). */
+    const json_t *kernel = json_object_get(body, "kernel");
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    expect_json_integer(&t, kernel, "kernel", "l2_cache_bytes", l2 > 0 ? l2 : 256 * 1024);
+    const char *source = json_string_value(json_object_get(kernel, "l2_cache_source"));
+    expect_true(&t, source != NULL && strcmp(source, l2 > 0 ? "cpu" : "assumed") == 0,
+                "kernel.l2_cache_source does not say where the L2 size came from");
+    const json_t *rows = json_object_get(kernel, "block_rows_head_dim_64");
+    for (int p = 0; p < 2; p++) {
+        json_int_t n = json_integer_value(json_object_get(rows, p ? "float64" : "float32"));
+        expect_true(&t, n >= 48 && n <= 384 && n % 6 == 0,
+                    "kernel.block_rows_head_dim_64 is not whole groups of 6 rows in [48, 384]");
+    }
 done:
     json_decref(body);
     client_response_free(&r);

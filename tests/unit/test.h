@@ -135,6 +135,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_overflow_reported)       \
     X(kernel_paths_float_output_not_finite) \
     X(kernel_paths_wide_heads)              \
+    X(kernel_paths_block_rows)              \
+    X(kernel_block_rows_rule)               \
     X(compute_pool_runs_each_task_once)     \
     X(compute_pool_bounds_threads)          \
     X(compute_pool_small_beside_large)      \

@@ -15,11 +15,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <unistd.h>
+
 #include <valgrind/valgrind.h>
 
 #include "kernel/attention.h"
 #include "kernel/attention_fused.h"
 #include "core/compute.h"
+#include "core/test_hooks.h"
 #include "ref/reference.h"
 #include "test.h"
 
@@ -266,6 +269,68 @@ void test_kernel_paths_on_pool(void)
             FAIL_AT("a kernel path disagrees with the reference on the pool (see above)");
         }
     compute_shutdown();
+}
+
+/* Sub-blocks of one register group, of the fewest and of the most rows the
+ * cache may give, and of a count the tasks' rows do not divide
+ * (attn_fused_rows_for_testing), whatever this CPU's cache gives: tasks of
+ * several sub-blocks shared out unevenly, a last one shorter, causal limits
+ * and fully masked rows inside them, float64 and float32 on every path. */
+void test_kernel_paths_block_rows(void)
+{
+    const size_t rows[] = {ATTN_FUSED_MR, ATTN_FUSED_FQ_MIN, 100, ATTN_FUSED_FQ_MAX};
+    paths_case cases[] = {
+        {1, 2, 800, 300, 64, 0, 1, 5},
+        {1, 1, 700, 400, 32, 1, 0, 5},
+        {2, 1, 400, 130, 100, 1, 1, 12},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        attn_fused_rows_for_testing(rows[r]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (run_case(&cases[i]) != 0) {
+                attn_fused_rows_for_testing(0);
+                FAIL_AT("sub-blocks of %zu rows disagree with the reference (see above)",
+                        rows[r]);
+            }
+    }
+    attn_fused_rows_for_testing(0);
+}
+
+/* The rule that sizes the sub-blocks by the second-level cache
+ * (attn_fused_rows_for_cache), on worked cases and over a range of caches and
+ * heads: whole register groups within the bounds, never fewer for a larger
+ * cache; and this CPU's cache as glibc reports it. */
+void test_kernel_block_rows_rule(void)
+{
+    /* 1 MiB, float, heads of 64: 512 KiB / 512 B a row - 64 for the tile = 960, capped */
+    ASSERT_EQ(attn_fused_rows_for_cache(1 << 20, 64, 64, 4), ATTN_FUSED_FQ_MAX);
+    /* 1 MiB, double, heads of 128: 512 KiB / 2 KiB - 64 = 192 */
+    ASSERT_EQ(attn_fused_rows_for_cache(1 << 20, 128, 128, 8), 192);
+    /* 256 KiB, double, heads of 64: 128 - 64 = 64, down to whole groups: 60 */
+    ASSERT_EQ(attn_fused_rows_for_cache(256 << 10, 64, 64, 8), 60);
+    /* 2 MiB, double, heads of 256: 1 MiB / 4 KiB - 64 = 192 */
+    ASSERT_EQ(attn_fused_rows_for_cache(2 << 20, 256, 256, 8), 192);
+    /* too small a cache for the tile alone: the floor */
+    ASSERT_EQ(attn_fused_rows_for_cache(32 << 10, 256, 256, 8), ATTN_FUSED_FQ_MIN);
+    ASSERT_EQ(attn_fused_rows_for_cache(0, 64, 64, 4), ATTN_FUSED_FQ_MIN);
+    const size_t dims[] = {1, 8, 64, 100, 128, 256};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (size_t size = 4; size <= 8; size += 4) {
+            size_t pad = attn_fused_vpad(dims[d], size), last = 0;
+            for (size_t l2 = 0; l2 <= (8u << 20); l2 += 24 << 10) {
+                size_t r = attn_fused_rows_for_cache(l2, dims[d], pad, size);
+                ASSERT_EQ(r % ATTN_FUSED_MR, 0);
+                ASSERT(r >= ATTN_FUSED_FQ_MIN && r <= ATTN_FUSED_FQ_MAX);
+                ASSERT(r >= last);
+                last = r;
+            }
+        }
+    int reported = -1;
+    size_t l2 = attn_fused_l2_bytes(&reported);
+    long cpu = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    ASSERT_EQ(reported, cpu > 0);
+    ASSERT_EQ(l2, cpu > 0 ? (size_t)cpu : (size_t)ATTN_FUSED_L2_ASSUMED);
+    ASSERT_EQ(attn_fused_block_rows(64, 64, 4), attn_fused_rows_for_cache(l2, 64, 64, 4));
 }
 
 /* Heads wider than ATTN_FUSED_MAX_DIM take the BLAS path even without the
