@@ -60,8 +60,8 @@ _Static_assert(ATTN_FUSED_FQ_MIN % ATTN_FUSED_MR == 0 && ATTN_FUSED_FQ_MAX % ATT
                "sub-blocks of whole register groups");
 
 /* The second-level cache assumed when the CPU reports none (bytes): that
- * of Intel's cores from Haswell to Skylake, the smallest of the CPUs with
- * AVX2, so that a guess errs toward sub-blocks that fit. */
+ * of Intel's cores from Haswell to Skylake, the smallest of the common
+ * x86-64 cores with AVX2, so that a guess errs toward sub-blocks that fit. */
 #define ATTN_FUSED_L2_ASSUMED (256 * 1024)
 
 /* How far, in powers of two, a row's weights may rise above 1 before the
