@@ -8,8 +8,10 @@
  * 1000) and head dims (1, 8, 64, 100, 128, 256), several heads and batch
  * entries, lq != lk, masks with fully masked rows, causal, logits large
  * enough that the running maximum climbs tile after tile, float32 (1e-5
- * relative) and float64 (1e-12 relative).  The polynomial exponential of
- * each path is held to exp and expf over the whole range it is used on.
+ * relative) and float64 (1e-12 relative), sub-blocks of 6 to 384 query
+ * rows whatever the cache gives.  The polynomial exponential of each path is
+ * held to exp and expf over the whole range it is used on, and the rule that
+ * sizes the sub-blocks by the L2 to worked cases.
  */
 #include <float.h>
 #include <stdint.h>
