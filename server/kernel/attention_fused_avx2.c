@@ -6,7 +6,8 @@
 #define VBYTES 32
 #define PATH avx2
 #define PATH_NAME "avx2"
-#define SV 2
+#define SV_D 2
+#define SV_F 2
 #define OV 2
 #define PATH_TARGET "avx2,fma"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))

@@ -6,7 +6,8 @@
 #define VBYTES 16
 #define PATH portable
 #define PATH_NAME "portable"
-#define SV 2
+#define SV_D 2
+#define SV_F 2
 #define OV 2
 #define PATH_SUPPORTED (1)
 #include "attention_fused_path.inc"
