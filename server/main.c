@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 {
     server_config cfg;
     char errbuf[512];
-    blas_setup_select(argv); /* may run the server again: before anything else happens */
+    blas_setup_select(argv, 0); /* may run the server again: before anything else happens */
     int rc = config_load(&cfg, argc, argv, environ, stdout, errbuf, sizeof errbuf);
     if (rc == CONFIG_EXIT_HELP)
         return 0;

@@ -1,9 +1,10 @@
 /*
- * blas_setup.c - OpenBLAS's core chosen from cpuid before the server computes
- * anything (see blas_setup.h for why a second exec is the only way).
+ * blas_setup.c - OpenBLAS's core chosen from cpuid (and, for a benchmark, its
+ * own threads declined) before the program computes anything (see
+ * blas_setup.h for why a second exec is the only way).
  *
- * The loop guard is the variable itself: the exec'd process finds
- * OPENBLAS_CORETYPE set and never execs again.  BLAS_SETUP_MARK tells that
+ * The loop guard is the variables themselves: the exec'd process finds
+ * OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS) set and never execs again.  BLAS_SETUP_MARK tells that
  * process that the value was ours, not the operator's, for the description in
  * the start-up log and /v1/info; it is removed at once so that nothing the
  * server starts inherits it.
@@ -21,6 +22,7 @@
 #define BLAS_SETUP_MARK "ATTN_BLAS_CORETYPE_AUTO"
 #define BLAS_SETUP_WIDE_CORE "SkylakeX"
 #define OPENBLAS_CORETYPE_VAR "OPENBLAS_CORETYPE"
+#define OPENBLAS_THREADS_VAR "OPENBLAS_NUM_THREADS"
 
 /* How the core was chosen, for blas_setup_chosen_by. */
 static const char *chosen_by = "as OpenBLAS detected it";
@@ -51,28 +53,36 @@ static void current_core(char *core, size_t len)
     attention_blas_describe(config, sizeof config, core, len, &threads);
 }
 
-void blas_setup_select(char **argv)
+void blas_setup_select(char **argv, int one_thread)
 {
+    int set_core = 0, set_threads = one_thread && getenv(OPENBLAS_THREADS_VAR) == NULL;
     if (getenv(OPENBLAS_CORETYPE_VAR) != NULL) {
         chosen_by = getenv(BLAS_SETUP_MARK) != NULL
                         ? "OPENBLAS_CORETYPE set at start-up: the CPU has AVX-512"
                         : "OPENBLAS_CORETYPE set by the operator";
         unsetenv(BLAS_SETUP_MARK);
-        return;
+    } else {
+        char core[64];
+        current_core(core, sizeof core);
+        set_core = cpu_has_avx512() && !is_avx512_core(core);
     }
-    char core[64];
-    current_core(core, sizeof core);
-    if (!cpu_has_avx512() || is_avx512_core(core))
+    if (!set_core && !set_threads)
         return;
-    if (setenv(OPENBLAS_CORETYPE_VAR, BLAS_SETUP_WIDE_CORE, 1) != 0 ||
-        setenv(BLAS_SETUP_MARK, "1", 1) != 0)
-        return;
+    if ((set_core && (setenv(OPENBLAS_CORETYPE_VAR, BLAS_SETUP_WIDE_CORE, 1) != 0 ||
+                      setenv(BLAS_SETUP_MARK, "1", 1) != 0)) ||
+        (set_threads && setenv(OPENBLAS_THREADS_VAR, "1", 1) != 0))
+        goto undo;
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    /* Still here: the exec failed; go on with the kernels this process has. */
-    perror("attention: cannot run again with OPENBLAS_CORETYPE=" BLAS_SETUP_WIDE_CORE);
-    unsetenv(OPENBLAS_CORETYPE_VAR);
-    unsetenv(BLAS_SETUP_MARK);
+    /* Still here: the exec failed; go on with the kernels and threads this process has. */
+    perror("attention: cannot run again with OpenBLAS's settings");
+undo:
+    if (set_core) {
+        unsetenv(OPENBLAS_CORETYPE_VAR);
+        unsetenv(BLAS_SETUP_MARK);
+    }
+    if (set_threads)
+        unsetenv(OPENBLAS_THREADS_VAR);
 }
 
 const char *blas_setup_chosen_by(void)

@@ -253,7 +253,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    blas_setup_select(argv); /* OpenBLAS's widest kernels, as the server runs them */
+    blas_setup_select(argv, 1); /* OpenBLAS as the server runs it: widest kernels, no workers */
     mem_tune_allocator();    /* and the allocator set as the server sets it */
     const char *out_dir = "build/bench/results";
     rep_policy policy = {5, 1.5};
