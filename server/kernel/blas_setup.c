@@ -4,10 +4,10 @@
  * blas_setup.h for why a second exec is the only way).
  *
  * The loop guard is the variables themselves: the exec'd process finds
- * OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS) set and never execs again.  BLAS_SETUP_MARK tells that
- * process that the value was ours, not the operator's, for the description in
- * the start-up log and /v1/info; it is removed at once so that nothing the
- * server starts inherits it.
+ * OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS) set and never execs again.
+ * BLAS_SETUP_MARK tells that process that the core was ours, not the
+ * operator's, for the description in the start-up log and /v1/info; it is
+ * removed at once so that nothing the server starts inherits it.
  */
 #include "blas_setup.h"
 
