@@ -20,9 +20,12 @@
  * itself (attn_kernel_path.pack_*, called from attention_kernels.inc) in
  * panels the micro-kernels read in order:
  *   kt: ATTN_FUSED_BK x hdk numbers per tile of ATTN_FUSED_BK keys (K
- *       transposed, by panels of keys), keys past lk zero;
+ *       transposed, by panels of keys), keys past lk zero to a whole
+ *       panel, the rest of the last tile not written (the kernel scores
+ *       only the panels a short tile has);
  *   vp: ATTN_FUSED_BK x hdv_pad numbers per tile (hdv rounded up to
- *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding zero.
+ *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding columns
+ *       zero, no rows past lk (P.V reads none).
  *
  * Paths: "avx512" (AVX-512F), "avx2" (AVX2 + FMA) and "portable" (baseline
  * x86-64, SSE2).  One source (attention_fused_impl.inc) is compiled once per
@@ -182,8 +185,8 @@ typedef struct attn_kernel_path {
     /* The reductions of the weights (attention_reduce.c, attention_reduce_vec.inc) on this
      * path's vectors.  reduce_scores: s (rows lds apart) = scale * q . k for nq query rows q
      * (ldq apart) against the keys [k0, k0 + nk) of kt, K packed by pack_* (vp NULL packs K
-     * alone), k0 a multiple of ATTN_FUSED_BK; writes nk rounded up to ATTN_FUSED_BK scores a
-     * row (keys past lk score 0), which lds must hold. */
+     * alone) into kt zeroed first, k0 a multiple of ATTN_FUSED_BK; writes nk rounded up to
+     * ATTN_FUSED_BK scores a row (keys past lk score 0), which lds must hold. */
     void (*reduce_scores_d)(const double *q, size_t ldq, size_t nq, const double *kt,
                             size_t hdk, size_t k0, size_t nk, double scale, double *s,
                             size_t lds);

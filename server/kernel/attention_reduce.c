@@ -192,7 +192,8 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     c.stride = slot_bytes(job, r);
     unsigned threads = compute_threads() > 0 ? compute_threads() : 1;
     c.scratch = mem_malloc((size_t)threads * c.stride);
-    c.kt = mem_malloc(bh * c.kt_stride * (f32 ? sizeof(float) : sizeof(double)));
+    /* Zeroed: the score tiles read whole tiles of K, and the pack pads only whole panels. */
+    c.kt = mem_calloc(bh * c.kt_stride, f32 ? sizeof(float) : sizeof(double));
     if (c.scratch == NULL || c.kt == NULL)
         goto done;
     compute_parallel(bh, bh < threads ? (unsigned)bh : threads, f32 ? pack_task_f : pack_task_d,

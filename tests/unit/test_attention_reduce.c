@@ -392,12 +392,16 @@ void test_attention_reduce_score_tiles(void)
 {
     const attn_kernel_path *paths[4];
     size_t npaths = attn_kernel_available(paths, 4);
-    enum { LDS = 160, ROWS = 70, LK = 100, DMAX = 100, LD = DMAX + 3 };
-    const size_t dims[] = {1, 3, 8, 64, 100}, nqs[] = {1, 5, 6, 7, 13, 64}, nks[] = {1, 31, 32, 33, 68};
+    enum { LDS = 2 * ATTN_FUSED_BK + 32, ROWS = 70, LK = ATTN_FUSED_BK * 3 / 2 + 4, DMAX = 100,
+           LD = DMAX + 3 };
+    const size_t dims[] = {1, 3, 8, 64, 100}, nqs[] = {1, 5, 6, 7, 13, 64},
+                 nks[] = {1, 31, 32, 33, ATTN_FUSED_BK + 4};
     double *q = malloc(ROWS * LD * sizeof *q), *k = malloc(LK * LD * sizeof *k);
     float *qf = malloc(ROWS * LD * sizeof *qf), *kf = malloc(LK * LD * sizeof *kf);
-    double *kt = malloc(128 * DMAX * sizeof *kt), *s = malloc((ROWS + 1) * LDS * sizeof *s);
-    float *ktf = malloc(128 * DMAX * sizeof *ktf), *sf = malloc((ROWS + 1) * LDS * sizeof *sf);
+    double *kt = malloc(2 * ATTN_FUSED_BK * DMAX * sizeof *kt);
+    float *ktf = malloc(2 * ATTN_FUSED_BK * DMAX * sizeof *ktf);
+    double *s = malloc((ROWS + 1) * LDS * sizeof *s);
+    float *sf = malloc((ROWS + 1) * LDS * sizeof *sf);
     for (size_t i = 0; i < ROWS * LD; i++)
         q[i] = qf[i] = (float)test_uniform(&reduce_rng);
     for (size_t i = 0; i < LK * LD; i++)
@@ -405,6 +409,9 @@ void test_attention_reduce_score_tiles(void)
     for (size_t p = 0; p < npaths; p++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
             size_t d = dims[di];
+            /* zeroed first, as attention_reduce.c's K: the pack pads whole panels only */
+            memset(kt, 0, 2 * ATTN_FUSED_BK * DMAX * sizeof *kt);
+            memset(ktf, 0, 2 * ATTN_FUSED_BK * DMAX * sizeof *ktf);
             paths[p]->pack_d(k, LD, NULL, 0, LK, d, 0, 0, kt, NULL);
             paths[p]->pack_f(kf, LD, NULL, 0, LK, d, 0, 0, ktf, NULL);
             for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
