@@ -178,7 +178,8 @@ typedef struct attn_kernel_path {
      * takes exp2 below, on the same polynomial). */
     void (*exp_d)(double *x, size_t n);
     void (*exp_f)(float *x, size_t n);
-    /* x[i] = 2^x[i] by the softmax's polynomial, for x[i] <= 0 (or -Inf), 0
+    /* x[i] = 2^x[i] as the softmax takes it (a polynomial; in double on
+     * AVX-512, a table of 16 and a shorter one), for x[i] <= 0 (or -Inf), 0
      * below 2^-1022 (double) and 2^-126 (float); for the tests, as exp_*. */
     void (*exp2_d)(double *x, size_t n);
     void (*exp2_f)(float *x, size_t n);

@@ -25,6 +25,14 @@ coefficients times ln(2)^k rounded to double, Horner by FMAs (each step one
 rounding).  Degree 11 comes to about 0.6 units against 1.5 for the Taylor
 polynomial of degree 12 it replaced; degree 10 to about 3.
 
+float64 on AVX-512 (EXP2_T16_POLY, EXP2_T16_TABLE): there 2^x is taken as
+2^floor(m) 2^frac(m) 2^r with m = x rounded to sixteenths and |r| <= 1/32:
+2^frac(m) from a table of the 16 values 2^(j/16) (two registers, one
+vpermt2pd), 2^r by a polynomial fitted to 2^r itself (the same Chebyshev
+construction, on [-1/32, 1/32]).  Degree 6 comes to about 1.2 units with the
+product by the table entry (degree 5 to about 42): six FMAs and a product
+where the polynomial on [-1/2, 1/2] takes eleven.
+
 tests/unit/test_kernel_paths.c holds every path to 4 units in both precisions.
 
 Usage: /usr/bin/python3 server/kernel/gen_exp_poly.py
@@ -35,6 +43,7 @@ import numpy as np
 
 DEGREE = 5
 DEGREE64 = 11
+DEGREE64_T16 = 6
 HALF_LN2 = np.log(2) / 2
 
 
@@ -90,6 +99,38 @@ def float64_error(c, n=20001):
     return float(worst) / np.finfo(np.float64).eps
 
 
+def fit64_t16(degree):
+    """c0..c_degree of 2^r = 1 + r q(r) on [-1/32, 1/32], q the Chebyshev interpolant of
+    (2^r - 1) / r."""
+    mp.mp.dps = 40
+    h = mp.mpf(1) / 32
+    q = mp.chebyfit(lambda r: mp.expm1(r * mp.log(2)) / r if r else mp.log(2), [-h, h], degree)
+    return [1.0] + [float(x) for x in reversed(q)]
+
+
+def table_t16():
+    """2^(j/16) for j = 0..15, each rounded to double."""
+    mp.mp.dps = 40
+    return [float(mp.power(2, mp.mpf(j) / 16)) for j in range(16)]
+
+
+def float64_t16_error(c, table, n=2001):
+    """Largest relative error of 2^(j/16 + r) as the AVX-512 kernel forms it (Horner by
+    FMAs, then one product by the table entry), in units of DBL_EPSILON."""
+    mp.mp.dps = 40
+    h = mp.mpf(1) / 32
+    worst = mp.mpf(0)
+    for i in range(n):
+        r = float(-h + 2 * h * mp.mpf(i) / (n - 1))
+        p = c[-1]
+        for ck in c[-2::-1]:
+            p = float(mp.mpf(p) * r + ck)
+        for j, t in enumerate(table):
+            exact = mp.power(2, mp.mpf(j) / 16 + r)
+            worst = max(worst, abs((float(mp.mpf(p) * t) - exact) / exact))
+    return float(worst) / np.finfo(np.float64).eps
+
+
 def main():
     c = fit(DEGREE).astype(np.float32)
     print("/* degree %d, float32 error %.2f units in the last place */" % (DEGREE, float32_error(c)))
@@ -97,6 +138,11 @@ def main():
     c64 = fit64(DEGREE64)
     print("/* degree %d, float64 error %.2f units in the last place */" % (DEGREE64, float64_error(c64)))
     print("#define EXP_POLY " + ", ".join(repr(v) for v in c64))
+    c16, t16 = fit64_t16(DEGREE64_T16), table_t16()
+    print("/* AVX-512: degree %d and a table of 16, float64 error %.2f units in the last place */"
+          % (DEGREE64_T16, float64_t16_error(c16, t16)))
+    print("#define EXP2_T16_POLY " + ", ".join(repr(v) for v in c16))
+    print("#define EXP2_T16_TABLE " + ", ".join(v.hex() for v in t16))
 
 
 if __name__ == "__main__":
