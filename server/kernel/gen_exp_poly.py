@@ -29,7 +29,7 @@ float64 on AVX-512 (EXP2_T16_POLY, EXP2_T16_TABLE): there 2^x is taken as
 2^floor(m) 2^frac(m) 2^r with m = x rounded to sixteenths and |r| <= 1/32:
 2^frac(m) from a table of the 16 values 2^(j/16) (two registers, one
 vpermt2pd), 2^r by a polynomial fitted to 2^r itself (the same Chebyshev
-construction, on [-1/32, 1/32]).  Degree 6 comes to about 1.2 units with the
+construction, on [-1/32, 1/32]).  Degree 6 comes to about 1.3 units with the
 product by the table entry (degree 5 to about 42): six FMAs and a product
 where the polynomial on [-1/2, 1/2] takes eleven.
 
