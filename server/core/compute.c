@@ -100,8 +100,25 @@ typedef struct compute_job {
     size_t tasks;
     atomic_size_t next;         /* next task to claim */
     compute_token *token;       /* the caller's, bound by each helper */
-    unsigned helpers;           /* helpers still working on it (under the lock) */
+    atomic_uint helpers;        /* helpers still working on it; lowered under the lock, as
+                                 * the helper's last touch of the job */
 } compute_job;
+
+/* How long a caller that has run out of tasks spins (reading job.helpers)
+ * before it sleeps on pool.done, in seconds.  Its helpers are usually close
+ * behind it, and waking a thread that sleeps takes longer than such a gap,
+ * most of all on a VM's idle vCPU; every compute_parallel with helpers ends
+ * in this join (a fused request's two: the pack, then the tasks).  Bounded,
+ * so that a helper far behind leaves the caller's core to other threads. */
+#define COMPUTE_JOIN_SPIN_S 200e-6
+
+/* One step of a spin: tells the core that this is a wait loop. */
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 typedef struct handoff {
     compute_job *job;
@@ -189,7 +206,7 @@ static void *helper_main(void *arg)
 
         pthread_mutex_lock(&pool.lock);
         give_slot(1);
-        if (--h.job->helpers == 0)
+        if (atomic_fetch_sub(&h.job->helpers, 1) == 1)
             pthread_cond_broadcast(&pool.done);
     }
     pthread_mutex_unlock(&pool.lock);
@@ -335,6 +352,7 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
         return;
     compute_job job = {.fn = fn, .ctx = ctx, .tasks = tasks, .token = bound_token};
     atomic_init(&job.next, 0);
+    atomic_init(&job.helpers, 0);
     /* A caller that holds its slot already and can lend none needs nothing
      * of the pool: a small request's products run here without its lock,
      * which every thread that computes would otherwise take twice a call. */
@@ -357,7 +375,7 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
     if (extra > tasks - 1)
         extra = (unsigned)(tasks - 1);
     extra = take_slots(extra);
-    job.helpers = extra;
+    atomic_store(&job.helpers, extra);
     for (unsigned i = 0; i < extra; i++) {
         pool.queue[(pool.head + pool.queued) % pool.slots] = (handoff){&job, i + 1};
         pool.queued++;
@@ -370,8 +388,13 @@ void compute_parallel(size_t tasks, unsigned max_slots, compute_task_fn fn, void
 
     run_tasks(&job, 0);
 
+    if (atomic_load(&job.helpers) > 0) {
+        double until = compute_now() + COMPUTE_JOIN_SPIN_S;
+        while (atomic_load(&job.helpers) > 0 && compute_now() < until)
+            spin_pause();
+    }
     pthread_mutex_lock(&pool.lock);
-    while (job.helpers > 0)
+    while (atomic_load(&job.helpers) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     if (!held_slot)
         give_slot(1);

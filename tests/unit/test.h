@@ -141,6 +141,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(compute_pool_bounds_threads)          \
     X(compute_pool_small_beside_large)      \
     X(compute_pool_release_wakes_waiter)    \
+    X(compute_pool_join_waits_for_helpers)  \
     X(compute_pool_start_out_of_memory)     \
     X(jsonw_numbers_round_trip)             \
     X(jsonw_matches_printf_shortest)        \

@@ -27,6 +27,7 @@ typedef struct pool_probe {
     atomic_int *runs;           /* per task */
     atomic_int active, peak, bad_slot;
     unsigned max_slots;
+    int early;                  /* compute_parallel returned before every task had ended */
 } pool_probe;
 
 static void probe_task(void *arg, size_t task, unsigned slot)
@@ -49,10 +50,17 @@ typedef struct caller_arg {
     size_t tasks;
 } caller_arg;
 
+/* One caller's tasks, then whether every one of them had ended when
+ * compute_parallel returned (the join waits for its helpers). */
 static void *caller_main(void *arg)
 {
     caller_arg *c = arg;
     compute_parallel(c->tasks, c->probe->max_slots, probe_task, c->probe);
+    for (size_t t = 0; t < c->tasks; t++)
+        if (atomic_load(&c->probe->runs[t]) != 1)
+            c->probe->early = 1;
+    if (atomic_load(&c->probe->active) != 0)
+        c->probe->early = 1;
     return NULL;
 }
 
@@ -82,6 +90,8 @@ void test_compute_pool_runs_each_task_once(void)
             if (atomic_load(&runs[c][t]) != 1)
                 FAIL_AT("caller %d task %d ran %d times", c, t, atomic_load(&runs[c][t]));
         ASSERT(!atomic_load(&probe[c].bad_slot));
+        if (probe[c].early)
+            FAIL_AT("caller %d: compute_parallel returned before its tasks had ended", c);
         ASSERT(atomic_load(&probe[c].peak) <= (int)probe[c].max_slots);
     }
     /* Caller 0 asked for one slot: its tasks ran one at a time. */
@@ -249,6 +259,44 @@ void test_compute_pool_release_wakes_waiter(void)
     pthread_join(t, NULL);
     compute_shutdown();
     ASSERT_EQ(atomic_load(&mixed_tasks), 1);
+}
+
+/* The join: compute_parallel returns only once its helpers' tasks have ended,
+ * whether a helper ends within the caller's spin (50 us) or long after it
+ * (5 ms, past COMPUTE_JOIN_SPIN_S).  The caller's own task takes 1 ms, so
+ * that the helper, woken meanwhile, takes the other task; if it wakes later
+ * than that, the caller runs both and the join has nothing to wait for. */
+typedef struct join_probe {
+    long helper_us;             /* how long a task on a helper's slot takes */
+    atomic_int ended;           /* tasks that have ended */
+} join_probe;
+
+static void join_task(void *arg, size_t task, unsigned slot)
+{
+    (void)task;
+    join_probe *j = arg;
+    long us = slot == 0 ? 1000 : j->helper_us;
+    struct timespec d = {0, us * 1000};
+    nanosleep(&d, NULL);
+    atomic_fetch_add(&j->ended, 1);
+}
+
+void test_compute_pool_join_waits_for_helpers(void)
+{
+    ASSERT_EQ(compute_init(2), 0);
+    const long helper_us[] = {50, 5000};
+    for (int round = 0; round < 20; round++) {
+        join_probe j = {.helper_us = helper_us[round % 2]};
+        atomic_init(&j.ended, 0);
+        compute_parallel(2, 2, join_task, &j);
+        int ended = atomic_load(&j.ended);
+        if (ended != 2) {
+            compute_shutdown();
+            FAIL_AT("round %d (helper tasks of %ld us): compute_parallel returned with %d of 2 "
+                    "tasks ended", round, j.helper_us, ended);
+        }
+    }
+    compute_shutdown();
 }
 
 /* A task for the out-of-memory test: counts the tasks it ran. */
