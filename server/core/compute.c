@@ -10,7 +10,9 @@
  * slot without the mutex: only a release that finds a caller waiting takes
  * it, to wake that caller.  Tasks are claimed with an atomic counter, so
  * the caller and its helpers share them dynamically: a slow task does not
- * hold up the rest.
+ * hold up the rest.  A caller whose tasks have run out spins a short while
+ * for its helpers before it sleeps until the last one signals
+ * (COMPUTE_JOIN_SPIN_S).
  *
  * The caller's compute_token travels with the job, and each helper binds it
  * while it runs the job's tasks, so a request's deadline and stop flag hold
