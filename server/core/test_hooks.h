@@ -45,6 +45,12 @@ void attn_kernel_add_for_testing(const struct attn_kernel_path *path);
  * whatever the cache; 0 goes back to the rows the cache gives. */
 void attn_fused_rows_for_testing(size_t rows);
 
+/* attention.c: how the job's query rows are split for the compute pool: its
+ * blocks, and the tasks they run as (more than the blocks when the last ones
+ * go in pieces, FUSED_TAIL_SPLIT). */
+struct attn_job;
+void attention_split_for_testing(const struct attn_job *job, size_t *blocks, size_t *tasks);
+
 /* json_fast.c: arrays of at least n numbers (1: every one) are read fast
  * from now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
 void json_fast_set_min_numbers(size_t n);

@@ -33,21 +33,32 @@
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
+#ifdef ATTN_TESTING
+#include "core/test_hooks.h"
+#endif
 
-/* Query rows per task (at most; fewer when that leaves too few tasks to
- * share among the compute threads) and keys per block.  Larger query blocks
+/* Query rows per block, a task's rows (at most; fewer when that leaves too
+ * few blocks to share among the compute threads), and keys per block.  Larger query blocks
  * pack fewer copies of K for OpenBLAS, and a 512 x 256 block of scores (1 MiB
  * in float64) stays within a core's L2 (docs/performance.md, "The kernel"). */
 #define BLOCK_Q_MAX 512
 #define BLOCK_Q_MIN 64
 #define BLOCK_K 256
-/* Tasks per compute slot the fused kernel's split aims for, at least.  With
+/* Blocks per compute slot the fused kernel's split aims for, at least.  With
  * one or two a slot, a slot that starts late or runs slower (woken last, a
  * busy sibling hyperthread, a lower clock) holds the whole job at its end;
  * with four, the others take up its share.  The BLAS path keeps two, as its
  * smaller blocks mean more copies of K packed by OpenBLAS. */
 #define FUSED_TASKS_PER_SLOT 4
 #define BLAS_TASKS_PER_SLOT 2
+/* The fused kernel's last round of blocks, one a slot, runs in this many
+ * pieces each (at least ATTN_FUSED_FQ_MIN rows a piece, the fewest a pass
+ * over K and V pays for): a slot that runs slower than the others (a host
+ * that lends its CPUs unevenly, a busy sibling hyperthread) is then waited
+ * for at the end by a fraction of a block rather than by up to a whole one,
+ * as in guided scheduling.  Only the last round: every piece reads all of
+ * K and V again. */
+#define FUSED_TAIL_SPLIT 4
 /* Products this small (multiply-adds) are summed by attention_kernels.inc's
  * own loop rather than by OpenBLAS, whose every call takes a process-wide
  * lock (blas_memory_alloc): a request of a few tokens (the seed's) took
@@ -63,8 +74,11 @@
 /* How kernel_sdpa splits a job into tasks; made by sdpa_plan_make alone, so
  * that the memory estimate and the run agree. */
 typedef struct sdpa_plan {
-    size_t bq, bk;              /* query rows per task; keys per block */
-    size_t qblocks, tasks;      /* query blocks per (batch, head); all tasks */
+    size_t bq, bk;              /* query rows per block; keys per block */
+    size_t qblocks, blocks;     /* query blocks per (batch, head); of the job */
+    /* The last tail_blocks blocks of the queue run as tail_split tasks each
+     * (FUSED_TAIL_SPLIT), the others whole; tasks counts them all. */
+    size_t tail_blocks, tail_split, tasks;
     size_t stride;              /* scratch numbers per slot */
     unsigned slots;             /* compute slots asked for */
     /* The fused kernel (attention_fused.h) runs when the attention matrix is
@@ -111,7 +125,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->bq = job->lq < bq ? job->lq : bq;
     p->bk = job->lk < BLOCK_K ? job->lk : BLOCK_K;
     p->qblocks = (job->lq + p->bq - 1) / p->bq;
-    p->tasks = heads * p->qblocks;
+    p->blocks = p->tasks = heads * p->qblocks;
     if (p->slots > p->tasks)
         p->slots = (unsigned)p->tasks;
     if (fused) {
@@ -132,6 +146,16 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         if (p->pack_pieces > tiles)
             p->pack_pieces = tiles;
         p->pack_tiles = (tiles + p->pack_pieces - 1) / p->pack_pieces;
+        /* Only where K and V are packed before the tasks (qblocks > 1): a block
+         * that packs its own cannot be shared. */
+        size_t split = p->bq / ATTN_FUSED_FQ_MIN;
+        if (split > FUSED_TAIL_SPLIT)
+            split = FUSED_TAIL_SPLIT;
+        if (p->qblocks > 1 && p->slots > 1 && split > 1) {
+            p->tail_blocks = p->slots;
+            p->tail_split = split;
+            p->tasks = p->blocks + p->tail_blocks * (split - 1);
+        }
         return;
     }
     /* The weights are formed in the attention result itself when it is wanted. */
@@ -140,6 +164,16 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     p->stride = 2 * p->bq + (p->scratch_block ? p->bq * p->bk : 0) +
                 (job->want_attention ? p->bq * kblocks : 0);
 }
+
+#ifdef ATTN_TESTING
+void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *tasks)
+{
+    sdpa_plan p;
+    sdpa_plan_make(job, &p);
+    *blocks = p.blocks;
+    *tasks = p.tasks;
+}
+#endif
 
 #define REAL double
 #define SFX d

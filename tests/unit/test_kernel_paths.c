@@ -256,20 +256,39 @@ void test_kernel_paths_large_logits(void)
     sweep(0, 1, 12);
 }
 
-/* The same on the compute pool, with several tasks per head. */
+/* The same on the compute pool, with several tasks per head.  In the first
+ * three cases the queue's last blocks go in pieces (FUSED_TAIL_SPLIT): blocks
+ * of 258 rows in pieces of 66 and a head's last block of 226 in 60 and 46;
+ * causal, blocks of 132 in two pieces, handed out in reverse; and a head's
+ * last block of 6 rows, whose pieces after the first are empty. */
 void test_kernel_paths_on_pool(void)
 {
     ASSERT_EQ(compute_init(3), 0);
-    paths_case cases[] = {
-        {2, 2, 1000, 300, 64, 0, 1, 5},
-        {1, 2, 600, 600, 32, 1, 0, 5},
-        {3, 1, 130, 1000, 128, 1, 1, 20},
+    struct {
+        paths_case c;
+        int tail;               /* the split must put the last blocks in pieces */
+    } cases[] = {
+        {{2, 2, 1000, 300, 64, 0, 1, 5}, 1},
+        {{1, 2, 800, 800, 32, 1, 0, 5}, 1},
+        {{2, 2, 780, 300, 64, 0, 0, 5}, 1},
+        {{1, 2, 600, 600, 32, 1, 0, 5}, 0},
+        {{3, 1, 130, 1000, 128, 1, 1, 20}, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (run_case(&cases[i]) != 0) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const paths_case *c = &cases[i].c;
+        attn_job job = {.batch = c->batch, .lq = c->lq, .lk = c->lk, .heads = c->heads,
+                        .dk = c->heads * c->hd, .dv = c->heads * c->hd, .causal = c->causal};
+        size_t blocks, tasks;
+        attention_split_for_testing(&job, &blocks, &tasks);
+        if ((tasks > blocks) != cases[i].tail) {
+            compute_shutdown();
+            FAIL_AT("case %zu: %zu blocks run as %zu tasks", i, blocks, tasks);
+        }
+        if (run_case(c) != 0) {
             compute_shutdown();
             FAIL_AT("a kernel path disagrees with the reference on the pool (see above)");
         }
+    }
     compute_shutdown();
 }
 
