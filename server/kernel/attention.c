@@ -38,9 +38,10 @@
 #endif
 
 /* Query rows per block, a task's rows (at most; fewer when that leaves too
- * few blocks to share among the compute threads), and keys per block.  Larger query blocks
- * pack fewer copies of K for OpenBLAS, and a 512 x 256 block of scores (1 MiB
- * in float64) stays within a core's L2 (docs/performance.md, "The kernel"). */
+ * few blocks to share among the compute threads), and keys per block.
+ * Larger query blocks pack fewer copies of K for OpenBLAS, and a 512 x 256
+ * block of scores (1 MiB in float64) stays within a core's L2
+ * (docs/performance.md, "The kernel"). */
 #define BLOCK_Q_MAX 512
 #define BLOCK_Q_MIN 64
 #define BLOCK_K 256
