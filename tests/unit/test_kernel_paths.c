@@ -155,6 +155,14 @@ static int run_paths(const paths_case *c, attn_job *job, const double *ref)
     return rc;
 }
 
+/* The job of case c's shape: batch, lengths, heads and their widths, causal; run_case adds
+ * the inputs, the mask and the scale. */
+static attn_job case_job(const paths_case *c)
+{
+    return (attn_job){.batch = c->batch, .lq = c->lq, .lk = c->lk, .heads = c->heads,
+                      .dk = c->heads * c->hd, .dv = c->heads * c->hd, .causal = c->causal};
+}
+
 /* Builds the inputs of c, computes the reference and runs every path.
  * The keys grow along the sequence so that the running maximum climbs tile
  * after tile and the sums are rescaled; scores reach about +-logit. */
@@ -189,9 +197,13 @@ static int run_case(const paths_case *c)
     double scale = 1 / sqrt((double)c->hd);
     ref_sdpa(c->batch, c->heads, c->lq, c->lk, c->hd, c->hd, q, k, v, mask, c->causal, scale,
              ref, ref_attn);
-    attn_job job = {.batch = c->batch, .lq = c->lq, .lk = c->lk, .heads = c->heads, .dk = dk,
-                    .dv = dk, .q = q, .k = k, .v = v, .mask = mask, .mask_batched = 1,
-                    .causal = c->causal, .scale = scale};
+    attn_job job = case_job(c);
+    job.q = q;
+    job.k = k;
+    job.v = v;
+    job.mask = mask;
+    job.mask_batched = 1;
+    job.scale = scale;
     int rc = run_paths(c, &job, ref);
     free(q);
     free(k);
@@ -276,8 +288,7 @@ void test_kernel_paths_on_pool(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const paths_case *c = &cases[i].c;
-        attn_job job = {.batch = c->batch, .lq = c->lq, .lk = c->lk, .heads = c->heads,
-                        .dk = c->heads * c->hd, .dv = c->heads * c->hd, .causal = c->causal};
+        attn_job job = case_job(c);
         size_t blocks, tasks;
         attention_split_for_testing(&job, &blocks, &tasks);
         if ((tasks > blocks) != cases[i].tail) {
