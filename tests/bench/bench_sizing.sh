@@ -19,14 +19,10 @@ wrk_cpus=${1:-0-$(($(nproc --all) - 1))}
 secs=${2:-10}
 conns=${3:-64}
 [ ${#server_sets[@]} -gt 0 ] || { echo "usage: $0 SERVER_CPUS... [-- WRK_CPUS [SECONDS [CONNECTIONS]]]" >&2; exit 2; }
+. tests/bench/lib.sh
 . tests/bench/wrk.sh
 work=$(mktemp -d)
-pid=
-cleanup() {
-    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'bench_stop_all; rm -rf "$work"' EXIT
 /usr/bin/python3 tests/bench/make_bodies.py "$work" seed >/dev/null
 /usr/bin/python3 - "$work/attn256.json" <<'PY'
 import json, random, sys
@@ -36,12 +32,8 @@ json.dump({"q": m(), "k": m(), "v": m()}, open(sys.argv[1], "w"))
 PY
 printf '%-8s %-5s %-8s %-8s %-10s %12s %12s\n' server cpus compute io inflight seed_rps 256x64_rps
 for set in "${server_sets[@]}"; do
-    mkdir -p "$work/data"
-    ATTN_QUIET=true taskset -c "$set" build/attention-server --port 0 --data-dir "$work/data" \
-        >"$work/out" 2>"$work/err" &
-    pid=$!
-    for _ in $(seq 100); do grep -q listening "$work/out" 2>/dev/null && break; sleep 0.1; done
-    url=$(sed -n 's/^listening on //p' "$work/out")
+    BENCH_CPUS=$set bench_start_ours "server-$set" "$work" || exit 1
+    url=$BENCH_URL
     sizing=$(curl -s "$url/v1/info" | python3 -c 'import json,sys; s=json.load(sys.stdin)["sizing"]; print(s["cpus"], s["compute_threads"]["value"], s["io_threads"]["value"], s["max_inflight"]["value"])')
     read -r cpus compute io inflight <<<"$sizing"
     rps=()
@@ -52,5 +44,5 @@ for set in "${server_sets[@]}"; do
         rps+=("$r")
     done
     printf '%-8s %-5s %-8s %-8s %-10s %12s %12s\n' "$set" "$cpus" "$compute" "$io" "$inflight" "${rps[0]}" "${rps[1]}"
-    kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=
+    bench_stop_all
 done

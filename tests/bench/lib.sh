@@ -80,14 +80,18 @@ bench_stop_all() {
 }
 
 # bench_start_ours NAME LOGDIR [SERVER_FLAG...]: the C server (build/attention-server unless
-# BENCH_SERVER is set) on a free port, access log off, its own empty data directory.
+# BENCH_SERVER is set) on a free port, access log off, gRPC off, its own empty data directory;
+# held to the CPUs of BENCH_CPUS (a taskset list) when that is set, so that the sizing it
+# derives from its CPUs follows them.
 bench_start_ours() {
     local name=$1 logdir=$2
     shift 2
-    local port
+    local port pin=()
     port=$(bench_free_port)
+    [ -n "${BENCH_CPUS:-}" ] && pin=(taskset -c "$BENCH_CPUS")
     mkdir -p "$logdir/$name.data"
-    bench_start "$name" "$logdir" "$port" env ATTN_QUIET=true "${BENCH_SERVER:-build/attention-server}" \
+    bench_start "$name" "$logdir" "$port" "${pin[@]}" env ATTN_QUIET=true \
+        "${BENCH_SERVER:-build/attention-server}" \
         --host 127.0.0.1 --port "$port" --data-dir "$logdir/$name.data" --grpc-port 0 "$@"
 }
 
