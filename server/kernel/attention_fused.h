@@ -22,7 +22,7 @@
  *   kt: ATTN_FUSED_BK x hdk numbers per tile of ATTN_FUSED_BK keys (K
  *       transposed, by panels of keys), keys past lk zero to a whole
  *       panel, the rest of the last tile not written (the kernel scores
- *       only the panels a short tile has);
+ *       only the vectors a short tile has);
  *   vp: ATTN_FUSED_BK x hdv_pad numbers per tile (hdv rounded up to
  *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding columns
  *       zero, no rows past lk (P.V reads none).
