@@ -49,9 +49,11 @@ BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenb
             libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 # The grpc suite generates its Python stubs from api/grpc/*.proto with protoc and
 # grpc_python_plugin and speaks through Debian's grpcio and protobuf; its FP16 and BF16
-# checks, and the reductions suite's reference (tests/reductions/), are NumPy's.
+# checks, and the reductions suite's reference (tests/reductions/), are NumPy's.  The
+# grpc-limits suite speaks raw HTTP/2 through Debian's h2 (a message that stalls half-way,
+# streams that never send one), which no gRPC client can be made to do.
 TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compiler
-           protobuf-compiler-grpc python3-numpy"
+           protobuf-compiler-grpc python3-numpy python3-h2"
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
 CHECKPOINT_DEBS="python3-torch python3-numpy"

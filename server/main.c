@@ -29,6 +29,7 @@
 #include "core/budget_client.h"
 #include "core/compute.h"
 #include "core/config.h"
+#include "core/conn_ledger.h"
 #include "core/sizing.h"
 #include "grpc/grpc_front.h"
 #include "http/http.h"
@@ -50,6 +51,10 @@ static void forward_to_main(int sig)
 
 /* Raises the soft limit on open files to the hard one, as far as the process
  * may: every connection is a descriptor.  Returns the soft limit now. */
+/* Descriptors kept for everything but connections: the listeners, the store's
+ * files and directories, gRPC's and libmicrohttpd's own (epoll, wake-ups), logs. */
+#define FILES_SPARE 64
+
 static rlim_t raise_file_limit(void)
 {
     struct rlimit rl;
@@ -256,11 +261,19 @@ int main(int argc, char **argv)
     sizing_resolve(&cfg, compute_available_cpus(), compute_cpus_source());
     mem_install_jansson();
     mem_tune_allocator();
+    /* Both listeners' connections count against one cap (core/conn_ledger.h), held
+     * below the descriptor limit with room for the store, the logs and the
+     * listeners' own, so that a flood of idle connections is refused at accept and
+     * never takes the descriptors that uploads, probes and the store need. */
     rlim_t files = raise_file_limit();
-    if (files != 0 && files != RLIM_INFINITY && (rlim_t)cfg.max_connections + 64 > files)
-        fprintf(stderr, "attention-server: at most %lu files may be open; fewer than "
-                "--max-connections %ld connections will be accepted\n", (unsigned long)files,
-                cfg.max_connections);
+    long max_open = cfg.max_connections;
+    if (files != 0 && files != RLIM_INFINITY && (rlim_t)cfg.max_connections + FILES_SPARE > files) {
+        max_open = files > FILES_SPARE * 2 ? (long)(files - FILES_SPARE) : (long)(files / 2);
+        fprintf(stderr, "attention-server: at most %lu files may be open; %ld connections "
+                "(HTTP and gRPC together) will be accepted, not --max-connections %ld\n",
+                (unsigned long)files, max_open, cfg.max_connections);
+    }
+    conn_ledger_init(max_open, cfg.max_connections_per_ip);
     budget_start(&cfg);
     sigset_t signals;
     signals_take(&signals);

@@ -126,6 +126,9 @@ every_suite() {
         --server build/asan/attention-server
     suite grpc /usr/bin/python3 tests/grpc/grpc_test.py --server build/attention-server
     suite grpc-asan /usr/bin/python3 tests/grpc/grpc_test.py --server build/asan/attention-server
+    # plain build only: it reads the server's resident memory against its budget, which
+    # AddressSanitizer's shadow and quarantine would swamp
+    suite grpc-limits /usr/bin/python3 tests/grpc/grpc_limits_test.py --server build/attention-server
     suite reductions /usr/bin/python3 tests/reductions/reductions_test.py \
         --server build/attention-server
     suite reductions-asan /usr/bin/python3 tests/reductions/reductions_test.py \

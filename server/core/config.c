@@ -71,10 +71,13 @@ static const config_option config_table[] = {
      100, "percent of --max-memory that the bodies one client address is sending may hold; "
      "a body past it is answered 503 (413 at its headers when it could never fit)"},
     {"max-connections", "ATTN_MAX_CONNECTIONS", OPT_LONG, OFF(max_connections), 0, "8192", 1,
-     1000000, "open connections at once (the file descriptor limit is raised to fit)"},
+     1000000, "open connections at once, HTTP's and gRPC's together (the file descriptor "
+     "limit is raised to fit)"},
     {"max-connections-per-ip", "ATTN_MAX_CONNECTIONS_PER_IP", OPT_LONG,
      OFF(max_connections_per_ip), 0, "512", 0, 1000000,
-     "open connections from one client address; 0: no cap"},
+     "open connections from one client address, HTTP's and gRPC's together; 0: no cap"},
+    {"grpc-max-streams", "ATTN_GRPC_MAX_STREAMS", OPT_LONG, OFF(grpc_max_streams), 0, "256", 1,
+     1000000, "gRPC calls open at once on one connection (HTTP/2's MAX_CONCURRENT_STREAMS)"},
     {"header-timeout", "ATTN_HEADER_TIMEOUT", OPT_LONG, OFF(header_timeout), 0, "10", 1, 3600,
      "seconds a connection has to deliver a request's headers, from its opening or from the "
      "previous answer"},

@@ -44,6 +44,7 @@ typedef struct server_config {
     size_t max_memory;          /* process memory budget, bytes; 0: from the memory limit */
     long max_memory_share;      /* percent of it one client address may hold for bodies */
     long max_connections_per_ip;/* 0: no per-address cap */
+    long grpc_max_streams;      /* gRPC calls open at once on one connection */
     long header_timeout;        /* seconds to deliver a request's headers */
     size_t min_body_rate;       /* bytes per second a body must average; 0: no floor */
     long deadline;              /* seconds a request may take from admission to answer */

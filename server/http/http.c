@@ -478,7 +478,8 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     daemon_options(srv, ai->ai_addr, options);
     /* The logger first, so that it receives libmicrohttpd's messages about
      * the options that follow. */
-    srv->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, &on_request, srv,
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, &http_accept_policy, srv,
+                                   &on_request, srv,
                                    MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, srv,
                                    MHD_OPTION_ARRAY, options, MHD_OPTION_END);
     freeaddrinfo(ai);

@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 
 #include "http_private.h"
+#include "core/conn_ledger.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
 
@@ -133,10 +134,25 @@ void *http_reaper_main(void *arg)
     return NULL;
 }
 
+enum MHD_Result http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)cls;
+    (void)addrlen;
+    return conn_ledger_admits(addr) ? MHD_YES : MHD_NO;
+}
+
 void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                         enum MHD_ConnectionNotificationCode code)
 {
     http_server *srv = cls;
+    /* counted with gRPC's (core/conn_ledger.h); http_accept_policy checked the caps */
+    const union MHD_ConnectionInfo *peer =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *addr = peer != NULL ? peer->client_addr : NULL;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        conn_ledger_enter(addr, 0);
+    else
+        conn_ledger_leave(addr);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         http_conn *hc = mem_calloc(1, sizeof *hc);
         *socket_context = hc;

@@ -163,8 +163,12 @@ void http_trace_log_library(const char *fmt, va_list ap);
  * and its start to now, without a lock (http_conn). */
 void http_conn_set_phase(http_conn *hc, conn_phase phase);
 
+/* http_conn.c: libmicrohttpd's accept policy: a connection is taken while
+ * the server's caps, counted with gRPC's, have room (core/conn_ledger.h). */
+enum MHD_Result http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+
 /* http_conn.c: libmicrohttpd's connection-notify callback, which makes and
- * drops the record of each connection. */
+ * drops the record of each connection and counts it in the ledger. */
 void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                         enum MHD_ConnectionNotificationCode code);
 
