@@ -31,6 +31,7 @@
 #include "core/config.h"
 #include "core/conn_ledger.h"
 #include "core/sizing.h"
+#include "work/work_queue.h"
 #include "grpc/grpc_front.h"
 #include "http/http.h"
 #include "core/mem.h"
@@ -279,14 +280,22 @@ int main(int argc, char **argv)
     signals_take(&signals);
     if (compute_start(&cfg) != 0)
         return 1;
+    /* the one queue of work for --max-inflight workers, which both front-ends feed */
+    if (work_queue_start(cfg.max_inflight, cfg.queue_wait_ms) != 0) {
+        fprintf(stderr, "attention-server: cannot start the worker threads\n");
+        compute_shutdown();
+        return 1;
+    }
     http_server *server = serving_start(&cfg);
     if (server == NULL) {
+        work_queue_stop();
         compute_shutdown();
         return 1;
     }
     grpc_front *grpc = NULL;
     if (grpc_serving_start(&cfg, &grpc) != 0) {
         http_stop(server);
+        work_queue_stop();
         api_shutdown();
         compute_shutdown();
         return 1;
@@ -298,6 +307,7 @@ int main(int argc, char **argv)
     drain(&cfg);
     grpc_front_stop(grpc);
     http_stop(server);
+    work_queue_stop();
     api_shutdown();
     compute_shutdown();
     fprintf(stderr, "attention-server: stopped\n");

@@ -6,7 +6,8 @@
  * call's), so a call's flags need no lock.  The cheap RPCs are answered on
  * the polling thread (grpc_service.c), and so is a small ModelInfer when the
  * router finds it small and a compute slot free (as HTTP's I/O threads do).
- * Any other ModelInfer joins a queue served by --max-inflight workers; a
+ * Any other ModelInfer joins the server's one queue (work/work_queue.h),
+ * which HTTP's requests join too, served by --max-inflight workers; a
  * worker binds the call's compute token (the call's deadline, or --deadline
  * when that is sooner) and asks the router, which admits the computation
  * under the same limits as HTTP's.  A CLOSE with `cancelled` stops the
@@ -24,11 +25,19 @@
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "message/answer.h"
 #include "metrics/metrics.h"
+
+static void job_run(work_item *it);
+static void job_done(work_item *it);
+static void job_refuse(work_item *it, const attn_error *err);
+/* a gRPC call's client going away is seen by its CLOSE, which stops its token */
+static const work_ops job_ops = {job_run, job_done, job_refuse, NULL};
 
 /* The request of c arrived: a cheap RPC is answered now, ModelInfer queued. */
 static void on_recv(gcall *c, int ok)
@@ -97,24 +106,15 @@ static void on_recv(gcall *c, int ok)
     }
     gcall_close_watch(c); /* a worker computes it: a cancel must stop it */
     c->served = "worker";
-    pthread_mutex_lock(&front->lock);
-    if (front->stopping) { /* the workers are gone */
-        pthread_mutex_unlock(&front->lock);
-        grpc_answer_error(&a, GRPC_STATUS_UNAVAILABLE, "The server is shutting down and takes no "
-                          "new work; retry on another instance.");
-        a.http_status = 503;
-        a.route = ROUTE_V2_INFER;
-        gcall_answer(c, &a);
-        return;
+    c->item = (work_item){.ops = &job_ops, .token = &c->token, .owner = front};
+    pthread_mutex_lock(&front->queue_lock); /* no call joins the queue once the stop drained it */
+    int queued = !front->stopping && work_queue_push(&c->item) == 0;
+    pthread_mutex_unlock(&front->queue_lock);
+    if (!queued) {
+        attn_error err;
+        answer_draining_error(&err);
+        job_refuse(&c->item, &err);
     }
-    c->next = NULL;
-    if (front->tail != NULL)
-        front->tail->next = c;
-    else
-        front->head = c;
-    front->tail = c;
-    pthread_cond_signal(&front->wake);
-    pthread_mutex_unlock(&front->lock);
 }
 
 /* Shuts the queue down once the server has shut down and every call is freed. */
@@ -217,64 +217,45 @@ static void *poller_main(void *arg)
 }
 
 /* Answers one queued ModelInfer on a worker. */
-static void work(grpc_front *front, gcall *c)
+static gcall *call_of(work_item *it)
 {
-    grpc_answer a;
-    memset(&a, 0, sizeof a);
-    attn_error err;
-    error_clear(&err);
-    compute_bind(&c->token);
-    double waited = compute_now() - c->queued_at;
-    if (compute_stop_error(&err) != 0) {
-        int reason = atomic_load(&c->token.reason);
-        grpc_answer_error(&a, reason == COMPUTE_DEADLINE ? GRPC_STATUS_DEADLINE_EXCEEDED
-                              : reason == COMPUTE_CLIENT_GONE ? GRPC_STATUS_CANCELLED
-                                                              : GRPC_STATUS_UNAVAILABLE,
-                          "%s", err.message);
-        a.http_status = 503;
-        a.route = ROUTE_V2_INFER;
-    } else if (waited * 1000.0 > (double)front->cfg->queue_wait_ms) {
-        grpc_answer_error(&a, GRPC_STATUS_UNAVAILABLE,
-                          "The server is already computing %ld requests (--max-inflight) and "
-                          "this one waited more than %ld ms (--queue-wait-ms); retry shortly.",
-                          front->cfg->max_inflight, front->cfg->queue_wait_ms);
-        a.retry_after = 1;
-        a.http_status = 503;
-        a.route = ROUTE_V2_INFER;
-    } else {
-        grpc_infer_answer(c->in, c->in_len, c->queued_at, 0, &a);
-        /* a computation stopped by its token answers with the reason's code */
-        int reason = atomic_load(&c->token.reason);
-        if (a.code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)
-            a.code = GRPC_STATUS_DEADLINE_EXCEEDED;
-        else if (a.code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_CLIENT_GONE)
-            a.code = GRPC_STATUS_CANCELLED;
-    }
-    compute_bind(NULL);
-    if (c->stream)
-        grpc_infer_stream_wrap(&a);
-    gcall_answer(c, &a);
+    return (gcall *)((char *)it - offsetof(gcall, item));
 }
 
-static void *worker_main(void *arg)
+/* Answers a queued ModelInfer on a worker (work/work_queue.h), its token bound. */
+static void job_run(work_item *it)
 {
-    grpc_front *front = arg;
-    pthread_mutex_lock(&front->lock);
-    for (;;) {
-        while (front->head == NULL && !front->stopping)
-            pthread_cond_wait(&front->wake, &front->lock);
-        if (front->head == NULL)
-            break;
-        gcall *c = front->head;
-        front->head = c->next;
-        if (front->head == NULL)
-            front->tail = NULL;
-        pthread_mutex_unlock(&front->lock);
-        work(front, c);
-        pthread_mutex_lock(&front->lock);
-    }
-    pthread_mutex_unlock(&front->lock);
-    return NULL;
+    gcall *c = call_of(it);
+    grpc_answer *a = &c->answer;
+    memset(a, 0, sizeof *a);
+    grpc_infer_answer(c->in, c->in_len, c->queued_at, 0, a);
+    /* a computation stopped by its token answers with the reason's code */
+    int reason = atomic_load(&c->token.reason);
+    if (a->code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)
+        a->code = GRPC_STATUS_DEADLINE_EXCEEDED;
+    else if (a->code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_CLIENT_GONE)
+        a->code = GRPC_STATUS_CANCELLED;
+    if (c->stream)
+        grpc_infer_stream_wrap(a);
+}
+
+/* Sends the answer: the call is the polling thread's again. */
+static void job_done(work_item *it)
+{
+    gcall *c = call_of(it);
+    gcall_answer(c, &c->answer);
+}
+
+/* Ends a call unrun with the queue's words (overloaded, deadline, client gone,
+ * shutting down). */
+static void job_refuse(work_item *it, const attn_error *err)
+{
+    gcall *c = call_of(it);
+    memset(&c->answer, 0, sizeof c->answer);
+    grpc_answer_from_error(&c->answer, err, ROUTE_V2_INFER);
+    if (c->stream)
+        grpc_infer_stream_wrap(&c->answer);
+    gcall_answer(c, &c->answer);
 }
 
 /* The TLS credentials of --tls-cert and --tls-key; NULL with err filled when
@@ -328,11 +309,9 @@ static void front_free(grpc_front *front)
     gconn_stop(front->conns);
     if (front->cq != NULL)
         grpc_completion_queue_destroy(front->cq);
-    pthread_mutex_destroy(&front->lock);
-    pthread_cond_destroy(&front->wake);
+    pthread_mutex_destroy(&front->queue_lock);
     pthread_mutex_destroy(&front->shut_lock);
     pthread_cond_destroy(&front->shut_done);
-    free(front->workers);
     guard_free(front->guard);
     free(front);
     grpc_shutdown_blocking();
@@ -347,8 +326,7 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
     }
     grpc_init();
     front->cfg = cfg;
-    pthread_mutex_init(&front->lock, NULL);
-    pthread_cond_init(&front->wake, NULL);
+    pthread_mutex_init(&front->queue_lock, NULL);
     pthread_mutex_init(&front->shut_lock, NULL);
     pthread_cond_init(&front->shut_done, NULL);
     /* the request message may be as large as an HTTP body (RESOURCE_EXHAUSTED past it);
@@ -421,25 +399,10 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
         grpc_server_start(front->server);
     }
     gcall_request_next(front);
-    front->n_workers = (size_t)cfg->max_inflight;
-    front->workers = calloc(front->n_workers, sizeof *front->workers);
-    size_t started = 0;
-    if (front->workers != NULL)
-        while (started < front->n_workers &&
-               pthread_create(&front->workers[started], NULL, worker_main, front) == 0)
-            started++;
-    int poller_ok = started == front->n_workers &&
-                    pthread_create(&front->poller, NULL, poller_main, front) == 0;
-    if (!poller_ok) {
-        front->n_workers = started;
+    if (pthread_create(&front->poller, NULL, poller_main, front) != 0) {
         error_set(err, ERR_INTERNAL, "grpc", NULL, "The gRPC threads could not be started.");
         /* no poller: shut the server down by hand */
-        pthread_mutex_lock(&front->lock);
-        front->stopping = 1;
-        pthread_cond_broadcast(&front->wake);
-        pthread_mutex_unlock(&front->lock);
-        for (size_t i = 0; i < started; i++)
-            pthread_join(front->workers[i], NULL);
+        gconn_stop_accepting(front->conns);
         grpc_server_shutdown_and_notify(front->server, front->cq, &front->shutdown_tag);
         grpc_server_cancel_all_calls(front->server);
         grpc_completion_queue_shutdown(front->cq);
@@ -466,14 +429,14 @@ void grpc_front_stop(grpc_front *front)
 {
     if (front == NULL)
         return;
-    /* the workers answer what they hold and what is queued (the router
-     * refuses new computations while the server drains) */
-    pthread_mutex_lock(&front->lock);
+    /* calls still queued are answered UNAVAILABLE; those a worker runs end (main.c
+     * stops their computations while it drains) */
+    pthread_mutex_lock(&front->queue_lock);
     front->stopping = 1;
-    pthread_cond_broadcast(&front->wake);
-    pthread_mutex_unlock(&front->lock);
-    for (size_t i = 0; i < front->n_workers; i++)
-        pthread_join(front->workers[i], NULL);
+    pthread_mutex_unlock(&front->queue_lock);
+    attn_error err;
+    answer_draining_error(&err);
+    work_queue_drain(front, &err);
     /* calls still open (a client that never sent its message) are cancelled
      * when the answers sent have had a moment to leave */
     gconn_stop_accepting(front->conns);

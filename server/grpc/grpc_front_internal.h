@@ -15,6 +15,7 @@
 
 #include <grpc/grpc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "core/budget_client.h"
 #include "core/compute.h"
@@ -22,6 +23,7 @@
 #include "grpc_private.h"
 #include "http/guard.h"
 #include "http/trace.h"
+#include "work/work_queue.h"
 
 typedef struct gconn_table gconn_table;
 
@@ -52,6 +54,8 @@ struct gcall {
     int close_with_answer;      /* ... in the answer's batch: SENT is also CLOSE */
     int inflight;               /* counted in metrics_inflight until SENT */
     compute_token token;
+    work_item item;             /* in the server's work queue (work/work_queue.h) */
+    grpc_answer answer;         /* a worker's, between running and done */
     /* Admission: the client's share of the memory budget (core/budget_client.h)
      * and what this call's message reserved in it (gadmit_message). */
     budget_client *client;
@@ -86,7 +90,6 @@ struct gcall {
     int watch_busy;             /* a batch of it is on its way */
     gcall *watch_prev, *watch_next;
     gtag t_new, t_recv, t_sent, t_close, t_stream, t_watch;
-    gcall *next;                /* in the workers' queue */
     /* Its trace (trace.h), from the traceparent, tracestate and x-request-id
      * metadata; traceresponse and x-request-id go back in the initial
      * metadata.  A stream is one call: its requests share the ids. */
@@ -105,12 +108,8 @@ struct grpc_front {
     grpc_completion_queue *cq;
     int port;
     pthread_t poller;
-    pthread_t *workers;
-    size_t n_workers;
-    pthread_mutex_t lock;       /* the queue and stopping */
-    pthread_cond_t wake;
-    gcall *head, *tail;
-    int stopping;
+    pthread_mutex_t queue_lock; /* orders queueing a call after the stop's drain */
+    int stopping;               /* grpc_front_stop has begun: no call is queued */
     long live;                  /* calls allocated (the polling thread's) */
     int shut;                   /* the server's shutdown tag came */
     gcall *watches;             /* the open Health/Watch calls (the polling thread's) */

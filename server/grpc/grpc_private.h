@@ -13,6 +13,7 @@
 #include <grpc/grpc.h>
 #include <stddef.h>
 
+#include "core/error.h"
 #include "message/api_message.h"
 #include "route/route.h"
 
@@ -101,6 +102,11 @@ void grpc_answer_error(grpc_answer *out, grpc_status_code code, const char *fmt,
 /* Fills out from the error answer of the router: the gRPC code of its HTTP
  * status (see docs/grpc.md), and its words. */
 void grpc_answer_from_http(grpc_answer *out, const api_response *resp);
+
+/* Fills out from err, an error that ended a call before its handler (the
+ * work queue's words): the gRPC code of its HTTP status, DEADLINE_EXCEEDED
+ * and CANCELLED for a deadline and a client gone. */
+void grpc_answer_from_error(grpc_answer *out, const attn_error *err, route_id rid);
 
 /* Packs msg (a protobuf-c message) into out->bytes with code OK; on out of
  * memory out holds RESOURCE_EXHAUSTED instead. */

@@ -111,6 +111,18 @@ void grpc_answer_from_http(grpc_answer *out, const api_response *resp)
     out->route = resp->route;
 }
 
+void grpc_answer_from_error(grpc_answer *out, const attn_error *err, route_id rid)
+{
+    int status = error_http_status(err->kind);
+    grpc_status_code code = !strcmp(err->code, "deadline_exceeded") ? GRPC_STATUS_DEADLINE_EXCEEDED
+                            : !strcmp(err->code, "client_closed")   ? GRPC_STATUS_CANCELLED
+                                                                    : code_of_http(status);
+    grpc_answer_error(out, code, "%s", err->message);
+    out->retry_after = !strcmp(err->code, "overloaded") ? 1 : 0;
+    out->http_status = status;
+    out->route = rid;
+}
+
 void grpc_answer_pack(grpc_answer *out, const ProtobufCMessage *msg)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);

@@ -38,6 +38,7 @@
 #include "router/api.h"
 #include "message/answer.h"
 #include "http_private.h"
+#include "work/work_queue.h"
 #include "core/mem.h"
 
 /* Fixes the number of I/O threads at build time (make bench-mhd builds one
@@ -264,7 +265,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (http_body_refused(srv, hr, &err))
         return http_queue_error(srv, conn, hr, &err, NULL);
     route_cost cost = route_request_cost(hr->route, method);
-    if (cost != ROUTE_CHEAP && srv->worker_count > 0)
+    if (cost != ROUTE_CHEAP && work_queue_workers() > 0)
         return hand_over(srv, conn, hr, cost);
     api_request req = {.method = method, .path = url, .body = hr->body, .body_len = hr->len,
                        .inference_header_length = hr->inference_header_length,
@@ -372,14 +373,12 @@ static void server_free(http_server *srv)
         mem_free(srv->static_z[i].z);
     pthread_mutex_destroy(&srv->static_lock);
     pthread_mutex_destroy(&srv->lock);
-    pthread_cond_destroy(&srv->work);
     pthread_cond_destroy(&srv->reaper_wake);
     guard_free(srv->guard);
     if (srv->tls_key != NULL)
         memset(srv->tls_key, 0, strlen(srv->tls_key));
     mem_free(srv->tls_key);
     mem_free(srv->tls_cert);
-    mem_free(srv->workers);
     mem_free(srv);
 }
 
@@ -442,11 +441,7 @@ http_server *http_start(const server_config *cfg, attn_error *err)
         return NULL;
     }
     http_server *srv = mem_calloc(1, sizeof *srv);
-    if (srv != NULL)
-        srv->workers = mem_calloc((size_t)cfg->max_inflight, sizeof *srv->workers);
-    if (srv == NULL || srv->workers == NULL) {
-        if (srv != NULL)
-            mem_free(srv);
+    if (srv == NULL) {
         freeaddrinfo(ai);
         error_nomem(err);
         return NULL;
@@ -454,7 +449,6 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     srv->cfg = cfg;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_mutex_init(&srv->static_lock, NULL);
-    pthread_cond_init(&srv->work, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
     srv->guard = guard_new(cfg, err);
     if (srv->guard == NULL || tls_load(srv, err) != 0) {
@@ -465,7 +459,7 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     if (http_threads_start(srv) != 0) {
         server_free(srv);
         freeaddrinfo(ai);
-        error_set(err, ERR_INTERNAL, "threads_failed", NULL, "Cannot start the worker threads.");
+        error_set(err, ERR_INTERNAL, "threads_failed", NULL, "Cannot start the reaper thread.");
         return NULL;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
@@ -519,16 +513,11 @@ void http_stop(http_server *server)
     if (server == NULL)
         return;
     /* Requests still queued are answered 503 and resumed; the workers finish
-     * what they run (compute_stop_all makes that quick) and stop.  Only then
-     * is libmicrohttpd stopped, with no connection suspended. */
-    pthread_mutex_lock(&server->lock);
+     * what they run of this server's (compute_stop_all makes that quick).  Only
+     * then is libmicrohttpd stopped, with no connection suspended. */
     attn_error err;
     answer_draining_error(&err);
-    http_request *resume = NULL;
-    while (server->queue_head != NULL)
-        http_finish_unrun(server, server->queue_head, &err, &resume);
-    pthread_mutex_unlock(&server->lock);
-    http_resume_all(resume);
+    work_queue_drain(server, &err);
     http_threads_stop(server);
     MHD_stop_daemon(server->daemon);
     server_free(server);

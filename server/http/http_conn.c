@@ -14,11 +14,10 @@
  * itself.  The record is removed under the server's lock by the notify
  * callback, which libmicrohttpd calls before it closes the descriptor, so
  * the reaper (which holds the same lock) never touches a descriptor that
- * could have been reused.  The same reaper peeks (MSG_PEEK) at the sockets
- * of suspended requests: a client that has gone away stops its computation
- * (compute_token_stop), which ends within one block of keys, and a request
- * still queued is dropped; so is one that waited past --queue-wait-ms or
- * its deadline.
+ * could have been reused.  The server's work queue (work/work_queue.h) peeks
+ * at the sockets of handed-over requests through http_peer_gone: a client
+ * that has gone away stops its computation, and a request still queued is
+ * dropped.
  */
 #include <errno.h>
 #include <sys/socket.h>
@@ -47,17 +46,15 @@ void http_conn_set_phase(http_conn *hc, conn_phase phase)
     atomic_store(&hc->phase_at, phase_word(phase));
 }
 
-/* 1 when the peer of fd has closed its side or reset the connection. */
-static int peer_gone(int fd)
+int http_peer_gone(int fd)
 {
     char byte;
     ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* One look at every connection and every handed-over request (under
- * srv->lock); requests ended here join *resume. */
-static void reap_once(http_server *srv, http_request **resume)
+/* One look at every connection (under srv->lock). */
+static void reap_once(http_server *srv)
 {
     const server_config *cfg = srv->cfg;
     double now = compute_now();
@@ -80,33 +77,6 @@ static void reap_once(http_server *srv, http_request **resume)
             hc->shut = 1;
         }
     }
-    double queue_wait = (double)cfg->queue_wait_ms / 1000.0;
-    for (http_request *hr = srv->queue_head, *next; hr != NULL; hr = next) {
-        next = hr->qnext;
-        attn_error err;
-        error_clear(&err);
-        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd)) {
-            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
-            error_set(&err, ERR_UNAVAILABLE, "client_closed", NULL,
-                      "The client closed its connection before the request was started.");
-        } else if (now > hr->token.deadline) {
-            compute_token_stop(&hr->token, COMPUTE_DEADLINE);
-            compute_bind(&hr->token);
-            compute_stop_error(&err);
-            compute_bind(NULL);
-        } else if (now - hr->queued_at > queue_wait) {
-            error_set(&err, ERR_UNAVAILABLE, "overloaded", NULL,
-                      "Every one of the server's %ld workers stayed busy for %ld ms "
-                      "(--max-inflight, --queue-wait-ms); retry shortly.",
-                      cfg->max_inflight, cfg->queue_wait_ms);
-        } else {
-            continue;
-        }
-        http_finish_unrun(srv, hr, &err, resume);
-    }
-    for (http_request *hr = srv->running; hr != NULL; hr = hr->qnext)
-        if (hr->hc != NULL && hr->hc->fd >= 0 && peer_gone(hr->hc->fd))
-            compute_token_stop(&hr->token, COMPUTE_CLIENT_GONE);
 }
 
 void *http_reaper_main(void *arg)
@@ -124,11 +94,7 @@ void *http_reaper_main(void *arg)
         pthread_cond_timedwait(&srv->reaper_wake, &srv->lock, &until);
         if (srv->stopping)
             break;
-        http_request *resume = NULL;
-        reap_once(srv, &resume);
-        pthread_mutex_unlock(&srv->lock);
-        http_resume_all(resume);
-        pthread_mutex_lock(&srv->lock);
+        reap_once(srv);
     }
     pthread_mutex_unlock(&srv->lock);
     return NULL;

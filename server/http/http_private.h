@@ -27,6 +27,7 @@
 
 #include "message/api_message.h"
 #include "core/budget_client.h"
+#include "work/work_queue.h"
 #include "compress.h"
 #include "core/compute.h"
 #include "core/config.h"
@@ -81,12 +82,7 @@ struct http_server {
     char *tls_cert, *tls_key;   /* PEM text, kept while the daemon runs */
     unsigned port;
     pthread_mutex_t lock;
-    pthread_cond_t work;        /* a request was queued, or stopping */
     http_conn *conns;           /* every open connection */
-    http_request *queue_head, *queue_tail;
-    http_request *running;      /* requests a worker is on */
-    pthread_t *workers;
-    unsigned worker_count;
     pthread_t reaper;
     int reaper_started;
     pthread_cond_t reaper_wake;
@@ -132,7 +128,7 @@ struct http_request {
      * when answer_encoded is set, answer_coding (NULL: none) and answer_varies are it. */
     int answer_encoded, answer_varies;
     const char *answer_coding;
-    http_request *qprev, *qnext;
+    work_item item;             /* in the server's work queue (work/work_queue.h) */
     job_state job;
     double queued_at;
     long deadline_ms;           /* the request's own X-Deadline-Ms, 0 for none */
@@ -207,14 +203,14 @@ enum MHD_Result http_queue_error(http_server *srv, struct MHD_Connection *conn,
                                  http_request *hr, const attn_error *err, const guard_verdict *v);
 
 /* http_queue.c: the compute token of hr, answering hr on this thread,
- * handing it to a worker, ending a queued one unrun (under srv->lock, the
- * connection joining *resume), resuming such a list, the threads. */
+ * handing it to the server's workers, the reaper's thread. */
 void http_request_token_start(http_server *srv, http_request *hr);
 void http_request_handle(http_request *hr, int io_thread);
 void http_dispatch(http_server *srv, http_request *hr);
-void http_finish_unrun(http_server *srv, http_request *hr, const attn_error *err,
-                       http_request **resume);
-void http_resume_all(http_request *list);
+
+/* http_conn.c: 1 when the peer of fd has closed its side or reset the
+ * connection (a peek, which never blocks). */
+int http_peer_gone(int fd);
 int http_threads_start(http_server *srv);
 void http_threads_stop(http_server *srv);
 

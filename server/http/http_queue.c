@@ -1,18 +1,23 @@
 /*
- * http_queue.c - the worker threads and the queue that feeds them.
+ * http_queue.c - handing a request to the server's workers.
  *
  * A complete request that is not cheap (route.h) is handed over: its
- * connection is suspended (MHD_suspend_connection), the request joins a
- * queue served by --max-inflight worker threads, and the worker resumes the
+ * connection is suspended (MHD_suspend_connection), the request joins the
+ * server's one queue (work/work_queue.h, which gRPC's calls join too),
+ * served by --max-inflight worker threads, and the worker resumes the
  * connection when the answer is ready, so the I/O thread goes on serving
- * other sockets in between.  A request that finds no worker free within
- * --queue-wait-ms is answered 503 with Retry-After by the reaper
- * (http_conn.c).  libmicrohttpd is never called under srv->lock, as its
- * threads take that lock inside their callbacks.
+ * other sockets in between.  The queue ends a request unrun (its client gone,
+ * its deadline passed, or past --queue-wait-ms) with the words it keeps for
+ * every transport; here that becomes a 503 with Retry-After.
+ * libmicrohttpd is never called under srv->lock, as its threads take that
+ * lock inside their callbacks.
  */
+#include <stddef.h>
 #include <string.h>
 
+#include "message/answer.h"
 #include "router/api.h"
+#include "work/work_queue.h"
 #include "http_private.h"
 
 /* Starts the request's compute token: its deadline (--deadline, or its own
@@ -65,140 +70,83 @@ void http_request_handle(http_request *hr, int io_thread)
     compute_bind(NULL);
 }
 
-/* Unlinks hr from the queue (under srv->lock). */
-static void queue_remove(http_server *srv, http_request *hr)
+/* The work queue's view of a request (work/work_queue.h). */
+static http_request *request_of(work_item *it)
 {
-    if (hr->qprev != NULL)
-        hr->qprev->qnext = hr->qnext;
-    else
-        srv->queue_head = hr->qnext;
-    if (hr->qnext != NULL)
-        hr->qnext->qprev = hr->qprev;
-    else
-        srv->queue_tail = hr->qprev;
-    hr->qprev = hr->qnext = NULL;
+    return (http_request *)((char *)it - offsetof(http_request, item));
 }
 
+static void job_run(work_item *it)
+{
+    http_request *hr = request_of(it);
+    hr->job = JOB_RUNNING;
+    http_request_handle(hr, 0);
+    http_answer_encode(hr);
+}
+
+/* Hands hr back to its I/O thread: from the resume on, hr is its again. */
+static void job_done(work_item *it)
+{
+    http_request *hr = request_of(it);
+    hr->job = JOB_DONE;
+    MHD_resume_connection(hr->conn);
+}
+
+static void job_refuse(work_item *it, const attn_error *err)
+{
+    http_request *hr = request_of(it);
+    observe_unrun(hr, 0);
+    http_error_response(&hr->resp, hr, err);
+    job_done(it);
+}
+
+/* A suspended connection is not closed by libmicrohttpd, so its record and
+ * descriptor stay while the request is with the queue; srv->lock orders this
+ * look after the record's making. */
+static int job_client_gone(const work_item *it)
+{
+    const http_request *hr = (const http_request *)((const char *)it - offsetof(http_request, item));
+    pthread_mutex_lock(&hr->srv->lock);
+    int gone = hr->hc != NULL && hr->hc->fd >= 0 && http_peer_gone(hr->hc->fd);
+    pthread_mutex_unlock(&hr->srv->lock);
+    return gone;
+}
+
+static const work_ops job_ops = {job_run, job_done, job_refuse, job_client_gone};
+
 /* Suspends the connection of a complete request, whose token has started,
- * and queues it for a worker. */
+ * and queues it for a worker (work/work_queue.h); a queue that stops
+ * refuses it at once. */
 void http_dispatch(http_server *srv, http_request *hr)
 {
     hr->queued_at = compute_now();
+    hr->job = JOB_QUEUED;
+    hr->item = (work_item){.ops = &job_ops, .token = &hr->token, .owner = srv};
     /* Suspend first: a worker may resume the connection as soon as the
      * request is in the queue. */
     MHD_suspend_connection(hr->conn);
-    pthread_mutex_lock(&srv->lock);
-    hr->job = JOB_QUEUED;
-    hr->qprev = srv->queue_tail;
-    hr->qnext = NULL;
-    if (srv->queue_tail != NULL)
-        srv->queue_tail->qnext = hr;
-    else
-        srv->queue_head = hr;
-    srv->queue_tail = hr;
-    metrics_queue_add(1);
-    pthread_cond_signal(&srv->work);
-    pthread_mutex_unlock(&srv->lock);
-}
-
-/* Ends a queued request without running it (under srv->lock): its answer is
- * the error, and it joins *resume, the list of connections the caller
- * resumes (http_resume_all) once it has let go of the lock.  libmicrohttpd is
- * never called under srv->lock, as its threads take that lock inside their
- * callbacks. */
-void http_finish_unrun(http_server *srv, http_request *hr, const attn_error *err,
-                       http_request **resume)
-{
-    queue_remove(srv, hr);
-    metrics_queue_add(-1);
-    observe_unrun(hr, 0);
-    http_error_response(&hr->resp, hr, err);
-    hr->job = JOB_DONE;
-    hr->qnext = *resume;
-    *resume = hr;
-}
-
-/* Resumes every connection of the list (outside srv->lock); each request
- * belongs to its I/O thread again from its call on. */
-void http_resume_all(http_request *list)
-{
-    while (list != NULL) {
-        http_request *next = list->qnext;
-        list->qnext = NULL;
-        MHD_resume_connection(list->conn);
-        list = next;
+    if (work_queue_push(&hr->item) != 0) {
+        attn_error err;
+        answer_draining_error(&err);
+        job_refuse(&hr->item, &err);
     }
 }
 
-static void *http_worker_main(void *arg)
-{
-    http_server *srv = arg;
-    pthread_mutex_lock(&srv->lock);
-    for (;;) {
-        while (srv->queue_head == NULL && !srv->stopping)
-            pthread_cond_wait(&srv->work, &srv->lock);
-        if (srv->queue_head == NULL)
-            break;
-        http_request *hr = srv->queue_head;
-        queue_remove(srv, hr);
-        metrics_queue_add(-1);
-        hr->job = JOB_RUNNING;
-        hr->qnext = srv->running;
-        if (srv->running != NULL)
-            srv->running->qprev = hr;
-        srv->running = hr;
-        pthread_mutex_unlock(&srv->lock);
-
-        http_request_handle(hr, 0);
-        http_answer_encode(hr);
-
-        pthread_mutex_lock(&srv->lock);
-        if (hr->qprev != NULL)
-            hr->qprev->qnext = hr->qnext;
-        else
-            srv->running = hr->qnext;
-        if (hr->qnext != NULL)
-            hr->qnext->qprev = hr->qprev;
-        hr->qprev = hr->qnext = NULL;
-        hr->job = JOB_DONE;
-        pthread_mutex_unlock(&srv->lock);
-        /* From this call on hr belongs to the I/O thread again. */
-        MHD_resume_connection(hr->conn);
-        pthread_mutex_lock(&srv->lock);
-    }
-    pthread_mutex_unlock(&srv->lock);
-    return NULL;
-}
-
-/* Starts the --max-inflight workers and the reaper.  Returns 0, or -1 with
- * those that started stopped again. */
+/* Starts the reaper.  Returns 0, or -1. */
 int http_threads_start(http_server *srv)
 {
-    for (long i = 0; i < srv->cfg->max_inflight; i++) {
-        if (pthread_create(&srv->workers[srv->worker_count], NULL, http_worker_main, srv) != 0)
-            break;
-        srv->worker_count++;
-    }
-    if (srv->worker_count == (unsigned)srv->cfg->max_inflight &&
-        pthread_create(&srv->reaper, NULL, http_reaper_main, srv) == 0)
+    if (pthread_create(&srv->reaper, NULL, http_reaper_main, srv) == 0)
         srv->reaper_started = 1;
-    if (srv->reaper_started)
-        return 0;
-    http_threads_stop(srv);
-    return -1;
+    return srv->reaper_started ? 0 : -1;
 }
 
-/* Stops and joins the workers and the reaper that were started. */
+/* Stops and joins the reaper when it was started. */
 void http_threads_stop(http_server *srv)
 {
     pthread_mutex_lock(&srv->lock);
     srv->stopping = 1;
-    pthread_cond_broadcast(&srv->work);
     pthread_cond_broadcast(&srv->reaper_wake);
     pthread_mutex_unlock(&srv->lock);
-    for (unsigned i = 0; i < srv->worker_count; i++)
-        pthread_join(srv->workers[i], NULL);
-    srv->worker_count = 0;
     if (srv->reaper_started)
         pthread_join(srv->reaper, NULL);
     srv->reaper_started = 0;
