@@ -100,32 +100,45 @@ typedef struct walk {
     size_t count;                       /* WALK_TOO_MANY: its limit */
 } walk;
 
-/* The field's name in w->field: prefix, a dot, the name, and [index] for a
- * repeated field. */
-static void walk_name(walk *w, const char *prefix, const ProtobufCFieldDescriptor *f,
+/* A message the walk is inside: the field of its parent that holds it and
+ * its entry there; the path is written out only for an error. */
+typedef struct walk_frame {
+    const struct walk_frame *parent;        /* NULL at the top */
+    const ProtobufCFieldDescriptor *field;
+    size_t index;
+} walk_frame;
+
+/* Writes the path of field f (entry index) inside frame into w->field:
+ * "inputs[1].name", "parameters[0].value.string_param". */
+static void walk_name(walk *w, const walk_frame *frame, const ProtobufCFieldDescriptor *f,
                       size_t index)
 {
-    const char *dot = prefix[0] ? "." : "";
+    if (frame != NULL) {
+        walk_name(w, frame->parent, frame->field, frame->index);
+    } else {
+        w->field[0] = '\0';
+    }
+    size_t used = strlen(w->field);
+    const char *dot = used ? "." : "";
     if (f->label == PROTOBUF_C_LABEL_REPEATED)
-        snprintf(w->field, sizeof w->field, "%s%s%s[%zu]", prefix, dot, f->name, index);
+        snprintf(w->field + used, sizeof w->field - used, "%s%s[%zu]", dot, f->name, index);
     else
-        snprintf(w->field, sizeof w->field, "%s%s%s", prefix, dot, f->name);
+        snprintf(w->field + used, sizeof w->field - used, "%s%s", dot, f->name);
 }
 
-/* Walks the message of descriptor d in [p, end), named prefix ("" at the top). */
+/* Walks the message of descriptor d in [p, end), inside frame (NULL at the
+ * top). */
 static int walk_message(walk *w, const ProtobufCMessageDescriptor *d, const uint8_t *p,
-                        const uint8_t *end, const char *prefix, int depth)
+                        const uint8_t *end, const walk_frame *frame, int depth)
 {
-    size_t seen[64] = {0};              /* entries of each repeated field, by index */
+    size_t seen[32];                    /* entries of each repeated field, by index */
+    size_t n_seen = d->n_fields < 32 ? d->n_fields : 32;
+    memset(seen, 0, n_seen * sizeof seen[0]);
     while (p < end) {
         uint64_t key, n;
         if (read_varint(&p, end, &key) != 0 || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
             return WALK_MALFORMED;
         unsigned wire = (unsigned)(key & 7);
-        const ProtobufCFieldDescriptor *f =
-            protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
-        size_t fi = f != NULL ? (size_t)(f - d->fields) : 0;
-        size_t index = f != NULL && fi < 64 ? seen[fi]++ : 0;
         switch (wire) {
         case 0:
             if (read_varint(&p, end, &n) != 0)
@@ -146,26 +159,29 @@ static int walk_message(walk *w, const ProtobufCMessageDescriptor *d, const uint
             return WALK_MALFORMED;
         const uint8_t *value = p;
         p += n;
-        if (f == NULL)
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
+        if (f == NULL || (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE &&
+                          depth != 0))
             continue;
+        size_t fi = (size_t)(f - d->fields);
+        size_t index = fi < n_seen ? seen[fi]++ : 0;
         if (depth == 0)
             for (size_t i = 0; i < w->n_limits; i++)
-                if (!strcmp(w->limits[i].field, f->name) && index >= w->limits[i].max) {
+                if (index >= w->limits[i].max && !strcmp(w->limits[i].field, f->name)) {
                     snprintf(w->field, sizeof w->field, "%s", f->name);
                     w->count = w->limits[i].max;
                     return WALK_TOO_MANY;
                 }
         if (f->type == PROTOBUF_C_TYPE_STRING && memchr(value, 0, (size_t)n) != NULL) {
-            walk_name(w, prefix, f, index);
+            walk_name(w, frame, f, index);
             return WALK_NUL;
         }
         if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
             if (depth + 1 >= WALK_MAX_DEPTH)
                 return WALK_MALFORMED;
-            char inner[sizeof w->field];
-            walk_name(w, prefix, f, index);
-            memcpy(inner, w->field, sizeof inner);
-            int rc = walk_message(w, f->descriptor, value, value + n, inner, depth + 1);
+            walk_frame inner = {frame, f, index};
+            int rc = walk_message(w, f->descriptor, value, value + n, &inner, depth + 1);
             if (rc != WALK_OK)
                 return rc;
         }
@@ -180,7 +196,7 @@ ProtobufCMessage *grpc_unpack(const ProtobufCMessageDescriptor *d, const unsigne
     walk w = {limits, n_limits, "", 0};
     /* the short name: "ModelInferRequest" of "inference.ModelInferRequest" */
     const char *name = d->short_name;
-    int rc = walk_message(&w, d, in, in + len, "", 0);
+    int rc = walk_message(&w, d, in, in + len, NULL, 0);
     if (rc == WALK_NUL) {
         grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                           "%s holds a NUL byte; a string may not (it would be cut there).",
