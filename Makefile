@@ -165,6 +165,9 @@ $(BUILD)/obj/gen/grpc/%.o: $(GRPC_GEN)/%.c $(GRPC_GEN_H)
 
 $(filter $(BUILD)/obj/grpc/%,$(LIB_OBJS)): $(GRPC_GEN_H)
 EXTRA_GRPC := -I$(GRPC_GEN)
+# The unit test of the gRPC decoder reads the generated messages.
+EXTRA_test_grpc_unpack := -I$(GRPC_GEN)
+$(BUILD)/obj/tests/unit/test_grpc_unpack.o: $(GRPC_GEN_H)
 
 $(BUILD)/obj/testing/%.o: server/%.c
 	@mkdir -p $(dir $@)

@@ -401,10 +401,13 @@ void gconn_unwait(gcall *c)
 }
 
 /* What a message of len bytes may hold at its peak once it has come: the
- * message, protobuf-c's unpacked form of it (bytes fields are copied), and
- * the typed contents written out for v2; the computation reserves its own
- * (admission). */
-#define GRPC_MESSAGE_MEMORY_FACTOR 3
+ * message itself, protobuf-c's unpacked form of it (bytes fields are copied),
+ * which grpc_infer_answer holds to grpc_infer_unpack_bound, and the typed
+ * contents written out for v2; the computation reserves its own (admission). */
+static size_t message_peak(size_t len)
+{
+    return 2 * len + grpc_infer_unpack_bound(len);
+}
 
 int gconn_admit_message(gcall *c, grpc_answer *a)
 {
@@ -420,7 +423,7 @@ int gconn_admit_message(gcall *c, grpc_answer *a)
         }
         pthread_mutex_unlock(&t->lock);
     }
-    size_t need = c->in_len * GRPC_MESSAGE_MEMORY_FACTOR;
+    size_t need = c->in_len != 0 ? message_peak(c->in_len) : 0;
     if (need == 0 || budget_client_reserve(c->client, need) == 0) {
         c->reserved = need;
         return 0;

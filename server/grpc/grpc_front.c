@@ -96,7 +96,7 @@ static void on_recv(gcall *c, int ok)
      * (--inline-max-bytes); the router defers anything larger to a worker. */
     if (!c->stream && c->in_len <= front->cfg->inline_max_bytes) {
         compute_bind(&c->token);
-        grpc_infer_answer(c->in, c->in_len, 0, 1, &a);
+        grpc_infer_answer(c->in, c->in_len, grpc_infer_unpack_bound(c->in_len), 0, 1, &a);
         compute_bind(NULL);
         if (!a.deferred) {
             gcall_answer(c, &a);
@@ -228,7 +228,8 @@ static void job_run(work_item *it)
     gcall *c = call_of(it);
     grpc_answer *a = &c->answer;
     memset(a, 0, sizeof *a);
-    grpc_infer_answer(c->in, c->in_len, c->queued_at, 0, a);
+    grpc_infer_answer(c->in, c->in_len, grpc_infer_unpack_bound(c->in_len), c->queued_at, 0,
+                      a);
     /* a computation stopped by its token answers with the reason's code */
     int reason = atomic_load(&c->token.reason);
     if (a->code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)

@@ -1,23 +1,27 @@
 /*
- * grpc_infer.c - ModelInfer: a ModelInferRequest turned into its HTTP twin,
- * POST /v2/models/{model}/infer with the binary tensor data extension,
- * answered by the router, and the answer turned into a ModelInferResponse.
+ * grpc_infer.c - ModelInfer: a ModelInferRequest answered by v2's inference
+ * handler through the router, and the answer turned into a
+ * ModelInferResponse.
  *
- * The twin's inference header is made as the jansson tree v2's parser would
- * make of its text (api_request.inference_header: every number a real), and
- * its binary section holds every input as binary bytes: raw_input_contents
- * as they are, each where protobuf-c unpacked it (api_request.bin_parts, no
+ * The request is read under bounds first (grpc_unpack.c: the unpacked
+ * form's bytes, the number of inputs and outputs, strings with a NUL byte).
+ * The router is given the route and the model directly (route_of and
+ * route_args: no path to match, the model checked once, by v2).  The
+ * inference header is made as the jansson tree v2's parser would make of
+ * its text (api_request.inference_header: every number a real), and the
+ * binary section holds every input as binary bytes: raw_input_contents as
+ * they are, each where protobuf-c unpacked it (api_request.bin_parts, no
  * copy), or typed contents (fp32_contents, fp64_contents, bool_contents)
  * written out as the same little-endian bytes into one body (FP16 and BF16,
  * which have no typed field, come only raw), and every output is asked in
- * binary, so the numbers
- * are never text on the way and v2's decoder applies all of its rules, with
- * its words: the datatype, the shape, a raw length that does not match them
- * (refused before anything is allocated for the computation), the element
- * and memory limits.  The outputs come back as raw_output_contents, which
- * point into the router's answer until the response is packed, described by
- * the fields v2 fills beside the answer's JSON part (api_response.infer), so
- * that this part is not parsed back either.
+ * binary, so the numbers are never text on the way and v2's decoder applies
+ * all of its rules, with its words: the datatype, the shape, a raw length
+ * that does not match them (refused before anything is allocated for the
+ * computation), the element and memory limits.  v2 answers with the fields
+ * of its JSON part (api_response.infer, api_request.infer_fields_only) and
+ * the outputs' bytes, no JSON text; they become raw_output_contents, which
+ * point into the router's answer until the response is packed.  An error
+ * is the router's sentence (api_response.error), not its JSON body.
  */
 #include "grpc_private.h"
 
@@ -34,6 +38,10 @@
 /* The binary section starts on this, as the HTTP layer places a v2 body's,
  * so that FP32 inputs are read where they lie. */
 #define BODY_ALIGN 64
+
+/* ModelStreamInferResponse's field infer_response (2), length-delimited (wire
+ * type 2): the key that starts it on the wire. */
+#define STREAM_INFER_RESPONSE_KEY ((2u << 3) | 2u)
 
 /* A request parameter as the JSON value v2 reads (numbers as reals, as
  * v2's parser reads every JSON number), or NULL when it has none (no value,
@@ -272,8 +280,8 @@ typedef struct response_parts {
 static void answer_response(const api_response *resp, grpc_answer *out)
 {
     const api_infer_answer *a = &resp->infer;
-    size_t hl = resp->inference_header_length;
-    if (!a->set || hl == 0 || hl > resp->body_len)
+    size_t hl = resp->inference_header_length;   /* 0: v2 wrote no JSON part */
+    if (!a->set || hl > resp->body_len)
         return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
     response_parts rp;
     memset(&rp, 0, sizeof rp);
@@ -327,40 +335,83 @@ static void answer_response(const api_response *resp, grpc_answer *out)
         grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
 }
 
+
+/* Puts the ModelInferResponse packed in out->bytes into a
+ * ModelStreamInferResponse as its infer_response.  A message field on the
+ * wire is its key, its length and the packed message, so the response is
+ * put after the two, not unpacked and packed again.  Returns 0, or -1 when
+ * memory ran out (out unchanged). */
+static int stream_put_response(grpc_answer *out)
+{
+    unsigned char head[1 + 10];
+    size_t n = 0;
+    head[n++] = STREAM_INFER_RESPONSE_KEY;
+    for (uint64_t v = out->len;; v >>= 7) {
+        head[n++] = (unsigned char)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            break;
+    }
+    unsigned char *bytes = malloc(n + out->len);
+    if (bytes == NULL)
+        return -1;
+    memcpy(bytes, head, n);
+    if (out->len != 0)
+        memcpy(bytes + n, out->bytes, out->len);
+    free(out->bytes);
+    out->bytes = bytes;
+    out->len += n;
+    return 0;
+}
+
 void grpc_infer_stream_wrap(grpc_answer *out)
 {
+    if (out->code == GRPC_STATUS_OK && stream_put_response(out) == 0)
+        return;
+    if (out->code == GRPC_STATUS_OK)
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
     Inference__ModelStreamInferResponse w = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
-    Inference__ModelInferResponse *r = NULL;
-    if (out->code == GRPC_STATUS_OK) {
-        r = inference__model_infer_response__unpack(NULL, out->len, out->bytes);
-        if (r == NULL)
-            grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                              "The server ran out of memory; retry later.");
-    }
-    if (r != NULL)
-        w.infer_response = r;
-    else
-        w.error_message = out->message;
+    w.error_message = out->message;
     char message[sizeof out->message];
     memcpy(message, out->message, sizeof message);
     grpc_answer_pack(out, &w.base);
-    if (r != NULL)
-        inference__model_infer_response__free_unpacked(r, NULL);
-    else if (out->code == GRPC_STATUS_OK) /* keep the words for the access log */
+    if (out->code == GRPC_STATUS_OK) /* keep the words for the access log */
         memcpy(out->message, message, sizeof message);
 }
 
-void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
-                       grpc_answer *out)
+size_t grpc_infer_unpack_bound(size_t len)
+{
+    return len > (SIZE_MAX - 65536) / 4 ? SIZE_MAX : 4 * len + 65536;
+}
+
+void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, double queued_at,
+                       int io_thread, grpc_answer *out)
 {
     memset(out, 0, sizeof *out);
     out->route = ROUTE_V2_INFER;
     out->http_status = 400;
-    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, in);
+    static const grpc_unpack_limit limits[] = {{"inputs", API_INFER_MAX_INPUTS},
+                                               {"raw_input_contents", API_INFER_MAX_INPUTS},
+                                               {"outputs", API_INFER_MAX_OUTPUTS}};
+    grpc_unpack_budget budget;
+    grpc_unpack_budget_init(&budget, unpack_cap);
+    Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)grpc_unpack(
+        &inference__model_infer_request__descriptor, in, len, limits,
+        sizeof limits / sizeof limits[0], &budget, out);
     if (q == NULL)
-        return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
-                                 "The request is not a ModelInferRequest.");
-    char path[768];
+        return;
+    /* The route and the model are known: v2 checks the model, once. */
+    route_args args;
+    if (strlen(q->model_name) >= sizeof args.model ||
+        strlen(q->model_version) >= sizeof args.version) {
+        grpc_answer_error(out, GRPC_STATUS_NOT_FOUND, "Model \"%.200s\" is unknown.",
+                          q->model_name);
+        out->http_status = 404;
+        inference__model_infer_request__free_unpacked(q, &budget.allocator);
+        return;
+    }
+    memcpy(args.model, q->model_name, strlen(q->model_name) + 1);
+    memcpy(args.version, q->model_version, strlen(q->model_version) + 1);
     size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
     /* Raw contents are read where protobuf-c unpacked them, one part an
      * input; typed ones are written out as the HTTP twin's body. */
@@ -371,9 +422,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
     if (sizes == NULL || parts == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
-    else if (grpc_model_path(q->model_name, q->model_version, "/infer", path, sizeof path,
-                             out) == 0 &&
-             (header = request_header(q, sizes, out)) != NULL &&
+    else if ((header = request_header(q, sizes, out)) != NULL &&
              (q->n_raw_input_contents != 0 ||
               (buf = request_body(q, sizes, &body_len, out)) != NULL)) {
         static const unsigned char none[1];     /* an empty part is still somewhere */
@@ -383,14 +432,16 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
         }
         if (buf != NULL) {
             /* the request's numbers now live in buf only */
-            inference__model_infer_request__free_unpacked(q, NULL);
+            inference__model_infer_request__free_unpacked(q, &budget.allocator);
             q = NULL;
         }
-        api_request req = {.method = "POST", .path = path, .body = (const char *)buf,
-                           .body_len = body_len, .inference_header = header,
-                           .bin_parts = parts, .n_bin_parts = buf != NULL ? 0 : q->n_raw_input_contents,
-                           .io_thread = io_thread, .queued_at = queued_at,
-                           .protocol = "grpc"};
+        api_request req = {.method = "POST", .path = "/v2/models/{model}/infer",
+                           .route = route_of(ROUTE_V2_INFER), .args = &args,
+                           .body = (const char *)buf, .body_len = body_len,
+                           .inference_header = header, .bin_parts = parts,
+                           .n_bin_parts = buf != NULL ? 0 : q->n_raw_input_contents,
+                           .infer_fields_only = 1, .io_thread = io_thread,
+                           .queued_at = queued_at, .protocol = "grpc"};
         api_response resp;
         api_handle(&req, &resp);
         free(buf);
@@ -413,5 +464,5 @@ void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, in
     free(sizes);
     free(parts);
     if (q != NULL)
-        inference__model_infer_request__free_unpacked(q, NULL);
+        inference__model_infer_request__free_unpacked(q, &budget.allocator);
 }

@@ -11,6 +11,7 @@
 #define ATTN_GRPC_PRIVATE_H
 
 #include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
 
 #include "core/error.h"
@@ -67,13 +68,53 @@ void grpc_service_answer(grpc_method m, const unsigned char *in, size_t len, grp
 
 /* Answers a ModelInferRequest (in, len bytes) into out, on the calling
  * thread, under the compute token it has bound; queued_at is when the call
- * joined the queue (compute_now()).  With io_thread (the polling thread,
+ * joined the queue (compute_now()).  unpack_cap bounds the bytes the
+ * unpacked message may take (0: no bound; past it RESOURCE_EXHAUSTED); a
+ * request with more inputs or outputs than v2 takes, or a string with a NUL
+ * byte, is refused INVALID_ARGUMENT before it is unpacked.  With io_thread (the polling thread,
  * which must not wait nor compute long) the router answers only a small
  * computation with a compute slot free now, as on HTTP's I/O threads, and
  * otherwise sets out->deferred and nothing else: the call goes to a worker.
  * Always fills out. */
-void grpc_infer_answer(const unsigned char *in, size_t len, double queued_at, int io_thread,
-                       grpc_answer *out);
+void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, double queued_at,
+                       int io_thread, grpc_answer *out);
+
+/* A bound on the unpacked form of a request message of len bytes, for a
+ * caller without a reservation of its own to give grpc_infer_answer: four
+ * times the wire (a packed bool unpacks to four bytes) and 64 KiB. */
+size_t grpc_infer_unpack_bound(size_t len);
+
+/* The allocator a message is unpacked with (grpc_unpack.c): it counts the
+ * bytes it hands out (used, in all; live, not yet freed) and refuses the
+ * one that would take used past cap (refused set; cap 0: no bound).  A
+ * message unpacked with it is freed with it, and it must outlive the
+ * message. */
+typedef struct grpc_unpack_budget {
+    ProtobufCAllocator allocator;
+    size_t cap, used, live;
+    int refused;                /* a request passed cap */
+    int failed;                 /* memory ran out */
+} grpc_unpack_budget;
+
+void grpc_unpack_budget_init(grpc_unpack_budget *b, size_t cap);
+
+/* At most max entries of the top-level repeated field named field. */
+typedef struct grpc_unpack_limit {
+    const char *field;
+    size_t max;
+} grpc_unpack_limit;
+
+/* Unpacks the message of descriptor d from in (len bytes) through budget:
+ * first the wire is walked, and a string field holding a NUL byte or a
+ * top-level field with more entries than limits[] allow is refused
+ * (INVALID_ARGUMENT naming the field, "inputs[2].name"); then protobuf-c
+ * unpacks it.  Returns the message (free with
+ * protobuf_c_message_free_unpacked(m, &budget->allocator)), or NULL with out
+ * filled: RESOURCE_EXHAUSTED past budget's cap or out of memory,
+ * INVALID_ARGUMENT for bytes that are not such a message. */
+ProtobufCMessage *grpc_unpack(const ProtobufCMessageDescriptor *d, const unsigned char *in,
+                              size_t len, const grpc_unpack_limit *limits, size_t n_limits,
+                              grpc_unpack_budget *budget, grpc_answer *out);
 
 /* Turns out, an answer of ModelInfer, into one of ModelStreamInfer: an
  * error becomes error_message with code OK (out->message and http_status
@@ -110,8 +151,7 @@ void grpc_answer_from_error(grpc_answer *out, const attn_error *err, route_id ri
 
 /* Packs msg (a protobuf-c message) into out->bytes with code OK; on out of
  * memory out holds RESOURCE_EXHAUSTED instead. */
-struct ProtobufCMessage;
-void grpc_answer_pack(grpc_answer *out, const struct ProtobufCMessage *msg);
+void grpc_answer_pack(grpc_answer *out, const ProtobufCMessage *msg);
 
 /* Writes into buf the path of model name (version "" for any) followed by
  * tail ("", "/ready", "/infer"); returns 0, or -1 with out filled

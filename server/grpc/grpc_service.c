@@ -97,15 +97,9 @@ static grpc_status_code code_of_http(int status)
 
 void grpc_answer_from_http(grpc_answer *out, const api_response *resp)
 {
-    /* v2's error body is {"error": "words"}; v1's {"error": {"message": ...}} */
-    json_t *root = resp->body ? json_loadb(resp->body, resp->body_len, 0, NULL) : NULL;
-    const json_t *e = json_object_get(root, "error");
-    const char *words = json_is_string(e) ? json_string_value(e)
-                        : json_is_string(json_object_get(e, "message"))
-                            ? json_string_value(json_object_get(e, "message"))
-                            : "The server could not answer.";
+    /* the sentence the error body holds, as the router filled it beside the body */
+    const char *words = resp->error[0] ? resp->error : "The server could not answer.";
     grpc_answer_error(out, code_of_http(resp->status), "%s", words);
-    json_decref(root);
     out->retry_after = resp->retry_after;
     out->http_status = resp->status;
     out->route = resp->route;

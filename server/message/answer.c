@@ -68,15 +68,20 @@ static void write_v1_error(jw_buf *w, const attn_error *err)
     jw_raw(w, "}}\n");
 }
 
-/* v2: {"error":"sentence"}, the field put before the sentence when the
- * sentence does not name it. */
-static void write_v2_error(jw_buf *w, const attn_error *err)
+/* The sentence of err in the route's form (v2: the field put before the
+ * sentence when the sentence does not name it; v1: the message alone) into
+ * text (cap bytes). */
+static void error_sentence(const attn_error *err, int v2, char *text, size_t cap)
 {
-    char text[sizeof err->field + sizeof err->message + 4];
-    if (err->field[0] && strstr(err->message, err->field) == NULL)
-        snprintf(text, sizeof text, "%s: %s", err->field, err->message);
+    if (v2 && err->field[0] && strstr(err->message, err->field) == NULL)
+        snprintf(text, cap, "%s: %s", err->field, err->message);
     else
-        snprintf(text, sizeof text, "%s", err->message);
+        snprintf(text, cap, "%s", err->message);
+}
+
+/* v2: {"error":"sentence"}, the sentence as error_sentence makes it. */
+static void write_v2_error(jw_buf *w, const char *text)
+{
     jw_init(w, 64 + strlen(text));
     jw_raw(w, "{\"error\":");
     jw_string(w, text);
@@ -86,9 +91,12 @@ static void write_v2_error(jw_buf *w, const attn_error *err)
 void answer_error(api_response *resp, const attn_error *err)
 {
     int v2 = route_error_form(resp->route) == ROUTE_ERRORS_V2;
+    _Static_assert(sizeof resp->error >= sizeof err->field + sizeof err->message + 4,
+                   "an error's sentence fits");
+    error_sentence(err, v2, resp->error, sizeof resp->error);
     jw_buf w;
     if (v2)
-        write_v2_error(&w, err);
+        write_v2_error(&w, resp->error);
     else
         write_v1_error(&w, err);
     api_response_free(resp);
@@ -101,6 +109,7 @@ void answer_error(api_response *resp, const attn_error *err)
     resp->body_static = 0;
     if (resp->body == NULL) {
         resp->retry_after = 1;
+        snprintf(resp->error, sizeof resp->error, "The server ran out of memory; retry later.");
         answer_static(resp, 503, v2 ? "{\"error\":\"The server ran out of memory; retry later.\"}\n"
                                     : "{\"error\":{\"code\":\"overloaded\",\"message\":\"The "
                                       "server ran out of memory; retry later.\"}}\n");

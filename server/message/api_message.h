@@ -42,6 +42,11 @@ typedef struct api_request {
      * section. */
     const api_part *bin_parts;
     size_t n_bin_parts;
+    /* v2 inference: when every output is binary, the answer is
+     * api_response.infer and the binary section alone, with no JSON part
+     * (inference_header_length 0), for a front-end that writes a message of
+     * its own from the fields (gRPC). */
+    int infer_fields_only;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)
@@ -80,6 +85,7 @@ typedef enum api_phase {
  * output is binary.  Strings are static or copied here; an output's bytes
  * are the next `bytes` of the body's binary section, in order. */
 #define API_INFER_MAX_OUTPUTS 12 /* as many as v2 has (v2_internal.h) */
+#define API_INFER_MAX_INPUTS 6   /* as many input names as v2's models take (v2_infer.c) */
 #define API_INFER_MAX_RANK 4
 #define API_INFER_MAX_PARAMS 5
 typedef struct api_infer_answer {
@@ -116,6 +122,11 @@ typedef struct api_response {
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     api_infer_answer infer;     /* v2 binary answers: the JSON part as fields */
     route_id route;             /* for /metrics and the form of an error body */
+    /* An error answer's sentence, as its body says it (v2: the field before
+     * the words when they do not name it; v1: the message), "" for none: what
+     * a front-end that does not send the JSON body (gRPC) says instead, so
+     * that it never parses the body back.  Filled by answer_error. */
+    char error[600];
     int deferred;               /* io_thread request left unanswered: hand it to a worker */
     /* What the handler learned, for the access log and Server-Timing: the
      * model ("" for none) and the phases that happened (bit 1 << phase set

@@ -161,7 +161,7 @@ route_cost route_request_cost(const route *r, const char *method)
 }
 
 /* The first row of id (the rows of one id agree; the unit tests check it). */
-static const route *row_of(route_id id)
+const route *route_of(route_id id)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (routes[i].id == id)
@@ -171,10 +171,10 @@ static const route *row_of(route_id id)
 
 const char *route_label(route_id id)
 {
-    return row_of(id)->label;
+    return route_of(id)->label;
 }
 
 route_errors route_error_form(route_id id)
 {
-    return row_of(id)->errors;
+    return route_of(id)->errors;
 }

@@ -123,6 +123,11 @@ typedef struct route {
  * captured. */
 const route *route_find(const char *path, route_args *args);
 
+/* The first row of id, for a front-end that knows its request's route
+ * without a path to match (gRPC's ModelInfer: ROUTE_V2_INFER, its model in
+ * route_args); the rows of one id agree but for the path.  Never NULL. */
+const route *route_of(route_id id);
+
 /* 1 when r's Allow list names method (HEAD where GET is allowed is named
  * too), else 0.  OPTIONS is in every known route's list. */
 int route_allows(const route *r, const char *method);

@@ -3,6 +3,9 @@
  * model, the parameters used and each output asked for, then, for outputs
  * asked in binary, their bytes in the order asked.
  *
+ * A front-end that writes a message of its own (gRPC) is given the JSON
+ * part's fields instead of its text (api_infer_answer) and the bytes alone.
+ *
  * Every float output is written in one datatype, the request's
  * output_datatype or by default the precision of the computation (FP64 for
  * FP64 inputs, FP32 for the others), through v2_tensor.h's encoder
@@ -326,10 +329,54 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
     a->set = 1;
 }
 
+/* Whether every output asked for is binary and the answer's fields can say
+ * what its JSON part would. */
+static int all_binary(const v2_answer_head *head)
+{
+    int binary = head->outs->n <= API_INFER_MAX_OUTPUTS;
+    for (size_t i = 0; i < head->outs->n; i++)
+        binary &= head->outs->binary[i] != 0;
+    return binary;
+}
+
+/* The answer as fields and bytes with no JSON part (head->fields_only). */
+static int answer_fields_only(const v2_answer_head *head, const attention_request *ar,
+                              const attn_result *res, double compute_ms, api_response *resp,
+                              attn_error *err)
+{
+    api_infer_answer *a = &resp->infer;
+    infer_fields(a, head, ar, res, compute_ms);
+    size_t bin_bytes = 0, counts[V2_OUT_COUNT];
+    for (size_t i = 0; i < a->n_outputs; i++) {
+        bin_bytes += a->outputs[i].bytes;
+        counts[i] = a->outputs[i].bytes / output_esize(head, head->outs->which[i]);
+    }
+    char *body = mem_malloc(bin_bytes ? bin_bytes : 1);
+    if (body == NULL) {
+        memset(a, 0, sizeof *a);
+        return error_nomem(err);
+    }
+    int rc = write_binary((unsigned char *)body, head, res, counts, err);
+    if (rc != 0) {
+        mem_free(body);
+        memset(a, 0, sizeof *a);
+        return rc;
+    }
+    resp->status = 200;
+    resp->body = body;
+    resp->body_len = bin_bytes;
+    resp->body_static = 0;
+    resp->content_type = "application/octet-stream";
+    resp->inference_header_length = 0;
+    return 0;
+}
+
 int v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
                     const attn_result *res, double compute_ms, size_t hint, api_response *resp,
                     attn_error *err)
 {
+    if (head->fields_only && all_binary(head))
+        return answer_fields_only(head, ar, res, compute_ms, resp, err);
     jw_buf w;
     jw_init(&w, hint + 512);
     write_head(&w, head, ar, compute_ms);
@@ -369,10 +416,7 @@ int v2_answer_infer(const v2_answer_head *head, const attention_request *ar,
     resp->body_static = 0;
     resp->content_type = "application/octet-stream";
     resp->inference_header_length = header_len;
-    int all_binary = head->outs->n <= API_INFER_MAX_OUTPUTS;
-    for (size_t i = 0; i < head->outs->n; i++)
-        all_binary &= head->outs->binary[i] != 0;
-    if (all_binary)
+    if (all_binary(head))
         infer_fields(&resp->infer, head, ar, res, compute_ms);
     return 0;
 }

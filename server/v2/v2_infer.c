@@ -34,6 +34,9 @@
 /* The inputs of a model, by slot. */
 enum { IN_Q, IN_K, IN_V, IN_X, IN_CONTEXT, IN_MASK, IN_COUNT };
 static const char *const input_names[IN_COUNT] = {"q", "k", "v", "x", "context", "mask"};
+/* A front-end refuses more inputs or outputs than these before it decodes them. */
+_Static_assert(IN_COUNT == API_INFER_MAX_INPUTS, "v2's inputs, as message/ says them");
+_Static_assert(V2_OUT_COUNT == API_INFER_MAX_OUTPUTS, "v2's outputs, as message/ says them");
 
 /* Everything one inference request holds while it runs. */
 typedef struct v2_infer {
@@ -703,7 +706,8 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
             double ran = compute_now();
             model_stats_computed(&sample, start, ran, result.compute_ms);
             /* The computation's own time, without the wait for a compute slot. */
-            v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs};
+            v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
+                                   req->infer_fields_only};
             rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2,
                                  resp, &err);
             attention_result_free(&result);

@@ -66,11 +66,14 @@ typedef struct v2_answer_head {
     const char *id;         /* the request's id, or NULL */
     v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
+    int fields_only;        /* api_request.infer_fields_only */
 } v2_answer_head;
 
 /* Writes the 200 answer of an inference into resp: the JSON header with the
  * outputs asked for (JSON data, or binary_data_size with the bytes after the
- * header), the scale, heads and compute_ms, every float output in head->dtype.
+ * header), the scale, heads and compute_ms, every float output in head->dtype;
+ * with head->fields_only and every output binary, the bytes alone and
+ * resp->infer saying the rest.
  * hint is the expected size of the JSON numbers.  Returns 0; or, with resp
  * untouched and err set, ERR_BAD_REQUEST when an output holds a finite number
  * that would be Inf in head->dtype (naming the output and the element), or

@@ -4,7 +4,9 @@
  * twin, answered by the router (the real one, over a store in a temporary
  * directory), and the answer built as a ModelInferResponse and as a stream's
  * answer.  Any crash, leak or sanitizer report is a finding; so is an answer
- * that says OK with bytes protobuf-c cannot read back.
+ * that says OK with bytes protobuf-c cannot read back, and an unpacking whose
+ * counting allocator (grpc_unpack.c) hands out more than its cap or does not
+ * get back every byte it handed out.
  *
  *   make fuzz          (this target runs after fuzz-api, for FUZZ_SECONDS)
  */
@@ -63,8 +65,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
+    /* the decoder alone, under a cap that the larger inputs pass */
+    static const grpc_unpack_limit limits[] = {{"inputs", API_INFER_MAX_INPUTS},
+                                               {"outputs", API_INFER_MAX_OUTPUTS}};
+    grpc_unpack_budget b;
+    grpc_unpack_budget_init(&b, 2 * size + 256);
     grpc_answer a;
-    grpc_infer_answer(data, size, 0, 0, &a);
+    memset(&a, 0, sizeof a);
+    ProtobufCMessage *m = grpc_unpack(&inference__model_infer_request__descriptor, data, size,
+                                      limits, 2, &b, &a);
+    if (b.used > b.cap || (m == NULL) == (a.code == GRPC_STATUS_OK) ||
+        (b.refused && a.code != GRPC_STATUS_RESOURCE_EXHAUSTED))
+        abort();
+    if (m != NULL)
+        protobuf_c_message_free_unpacked(m, &b.allocator);
+    if (b.live != 0)
+        abort();
+    grpc_infer_answer(data, size, grpc_infer_unpack_bound(size), 0, 0, &a);
     if (a.code == GRPC_STATUS_OK) {
         Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, a.len,
                                                                                   a.bytes);

@@ -484,6 +484,49 @@ def post_json(srv, head):
     return status, answer if status == 200 else answer["error"]
 
 
+def check_decoder_bounds(srv):
+    """A NUL byte inside a string, too many inputs or outputs, and an unpacked
+    form past the call's bound: refused before the request is decoded."""
+    s = srv.stub()
+    for what, mutate in [
+            ("model_name", lambda r: setattr(r, "model_name", "attention\0junk")),
+            ("inputs[1].name", lambda r: setattr(r.inputs[1], "name", "k\0")),
+            ("inputs[0].datatype", lambda r: setattr(r.inputs[0], "datatype", "FP32\0")),
+            ("outputs[0].name", lambda r: r.outputs.add(name="output\0x")),
+            ("id", lambda r: setattr(r, "id", "a\0b")),
+            ("parameters[0].key", lambda r: setattr(r.parameters["sca\0le"], "double_param", 1)),
+            ("parameters[0].value.string_param",
+             lambda r: setattr(r.parameters["output_datatype"], "string_param", "FP32\0"))]:
+        req = infer_request("attention", SEED)
+        mutate(req)
+        code, words = rpc_error(s.ModelInfer, req)
+        check("a NUL byte in %s: INVALID_ARGUMENT naming it" % what,
+              code == grpc.StatusCode.INVALID_ARGUMENT and
+              ("%s holds a NUL byte" % what) in words, (code, words))
+    many = infer_request("attention", SEED)
+    for i in range(7):
+        many.inputs.add(name="x%d" % i, datatype="FP32", shape=[1, 1])
+    code, words = rpc_error(s.ModelInfer, many)
+    check("more inputs than the models take: INVALID_ARGUMENT naming inputs",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "inputs has more than 6" in words,
+          (code, words))
+    many = infer_request("attention", SEED)
+    for i in range(13):
+        many.outputs.add(name="output")
+    code, words = rpc_error(s.ModelInfer, many)
+    check("more outputs than there are: INVALID_ARGUMENT naming outputs",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "outputs has more than 12" in words,
+          (code, words))
+    # a packed int64 of one byte unpacks to eight: past four times the wire
+    wide = infer_request("attention", SEED)
+    wide.inputs[0].shape.extend([1] * 200000)
+    code, words = rpc_error(s.ModelInfer, wide)
+    check("an unpacked form past the call's bound: RESOURCE_EXHAUSTED naming the limit",
+          code == grpc.StatusCode.RESOURCE_EXHAUSTED and "bytes once unpacked" in words,
+          (code, words))
+    code, answer = rpc_error(s.ModelInfer, infer_request("attention", SEED))
+    check("and a request within the bounds is answered", code == grpc.StatusCode.OK, code)
+
 def check_half_inputs(srv):
     """FP16 and BF16 inputs, binary and JSON over HTTP and raw over gRPC, answer as the FP32
     request of their widened values, bit for bit."""
@@ -1088,7 +1131,7 @@ def check_tls(binary):
 def main():
     args = harness.arguments(__doc__)
     harness.run(args.server, [check_every_rpc, check_same_answers, check_bad_inputs,
-                              check_half_inputs, check_output_datatype,
+                              check_decoder_bounds, check_half_inputs, check_output_datatype,
                               check_statistics, check_stream, check_port_taken, check_watch,
                               check_trace_text],
                 server_class=GrpcServer)

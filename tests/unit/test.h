@@ -237,6 +237,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(half_round_random)                    \
     X(half_from_float_as_from_double)       \
     X(v2_tensor_out_of_memory)              \
+    X(grpc_unpack_cap)                      \
+    X(grpc_unpack_nul_in_strings)           \
+    X(grpc_unpack_too_many_inputs)          \
+    X(grpc_unpack_out_of_memory)            \
     X(store_put_reopen_bit_exact)       \
     X(store_replace)                    \
     X(store_delete)                     \
