@@ -27,7 +27,7 @@
 #include "kernel/weights.h"
 #include "request/weights_json.h"
 
-#define SETS_PREFIX "/v1/weight-sets/"
+#define SETS_PREFIX "/v1/weight-sets/"   /* of a new set's Location */
 
 void v1_sets_list(const api_request *req, const api_env *env, api_response *resp)
 {
@@ -278,12 +278,12 @@ static void handle_named(const api_request *req, const api_env *env, const char 
 
 void v1_set_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    handle_named(req, env, req->path + strlen(SETS_PREFIX), resp);
+    handle_named(req, env, req->args->name, resp);
 }
 
 void v1_set_below_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    const char *name = req->path + strlen(SETS_PREFIX);    /* the row matched the prefix */
+    const char *name = req->args->name;     /* the rest of the path, slashes included */
     if (strcmp(req->method, "PUT") != 0 || *name == '\0')
         answer_not_found(resp, req->path);
     else
