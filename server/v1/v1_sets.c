@@ -222,16 +222,12 @@ static int check_request(const api_request *req, weight_store *store, const char
     error_clear(&err);
     *checked = NULL;
     long long want = 0;
-    if (!weights_valid_name(name))
-        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
-                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ - "
-                  "(but not \".\" or \"..\").",
-                  name);
-    else if (req->if_match != NULL && (want = if_match_generation(req->if_match)) < 0)
+    if (weights_check_name(name, "name", &err) == 0 && req->if_match != NULL &&
+        (want = if_match_generation(req->if_match)) < 0)
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "If-Match",
                   "If-Match must be * or the ETag a PUT or GET of the set answered, such as "
                   "\"1700000000000000\".");
-    else if (req->if_match != NULL && strcmp(req->method, "PUT") != 0)
+    else if (err.kind == 0 && req->if_match != NULL && strcmp(req->method, "PUT") != 0)
         /* The precondition holds on this replica's view, fresh from the
          * shared directory when it does not match at first; GET answers the
          * very set it was checked on. */
