@@ -120,6 +120,8 @@ EXTRA_attention_exp := -O3 -ffast-math
 # trip count known in advance; the full cost model vectorises them (no change to the results:
 # nothing is reassociated without -ffast-math).
 EXTRA_attention := -fvect-cost-model=dynamic
+# The float copies attention.c, the pooled weights and the reductions make (attention_floats.c).
+EXTRA_attention_floats := -fvect-cost-model=dynamic
 # The same for the reductions' passes over a row of scores (attention_reduce_impl.inc).
 EXTRA_attention_reduce := -fvect-cost-model=dynamic
 # The same for the count of a JSON body's brackets and commas as it arrives (http_body.c,
