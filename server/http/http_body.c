@@ -45,10 +45,26 @@
 #include "core/mem.h"
 #include "v2/v2_tensor.h"
 
-/* Bytes a request parsed as JSON may need per byte of its body at its peak:
- * the body itself plus the JSON tree, which for short numbers ("0,") takes
- * up to about 24 bytes per byte of text (a boxed number and its slot). */
+/* The memory a body parsed as JSON may need at its peak, the body itself and the tree
+ * jansson makes of it in the JSON arena (core/mem.c: blocks never freed piecemeal, each
+ * allocation rounded to 16 bytes), is reserved as
+ *
+ *     25 bytes a byte + 208 bytes a '{' or '[' + 32 bytes a ','
+ *
+ * counting the brackets and commas outside strings as the body arrives (body_count_json).
+ * Bytes alone cannot bound it: "{}," is 3 bytes of text and 240 bytes of tree.  What the
+ * tree takes, measured with jansson 2.14 (allocations rounded as the arena rounds them):
+ * a scalar node 32 bytes (a number; a string 48 and up, "null" none), so 16 a byte of
+ * "0,"; an object 208 (its 80-byte struct and 8 hash buckets of 16), an array 112 (48
+ * and a table of 8 slots); an element's slot 8 bytes, up to 32 with the tables that
+ * doubling leaves in the arena (a count just past a power of two); a member's pair 64
+ * bytes with its key, and its buckets.  Over bodies of many `{}`, `[]`, `0`, `""`,
+ * `1.5e3`, `{"k":0}`, `{"":{}}`, `[0]`, members with short keys, duplicated keys and 2,000
+ * nested arrays, at 65,537 to 1,000,000 values, the rule reserves 1.21 to 3.4 times the
+ * body and its tree (bodies of `{}` 1.36 times: 80 bytes a byte of tree). */
 #define HTTP_BODY_MEMORY_FACTOR 25
+#define HTTP_BODY_CONTAINER_COST 208
+#define HTTP_BODY_VALUE_COST 32
 /* The same for the binary section of a v2 inference body, which is never parsed: the
  * bytes themselves, plus the arrays read from them, at most twice their size (FP32
  * numbers read as double, for x through a weight set). */
@@ -91,23 +107,89 @@ static int body_never_fits(size_t need)
     return !budget_could_fit(need) || (share != 0 && need > share);
 }
 
-/* Fills err with the 413 for a body of `bytes` that needs `need` bytes. */
-static int body_never_fits_error(attn_error *err, unsigned long long bytes, size_t need)
+/* Fills err with the 413 for a body of hr of `bytes` that needs `need` bytes; when its
+ * JSON's brackets and commas were counted, the message gives their count, which is then
+ * most of the need (the body's length alone may well fit). */
+static int body_never_fits_error(const http_request *hr, attn_error *err,
+                                 unsigned long long bytes, size_t need)
 {
     size_t share = budget_client_cap();
+    char json[200] = "";
+    if (hr->json_containers != 0 || hr->json_commas != 0)
+        snprintf(json, sizeof json,
+                 " (its JSON, %zu objects and arrays and %zu commas in the %zu bytes read, "
+                 "takes %d bytes an object or array and %d a value in memory once parsed)",
+                 hr->json_containers, hr->json_commas, hr->json_counted, HTTP_BODY_CONTAINER_COST,
+                 HTTP_BODY_VALUE_COST);
     return error_set(err, ERR_TOO_LARGE, "body_too_large", NULL,
-                     "Handling a body of %llu bytes needs about %zu MiB, more than one client "
-                     "may hold of the server's memory budget: %zu MiB (--max-memory, "
-                     "--max-memory-share).", bytes, need >> 20,
+                     "Handling a body of %llu bytes needs %s %zu MiB%s, more than one "
+                     "client may hold of the server's memory budget: %zu MiB (--max-memory, "
+                     "--max-memory-share).", bytes, json[0] != '\0' ? "at least" : "about",
+                     need >> 20, json,
                      (share != 0 ? share : budget_limit()) >> 20);
+}
+
+/* Counts the brackets and commas outside strings in the next n bytes of hr's body (those
+ * of its JSON: a v2 body's binary section is not parsed), for body_need.  A string's end
+ * is its first quote not escaped; its state is kept between calls, since a chunk may end
+ * anywhere.  Outside strings the count takes no branch, so that the bytes of a large
+ * matrix cost about a cycle each. */
+static void body_count_json(http_request *hr, const char *data, size_t n)
+{
+    if (!hr->parses_body)
+        return;
+    if (hr->binary_at != 0)
+        n = hr->len >= hr->binary_at ? 0 : n < hr->binary_at - hr->len ? n : hr->binary_at - hr->len;
+    size_t containers = 0, commas = 0, i = 0;
+    int in_string = hr->json_in_string, escaped = hr->json_escaped;
+    while (i < n) {
+        if (in_string) {
+            char c = data[i++];
+            if (escaped)
+                escaped = 0;
+            else if (c == '\\')
+                escaped = 1;
+            else if (c == '"')
+                in_string = 0;
+            continue;
+        }
+        const char *quote = memchr(data + i, '"', n - i);
+        size_t end = quote != NULL ? (size_t)(quote - data) : n;
+        for (; i < end; i++) {
+            char c = data[i];
+            containers += (c == '{') | (c == '[');
+            commas += c == ',';
+        }
+        if (quote != NULL) {
+            in_string = 1;
+            i++;
+        }
+    }
+    hr->json_in_string = in_string;
+    hr->json_escaped = escaped;
+    hr->json_containers += containers;
+    hr->json_commas += commas;
+    hr->json_counted += n;
+}
+
+/* What the brackets and commas counted so far add to a JSON body's need (see
+ * HTTP_BODY_MEMORY_FACTOR); SIZE_MAX past a size_t. */
+static size_t body_json_tokens_need(const http_request *hr)
+{
+    size_t containers, commas, sum;
+    if (mem_mul(hr->json_containers, HTTP_BODY_CONTAINER_COST, 1, &containers) != 0 ||
+        mem_mul(hr->json_commas, HTTP_BODY_VALUE_COST, 1, &commas) != 0 ||
+        __builtin_add_overflow(containers, commas, &sum))
+        return SIZE_MAX;
+    return sum;
 }
 
 /* Budget bytes a body of hr of `len` bytes may need at its peak (body_need), and the
  * longest body that `reserved` bytes cover (body_covered, its inverse).  A body that is
- * not parsed needs itself; one parsed as JSON, HTTP_BODY_MEMORY_FACTOR a byte; a v2
- * inference body with binary tensors, that for its JSON header (the first
- * hr->binary_at bytes: all the v2 path parses) and HTTP_BINARY_MEMORY_FACTOR for the
- * rest.  Both saturate rather than wrap. */
+ * not parsed needs itself; one parsed as JSON, HTTP_BODY_MEMORY_FACTOR a byte and the
+ * cost of its brackets and commas counted so far; a v2 inference body with binary
+ * tensors, that for its JSON header (the first hr->binary_at bytes: all the v2 path
+ * parses) and HTTP_BINARY_MEMORY_FACTOR for the rest.  Both saturate rather than wrap. */
 static size_t body_need(const http_request *hr, size_t len)
 {
     if (!hr->parses_body)
@@ -116,7 +198,8 @@ static size_t body_need(const http_request *hr, size_t len)
     size_t need, rest;
     if (mem_mul(json, HTTP_BODY_MEMORY_FACTOR, 1, &need) != 0 ||
         mem_mul(len - json, HTTP_BINARY_MEMORY_FACTOR, 1, &rest) != 0 ||
-        __builtin_add_overflow(need, rest, &need))
+        __builtin_add_overflow(need, rest, &need) ||
+        __builtin_add_overflow(need, body_json_tokens_need(hr), &need))
         return SIZE_MAX;
     return need;
 }
@@ -125,6 +208,10 @@ static size_t body_covered(const http_request *hr, size_t reserved)
 {
     if (!hr->parses_body)
         return reserved;
+    size_t tokens = body_json_tokens_need(hr);
+    if (reserved <= tokens)
+        return 0;
+    reserved -= tokens;
     size_t json_need;
     if (hr->binary_at == 0 ||
         mem_mul(hr->binary_at, HTTP_BODY_MEMORY_FACTOR, 1, &json_need) != 0 ||
@@ -204,6 +291,7 @@ static int body_append(http_request *hr, size_t limit, const char *data, size_t 
         http_body_free(hr);
         return 0;
     }
+    body_count_json(hr, data, n);
     if (body_reserve_step(hr, limit, hr->len + n) != 0) {
         hr->no_memory = 1;
         hr->no_memory_need = body_need(hr, hr->len + n);
@@ -354,7 +442,7 @@ enum MHD_Result http_body_admit(http_server *srv, struct MHD_Connection *conn, h
     size_t need = body_need(hr, (size_t)n);
     if (body_never_fits(need)) {
         hr->too_large = 1;
-        body_never_fits_error(&err, n, need);
+        body_never_fits_error(hr, &err, n, need);
         return http_queue_error(srv, conn, hr, &err, NULL);
     }
     return MHD_YES;
@@ -373,7 +461,7 @@ int http_body_refused(const http_server *srv, http_request *hr, attn_error *err)
         return 1;
     }
     if (hr->no_memory && body_never_fits(hr->no_memory_need)) {
-        body_never_fits_error(err, hr->bytes_in, hr->no_memory_need);
+        body_never_fits_error(hr, err, hr->bytes_in, hr->no_memory_need);
         return 1;
     }
     if (hr->no_memory) {

@@ -115,6 +115,11 @@ struct http_request {
     int client_known;           /* client has been looked up (it may be NULL) */
     size_t announced;           /* Content-Length; 0 when none or chunked */
     int parses_body;            /* reserves HTTP_BODY_MEMORY_FACTOR per byte (http_body.c) */
+    size_t json_containers;     /* '{' and '[' of the JSON that has come, outside strings */
+    size_t json_commas;         /* ',' likewise: each, one more value in a container */
+    size_t json_counted;        /* the bytes those were counted in */
+    int json_in_string;         /* the JSON that has come ends inside a string ... */
+    int json_escaped;           /* ... right after its backslash */
     const route *route;         /* its row of the route table, found once */
     route_args args;            /* what the row's placeholders captured of the path */
     char method[12];            /* for the access log */

@@ -29,6 +29,7 @@
 
 #include "attention_exp.h"
 #include "attention_extras.h"
+#include "attention_floats.h"
 #include "attention_reduce.h"
 #include "attention_fused.h"
 #include "core/compute.h"
@@ -356,30 +357,15 @@ static int values_finite_f(const float *a, size_t n)
     return finite ? 0 : -1;
 }
 
-/* Returns a float copy of a[0..n) (NULL for a NULL a or n == 0, with *fail
- * untouched), or NULL with *fail set when allocation fails. */
-static float *to_float(const double *a, size_t n, int *fail)
-{
-    if (a == NULL || n == 0)
-        return NULL;
-    float *f = mem_malloc(n * sizeof(float));
-    if (f == NULL) {
-        *fail = 1;
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)a[i];
-    return f;
-}
-
-/* in32, when the job gives the input as float; else a float copy of in (see to_float),
+/* in32, when the job gives the input as float; else a float copy of in
+ * (attention_floats_from),
  * owned by *copy for the caller to free. */
 static const float *float_input(const float *in32, const double *in, size_t n, float **copy,
                                 int *fail)
 {
     if (in32 != NULL)
         return in32;
-    *copy = to_float(in, n, fail);
+    *copy = attention_floats_from(in, n, fail);
     return *copy;
 }
 
@@ -391,7 +377,7 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, flo
     const attn_weights *w = job->weights;
     int fail = 0, rc = ERR_UNAVAILABLE;
     float *copies[5] = {0}, *wf[WEIGHTS_COUNT] = {0}, *fout = NULL;
-    float *x = to_float(job->x, s->x, &fail), *ctx = to_float(job->context, s->context, &fail);
+    float *x = attention_floats_from(job->x, s->x, &fail), *ctx = attention_floats_from(job->context, s->context, &fail);
     const float *q = float_input(job->q32, job->q, s->q, &copies[0], &fail);
     const float *k = float_input(job->k32, job->k, s->k, &copies[1], &fail);
     const float *v = float_input(job->v32, job->v, s->v, &copies[2], &fail);
@@ -404,7 +390,7 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, flo
             wuse[p] = weights_array_f32(w, (weights_part)p);
             continue;
         }
-        wf[p] = to_float(weights_array(w, (weights_part)p),
+        wf[p] = attention_floats_from(weights_array(w, (weights_part)p),
                          weights_rows(w, (weights_part)p) * weights_cols(w, (weights_part)p), &fail);
         wuse[p] = wf[p];
     }

@@ -103,6 +103,14 @@ static inline size_t attention_keys_seen(const attn_job *job, size_t i0, size_t 
     return job->causal && last + 1 < job->lk ? last + 1 : job->lk;
 }
 
+/* Numbers of q and k together (batch x (lq + lk) x dk) as a float32 job's float copies of
+ * them hold them (attention_floats_pair), 0 for a float64 job: the pooled weights and the
+ * reductions compute in float32 from q and k as the kernels had them. */
+static inline size_t attention_float_qk_count(const attn_job *job)
+{
+    return job->dtype == ATTN_FLOAT32 ? job->batch * (job->lq + job->lk) * job->dk : 0;
+}
+
 /* Floating-point operations of job: the projections, the scores and their
  * weighted sum (half of both when causal), and the output projection.  An
  * estimate from the shapes alone, for deciding where a job runs. */

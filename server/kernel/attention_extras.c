@@ -38,24 +38,6 @@ static int reduce_in_place(const attn_job *job)
            job->dtype == ATTN_FLOAT32 && job->q32 != NULL && job->k32 != NULL;
 }
 
-size_t attention_extras_float_count(const attn_job *job)
-{
-    return job->dtype == ATTN_FLOAT32 ? job->batch * (job->lq + job->lk) * job->dk : 0;
-}
-
-float *attention_extras_float_copies(const attn_job *job, const double *q, const double *k)
-{
-    float *f = mem_malloc(attention_extras_float_count(job) * sizeof(float));
-    if (f == NULL)
-        return NULL;
-    size_t nq = job->batch * job->lq * job->dk, nk = job->batch * job->lk * job->dk;
-    for (size_t i = 0; i < nq; i++)
-        f[i] = (float)q[i];
-    for (size_t i = 0; i < nk; i++)
-        f[nq + i] = (float)k[i];
-    return f;
-}
-
 int attention_extras_bytes(const attn_job *job, size_t *bytes)
 {
     *bytes = 0;

@@ -10,15 +10,6 @@
 
 #include "attention.h"
 
-/* Numbers a float32 job's float copies of q and k hold (batch x (lq + lk) x dk; 0 for a
- * float64 job): the pooled weights and the reductions compute in float32 from q and k as the
- * kernels had them, and copy them when the job holds them in double. */
-size_t attention_extras_float_count(const attn_job *job);
-
-/* Those copies of q (batch x lq x dk) and then k (batch x lk x dk), rounded to float; freed
- * with mem_free.  NULL when memory ran out. */
-float *attention_extras_float_copies(const attn_job *job, const double *q, const double *k);
-
 /* Bytes the extras of job allocate at most (0 when it asks for none), for the memory
  * estimate.  Returns 0, or -1 when the count overflows. */
 int attention_extras_bytes(const attn_job *job, size_t *bytes);

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "attention_exp.h"
-#include "attention_extras.h"
+#include "attention_floats.h"
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
@@ -80,7 +80,7 @@ static size_t slot_bytes(const attn_job *job, const attn_pool *pool)
 size_t attention_pool_scratch_bytes(const attn_job *job)
 {
     return (size_t)compute_threads() * slot_bytes(job, job->pool) +
-           attention_extras_float_count(job) * sizeof(float);
+           attention_float_qk_count(job) * sizeof(float);
 }
 
 typedef struct pool_ctx {
@@ -138,7 +138,8 @@ int attention_pool_run(const attn_job *job, const attn_pool *pool, const double 
     int f32 = job->dtype == ATTN_FLOAT32;
     float *qf = NULL;
     if (f32) {
-        qf = attention_extras_float_copies(job, q, k);
+        qf = attention_floats_pair(q, job->batch * job->lq * job->dk, k,
+                                   job->batch * job->lk * job->dk);
         if (qf == NULL)
             return ERR_UNAVAILABLE;
         c.q = qf;

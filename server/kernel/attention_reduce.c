@@ -33,7 +33,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention_extras.h"
+#include "attention_floats.h"
 #include "attention_fused.h"
 #include "core/compute.h"
 #include "core/mem.h"
@@ -106,7 +106,7 @@ size_t attention_reduce_scratch_bytes(const attn_job *job)
     return (size_t)slots * slot_bytes(job, r) +
            2 * job->batch * job->heads * job->lq * sizeof(double) +
            job->batch * job->heads * packed_k_numbers(job) * real +
-           (in_place ? 0 : attention_extras_float_count(job) * sizeof(float));
+           (in_place ? 0 : attention_float_qk_count(job) * sizeof(float));
 }
 
 typedef struct reduce_ctx {
@@ -179,7 +179,8 @@ int attention_reduce_run(const attn_job *job, const double *q, const double *k, 
     c.l = c.m + bh * job->lq;
     /* a float32 job is reduced in float32, from q and k as the kernels had them */
     if (f32 && (qf == NULL || kf == NULL)) {
-        copies = attention_extras_float_copies(job, q, k);
+        copies = attention_floats_pair(q, job->batch * job->lq * job->dk, k,
+                                       job->batch * job->lk * job->dk);
         if (copies == NULL)
             goto done;
         qf = copies;

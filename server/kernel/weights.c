@@ -210,3 +210,12 @@ int weights_valid_name(const char *name)
     }
     return 1;
 }
+
+int weights_check_name(const char *name, const char *field, attn_error *err)
+{
+    if (weights_valid_name(name))
+        return 0;
+    return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                     "\"%.80s\" is not a valid weight-set name: use 1 to %d of A-Z a-z 0-9 . _ - "
+                     "(but not \".\" or \"..\").", name, WEIGHTS_NAME_MAX);
+}

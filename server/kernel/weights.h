@@ -130,7 +130,14 @@ int weights_check_heads(size_t heads, size_t dk, size_t dv, attn_error *err);
 double weights_default_scale(size_t dk, size_t heads);
 
 /* Returns 1 if name is a valid weight-set name: 1 to WEIGHTS_NAME_MAX of
- * A-Z a-z 0-9 . _ -, other than "." and "..", and 0 otherwise. */
+ * A-Z a-z 0-9 . _ -, other than "." and "..", and 0 otherwise.  The one name
+ * rule: the store's files, the paths, the bodies and the checkpoints' layer
+ * names all go through it. */
 int weights_valid_name(const char *name);
+
+/* weights_valid_name with the one wording of its refusal: returns 0 for a
+ * valid name, else ERR_BAD_REQUEST with err filled (code "invalid_value", the
+ * field given, a message that quotes the name and states the rule). */
+int weights_check_name(const char *name, const char *field, attn_error *err);
 
 #endif

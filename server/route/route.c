@@ -4,8 +4,8 @@
  * The rows are tried in order and the first that matches wins, so a
  * specific path comes before a pattern that would also match it
  * (/v2/models/stats before /v2/models/{model}).  The table holds every
- * route's grammar, v2's model and version names included: the handlers get
- * what a path captured and never parse it.
+ * route's grammar, v2's model and version names and weight-set names
+ * included: the handlers get what a path captured and never parse it.
  */
 #include "route.h"
 
@@ -49,8 +49,8 @@ static const route routes[] = {
     {"/v1/weight-sets/{name}", ENDPOINT_V1_SET, ROUTE_WEIGHT_SET, ALLOW_SET, ROUTE_WORKER,
      ROUTE_DRAIN_READS, 0, ROUTE_BODY_SET, V1, "/v1/weight-sets/{name}"},
     /* No endpoint (a path below a set is none), but a PUT there chose a name
-     * with a slash, which its handler refuses as a name. */
-    {"/v1/weight-sets/*", ENDPOINT_V1_SET_BELOW, ROUTE_OTHER, NULL, ROUTE_CHEAP,
+     * with a slash, which its handler refuses as a name: the rest is that name. */
+    {"/v1/weight-sets/{name*}", ENDPOINT_V1_SET_BELOW, ROUTE_OTHER, NULL, ROUTE_CHEAP,
      ROUTE_DRAIN_SERVE, 0, ROUTE_BODY_SET, V1, "other"},
     /* The visualizer's page and files. */
     {"/", ENDPOINT_VIZ, ROUTE_OTHER, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 0, JSON, V1,
@@ -97,12 +97,16 @@ static char *capture_of(const char *name, size_t len, route_args *args, size_t *
         *cap = sizeof args->version;
         return args->version;
     }
+    if ((len == 6 && !strncmp(name, "{name}", len)) || (len == 7 && !strncmp(name, "{name*}", len))) {
+        *cap = sizeof args->name;
+        return args->name;
+    }
     return NULL;
 }
 
 /* 1 when path matches pattern, filling args (whose fields the caller emptied):
- * "{...}" takes one non-empty segment, a final "*" any rest, every other
- * byte itself. */
+ * "{...}" takes one non-empty segment, "{...*}" (last) any rest, a final "*"
+ * any rest, every other byte itself. */
 static int pattern_matches(const char *pattern, const char *path, route_args *args)
 {
     while (*pattern != '\0') {
@@ -110,9 +114,10 @@ static int pattern_matches(const char *pattern, const char *path, route_args *ar
             return 1;
         if (pattern[0] == '{') {
             size_t len = strcspn(pattern, "}") + 1;
-            size_t n = strcspn(path, "/"), cap = 0;
+            int rest = len >= 3 && pattern[len - 2] == '*';
+            size_t n = rest ? strlen(path) : strcspn(path, "/"), cap = 0;
             char *into = capture_of(pattern, len, args, &cap);
-            if (n == 0 || (into != NULL && n >= cap))
+            if ((n == 0 && !rest) || (into != NULL && n >= cap))
                 return 0;
             if (into != NULL) {
                 memcpy(into, path, n);
@@ -134,11 +139,11 @@ const route *route_find(const char *path, route_args *args)
     if (args == NULL)
         args = &scratch;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        args->model[0] = args->version[0] = '\0';
+        args->model[0] = args->version[0] = args->name[0] = '\0';
         if (pattern_matches(routes[i].pattern, path, args))
             return &routes[i];
     }
-    args->model[0] = args->version[0] = '\0';
+    args->model[0] = args->version[0] = args->name[0] = '\0';
     return &unknown;
 }
 

@@ -2,7 +2,7 @@
  * route.h - the one table of the server's routes: what each route is.
  *
  * Every route is one row (route.c): the path it matches and the names it
- * captures (a v2 model and version), the endpoint it is, the methods it
+ * captures (a v2 model and version, a weight set), the endpoint it is, the methods it
  * allows, how costly it is to answer, whether it is a probe, what draining
  * refuses of it, how its body is read, which error body it speaks and its
  * label in /metrics.  The table says what a route is, not who answers it:
@@ -92,18 +92,23 @@ typedef enum route_errors {
 } route_errors;
 
 /* What a path's placeholders captured: "" where the row has none.  A segment
- * longer than its field matches no row. */
+ * (or rest) longer than its field matches no row.  A weight-set name's field
+ * is far longer than any valid name (64 bytes), so that a long name is
+ * refused by the name rule (400), not as an unknown path. */
 #define ROUTE_MODEL_MAX 200
 #define ROUTE_VERSION_MAX 40
+#define ROUTE_NAME_MAX 256
 typedef struct route_args {
     char model[ROUTE_MODEL_MAX];        /* {model} */
     char version[ROUTE_VERSION_MAX];    /* {version} */
+    char name[ROUTE_NAME_MAX];          /* {name}, or {name*} */
 } route_args;
 
 typedef struct route {
-    /* The path: bytes matched as they are, "{model}" and "{version}" taking
-     * one non-empty segment into route_args, "{name}" one non-empty segment
-     * (the handler reads it from the path), a final "*" any rest. */
+    /* The path: bytes matched as they are, "{model}", "{version}" and
+     * "{name}" taking one non-empty segment into route_args, a final
+     * "{name*}" the rest of the path, slashes included, empty or not, into
+     * the name, a final "*" any rest. */
     const char *pattern;
     route_endpoint endpoint;
     route_id id;

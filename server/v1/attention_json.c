@@ -226,10 +226,9 @@ static int decode_qkv(const json_t *root, const json_in_budget *budget, attentio
 static int decode_weights_name(const json_t *root, const char *name, attention_request *req,
                                attn_error *err)
 {
-    if (!weights_valid_name(name))
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", "weights",
-                         "weights is \"%.64s\", which is not a valid weight-set name "
-                         "(1-64 of A-Z a-z 0-9 . _ -).", name);
+    int rc = weights_check_name(name, "weights", err);
+    if (rc != 0)
+        return rc;
     snprintf(req->weights_name, sizeof req->weights_name, "%s", name);
     const json_t *jg = json_object_get(root, "weights_generation");
     if (jg == NULL)

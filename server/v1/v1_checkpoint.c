@@ -120,10 +120,10 @@ static int make_sets(const char *name, ckpt_layer *layers, size_t n, int all, si
             snprintf(set_name, sizeof set_name, "%s.%ld", name, layers[i].index);
         else
             snprintf(set_name, sizeof set_name, "%s", name);
-        if (!weights_valid_name(set_name))
-            return error_set(err, ERR_BAD_REQUEST, "invalid_value", "name",
-                             "\"%s\" is longer than %d characters: choose a shorter name for "
-                             "layer=all.", set_name, WEIGHTS_NAME_MAX);
+        /* name is valid; with layer=all, name.N may be too long */
+        int rc = weights_check_name(set_name, "name", err);
+        if (rc != 0)
+            return rc;
         if (heads != 0 && weights_check_heads(heads, layers[i].w.dk, layers[i].w.dv, err) != 0)
             return ERR_BAD_REQUEST;
         sets[i] = weightset_new(set_name, &layers[i].w, heads, 0);

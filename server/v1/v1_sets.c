@@ -27,7 +27,7 @@
 #include "kernel/weights.h"
 #include "request/weights_json.h"
 
-#define SETS_PREFIX "/v1/weight-sets/"
+#define SETS_PREFIX "/v1/weight-sets/"   /* of a new set's Location */
 
 void v1_sets_list(const api_request *req, const api_env *env, api_response *resp)
 {
@@ -222,16 +222,12 @@ static int check_request(const api_request *req, weight_store *store, const char
     error_clear(&err);
     *checked = NULL;
     long long want = 0;
-    if (!weights_valid_name(name))
-        error_set(&err, ERR_BAD_REQUEST, "invalid_value", "name",
-                  "\"%.80s\" is not a valid weight-set name: use 1 to 64 of A-Z a-z 0-9 . _ - "
-                  "(but not \".\" or \"..\").",
-                  name);
-    else if (req->if_match != NULL && (want = if_match_generation(req->if_match)) < 0)
+    if (weights_check_name(name, "name", &err) == 0 && req->if_match != NULL &&
+        (want = if_match_generation(req->if_match)) < 0)
         error_set(&err, ERR_BAD_REQUEST, "invalid_value", "If-Match",
                   "If-Match must be * or the ETag a PUT or GET of the set answered, such as "
                   "\"1700000000000000\".");
-    else if (req->if_match != NULL && strcmp(req->method, "PUT") != 0)
+    else if (err.kind == 0 && req->if_match != NULL && strcmp(req->method, "PUT") != 0)
         /* The precondition holds on this replica's view, fresh from the
          * shared directory when it does not match at first; GET answers the
          * very set it was checked on. */
@@ -278,12 +274,12 @@ static void handle_named(const api_request *req, const api_env *env, const char 
 
 void v1_set_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    handle_named(req, env, req->path + strlen(SETS_PREFIX), resp);
+    handle_named(req, env, req->args->name, resp);
 }
 
 void v1_set_below_handle(const api_request *req, const api_env *env, api_response *resp)
 {
-    const char *name = req->path + strlen(SETS_PREFIX);    /* the row matched the prefix */
+    const char *name = req->args->name;     /* the rest of the path, slashes included */
     if (strcmp(req->method, "PUT") != 0 || *name == '\0')
         answer_not_found(resp, req->path);
     else

@@ -23,6 +23,8 @@
  *   deadline   a long computation with X-Deadline-Ms gets 503
  *              deadline_exceeded; a client that leaves frees its worker at
  *              once; SIGTERM with a long job exits within --shutdown-grace.
+ *   json-memory  bodies of JSON whose tree is far larger than their text
+ *              (hostile_json.c).
  *
  * The only timed assertions are the product's own deadlines, with generous
  * margins.  Prints "ok NAME" or "FAIL NAME: why" per check and ends with
@@ -46,6 +48,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "integration/hostile.h"
 #include "integration/itest.h"
 #include "integration/rawhttp.h"
 
@@ -54,11 +57,8 @@
 #define SLOW_ADDRESSES 20           /* 127.0.0.2 .. 127.0.0.21 */
 #define HEADER_TIMEOUT_S 3
 
-/* Starts a server on a free loopback port with the group's flags (NULL-terminated; kind
- * must outlive the server); itest_server.c reports "server/GROUP/start" and, at the stop,
- * its exit checks.  Returns 0 when it is up. */
-static int hostile_server_start(struct server *s, struct server_kind *kind, const char *group,
-                                const char *const *flags)
+int hostile_server_start(struct server *s, struct server_kind *kind, const char *group,
+                         const char *const *flags)
 {
     *kind = (struct server_kind){group, flags, g_no_strings};
     memset(s, 0, sizeof *s);
@@ -66,9 +66,7 @@ static int hostile_server_start(struct server *s, struct server_kind *kind, cons
     return server_start(s);
 }
 
-/* The line `key` of /proc/PID/status in KiB (VmHWM: the peak resident set, VmRSS: the
- * resident set now), or -1. */
-static long status_kib(pid_t pid, const char *key)
+long hostile_status_kib(pid_t pid, const char *key)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
@@ -410,7 +408,7 @@ static void test_memory(void)
           "memory/small-put-answers", "no answer");
     rawhttp_answer_free(&a);
     memory_never_fits(&s);
-    long rss = status_kib(s.pid, "VmHWM");
+    long rss = hostile_status_kib(s.pid, "VmHWM");
     /* Margin: the program, OpenBLAS and libmicrohttpd's buffers (about 30 MiB
      * at rest) plus allocator slack. */
     test_check(rss > 0 && rss < (128 + 96) * 1024, "memory/peak-rss-under-budget",
@@ -527,7 +525,7 @@ static void test_pinning(void)
     for (int i = 0; i < CRAWLERS; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    long rss = status_kib(s.pid, "VmHWM");
+    long rss = hostile_status_kib(s.pid, "VmHWM");
     /* What was announced, 20 x 64 MiB, never became memory: the peak is the
      * 2 MB request's (its body, tree and computation) plus the program. */
     test_check(rss > 0 && rss < 512 * 1024, "pinning/peak-rss-far-under-the-announced",
@@ -618,7 +616,7 @@ static void test_given_back(void)
     rawhttp_answer a;
     rawhttp_roundtrip(s.port, "GET", "/healthz", NULL, NULL, 0, 5.0, &a);
     rawhttp_answer_free(&a);
-    long idle = status_kib(s.pid, "VmRSS");
+    long idle = hostile_status_kib(s.pid, "VmRSS");
     size_t len;
     char *file = huge_header_file(&len);
     struct upload ups[GIVEN_BACK_CONCURRENT];
@@ -631,7 +629,7 @@ static void test_given_back(void)
     }
     test_check(refused, "given-back/huge-header-413", "status %d, code \"%s\" (expected 413 "
                "header_too_large)", ups[0].status, ups[0].code);
-    long after = status_kib(s.pid, "VmRSS");
+    long after = hostile_status_kib(s.pid, "VmRSS");
     test_check(idle > 0 && after > 0 && after - idle < (128 + 64) * 1024, "given-back/sequential",
                "RSS %ld KiB at rest, %ld KiB after three uploads", idle, after);
     pthread_t threads[GIVEN_BACK_CONCURRENT];
@@ -647,7 +645,7 @@ static void test_given_back(void)
             pthread_join(threads[i], NULL);
         answered &= started[i] && ups[i].status != 0;
     }
-    after = status_kib(s.pid, "VmRSS");
+    after = hostile_status_kib(s.pid, "VmRSS");
     test_check(answered && idle > 0 && after > 0 && after - idle < (128 + 64) * 1024,
                "given-back/concurrent", "%s; RSS %ld KiB at rest, %ld KiB after four uploads at once",
                answered ? "all answered" : "not all answered", idle, after);
@@ -817,7 +815,7 @@ int main(int argc, char **argv)
     }
     if (g_server_path == NULL) {
         fprintf(stderr, "usage: hostile --server PATH [--filter SUBSTR]\n"
-                        "  the groups: slow, memory, pinning, queue, deadline (--filter GROUP/ "
+                        "  the groups: slow, memory, pinning, given-back, queue, deadline, json-memory (--filter GROUP/ "
                         "runs one; a group runs when --filter selects one of its tests)\n");
         return 2;
     }
@@ -847,6 +845,9 @@ int main(int argc, char **argv)
         {test_queue, {"queue/64-concurrent-at-max-inflight-2", NULL}},
         {test_deadlines, {"deadline/request-header", "deadline/client-gone-frees-worker",
                           "deadline/sigterm-within-grace", "deadline/sigterm-answer", NULL}},
+        {hostile_json_memory, {"json-memory/small-containers-answered",
+                               "json-memory/containers-413", "json-memory/peak-rss-under-budget",
+                               "json-memory/normal-request-after", NULL}},
     };
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (any_selected(groups[i].names))

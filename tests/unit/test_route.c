@@ -141,14 +141,23 @@ void test_route_captures(void)
     ASSERT_STR_EQ(args.model, "s");
     ASSERT_EQ(route_find("/v2/", NULL)->endpoint, ENDPOINT_V2_SERVER);
     ASSERT_EQ(route_find("/v2/models/m/versions/1", NULL)->endpoint, ENDPOINT_V2_MODEL);
-    /* A weight-set name is a segment the handler reads from the path. */
+    /* A weight-set name is a segment captured for the handler. */
     r = route_find("/v1/weight-sets/s", &args);
     ASSERT_EQ(r->endpoint, ENDPOINT_V1_SET);
     ASSERT_STR_EQ(args.model, "");
-    /* Below a set: no endpoint (answered whatever the method, by its handler). */
-    r = route_find("/v1/weight-sets/a/b", NULL);
+    ASSERT_STR_EQ(args.name, "s");
+    /* Below a set: no endpoint (answered whatever the method, by its handler),
+     * the rest of the path captured as the name a PUT there would give. */
+    r = route_find("/v1/weight-sets/a/b", &args);
     ASSERT_EQ(r->endpoint, ENDPOINT_V1_SET_BELOW);
     ASSERT(r->allow == NULL);
+    ASSERT_STR_EQ(args.name, "a/b");
+    ASSERT_EQ(route_find("/v1/weight-sets//a", &args)->endpoint, ENDPOINT_V1_SET_BELOW);
+    ASSERT_STR_EQ(args.name, "/a");
+    ASSERT_EQ(route_find("/v1/weight-sets/", &args)->endpoint, ENDPOINT_V1_SET_BELOW);
+    ASSERT_STR_EQ(args.name, "");
+    route_find("/v2/models/m/ready", &args);
+    ASSERT_STR_EQ(args.name, "");
     ASSERT_EQ(route_find("/nowhere", NULL)->endpoint, ENDPOINT_NOT_FOUND);
     char path[300];
     char name[ROUTE_MODEL_MAX + 1];
