@@ -211,6 +211,14 @@ size_t gcall_initial_op(gcall *c, grpc_op *op)
  * polling thread again as soon as this returns. */
 void gcall_answer(gcall *c, grpc_answer *a)
 {
+    /* An answer made before the router saw the call (no message, one that could
+     * not be read or admitted, a refused token) says no route nor status: it
+     * counts as its method's route with the twin of its code, never as
+     * ROUTE_ATTENTION (0, which no gRPC answer has) with 200. */
+    if (a->route == ROUTE_ATTENTION)
+        a->route = grpc_method_route(c->method);
+    if (a->http_status == 0)
+        a->http_status = grpc_http_status_of(a->code);
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;

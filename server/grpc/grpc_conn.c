@@ -452,7 +452,9 @@ void gconn_release_message(gcall *c)
 static void end_waiting(gcall *c, grpc_status_code code, int http_status, const char *words)
 {
     gconn_unwait(c);
-    gcall_log(c, code, http_status, ROUTE_OTHER, compute_now() - c->started, 0, NULL);
+    gcall_log(c, code, http_status, grpc_method_route(c->method), compute_now() - c->started, 0,
+              NULL);
+    metrics_observe(grpc_method_route(c->method), http_status, compute_now() - c->started, 0, 0);
     c->logged = 1;
     grpc_call_cancel_with_status(c->call, code, words, NULL);
 }

@@ -144,6 +144,14 @@ void grpc_answer_error(grpc_answer *out, grpc_status_code code, const char *fmt,
  * status (see docs/grpc.md), and its words. */
 void grpc_answer_from_http(grpc_answer *out, const api_response *resp);
 
+/* The HTTP twin's status of an answer with code that did not come from the
+ * router (a call refused before its handler), for the access log and /metrics. */
+int grpc_http_status_of(grpc_status_code code);
+
+/* The route of /metrics and the access log that method m counts under when
+ * its answer did not come from the router. */
+route_id grpc_method_route(grpc_method m);
+
 /* Fills out from err, an error that ended a call before its handler (the
  * work queue's words): the gRPC code of its HTTP status, DEADLINE_EXCEEDED
  * and CANCELLED for a deadline and a client gone. */

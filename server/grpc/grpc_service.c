@@ -105,6 +105,52 @@ void grpc_answer_from_http(grpc_answer *out, const api_response *resp)
     out->route = resp->route;
 }
 
+int grpc_http_status_of(grpc_status_code code)
+{
+    switch (code) {
+    case GRPC_STATUS_OK:
+        return 200;
+    case GRPC_STATUS_INVALID_ARGUMENT:
+        return 400;
+    case GRPC_STATUS_UNAUTHENTICATED:
+        return 401;
+    case GRPC_STATUS_PERMISSION_DENIED:
+        return 403;
+    case GRPC_STATUS_NOT_FOUND:
+    case GRPC_STATUS_UNIMPLEMENTED: /* no such method: HTTP's unknown path */
+        return 404;
+    case GRPC_STATUS_FAILED_PRECONDITION:
+        return 412;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED:
+        return 413;
+    case GRPC_STATUS_CANCELLED:
+        return 499; /* the client went away: no HTTP status says it, nginx's word for it */
+    case GRPC_STATUS_UNAVAILABLE:
+        return 503;
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return 504;
+    default:
+        return 500;
+    }
+}
+
+route_id grpc_method_route(grpc_method m)
+{
+    switch (m) {
+    case GRPC_M_MODEL_INFER:
+    case GRPC_M_MODEL_STREAM_INFER:
+        return ROUTE_V2_INFER;
+    case GRPC_M_HEALTH_CHECK:
+    case GRPC_M_HEALTH_WATCH:
+        return ROUTE_READYZ;
+    case GRPC_M_UNKNOWN:
+    case GRPC_M_COUNT:
+        return ROUTE_OTHER;
+    default:
+        return ROUTE_V2;
+    }
+}
+
 void grpc_answer_from_error(grpc_answer *out, const attn_error *err, route_id rid)
 {
     int status = error_http_status(err->kind);

@@ -11,7 +11,8 @@ descriptors read from /proc.
   (--grpc-max-streams);
 - gRPC connections count against --max-connections-per-ip together with HTTP's, close
   when idle past --timeout, and give their descriptors back;
-- a NUL inside the authorization metadata is refused, never cut.
+- a NUL inside the authorization metadata is refused, never cut;
+- a call refused before its handler is logged with its RPC and status.
 Each check also sends ordinary calls while the attack runs: they must keep answering.
 
 The raw HTTP/2 (a message that stops half-way, streams with no message, metadata
@@ -258,6 +259,33 @@ def check_idle_streams(srv):
           [l for l in log.splitlines() if "ModelInfer" in l][-3:])
 
 
+def check_refused_logged(srv):
+    """A ModelInfer that ends with no message, and one whose message is not a
+    ModelInferRequest, are logged as ModelInfer with their status and its HTTP twin
+    (INVALID_ARGUMENT, 400), never as /v1/attention answered 200."""
+    before = srv.request("GET", "/metrics")[1].decode()
+    c = RawH2(srv.target, source="127.0.0.1")
+    empty = c.start(b"/inference.GRPCInferenceService/ModelInfer")
+    c.conn.end_stream(empty)
+    junk = c.start(b"/inference.GRPCInferenceService/ModelInfer")
+    c.conn.send_data(junk, grpc_frame(3) + b"\xff\xff\xff", end_stream=True)
+    c.flush()
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not (empty in c.ended and junk in c.ended) and not c.closed:
+        c.pump(0.2)
+    c.close()
+    check("refused: no message and junk are INVALID_ARGUMENT (3)",
+          [c.ended.get(empty), c.ended.get(junk)] == ["3", "3"], c.ended)
+    lines = [l for l in srv.log().splitlines() if l.startswith("access grpc ModelInfer")]
+    check("refused: both logged as ModelInfer, status 3, http 400",
+          sum(1 for l in lines if " status=3 http=400 " in l) == 2, lines[-2:])
+    after = srv.request("GET", "/metrics")[1].decode()
+    attention = lambda text: [l for l in text.splitlines()  # noqa: E731
+                              if 'route="/v1/attention"' in l and "_count" in l]
+    check("refused: /v1/attention's counts did not move", attention(before) == attention(after),
+          attention(after)[:3])
+
+
 def http_from(srv, source):
     """The status of GET /healthz from `source`, or the error when refused."""
     host, port = srv.base.split("//")[1].rsplit(":", 1)
@@ -337,6 +365,7 @@ def main():
     run([check_stalled_messages], "--max-memory", "128M", "--header-timeout", "2",
         "--min-body-rate", "1M", "--max-body", "64M")
     run([check_idle_streams], "--header-timeout", "2", "--grpc-max-streams", "16")
+    run([check_refused_logged])
     run([check_connection_caps], "--max-connections-per-ip", "10", "--timeout", "3")
     run([check_nul_token], "--auth-all", "--auth-tokens", gt.TOKEN)
     return harness.summary()
