@@ -55,7 +55,7 @@
 
 #include "core/compute.h"
 #include "grpc_private.h"
-#include "http/guard.h"
+#include "guard/guard.h"
 #include "http/trace.h"
 #include "metrics/metrics.h"
 

@@ -30,7 +30,7 @@
 #include "compress.h"
 #include "core/compute.h"
 #include "core/config.h"
-#include "guard.h"
+#include "guard/guard.h"
 #include "http.h"
 #include "trace.h"
 #include "metrics/metrics.h"
