@@ -26,9 +26,9 @@
  * answered UNAVAILABLE with a retry hint when a worker takes it.
  *
  * Every call begins a trace from its metadata as an HTTP request does from
- * its headers (http/trace.h), answers traceresponse and x-request-id in its
+ * its headers (trace/trace.h), answers traceresponse and x-request-id in its
  * initial metadata, and prints its access line, one a request of a stream,
- * through HTTP's writer.
+ * through the same writer as HTTP.
  *
  * grpc.health.v1's Watch stays open: the polling thread keeps a list of the
  * open watches, sends each the status at once, and reads the status again
@@ -56,7 +56,7 @@
 #include "core/compute.h"
 #include "grpc_private.h"
 #include "guard/guard.h"
-#include "http/trace.h"
+#include "trace/trace.h"
 #include "metrics/metrics.h"
 
 /* TAG_STREAM: one answer of ModelStreamInfer has gone (the stream reads on);
@@ -107,9 +107,9 @@ struct gcall {
     /* Its trace (trace.h), from the traceparent, tracestate and x-request-id
      * metadata; traceresponse and x-request-id go back in the initial
      * metadata.  A stream is one call: its requests share the ids. */
-    http_trace trace;
-    char tracestate[HTTP_TRACESTATE_MAX + 1];
-    char traceresponse[HTTP_TRACERESPONSE_LEN];
+    trace_context trace;
+    char tracestate[TRACE_TRACESTATE_MAX + 1];
+    char traceresponse[TRACE_RESPONSE_LEN];
     grpc_metadata initial[2];
     double read_seconds;        /* from the call's start to its (first) message, -1: none */
     const char *served;         /* which thread answers: "inline" (the polling thread), "worker" */
@@ -243,12 +243,12 @@ static const char *call_metadata(const gcall *c, const char *key, char *out, siz
  * headers, and makes the initial metadata that answers it. */
 static void call_trace_begin(gcall *c)
 {
-    char parent[128], id[HTTP_REQUEST_ID_MAX + 2];
+    char parent[128], id[TRACE_REQUEST_ID_MAX + 2];
     const char *tp = call_metadata(c, "traceparent", parent, sizeof parent);
     const char *ts = call_metadata(c, "tracestate", c->tracestate, sizeof c->tracestate);
     const char *rid = call_metadata(c, "x-request-id", id, sizeof id);
-    http_trace_begin(&c->trace, tp, ts, rid);
-    http_trace_response(&c->trace, c->traceresponse);
+    trace_begin(&c->trace, tp, ts, rid);
+    trace_response(&c->trace, c->traceresponse);
     c->initial[0].key = grpc_slice_from_static_string("traceresponse");
     c->initial[0].value = grpc_slice_from_static_string(c->traceresponse);
     c->initial[1].key = grpc_slice_from_static_string("x-request-id");
@@ -264,16 +264,16 @@ static void call_log(gcall *c, grpc_status_code code, int http_status, route_id 
     const server_config *cfg = c->front->cfg;
     if (cfg->quiet)
         return;
-    double phases[HTTP_PHASE_COUNT] = {0};
+    double phases[TRACE_PHASE_COUNT] = {0};
     unsigned timed = 0;
     if (c->read_seconds >= 0) {
-        phases[HTTP_PHASE_READ] = c->read_seconds;
-        timed |= 1u << HTTP_PHASE_READ;
+        phases[TRACE_PHASE_READ] = c->read_seconds;
+        timed |= 1u << TRACE_PHASE_READ;
     }
     for (int p = 0; a != NULL && p < API_PHASE_COUNT; p++)
         if (a->phases_timed & (1u << p)) {
-            phases[p + 1] = a->phase_seconds[p];   /* api_phase p is http_phase p + 1 */
-            timed |= 1u << (p + 1);
+            phases[TRACE_PHASE_API(p)] = a->phase_seconds[p];
+            timed |= 1u << TRACE_PHASE_API(p);
         }
     /* gRPC names the peer "ipv4:ADDR:PORT" or "ipv6:[ADDR]:PORT" */
     char client[64] = "";
@@ -293,17 +293,17 @@ static void call_log(gcall *c, grpc_status_code code, int http_status, route_id 
     char method_path[128];
     snprintf(method_path, sizeof method_path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
              path);
-    http_trace_printable(method_path);
-    http_access line = {.protocol = "grpc", .trace = &c->trace,
-                        .method = grpc_method_name(c->method), .route = route_label(rid),
-                        .path = method_path, .model = a != NULL ? a->model : "",
-                        .status = http_status ? http_status : 200, .grpc_status = (int)code,
-                        .bytes_in = c->in_len, .bytes_out = out_len,
-                        .seconds = seconds, .phases_timed = timed,
-                        .phase_seconds = phases, .client = client,
-                        .served = c->served != NULL ? c->served : "inline",
-                        .aborted = code == GRPC_STATUS_CANCELLED};
-    http_trace_access(&line, cfg->log_format);
+    trace_printable(method_path);
+    trace_access_line line = {.protocol = "grpc", .trace = &c->trace,
+                            .method = grpc_method_name(c->method), .route = route_label(rid),
+                            .path = method_path, .model = a != NULL ? a->model : "",
+                            .status = http_status ? http_status : 200, .grpc_status = (int)code,
+                            .bytes_in = c->in_len, .bytes_out = out_len,
+                            .seconds = seconds, .phases_timed = timed,
+                            .phase_seconds = phases, .client = client,
+                            .served = c->served != NULL ? c->served : "inline",
+                            .aborted = code == GRPC_STATUS_CANCELLED};
+    trace_access(&line, cfg->log_format);
 }
 
 /* Fills op with the initial metadata of c (its trace's traceresponse and

@@ -186,10 +186,10 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     http_conn_set_phase(hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
     snprintf(hr->path, sizeof hr->path, "%s", url);
-    http_trace_printable(hr->path);
-    http_trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
-                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
-                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));
+    trace_printable(hr->path);
+    trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));
     *con_cls = hr;
     metrics_inflight_add(1);
     attn_error err;
@@ -259,7 +259,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->job != JOB_NONE)
         return MHD_YES; /* still with a worker (spurious call) */
-    http_trace_phase(hr, HTTP_PHASE_READ, seconds_since(&hr->start));
+    http_trace_phase(hr, TRACE_PHASE_READ, seconds_since(&hr->start));
     attn_error err;
     if (http_body_refused(srv, hr, &err))
         return http_queue_error(srv, conn, hr, &err, NULL);
