@@ -199,8 +199,9 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
         hr->too_large = 1; /* whatever body follows is dropped unread */
         return http_queue_error(srv, conn, hr, &err, &verdict);
     }
-    hr->inference_header_length =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    /* Read here, once: the body's placement (http_body.c) and v2's split take the number. */
+    hr->inference_header_length = api_length_parse(
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length"));
     hr->if_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
     hr->accept_encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     hr->deadline_ms = request_deadline_ms(conn);

@@ -126,9 +126,9 @@ struct http_request {
     char path[96];
     /* Hand-off to a worker (fields below under srv->lock while queued or running). */
     const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
-    const char *inference_header_length; /* the v2 header, or NULL; likewise */
     const char *if_match;               /* If-Match, or NULL; likewise */
     const char *accept_encoding;        /* Accept-Encoding, or NULL; likewise */
+    api_length inference_header_length; /* the v2 header, read (api_length_parse) */
     /* The encoding of hr->resp, decided by the worker that made it (http_answer_encode):
      * when answer_encoded is set, answer_coding (NULL: none) and answer_varies are it. */
     int answer_encoded, answer_varies;
