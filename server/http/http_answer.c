@@ -180,13 +180,8 @@ _Static_assert(sizeof(((http_request *)0)->model) == sizeof(((api_response *)0)-
 
 static void note_handler(http_request *hr, const api_response *resp)
 {
-    if (!(hr->phases_timed & (1u << TRACE_PHASE_READ))) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        http_trace_phase(hr, TRACE_PHASE_READ,
-                         (double)(now.tv_sec - hr->start.tv_sec) +
-                             (double)(now.tv_nsec - hr->start.tv_nsec) * 1e-9);
-    }
+    if (!(hr->phases_timed & (1u << TRACE_PHASE_READ)))
+        http_trace_phase(hr, TRACE_PHASE_READ, compute_now() - hr->start);
     for (int p = 0; p < API_PHASE_COUNT; p++)
         if (resp->phases_timed & (1u << p))
             http_trace_phase(hr, TRACE_PHASE_API(p), resp->phase_seconds[p]);

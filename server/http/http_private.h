@@ -99,7 +99,7 @@ struct http_server {
 
 /* State of one request, from its first byte to its completion. */
 struct http_request {
-    struct timespec start;
+    double start;               /* its first byte, seconds of compute_now() */
     http_server *srv;
     struct MHD_Connection *conn;
     http_conn *hc;
