@@ -203,12 +203,10 @@ static void drain(const server_config *cfg)
     long grace_ms = cfg->shutdown_grace * 1000;
     long stop_compute_ms = grace_ms - (grace_ms / 10 < 500 ? grace_ms / 10 : 500);
     long close_ms = grace_ms - (grace_ms / 20 < 150 ? grace_ms / 20 : 150);
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    double start = compute_now();
     struct timespec pause = {0, 20 * 1000 * 1000};
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        long waited_ms = (long)((compute_now() - start) * 1000.0);
         if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
             break;
         if (waited_ms >= stop_compute_ms)

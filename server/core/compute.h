@@ -60,7 +60,10 @@ typedef struct compute_token {
     _Atomic int reason;         /* COMPUTE_RUNNING, or why it was stopped */
 } compute_token;
 
-/* Seconds of the monotonic clock. */
+/* Seconds of the monotonic clock: the server's one reading of it, so that
+ * times taken in any module (a request's phases, the queue, the store's
+ * syncs, the metrics' ages) compare.  gRPC's deadlines alone are gRPC's
+ * gpr clock, converted where they are read. */
 double compute_now(void);
 
 /* Makes token (borrowed; NULL unbinds) the calling thread's token until the

@@ -15,7 +15,7 @@
  * once SENT and CLOSE have both come.
  *
  * Every call begins a trace from its metadata as an HTTP request does from
- * its headers (http/trace.h), answers traceresponse and x-request-id in its
+ * its headers (trace/trace.h), answers traceresponse and x-request-id in its
  * initial metadata, and prints its access line, one a request of a stream,
  * through the same writer as HTTP's.
  */
@@ -141,12 +141,12 @@ static const char *call_metadata(const gcall *c, const char *key, char *out, siz
  * headers, and makes the initial metadata that answers it. */
 static void call_trace_begin(gcall *c)
 {
-    char parent[128], id[HTTP_REQUEST_ID_MAX + 2];
+    char parent[128], id[TRACE_REQUEST_ID_MAX + 2];
     const char *tp = call_metadata(c, "traceparent", parent, sizeof parent);
     const char *ts = call_metadata(c, "tracestate", c->tracestate, sizeof c->tracestate);
     const char *rid = call_metadata(c, "x-request-id", id, sizeof id);
-    http_trace_begin(&c->trace, tp, ts, rid);
-    http_trace_response(&c->trace, c->traceresponse);
+    trace_begin(&c->trace, tp, ts, rid);
+    trace_response(&c->trace, c->traceresponse);
     c->initial[0].key = grpc_slice_from_static_string("traceresponse");
     c->initial[0].value = grpc_slice_from_static_string(c->traceresponse);
     c->initial[1].key = grpc_slice_from_static_string("x-request-id");
@@ -162,16 +162,16 @@ void gcall_log(gcall *c, grpc_status_code code, int http_status, route_id rid,
     const server_config *cfg = c->front->cfg;
     if (cfg->quiet)
         return;
-    double phases[HTTP_PHASE_COUNT] = {0};
+    double phases[TRACE_PHASE_COUNT] = {0};
     unsigned timed = 0;
     if (c->read_seconds >= 0) {
-        phases[HTTP_PHASE_READ] = c->read_seconds;
-        timed |= 1u << HTTP_PHASE_READ;
+        phases[TRACE_PHASE_READ] = c->read_seconds;
+        timed |= 1u << TRACE_PHASE_READ;
     }
     for (int p = 0; a != NULL && p < API_PHASE_COUNT; p++)
         if (a->phases_timed & (1u << p)) {
-            phases[p + 1] = a->phase_seconds[p];   /* api_phase p is http_phase p + 1 */
-            timed |= 1u << (p + 1);
+            phases[TRACE_PHASE_API(p)] = a->phase_seconds[p];
+            timed |= 1u << TRACE_PHASE_API(p);
         }
     char client[64] = "";
     if (!strcmp(cfg->log_format, "json")) {
@@ -181,8 +181,8 @@ void gcall_log(gcall *c, grpc_status_code code, int http_status, route_id rid,
     char method_path[128];
     snprintf(method_path, sizeof method_path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
              path);
-    http_trace_printable(method_path);
-    http_access line = {.protocol = "grpc", .trace = &c->trace,
+    trace_printable(method_path);
+    trace_access_line line = {.protocol = "grpc", .trace = &c->trace,
                         .method = grpc_method_name(c->method), .route = route_label(rid),
                         .path = method_path, .model = a != NULL ? a->model : "",
                         .status = http_status ? http_status : 200, .grpc_status = (int)code,
@@ -191,7 +191,7 @@ void gcall_log(gcall *c, grpc_status_code code, int http_status, route_id rid,
                         .phase_seconds = phases, .client = client,
                         .served = c->served != NULL ? c->served : "inline",
                         .aborted = code == GRPC_STATUS_CANCELLED};
-    http_trace_access(&line, cfg->log_format);
+    trace_access(&line, cfg->log_format);
 }
 
 /* Fills op with the initial metadata of c (its trace's traceresponse and

@@ -22,6 +22,7 @@
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -292,6 +293,28 @@ static grpc_server_credentials *credentials(const server_config *cfg, attn_error
     return creds;
 }
 
+/* The settings gRPC core's own log lines follow (gpr_set_log_function is the
+ * process's, so they are too): --quiet drops them, --log-format json makes
+ * each a JSON line through the same writer as libmicrohttpd's. */
+static const server_config *log_cfg;
+
+static void on_grpc_log(gpr_log_func_args *args)
+{
+    const server_config *cfg = log_cfg;
+    if (cfg == NULL || cfg->quiet)
+        return;
+    char text[512];
+    snprintf(text, sizeof text, "%s", args->message != NULL ? args->message : "");
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    trace_printable(text); /* it may quote a client's bytes: JSON strings must be UTF-8 */
+    if (!strcmp(cfg->log_format, "json"))
+        trace_log_message("grpc", text);
+    else
+        fprintf(stderr, "grpc: %s\n", text);
+}
+
 /* An integer channel argument. */
 static grpc_arg int_arg(const char *key, long value)
 {
@@ -325,6 +348,8 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
         error_nomem(err);
         return NULL;
     }
+    log_cfg = cfg;
+    gpr_set_log_function(on_grpc_log);
     grpc_init();
     front->cfg = cfg;
     pthread_mutex_init(&front->queue_lock, NULL);

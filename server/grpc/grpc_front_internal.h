@@ -21,8 +21,8 @@
 #include "core/compute.h"
 #include "grpc_front.h"
 #include "grpc_private.h"
-#include "http/guard.h"
-#include "http/trace.h"
+#include "guard/guard.h"
+#include "trace/trace.h"
 #include "work/work_queue.h"
 
 typedef struct gconn_table gconn_table;
@@ -93,9 +93,9 @@ struct gcall {
     /* Its trace (trace.h), from the traceparent, tracestate and x-request-id
      * metadata; traceresponse and x-request-id go back in the initial
      * metadata.  A stream is one call: its requests share the ids. */
-    http_trace trace;
-    char tracestate[HTTP_TRACESTATE_MAX + 1];
-    char traceresponse[HTTP_TRACERESPONSE_LEN];
+    trace_context trace;
+    char tracestate[TRACE_TRACESTATE_MAX + 1];
+    char traceresponse[TRACE_RESPONSE_LEN];
     grpc_metadata initial[2];
     double read_seconds;        /* from the call's start to its (first) message, -1: none */
     const char *served;         /* which thread answers: "inline" (the polling thread), "worker" */

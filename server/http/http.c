@@ -47,13 +47,6 @@
 #define HTTP_POOL_THREADS 0
 #endif
 
-static double seconds_since(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) * 1e-9;
-}
-
 /* The header lines of a request, gathered for guard_check. */
 typedef struct header_list {
     guard_header items[GUARD_MAX_HEADERS];
@@ -175,7 +168,7 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     http_request *hr = mem_calloc(1, sizeof *hr);
     if (hr == NULL)
         return MHD_NO;
-    clock_gettime(CLOCK_MONOTONIC, &hr->start);
+    hr->start = compute_now();
     hr->srv = srv;
     hr->conn = conn;
     hr->mhd_method = method;
@@ -187,10 +180,10 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
     http_conn_set_phase(hr->hc, CONN_BODY);
     snprintf(hr->method, sizeof hr->method, "%s", method);
     snprintf(hr->path, sizeof hr->path, "%s", url);
-    http_trace_printable(hr->path);
-    http_trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
-                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
-                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));
+    trace_printable(hr->path);
+    trace_begin(&hr->trace, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "tracestate"),
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"));
     *con_cls = hr;
     metrics_inflight_add(1);
     attn_error err;
@@ -200,8 +193,9 @@ static enum MHD_Result request_begin(http_server *srv, struct MHD_Connection *co
         hr->too_large = 1; /* whatever body follows is dropped unread */
         return http_queue_error(srv, conn, hr, &err, &verdict);
     }
-    hr->inference_header_length =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    /* Read here, once: the body's placement (http_body.c) and v2's split take the number. */
+    hr->inference_header_length = api_length_parse(
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Inference-Header-Content-Length"));
     hr->if_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
     hr->accept_encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     hr->deadline_ms = request_deadline_ms(conn);
@@ -260,7 +254,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->job != JOB_NONE)
         return MHD_YES; /* still with a worker (spurious call) */
-    http_trace_phase(hr, HTTP_PHASE_READ, seconds_since(&hr->start));
+    http_trace_phase(hr, TRACE_PHASE_READ, compute_now() - hr->start);
     attn_error err;
     if (http_body_refused(srv, hr, &err))
         return http_queue_error(srv, conn, hr, &err, NULL);
@@ -283,7 +277,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_request *hr = *con_cls;
     if (hr == NULL)
         return;
-    double seconds = seconds_since(&hr->start);
+    double seconds = compute_now() - hr->start;
     metrics_observe(hr->route->id, hr->status, seconds, hr->bytes_in, hr->bytes_out);
     if (hr->handed)
         metrics_path_observe(hr->answered_by);

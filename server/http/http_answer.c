@@ -107,7 +107,7 @@ static void encode_answer(http_request *hr, api_response *resp, const char *acce
     double from = compute_now();
     hr->answer_coding = compress_answer(hr->srv, resp, accept_encoding);
     if (hr->answer_coding != NULL)
-        http_trace_phase(hr, HTTP_PHASE_COMPRESS, compute_now() - from);
+        http_trace_phase(hr, TRACE_PHASE_COMPRESS, compute_now() - from);
     hr->answer_encoded = 1;
 }
 
@@ -177,21 +177,14 @@ static void add_exchange_headers(struct MHD_Response *r, const api_response *res
  * read whole (a refusal at the headers) reads until now. */
 _Static_assert(sizeof(((http_request *)0)->model) == sizeof(((api_response *)0)->model),
                "the model is copied whole");
-_Static_assert(HTTP_PHASE_PARSE == 1 && HTTP_PHASE_COUNT == API_PHASE_COUNT + 2,
-               "api_phase p is http_phase p + 1");
 
 static void note_handler(http_request *hr, const api_response *resp)
 {
-    if (!(hr->phases_timed & (1u << HTTP_PHASE_READ))) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        http_trace_phase(hr, HTTP_PHASE_READ,
-                         (double)(now.tv_sec - hr->start.tv_sec) +
-                             (double)(now.tv_nsec - hr->start.tv_nsec) * 1e-9);
-    }
+    if (!(hr->phases_timed & (1u << TRACE_PHASE_READ)))
+        http_trace_phase(hr, TRACE_PHASE_READ, compute_now() - hr->start);
     for (int p = 0; p < API_PHASE_COUNT; p++)
         if (resp->phases_timed & (1u << p))
-            http_trace_phase(hr, (http_phase)(p + 1), resp->phase_seconds[p]);
+            http_trace_phase(hr, TRACE_PHASE_API(p), resp->phase_seconds[p]);
     if (resp->model[0])
         memcpy(hr->model, resp->model, sizeof hr->model);
 }

@@ -43,7 +43,6 @@
 #include "core/budget_client.h"
 #include "http_private.h"
 #include "core/mem.h"
-#include "v2/v2_tensor.h"
 
 /* The memory a body parsed as JSON may need at its peak, the body itself and the tree
  * jansson makes of it in the JSON arena (core/mem.c: blocks never freed piecemeal, each
@@ -385,14 +384,14 @@ static int body_encoding(struct MHD_Connection *conn, http_request *hr, attn_err
 }
 
 /* Where the binary section of a v2 body starts: its Inference-Header-Content-Length,
- * read as v2_body_split reads it, else 0 (none, or one v2_body_split refuses: the body is
- * not placed).  One past the body is refused later too; placing by it does no harm. */
-static size_t binary_section_at(const char *header_length)
+ * as read once for the handler too (http.c), else 0 (none, or one v2_body_split refuses:
+ * the body is not placed).  One past the body is refused later too; placing by it does
+ * no harm. */
+static size_t binary_section_at(api_length header_length)
 {
-    unsigned long long at;
-    if (header_length == NULL || v2_header_length(header_length, &at) != 0 || at > SIZE_MAX)
+    if (header_length.stated != 1 || header_length.bytes > SIZE_MAX)
         return 0;
-    return (size_t)at;
+    return (size_t)header_length.bytes;
 }
 
 /* Decides, from its headers, whether the body of hr may come: a

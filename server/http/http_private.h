@@ -11,7 +11,8 @@
  *   http_conn.c    the record of every open connection and the reaper of
  *                  slow or vanished clients
  *   http_answer.c  the response and its headers (CORS, Allow, Retry-After ...)
- *   http_trace.c   trace context, request ids, Server-Timing, the access log
+ *   http_trace.c   the trace's headers, Server-Timing, the phases, the access
+ *                  line (what they are is trace/trace.h's)
  *
  * Nothing outside these files includes this header.
  */
@@ -31,9 +32,9 @@
 #include "compress.h"
 #include "core/compute.h"
 #include "core/config.h"
-#include "guard.h"
+#include "guard/guard.h"
 #include "http.h"
-#include "trace.h"
+#include "trace/trace.h"
 #include "metrics/metrics.h"
 #include "route/route.h"
 
@@ -94,7 +95,7 @@ struct http_server {
 
 /* State of one request, from its first byte to its completion. */
 struct http_request {
-    struct timespec start;
+    double start;               /* its first byte, seconds of compute_now() */
     http_server *srv;
     struct MHD_Connection *conn;
     http_conn *hc;
@@ -126,9 +127,9 @@ struct http_request {
     char path[96];
     /* Hand-off to a worker (fields below under srv->lock while queued or running). */
     const char *mhd_method, *mhd_url;   /* libmicrohttpd's, valid until completion */
-    const char *inference_header_length; /* the v2 header, or NULL; likewise */
     const char *if_match;               /* If-Match, or NULL; likewise */
     const char *accept_encoding;        /* Accept-Encoding, or NULL; likewise */
+    api_length inference_header_length; /* the v2 header, read (api_length_parse) */
     /* The encoding of hr->resp, decided by the worker that made it (http_answer_encode):
      * when answer_encoded is set, answer_coding (NULL: none) and answer_varies are it. */
     int answer_encoded, answer_varies;
@@ -142,18 +143,18 @@ struct http_request {
     int handed;                 /* answered_by is set (else: its I/O thread, as a cheap request) */
     metrics_path answered_by;
     /* Its identity and timeline (http_trace.c). */
-    http_trace trace;
+    trace_context trace;
     char model[72];             /* the handler's api_response.model */
-    unsigned phases_timed;      /* bit 1 << http_phase */
-    double phase_seconds[HTTP_PHASE_COUNT];
+    unsigned phases_timed;      /* bit 1 << TRACE_PHASE_* */
+    double phase_seconds[TRACE_PHASE_COUNT];
 };
 
-/* http_trace.c (and trace.h's http_trace_begin for a new request's trace):
+/* http_trace.c (and trace/trace.h's trace_begin for a new request's trace):
  * the headers every answer carries (traceresponse, X-Request-Id,
  * Server-Timing); noting a phase's seconds; the access line (served: which
  * thread answered; aborted: the answer did not go out whole). */
 void http_trace_headers(struct MHD_Response *r, const http_request *hr);
-void http_trace_phase(http_request *hr, http_phase phase, double seconds);
+void http_trace_phase(http_request *hr, int phase, double seconds);
 void http_trace_log(const http_request *hr, struct MHD_Connection *conn, double seconds,
                     const char *served, int aborted);
 /* http_trace.c: one of libmicrohttpd's own messages as a JSON line, for

@@ -1,12 +1,35 @@
 /*
- * api_message.c - what a handler notes in an answer beside its body, and
- * freeing an answer.
+ * api_message.c - a byte length read from a request's text, what a handler
+ * notes in an answer beside its body, and freeing an answer.
  */
 #include "api_message.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "core/mem.h"
+
+api_length api_length_parse(const char *text)
+{
+    api_length n = {.stated = 0, .bytes = 0};
+    if (text == NULL)
+        return n;
+    n.stated = -1;
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return n;
+    char *end;
+    unsigned long long bytes = strtoull(p, &end, 10); /* past ULLONG_MAX: ULLONG_MAX */
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end != '\0')
+        return n;
+    n.stated = 1;
+    n.bytes = bytes;
+    return n;
+}
 
 void api_response_free(api_response *resp)
 {

@@ -17,6 +17,19 @@
 #include "route/route.h"
 #include "store/store.h"
 
+/* A byte length a request states in text (Inference-Header-Content-Length),
+ * as the front-end read it, so that the handler is given a number and never
+ * the wire's text.  The zero value is "not stated". */
+typedef struct api_length {
+    int stated;                 /* 0: absent; 1: bytes holds it; -1: no decimal integer */
+    unsigned long long bytes;   /* ULLONG_MAX when larger: longer than any body */
+} api_length;
+
+/* Reads text, a header's value (NULL when the request has none), as a byte
+ * length: a decimal integer, spaces and tabs around it allowed.  Never fails:
+ * what is not one is stated -1, which its handler refuses. */
+api_length api_length_parse(const char *text);
+
 /* One run of bytes a request borrows (api_request.bin_parts). */
 typedef struct api_part {
     const void *data;
@@ -28,7 +41,10 @@ typedef struct api_request {
     const char *path;
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
-    const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
+    /* Where a v2 body's JSON part ends and its binary tensors start, from
+     * the Inference-Header-Content-Length header; not stated: the whole body
+     * is JSON. */
+    api_length inference_header_length;
     /* A v2 inference header already made as a tree, by a front-end that has
      * the request's fields in hand (gRPC) rather than text: v2 reads it in
      * place of a parsed JSON part, and body is the binary section alone

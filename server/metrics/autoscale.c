@@ -99,7 +99,7 @@ void metrics_attention_observe(const char *model, const char *protocol, double q
         model = "_unknown";
     if (protocol == NULL || protocol[0] == '\0')
         protocol = "unknown";
-    double now = metrics_now();
+    double now = compute_now();
     pthread_mutex_lock(&autoscale_lock);
     series *s = series_find(model, protocol);
     histogram_add(&s->queue_wait, time_bounds, TIME_BUCKETS, queue_wait > 0 ? queue_wait : 0);
@@ -206,7 +206,7 @@ void autoscale_render(jw_buf *w)
     compute_slot_usage(&busy, &waiting, &slots);
     long q = atomic_load(&queued_for_worker);
     unsigned long queued = (q > 0 ? (unsigned long)q : 0) + waiting;
-    double now = metrics_now();
+    double now = compute_now();
     pthread_mutex_lock(&autoscale_lock);
     render_histogram(w, "attention_queue_wait_seconds",
                      "Time attention requests waited for a worker and for a first compute slot.",

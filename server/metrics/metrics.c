@@ -12,8 +12,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/compute.h"
 #include "json/jsonw.h"
 #include "metrics_internal.h"
 
@@ -41,16 +41,9 @@ static double store_last_ok;        /* monotonic seconds */
 static size_t store_sets, store_bytes;
 static unsigned long long store_sync_errors;
 
-double metrics_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void metrics_store_observe(int ok, size_t sets, size_t bytes)
 {
-    double now = metrics_now();
+    double now = compute_now();
     pthread_mutex_lock(&metrics_lock);
     store_observed = 1;
     if (ok)
@@ -181,7 +174,7 @@ char *metrics_render(size_t *len)
         jw_raw(&w, "\n# HELP attn_store_last_sync_age_seconds Seconds since the weight-set "
                    "directory was last scanned successfully.\n"
                    "# TYPE attn_store_last_sync_age_seconds gauge\nattn_store_last_sync_age_seconds ");
-        jw_double(&w, metrics_now() - store_last_ok);
+        jw_double(&w, compute_now() - store_last_ok);
         jw_raw(&w, "\n# HELP attn_store_sets Weight sets loaded.\n"
                    "# TYPE attn_store_sets gauge\nattn_store_sets ");
         jw_size(&w, store_sets);

@@ -11,7 +11,4 @@
 /* Appends the attention_* histograms and gauges, HELP and TYPE included. */
 void autoscale_render(jw_buf *w);
 
-/* Seconds of the monotonic clock. */
-double metrics_now(void);
-
 #endif

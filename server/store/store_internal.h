@@ -218,6 +218,7 @@ int store_table_reserve(weight_store *store);
  * doubling it when full.  0, or -1 when memory runs out (the array is then
  * as it was). */
 int store_grow(void **array, size_t *cap, size_t count, size_t elem);
+/* Milliseconds of the monotonic clock (compute_now's). */
 int64_t store_monotonic_ms(void);
 /* A new set (one reference, the caller's) from a file store_io_load read,
  * whose arrays it takes whether it succeeds or not; NULL when memory runs

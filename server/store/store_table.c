@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/compute.h"
 #include "core/mem.h"
 
 /* The reference count and the file identity live beside the public struct. */
@@ -27,11 +28,11 @@ typedef struct weight_set_box {
     file_sig sig;           /* of the file the set was loaded from or written to */
 } weight_set_box;
 
+/* The server's one monotonic clock (compute_now) in whole milliseconds, the
+ * unit the store's times are kept in as atomic integers. */
 int64_t store_monotonic_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(compute_now() * 1000.0);
 }
 
 file_sig *store_set_sig(weight_set *set)

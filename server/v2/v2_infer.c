@@ -622,7 +622,7 @@ static int parse_header(const api_request *req, const v2_body *body, v2_infer *s
     return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                      "The JSON header is not valid JSON: %s (line %d, column %d)%s.", jerr.text,
                      jerr.line, jerr.column,
-                     req->inference_header_length ? "" : "; a body with binary tensors needs the "
+                     req->inference_header_length.stated ? "" : "; a body with binary tensors needs the "
                      "header Inference-Header-Content-Length");
 }
 

@@ -26,34 +26,19 @@
 #include "json/json_in.h"
 #include "core/mem.h"
 
-int v2_header_length(const char *text, unsigned long long *n)
-{
-    const char *p = text;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p < '0' || *p > '9')
-        return -1;
-    char *end;
-    *n = strtoull(p, &end, 10);     /* past ULLONG_MAX: ULLONG_MAX, longer than any body */
-    while (*end == ' ' || *end == '\t')
-        end++;
-    return *end == '\0' ? 0 : -1;
-}
-
-int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
+int v2_body_split(const char *body, size_t len, api_length header_length, v2_body *out,
                   attn_error *err)
 {
     memset(out, 0, sizeof *out);
     out->json = body;
     out->json_len = len;
-    if (header_length == NULL)
+    if (header_length.stated == 0)
         return 0;
-    unsigned long long n;
-    if (v2_header_length(header_length, &n) != 0)
+    unsigned long long n = header_length.bytes;
+    if (header_length.stated < 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
-                         "The header Inference-Header-Content-Length is \"%.40s\"; it must be the "
-                         "byte length of the JSON part of the body, a decimal integer.",
-                         header_length);
+                         "The header Inference-Header-Content-Length is not a decimal integer; "
+                         "it must be the byte length of the JSON part of the body.");
     if (n > len)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", "Inference-Header-Content-Length",
                          "The header Inference-Header-Content-Length says the JSON part has %llu "

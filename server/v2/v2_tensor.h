@@ -52,16 +52,11 @@ typedef struct v2_tensor {
     const unsigned char *bytes; /* binary data (count * element size bytes), or NULL */
 } v2_tensor;
 
-/* Reads the text of an Inference-Header-Content-Length header: a decimal
- * integer, spaces and tabs around it allowed, into *n (ULLONG_MAX when larger).
- * Returns 0, or -1 when it is not one.  v2_body_split and http_body.c read it. */
-int v2_header_length(const char *text, unsigned long long *n);
-
-/* Splits body (len bytes, borrowed) at header_length, the text of the
- * Inference-Header-Content-Length header (NULL when absent: the whole body is
- * JSON).  Returns 0, or ERR_BAD_REQUEST with err naming the header when it is
- * not a decimal integer or points past the body. */
-int v2_body_split(const char *body, size_t len, const char *header_length, v2_body *out,
+/* Splits body (len bytes, borrowed) at header_length, the length of its JSON
+ * part as the front-end read it from Inference-Header-Content-Length (not
+ * stated: the whole body is JSON).  Returns 0, or ERR_BAD_REQUEST with err
+ * naming the header when it is not a decimal integer or points past the body. */
+int v2_body_split(const char *body, size_t len, api_length header_length, v2_body *out,
                   attn_error *err);
 
 /* Checks that the inputs claimed every byte of the binary section.  Returns 0

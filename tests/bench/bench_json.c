@@ -186,7 +186,7 @@ static int run_v2_read(bench *b)
 {
     v2_body body;
     attn_error err;
-    if (v2_body_split(b->text, b->len, b->header_length, &body, &err) != 0)
+    if (v2_body_split(b->text, b->len, api_length_parse(b->header_length), &body, &err) != 0)
         return -1;
     json_error_t jerr;
     const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL;

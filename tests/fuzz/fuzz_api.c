@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         snprintf(header_length, sizeof header_length, "%u", (unsigned)(data[1] | data[2] << 8));
         req.body = (const char *)data + 3;
         req.body_len = size - 3;
-        req.inference_header_length = header_length;
+        req.inference_header_length = api_length_parse(header_length);
     }
     /* Bit 5: the set as a safetensors file (a PUT's body after its argument byte). */
     fuzz_query query = {.n = 0};

@@ -12,7 +12,8 @@ descriptors read from /proc.
 - gRPC connections count against --max-connections-per-ip together with HTTP's, close
   when idle past --timeout, and give their descriptors back;
 - a NUL inside the authorization metadata is refused, never cut;
-- a call refused before its handler is logged with its RPC and status.
+- a call refused before its handler is logged with its RPC and status, and gRPC core's own
+  lines reach the JSON log as JSON.
 Each check also sends ordinary calls while the attack runs: they must keep answering.
 
 The raw HTTP/2 (a message that stops half-way, streams with no message, metadata
@@ -22,10 +23,13 @@ Usage: grpc_limits_test.py --server PATH [--filter SUBSTR].  Prints "ok NAME" or
 "FAIL NAME" per check and "N passed, N failed" last.
 """
 import http.client
+import json
 import os
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -357,6 +361,35 @@ def check_nul_token(srv):
     check("nul: the token alone is accepted", results[1] == "0", results)
 
 
+def check_core_log_json(srv):
+    """gRPC core's own lines (here a TLS handshake that fails: a plaintext client on the
+    grpcs port) reach the --log-format json log as JSON lines, source "grpc"."""
+    host, port = srv.target.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0" * 64)
+    try:
+        s.recv(100)
+    except OSError:
+        pass
+    s.close()
+    end = time.monotonic() + 10
+    lines = []
+    while time.monotonic() < end:
+        lines = [l for l in srv.log().splitlines() if "andshake" in l]
+        if lines:
+            break
+        time.sleep(0.2)
+
+    def grpc_json(line):
+        try:
+            return json.loads(line).get("source") == "grpc"
+        except ValueError:
+            return False
+    check("core log: the failed handshake is logged", bool(lines), srv.log()[-500:])
+    check("core log: as JSON lines with source grpc", lines and all(grpc_json(l) for l in lines),
+          lines[:2])
+
+
 def main():
     args = harness.arguments(__doc__)
     run = lambda checks, *opts: harness.run(args.server, checks, *opts,  # noqa: E731
@@ -368,6 +401,14 @@ def main():
     run([check_refused_logged])
     run([check_connection_caps], "--max-connections-per-ip", "10", "--timeout", "3")
     run([check_nul_token], "--auth-all", "--auth-tokens", gt.TOKEN)
+    if harness.selected(check_core_log_json):
+        with tempfile.TemporaryDirectory(prefix="attn-grpc-tls-") as tmp:
+            cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                            key, "-out", cert, "-days", "1", "-subj", "/CN=localhost"],
+                           check=True, capture_output=True)
+            run([check_core_log_json], "--tls-cert", cert, "--tls-key", key,
+                "--log-format", "json")
     return harness.summary()
 
 

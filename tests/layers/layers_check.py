@@ -14,14 +14,19 @@ reports each rule broken with the file, the line and the rule:
   - a library header the table assigns (lib: cblas.h kernel) is included by that
     module alone;
   - the modules' include graph has no circle (a circle is also a rule broken, but
-    each is named as a circle so that the fix is clear).
+    each is named as a circle so that the fix is clear);
+  - the table of modules in docs/design.md ("| module | may include |") is the
+    table of LAYERS: the same modules in the same order, each with the same row,
+    so that the maintainers' map never drifts from the rule; the first module that
+    differs is named.
 
 Then it checks itself: on a copy of server/ it plants an upward include, a circle
-between two modules and an include of another folder's private header, and each
-must be reported.  Prints "ok NAME" or "FAIL NAME: why" a check and ends with
-"N passed, N failed" (tests/run.sh adds these up).
+between two modules and an include of another folder's private header, and on a
+copy of design.md a missing row and two rows swapped, and each must be reported.
+Prints "ok NAME" or "FAIL NAME: why" a check and ends with "N passed, N failed"
+(tests/run.sh adds these up).
 
-  layers_check.py [--root DIR] [--filter SUBSTR]
+  layers_check.py [--root DIR] [--design FILE] [--filter SUBSTR]
 """
 import argparse
 import os
@@ -31,6 +36,7 @@ import sys
 import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]')
+TABLE_ROW = re.compile(r'^\|([^|]*)\|([^|]*)\|$')
 PRIVATE = re.compile(r'(_internal\.h|_private\.h|\.inc)$')
 SOURCES = ('.c', '.h', '.inc')
 
@@ -71,6 +77,59 @@ def read_table(path):
         if not os.path.exists(os.path.join(os.path.dirname(path), header)):
             problems.append(f'{path}: private {header} is no file')
     return order, allowed, libs, problems, private
+
+
+def read_doc_table(path):
+    """The rows of the first Markdown table of path headed "| module | may include |",
+    as (module, [modules it may include]) in order, or None when path has no such
+    table."""
+    rows = None
+    with open(path) as f:
+        for line in f:
+            m = TABLE_ROW.match(line.strip())
+            cells = [c.strip() for c in m.groups()] if m else None
+            if rows is None:
+                if cells == ['module', 'may include']:
+                    rows = []
+                continue
+            if cells is None:
+                break
+            if not cells[0].strip('-: '):
+                continue            # the line under the header
+            rows.append((cells[0], [w for w in cells[1].split() if w != '-']))
+    return rows
+
+
+def compare_doc(doc_path, table):
+    """What differs between the module table of doc_path and LAYERS (table, as
+    read_table returns it): the first module out of place, and each row that names
+    other modules.  Empty when they agree."""
+    order, allowed = table[0], table[1]
+    shown = os.path.basename(doc_path)
+    rows = read_doc_table(doc_path)
+    if rows is None:
+        return [f'{shown}: no table headed "| module | may include |"']
+    listed = [module for module, _ in rows]
+    problems = []
+    for i in range(max(len(order), len(listed))):
+        ours = order[i] if i < len(order) else None
+        theirs = listed[i] if i < len(listed) else None
+        if ours == theirs:
+            continue
+        if theirs is None or ours not in listed:
+            problems.append(f'{shown}: the table lacks {ours}, row {i + 1} of LAYERS')
+        elif ours is None or theirs not in order:
+            problems.append(f'{shown}: the table has {theirs} (row {i + 1}), which LAYERS has not')
+        else:
+            problems.append(f'{shown}: the table has {theirs} at row {i + 1} where LAYERS has '
+                            f'{ours}: the order differs')
+        break                       # past the first, every row would differ
+    for module, deps in rows:
+        if module in allowed and set(deps) != allowed[module]:
+            row = ' '.join(sorted(allowed[module], key=order.index)) or '-'
+            problems.append(f'{shown}: the table says {module} may include '
+                            f'"{" ".join(deps) or "-"}", LAYERS "{row}"')
+    return problems
 
 
 def module_of(root, path):
@@ -220,10 +279,38 @@ def plant(root, table_path, relpath, include, expect):
             shutil.rmtree(scratch)
 
 
+def plant_doc(doc_path, table, mutate, expect):
+    """Copies doc_path, changes its module table's rows with mutate (a function of
+    the list of row lines) and returns the problems unless compare_doc reported one
+    containing every string of expect."""
+    scratch = tempfile.mkdtemp(prefix='layers-check-')
+    try:
+        with open(doc_path) as f:
+            lines = f.readlines()
+        header = next(i for i, line in enumerate(lines)
+                      if [c.strip() for c in line.strip().strip('|').split('|')] ==
+                      ['module', 'may include'])
+        first = header + 2          # past the line under the header
+        last = next((i for i in range(first, len(lines)) if not TABLE_ROW.match(lines[i].strip())),
+                    len(lines))
+        lines[first:last] = mutate(lines[first:last])
+        copy = os.path.join(scratch, os.path.basename(doc_path))
+        with open(copy, 'w') as f:
+            f.writelines(lines)
+        problems = compare_doc(copy, table)
+        caught = [p for p in problems if all(e in p for e in expect)]
+        return [] if caught else [f'changing the table of {doc_path} was not reported as '
+                                  f'{expect}; reported: {problems}']
+    finally:
+        if os.path.dirname(scratch) == tempfile.gettempdir() and 'layers-check-' in scratch:
+            shutil.rmtree(scratch)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser()
     parser.add_argument('--root', default=os.path.join(here, '..', '..', 'server'))
+    parser.add_argument('--design', default=os.path.join(here, '..', '..', 'docs', 'design.md'))
     parser.add_argument('--filter', default=None)
     args = parser.parse_args()
     root = os.path.normpath(args.root)
@@ -239,6 +326,8 @@ def main():
         report.check(f'layers: {module}', problems)
     report.check('layers: no circle between modules',
                  ['circle: ' + ' -> '.join(c) for c in find_circles(edges, table[1])])
+    design = os.path.normpath(args.design)
+    report.check('layers: the table of docs/design.md is LAYERS', compare_doc(design, table))
 
     # The check itself, on planted faults: each must be reported where it is.
     planted = [
@@ -257,6 +346,18 @@ def main():
     for name, relpath, include, expect in planted:
         if report.wanted(name):
             report.check(name, plant(root, table_path, relpath, include, expect))
+    # The rows are those of LAYERS (the check above): the second one left out must be
+    # named, and the first two swapped must be reported as an order.
+    second, first = table[0][1], table[0][0]
+    planted_doc = [
+        ('layers: a module missing from design.md\'s table is reported',
+         lambda rows: rows[:1] + rows[2:], [f'lacks {second}']),
+        ('layers: two modules swapped in design.md\'s table are reported',
+         lambda rows: [rows[1], rows[0]] + rows[2:], [f'has {second} at row 1', 'order']),
+    ]
+    for name, mutate, expect in planted_doc:
+        if report.wanted(name):
+            report.check(name, plant_doc(design, table, mutate, expect))
 
     print(f'{report.passed} passed, {report.failed} failed')
     return 1 if report.failed else 0

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "core/sizing.h"
-#include "http/guard.h"
+#include "guard/guard.h"
 #include "core/mem.h"
 #include "route/route.h"
 #include "test.h"

@@ -51,28 +51,28 @@ void test_v2_tensor_framing_split(void)
     v2_body b;
     attn_error err;
     /* Without the header the whole body is JSON. */
-    ASSERT_EQ(v2_body_split(body, len, NULL, &b, &err), 0);
+    ASSERT_EQ(v2_body_split(body, len, api_length_parse(NULL), &b, &err), 0);
     ASSERT(b.json == body && b.json_len == len && b.bin_len == 0);
     ASSERT_EQ(v2_body_check_consumed(&b, &err), 0);
     /* With it, the JSON part and the binary section; blanks around are fine. */
-    ASSERT_EQ(v2_body_split(body, len, " 13\t", &b, &err), 0);
+    ASSERT_EQ(v2_body_split(body, len, api_length_parse(" 13\t"), &b, &err), 0);
     ASSERT_EQ(b.json_len, json_len);
     ASSERT(b.bin == (const unsigned char *)body + json_len);
     ASSERT_EQ(b.bin_len, 8);
     ASSERT_EQ(b.bin_used, 0);
     /* The whole body may be JSON (length equal to the body). */
-    ASSERT_EQ(v2_body_split(body, len, "21", &b, &err), 0);
+    ASSERT_EQ(v2_body_split(body, len, api_length_parse("21"), &b, &err), 0);
     ASSERT_EQ(b.bin_len, 0);
     /* Refused: past the body, not a number, a sign, trailing text, empty. */
     const char *bad[] = {"22", "abc", "-1", "+3", "13x", "", "1 3", "99999999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         error_clear(&err);
-        if (v2_body_split(body, len, bad[i], &b, &err) != ERR_BAD_REQUEST)
+        if (v2_body_split(body, len, api_length_parse(bad[i]), &b, &err) != ERR_BAD_REQUEST)
             FAIL_AT("header \"%s\" was accepted", bad[i]);
         ASSERT_STR_EQ(err.field, "Inference-Header-Content-Length");
     }
     /* The inputs must claim every binary byte, no fewer. */
-    ASSERT_EQ(v2_body_split(body, len, "13", &b, &err), 0);
+    ASSERT_EQ(v2_body_split(body, len, api_length_parse("13"), &b, &err), 0);
     b.bin_used = 4;
     ASSERT_EQ(v2_body_check_consumed(&b, &err), ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "Inference-Header-Content-Length");
@@ -615,7 +615,7 @@ static int decode_and_answer(const char *body, size_t len, const char *header_le
                              attn_error *err)
 {
     v2_body b;
-    int rc = v2_body_split(body, len, header_length, &b, err);
+    int rc = v2_body_split(body, len, api_length_parse(header_length), &b, err);
     if (rc != 0)
         return rc;
     json_error_t jerr;
@@ -692,7 +692,7 @@ void test_v2_tensor_out_of_memory(void)
     /* The binary numbers themselves need no allocation: describing and reading
      * them succeed with every allocation refused. */
     v2_body b;
-    ASSERT_EQ(v2_body_split(body, len, header_length, &b, &err), 0);
+    ASSERT_EQ(v2_body_split(body, len, api_length_parse(header_length), &b, &err), 0);
     json_error_t jerr;
     json_t *in = json_loads("{\"name\":\"q\",\"datatype\":\"FP64\",\"shape\":[2,2],"
                             "\"parameters\":{\"binary_data_size\":32}}", 0, &jerr);

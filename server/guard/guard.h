@@ -1,5 +1,7 @@
 /*
- * guard.h - what a request must pass before any endpoint sees it.
+ * guard.h - what a request must pass before any endpoint sees it, whichever
+ * front-end brought it: the guard sits below both HTTP and gRPC, so that a
+ * token or a limit means the same on either.
  *
  * The HTTP layer hands over the method, the decoded path, the protocol
  * version and every header line as the client sent them; guard_check decides
@@ -12,7 +14,9 @@
  * for one, and a write from a web page of a foreign origin (cors.h).
  * guard_cors_origin decides the Access-Control-Allow-Origin answer.
  * Everything here is a pure function of its arguments and of the settings
- * read once by guard_new, so the unit tests need no socket.
+ * read once by guard_new, so the unit tests need no socket.  The gRPC
+ * front-end asks guard_token_check alone: its calls have no HTTP framing,
+ * Host or Origin to check.
  */
 #ifndef ATTN_GUARD_H
 #define ATTN_GUARD_H
