@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "metrics/metrics.h"
 
 gcall *gcall_new(grpc_front *front)
@@ -79,7 +80,12 @@ void gcall_free(gcall *c)
     gcall_in_drop(c);
     budget_client_put(c->client);
     c->front->live--;
+    int large = c->large;
     free(c);
+    /* only now has gRPC's core let go of everything the call held (its message's
+     * buffers, the answer sent): as after a large HTTP request, whatever its answer */
+    if (large)
+        mem_give_back();
 }
 
 /* Asks the server for the next call. */
@@ -257,6 +263,8 @@ void gcall_answer(gcall *c, grpc_answer *a)
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     }
+    if (a->len >= MEM_GIVE_BACK_FROM)
+        c->large = 1;
     double seconds = compute_now() - c->started;
     if (!c->logged && (c->in != NULL || !c->stream)) {
         gcall_log(c, a->code, a->http_status, a->route, seconds, a->len, a);

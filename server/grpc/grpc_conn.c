@@ -442,10 +442,9 @@ void gconn_release_message(gcall *c)
     if (c->reserved == 0)
         return;
     budget_client_release(c->client, c->reserved);
-    int large = c->reserved >= MEM_GIVE_BACK_FROM;
+    if (c->reserved >= MEM_GIVE_BACK_FROM)
+        c->large = 1; /* its memory is given back when the call is freed (gcall_free) */
     c->reserved = 0;
-    if (large)
-        mem_give_back();
 }
 
 /* Ends waiting call c with code and words (logged as HTTP's twin status). */

@@ -70,6 +70,7 @@ struct gcall {
     int waiting;
     int stream_later;           /* a stream waiting for a request after its first */
     int logged;                 /* its access line is written (the sweep ended it) */
+    int large;                  /* it moved MEM_GIVE_BACK_FROM bytes or more */
     double wait_since;          /* compute_now() */
     unsigned long long wait_bytes; /* the connection's bytes received then */
     gcall *wait_prev, *wait_next;
