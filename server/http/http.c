@@ -367,6 +367,7 @@ static void server_free(http_server *srv)
         mem_free(srv->static_z[i].z);
     pthread_mutex_destroy(&srv->static_lock);
     pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->dispatch_lock);
     pthread_cond_destroy(&srv->reaper_wake);
     guard_free(srv->guard);
     if (srv->tls_key != NULL)
@@ -442,6 +443,7 @@ http_server *http_start(const server_config *cfg, attn_error *err)
     }
     srv->cfg = cfg;
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->dispatch_lock, NULL);
     pthread_mutex_init(&srv->static_lock, NULL);
     pthread_cond_init(&srv->reaper_wake, NULL);
     srv->guard = guard_new(cfg, err);
@@ -509,6 +511,9 @@ void http_stop(http_server *server)
     /* Requests still queued are answered 503 and resumed; the workers finish
      * what they run of this server's (compute_stop_all makes that quick).  Only
      * then is libmicrohttpd stopped, with no connection suspended. */
+    pthread_mutex_lock(&server->dispatch_lock);
+    server->draining = 1;
+    pthread_mutex_unlock(&server->dispatch_lock);
     attn_error err;
     answer_draining_error(&err);
     work_queue_drain(server, &err);

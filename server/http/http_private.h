@@ -83,6 +83,8 @@ struct http_server {
     char *tls_cert, *tls_key;   /* PEM text, kept while the daemon runs */
     unsigned port;
     pthread_mutex_t lock;
+    pthread_mutex_t dispatch_lock; /* orders a request's queueing after http_stop's drain */
+    int draining;               /* http_stop has begun: requests are refused, not queued */
     http_conn *conns;           /* every open connection */
     pthread_t reaper;
     int reaper_started;

@@ -125,7 +125,10 @@ void http_dispatch(http_server *srv, http_request *hr)
     /* Suspend first: a worker may resume the connection as soon as the
      * request is in the queue. */
     MHD_suspend_connection(hr->conn);
-    if (work_queue_push(&hr->item) != 0) {
+    pthread_mutex_lock(&srv->dispatch_lock); /* none is queued once http_stop drained */
+    int queued = !srv->draining && work_queue_push(&hr->item) == 0;
+    pthread_mutex_unlock(&srv->dispatch_lock);
+    if (!queued) {
         attn_error err;
         answer_draining_error(&err);
         job_refuse(&hr->item, &err);
