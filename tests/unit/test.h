@@ -207,6 +207,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(guard_token_settings)                 \
     X(guard_cors_origins)                   \
     X(budget_client_share)                  \
+    X(conn_ledger_caps)                     \
+    X(work_queue_order_and_words)           \
     X(budget_client_keys)                   \
     X(guard_cross_origin_writes)            \
     X(guard_cors_write_settings)            \
