@@ -78,6 +78,7 @@ void gcall_free(gcall *c)
     if (c->has_trailing)
         grpc_slice_unref(c->trailing.value);
     gcall_in_drop(c);
+    budget_client_release(c->client, c->call_reserved);
     budget_client_put(c->client);
     c->front->live--;
     int large = c->large;
@@ -357,11 +358,22 @@ void gcall_recv_next(gcall *c)
 void gcall_on_new(gcall *c)
 {
     c->started = compute_now();
-    gconn_call_begin(c);
+    int admitted = gconn_call_begin(c);
     call_trace_begin(c);
     c->method = grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
                                GRPC_SLICE_LENGTH(c->details.method));
     c->stream = c->method == GRPC_M_MODEL_STREAM_INFER;
+    if (!admitted) { /* the client's share cannot hold one more open call */
+        grpc_answer a;
+        memset(&a, 0, sizeof a);
+        grpc_answer_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server's memory budget (--max-memory), or this client's share of "
+                          "it (--max-memory-share), cannot hold another open call now; retry "
+                          "shortly.");
+        a.retry_after = 1;
+        gcall_answer(c, &a);
+        return;
+    }
     if (c->stream || c->method == GRPC_M_HEALTH_WATCH)
         gcall_close_watch(c); /* they stay open: their end must be seen */
     gcall_recv_next(c);

@@ -297,7 +297,7 @@ static int peer_address(const char *peer, struct sockaddr_storage *addr)
     return -1;
 }
 
-void gconn_call_begin(gcall *c)
+int gconn_call_begin(gcall *c)
 {
     gconn_table *t = c->front->conns;
     char *peer = grpc_call_get_peer(c->call);
@@ -321,6 +321,10 @@ void gconn_call_begin(gcall *c)
     }
     gpr_free(peer);
     c->client = budget_client_get(known ? (struct sockaddr *)&addr : NULL);
+    if (budget_client_reserve(c->client, GRPC_CALL_MEMORY) != 0)
+        return 0;
+    c->call_reserved = GRPC_CALL_MEMORY;
+    return 1;
 }
 
 const char *gconn_client(const gcall *c, char *out, size_t size)

@@ -8,7 +8,7 @@ descriptors read from /proc.
 - messages that stall half-way end within --header-timeout and --min-body-rate, and
   what they had sent is reserved in the client's share of the budget;
 - streams that never send their message end, and MAX_CONCURRENT_STREAMS is advertised
-  (--grpc-max-streams);
+  (--grpc-max-streams); calls opened and left waiting are bounded by the client's share;
 - gRPC connections count against --max-connections-per-ip together with HTTP's, close
   when idle past --timeout, and give their descriptors back;
 - a NUL inside the authorization metadata is refused, never cut;
@@ -290,6 +290,37 @@ def check_refused_logged(srv):
           attention(after)[:3])
 
 
+def check_open_calls_share(srv):
+    """3,000 calls opened from one address and left waiting (12 connections of 250) hold
+    about 15 KB each in gRPC's core: each reserves 16 KiB in the client's share (16 MiB of a
+    32 MiB budget), so those past it are RESOURCE_EXHAUSTED at once, the high-water mark
+    stays within the budget, and an ordinary call from another address answers."""
+    small_call(srv)
+    base = proc_status(srv)["VmRSS"]
+    conns = []
+    for _ in range(12):
+        c = RawH2(srv.target)
+        c.pump(0.1)
+        for _ in range(250):
+            c.start(b"/inference.GRPCInferenceService/ModelInfer")
+        c.pump(0.1)
+        conns.append(c)
+    end = time.monotonic() + 5
+    while time.monotonic() < end and sum(len(c.ended) for c in conns) < 3000 - 1024:
+        for c in conns:
+            c.pump(0.05)
+    ended = [e for c in conns for e in c.ended.values()]
+    check("open calls: those past the share are RESOURCE_EXHAUSTED (8) at once",
+          len(ended) >= 3000 - 1024 and set(ended) == {"8"},
+          (len(ended), sorted(set(ended))))
+    check("open calls: an ordinary call from another address answers", small_call(srv))
+    hwm = proc_status(srv)["VmHWM"]
+    check("open calls: the high-water mark stays within the budget (32 MiB over the start)",
+          hwm - base < 32 * MIB, "VmHWM %d MiB, VmRSS at start %d MiB" % (hwm >> 20, base >> 20))
+    for c in conns:
+        c.close()
+
+
 def http_from(srv, source):
     """The status of GET /healthz from `source`, or the error when refused."""
     host, port = srv.base.split("//")[1].rsplit(":", 1)
@@ -399,6 +430,7 @@ def main():
         "--min-body-rate", "1M", "--max-body", "64M")
     run([check_idle_streams], "--header-timeout", "2", "--grpc-max-streams", "16")
     run([check_refused_logged])
+    run([check_open_calls_share], "--max-memory", "32M", "--header-timeout", "60")
     run([check_connection_caps], "--max-connections-per-ip", "10", "--timeout", "3")
     run([check_nul_token], "--auth-all", "--auth-tokens", gt.TOKEN)
     if harness.selected(check_core_log_json):
