@@ -1,10 +1,11 @@
 /*
- * api_message.c - what a handler notes in an answer beside its body, and
- * freeing an answer.
+ * api_message.c - what a handler notes in an answer beside its body,
+ * freeing an answer, and a parameter of a neutral inference request.
  */
 #include "api_message.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/mem.h"
 
@@ -30,4 +31,12 @@ void api_response_phase(api_response *resp, api_phase phase, double seconds)
 void api_response_model(api_response *resp, const char *model)
 {
     snprintf(resp->model, sizeof resp->model, "%s", model != NULL ? model : "");
+}
+
+const scalar *api_infer_param_get(const api_infer_request *r, const char *key)
+{
+    for (size_t i = r->n_params; i-- > 0;)
+        if (!strcmp(r->params[i].key, key))
+            return &r->params[i].value;
+    return NULL;
 }

@@ -13,15 +13,10 @@
 
 #include <stddef.h>
 
+#include "api_infer.h"
 #include "core/config.h"
 #include "route/route.h"
 #include "store/store.h"
-
-/* One run of bytes a request borrows (api_request.bin_parts). */
-typedef struct api_part {
-    const void *data;
-    size_t len;
-} api_part;
 
 typedef struct api_request {
     const char *method;
@@ -29,19 +24,11 @@ typedef struct api_request {
     const char *body;           /* borrowed; may be NULL when body_len is 0 */
     size_t body_len;
     const char *inference_header_length; /* header of v2 binary bodies, NULL if absent */
-    /* A v2 inference header already made as a tree, by a front-end that has
-     * the request's fields in hand (gRPC) rather than text: v2 reads it in
-     * place of a parsed JSON part, and body is the binary section alone
-     * (inference_header_length unused).  Its numbers are reals, as v2's
-     * parser makes every JSON number.  Borrowed; NULL: the body says it. */
-    const struct json_t *inference_header;
-    /* With inference_header, the binary section as the front-end holds it,
-     * one part per binary input in order (gRPC's raw_input_contents, each
-     * where protobuf-c unpacked it): each input takes the next part whole,
-     * so no copy joins them.  Borrowed; n_bin_parts 0: body is the binary
-     * section. */
-    const api_part *bin_parts;
-    size_t n_bin_parts;
+    /* A v2 inference request already made as its fields (api_infer.h), by a
+     * front-end that has them in hand (gRPC) rather than text: v2 reads it
+     * in place of a JSON header, and body is then unused (each input says
+     * where its bytes are).  Borrowed; NULL: the body says it. */
+    const api_infer_request *infer_request;
     /* v2 inference: when every output is binary, the answer is
      * api_response.infer and the binary section alone, with no JSON part
      * (inference_header_length 0), for a front-end that writes a message of
@@ -84,9 +71,6 @@ typedef enum api_phase {
  * the answer's JSON part back: filled by v2's answer writer when every
  * output is binary.  Strings are static or copied here; an output's bytes
  * are the next `bytes` of the body's binary section, in order. */
-#define API_INFER_MAX_OUTPUTS 12 /* as many as v2 has (v2_internal.h) */
-#define API_INFER_MAX_INPUTS 6   /* as many input names as v2's models take (v2_infer.c) */
-#define API_INFER_MAX_RANK 4
 #define API_INFER_MAX_PARAMS 5
 typedef struct api_infer_answer {
     int set;                    /* 0: not a binary v2 inference answer */
