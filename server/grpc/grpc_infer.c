@@ -18,7 +18,7 @@
  * shape, a raw length that does not match them (refused before anything is
  * allocated for the computation), the element and memory limits.  v2 answers
  * with the fields of its JSON part (api_response.infer,
- * api_request.infer_fields_only) and the outputs' bytes, no JSON text; they
+ * api_request.fields_only) and the outputs' bytes, no JSON text; they
  * become raw_output_contents, which point into the router's answer until the
  * response is packed, once, inside a ModelStreamInferResponse for a stream.
  * An error is the router's sentence (api_response.error), not its JSON body.
@@ -408,7 +408,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, d
     else if (request_fields(q, &r, params, &typed, out) == 0) {
         api_request req = {.method = "POST", .path = "/v2/models/{model}/infer",
                            .route = route_of(ROUTE_V2_INFER), .args = &args,
-                           .infer_request = &r, .infer_fields_only = 1, .io_thread = io_thread,
+                           .infer_request = &r, .fields_only = 1, .io_thread = io_thread,
                            .queued_at = queued_at, .protocol = "grpc"};
         api_response resp;
         api_handle(&req, &resp);

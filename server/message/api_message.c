@@ -15,6 +15,9 @@ void api_response_free(api_response *resp)
         return;
     if (!resp->body_static)
         mem_free(resp->body);
+    mem_free(resp->meta.models);
+    resp->meta.models = NULL;
+    resp->meta.n_models = 0;
     resp->body = NULL;
     resp->body_len = 0;
     resp->body_static = 0;

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "api_infer.h"
+#include "api_meta.h"
 #include "core/config.h"
 #include "route/route.h"
 #include "store/store.h"
@@ -29,11 +30,12 @@ typedef struct api_request {
      * in place of a JSON header, and body is then unused (each input says
      * where its bytes are).  Borrowed; NULL: the body says it. */
     const api_infer_request *infer_request;
-    /* v2 inference: when every output is binary, the answer is
-     * api_response.infer and the binary section alone, with no JSON part
-     * (inference_header_length 0), for a front-end that writes a message of
-     * its own from the fields (gRPC). */
-    int infer_fields_only;
+    /* The answer as fields for a front-end that writes a message of its
+     * own from them (gRPC), with no JSON text to parse back: v2's inference,
+     * when every output is binary, is api_response.infer and the binary
+     * section alone (inference_header_length 0); the server's and a model's
+     * metadata and configuration are api_response.meta and no body. */
+    int fields_only;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)
@@ -105,6 +107,7 @@ typedef struct api_response {
     char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     api_infer_answer infer;     /* v2 binary answers: the JSON part as fields */
+    api_meta_answer meta;       /* v2 metadata answers as fields (api_meta.h) */
     route_id route;             /* for /metrics and the form of an error body */
     /* An error answer's sentence, as its body says it (v2: the field before
      * the words when they do not name it; v1: the message), "" for none: what

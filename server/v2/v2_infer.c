@@ -723,7 +723,7 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
             model_stats_computed(&sample, start, ran, result.compute_ms);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
-                                   req->infer_fields_only};
+                                   req->fields_only};
             rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2,
                                  resp, &err);
             attention_result_free(&result);

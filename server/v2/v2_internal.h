@@ -7,7 +7,7 @@
  * inference body's JSON header into the neutral request (api_infer.h);
  * v2_infer.c applies v2's rules to that request and reads it into an
  * attention_request; v2_answer.c writes the inference answer (JSON, or JSON
- * then binary bytes).
+ * then binary bytes); v2_stats.c the statistics and the repository index.
  */
 #ifndef ATTN_V2_INTERNAL_H
 #define ATTN_V2_INTERNAL_H
@@ -75,7 +75,7 @@ typedef struct v2_answer_head {
     const char *id;         /* the request's id, or NULL */
     v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
-    int fields_only;        /* api_request.infer_fields_only */
+    int fields_only;        /* api_request.fields_only */
 } v2_answer_head;
 
 /* Writes the 200 answer of an inference into resp: the JSON header with the
