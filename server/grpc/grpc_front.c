@@ -97,7 +97,7 @@ static void on_recv(gcall *c, int ok)
      * (--inline-max-bytes); the router defers anything larger to a worker. */
     if (!c->stream && c->in_len <= front->cfg->inline_max_bytes) {
         compute_bind(&c->token);
-        grpc_infer_answer(c->in, c->in_len, grpc_infer_unpack_bound(c->in_len), 0, 1, &a);
+        grpc_infer_answer(c->in, c->in_len, grpc_infer_unpack_bound(c->in_len), 0, 1, 0, &a);
         compute_bind(NULL);
         if (!a.deferred) {
             gcall_answer(c, &a);
@@ -230,7 +230,7 @@ static void job_run(work_item *it)
     grpc_answer *a = &c->answer;
     memset(a, 0, sizeof *a);
     grpc_infer_answer(c->in, c->in_len, grpc_infer_unpack_bound(c->in_len), c->queued_at, 0,
-                      a);
+                      c->stream, a);
     /* a computation stopped by its token answers with the reason's code */
     int reason = atomic_load(&c->token.reason);
     if (a->code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_DEADLINE)
@@ -238,7 +238,7 @@ static void job_run(work_item *it)
     else if (a->code == GRPC_STATUS_UNAVAILABLE && reason == COMPUTE_CLIENT_GONE)
         a->code = GRPC_STATUS_CANCELLED;
     if (c->stream)
-        grpc_infer_stream_wrap(a);
+        grpc_infer_stream_error(a);
 }
 
 /* Sends the answer: the call is the polling thread's again. */
@@ -256,7 +256,7 @@ static void job_refuse(work_item *it, const attn_error *err)
     memset(&c->answer, 0, sizeof c->answer);
     grpc_answer_from_error(&c->answer, err, ROUTE_V2_INFER);
     if (c->stream)
-        grpc_infer_stream_wrap(&c->answer);
+        grpc_infer_stream_error(&c->answer);
     gcall_answer(c, &c->answer);
 }
 

@@ -6,27 +6,27 @@
  * The request is read under bounds first (grpc_unpack.c: the unpacked
  * form's bytes, the number of inputs and outputs, strings with a NUL byte).
  * The router is given the route and the model directly (route_of and
- * route_args: no path to match, the model checked once, by v2).  The
- * inference header is made as the jansson tree v2's parser would make of
- * its text (api_request.inference_header: every number a real), and the
- * binary section holds every input as binary bytes: raw_input_contents as
- * they are, each where protobuf-c unpacked it (api_request.bin_parts, no
- * copy), or typed contents (fp32_contents, fp64_contents, bool_contents)
- * written out as the same little-endian bytes into one body (FP16 and BF16,
- * which have no typed field, come only raw), and every output is asked in
- * binary, so the numbers are never text on the way and v2's decoder applies
- * all of its rules, with its words: the datatype, the shape, a raw length
- * that does not match them (refused before anything is allocated for the
- * computation), the element and memory limits.  v2 answers with the fields
- * of its JSON part (api_response.infer, api_request.infer_fields_only) and
- * the outputs' bytes, no JSON text; they become raw_output_contents, which
- * point into the router's answer until the response is packed.  An error
- * is the router's sentence (api_response.error), not its JSON body.
+ * route_args: no path to match, the model checked once, by v2), and the
+ * request as v2's neutral request (message/api_infer.h,
+ * api_request.infer_request), filled from the message in one step: no JSON
+ * tree, no text.  Every input is binary bytes: raw_input_contents where
+ * protobuf-c unpacked them (no copy), or typed contents (fp32_contents,
+ * fp64_contents, bool_contents) written out as the same little-endian bytes
+ * (FP16 and BF16, which have no typed field, come only raw), and every output
+ * is asked in binary, so the numbers are never text on the way and v2 applies
+ * all of its rules, with the words it gives an HTTP body: the datatype, the
+ * shape, a raw length that does not match them (refused before anything is
+ * allocated for the computation), the element and memory limits.  v2 answers
+ * with the fields of its JSON part (api_response.infer,
+ * api_request.fields_only) and the outputs' bytes, no JSON text; they
+ * become raw_output_contents, which point into the router's answer until the
+ * response is packed, once, inside a ModelStreamInferResponse for a stream.
+ * An error is the router's sentence (api_response.error), not its JSON body.
  */
 #include "grpc_private.h"
 
 #include <inference.pb-c.h>
-#include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,30 +39,57 @@
  * so that FP32 inputs are read where they lie. */
 #define BODY_ALIGN 64
 
-/* ModelStreamInferResponse's field infer_response (2), length-delimited (wire
- * type 2): the key that starts it on the wire. */
-#define STREAM_INFER_RESPONSE_KEY ((2u << 3) | 2u)
+/* 1 when s is UTF-8 as jansson reads a string (no overlong form, no
+ * surrogate, nothing past U+10FFFF): what the HTTP twin's JSON could hold. */
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != 0) {
+        unsigned c = *p++;
+        if (c < 0x80)
+            continue;
+        size_t n = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 0;
+        if (n == 0 || c > 0xf4)
+            return 0;
+        unsigned cp = c & (0x3f >> n);
+        for (size_t i = 0; i < n; i++, p++) {
+            if ((*p & 0xc0) != 0x80)
+                return 0;
+            cp = cp << 6 | (*p & 0x3f);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+    }
+    return 1;
+}
 
-/* A request parameter as the JSON value v2 reads (numbers as reals, as
- * v2's parser reads every JSON number), or NULL when it has none (no value,
- * an unset oneof, a string that is not UTF-8, a number that is not finite). */
-static json_t *parameter_json(const Inference__InferParameter *p)
+/* A request parameter as the value v2's rules read, into *v; -1 when it has
+ * none this server reads (no value, an unset oneof, a string that is not
+ * UTF-8, a number that is not finite), as the HTTP twin's JSON could not
+ * hold it either. */
+static int parameter_value(const Inference__InferParameter *p, scalar *v)
 {
     if (p == NULL) /* a map entry with a key and no value */
-        return NULL;
+        return -1;
     switch (p->parameter_choice_case) {
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
-        return json_boolean(p->bool_param);
+        *v = scalar_bool(p->bool_param);
+        return 0;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
-        return json_real((double)p->int64_param);
+        *v = scalar_integer(p->int64_param);
+        return 0;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
-        return json_string(p->string_param);
+        *v = scalar_string(p->string_param);
+        return utf8_valid(p->string_param) ? 0 : -1;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
-        return json_real(p->double_param);
+        *v = scalar_real(p->double_param);
+        return isfinite(p->double_param) ? 0 : -1;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
-        return json_real((double)p->uint64_param);
+        *v = scalar_real((double)p->uint64_param);
+        return 0;
     default:
-        return NULL;
+        return -1;
     }
 }
 
@@ -132,73 +159,65 @@ static void write_le(unsigned char *dst, const void *src, size_t n, size_t esize
 #endif
 }
 
-/* A new object of the n members keys[i]: values[i] (literal keys; each
- * value's reference is taken, also on failure), or NULL when a value is NULL
- * (a string that is not UTF-8) or memory runs out.  What json_pack would make,
- * without reading a format for each of the thousands of calls a second. */
-static json_t *object_of(size_t n, const char *const *keys, json_t *const *values)
+/* Fills r with the request q says, in one step: its id, its parameters
+ * (into params, room for q->n_parameters + 1, with binary_data_output
+ * added: every output comes back as raw_output_contents), its outputs, each
+ * binary, and its inputs, each with its byte count and where its bytes are:
+ * raw_input_contents where protobuf-c unpacked them, or typed contents
+ * written out as little-endian bytes into *typed (free(); NULL when every
+ * input is raw), on BODY_ALIGN.  Returns 0, or -1 with out filled when q
+ * cannot be said as a v2 request. */
+static int request_fields(const Inference__ModelInferRequest *q, api_infer_request *r,
+                          api_infer_param *params, unsigned char **typed, grpc_answer *out)
 {
-    json_t *o = json_object();
-    int ok = 1;
-    for (size_t i = 0; i < n; i++)
-        ok &= json_object_set_new_nocheck(o, keys[i], values[i]) == 0;
-    if (!ok) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
-}
-
-/* s as a JSON string, null for NULL; NULL when s is not UTF-8. */
-static json_t *string_or_null(const char *s)
-{
-    return s != NULL ? json_string(s) : json_null();
-}
-
-/* The inference header of the HTTP twin of q, as v2's parser would make it
- * of its text (every number a real), with each input's byte count in
- * sizes[i]; NULL with out filled when q cannot be said in it. */
-static json_t *request_header(const Inference__ModelInferRequest *q, size_t *sizes,
-                              grpc_answer *out)
-{
+    static const unsigned char none[1];         /* empty bytes are still somewhere */
     int raw = q->n_raw_input_contents != 0;
+    *typed = NULL;
     if (raw && q->n_raw_input_contents != q->n_inputs) {
         grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                           "raw_input_contents has %zu entries and inputs %zu; give the raw "
                           "contents of every input or of none.", q->n_raw_input_contents,
                           q->n_inputs);
-        return NULL;
+        return -1;
     }
-    json_t *root = json_object(), *inputs = json_array(), *params = json_object();
-    json_object_set_new(root, "inputs", inputs);
-    json_object_set_new(root, "parameters", params);
-    if (q->id[0] != '\0')
-        json_object_set_new(root, "id", json_string(q->id));
+    memset(r, 0, sizeof *r);
+    r->self = (scalar){.kind = SCALAR_OBJECT};
+    if (q->id[0] != '\0' && utf8_valid(q->id))
+        r->id = scalar_string(q->id);
     for (size_t i = 0; i < q->n_parameters; i++) {
-        json_t *v = parameter_json(q->parameters[i]->value);
-        if (v == NULL || json_object_set_new(params, q->parameters[i]->key, v) != 0) {
+        params[i].key = q->parameters[i]->key;
+        if (parameter_value(q->parameters[i]->value, &params[i].value) != 0 ||
+            !utf8_valid(params[i].key)) {
             grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                               "parameters.%.64s has no value this server can read (a finite "
                               "number, a boolean or a UTF-8 string).", q->parameters[i]->key);
-            json_decref(root);
-            return NULL;
+            return -1;
         }
     }
-    /* every output in binary: they come back as raw_output_contents */
-    json_object_set_new(params, "binary_data_output", json_true());
-    if (q->n_outputs != 0) {
-        json_t *outs = json_array();
-        json_object_set_new(root, "outputs", outs);
-        static const char *const out_keys[] = {"name", "parameters"}, *bin_key = "binary_data";
+    params[q->n_parameters] = (api_infer_param){"binary_data_output", scalar_bool(1)};
+    r->params = params;
+    r->n_params = q->n_parameters + 1;
+    r->parameters = (scalar){.kind = SCALAR_OBJECT, .size = r->n_params};
+    if (q->n_outputs != 0) { /* grpc_unpack let at most API_INFER_MAX_OUTPUTS through */
+        r->outputs = (scalar){.kind = SCALAR_ARRAY, .size = q->n_outputs};
+        r->n_outputs = q->n_outputs;
         for (size_t i = 0; i < q->n_outputs; i++) {
-            json_t *bin = json_true();
-            json_t *values[] = {string_or_null(q->outputs[i]->name),
-                                object_of(1, &bin_key, &bin)};
-            json_array_append_new(outs, object_of(2, out_keys, values));
+            if (!utf8_valid(q->outputs[i]->name)) {
+                grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "outputs[%zu]: its name must be a UTF-8 string.", i);
+                return -1;
+            }
+            r->output[i] = (api_infer_output){{.kind = SCALAR_OBJECT},
+                                              scalar_string(q->outputs[i]->name),
+                                              {.kind = SCALAR_OBJECT, .size = 1}, scalar_bool(1)};
         }
     }
+    size_t sizes[API_INFER_MAX_INPUTS], bin = 0;
+    r->inputs = (scalar){.kind = SCALAR_ARRAY, .size = q->n_inputs};
+    r->n_inputs = q->n_inputs; /* grpc_unpack let at most API_INFER_MAX_INPUTS through */
     for (size_t i = 0; i < q->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
+        api_infer_input *in = &r->input[i];
         const void *src;
         size_t n, esize;
         if (raw && t->contents != NULL &&
@@ -207,59 +226,54 @@ static json_t *request_header(const Inference__ModelInferRequest *q, size_t *siz
             grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                               "inputs[%zu].contents is given beside raw_input_contents; give "
                               "the numbers of an input in one place.", i);
-            json_decref(root);
-            return NULL;
+            return -1;
         }
-        if (!raw && typed_contents(t, i, &src, &n, &esize, out) != 0) {
-            json_decref(root);
-            return NULL;
-        }
-        sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
-        json_t *shape = json_array();
-        for (size_t d = 0; d < t->n_shape; d++)
-            json_array_append_new(shape, json_real((double)t->shape[d]));
-        static const char *const in_keys[] = {"name", "datatype", "shape", "parameters"},
-                                 *size_key = "binary_data_size";
-        json_t *size = json_real((double)sizes[i]);
-        json_t *values[] = {string_or_null(t->name), string_or_null(t->datatype), shape,
-                            object_of(1, &size_key, &size)};
-        json_t *in = object_of(4, in_keys, values);
-        if (in == NULL || json_array_append_new(inputs, in) != 0) {
+        if (!raw && typed_contents(t, i, &src, &n, &esize, out) != 0)
+            return -1;
+        if (!utf8_valid(t->name) || !utf8_valid(t->datatype)) {
             grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                               "inputs[%zu]: its name and datatype must be UTF-8 strings.", i);
-            json_decref(root);
-            return NULL;
+            return -1;
         }
-    }
-    return root;
-}
-
-/* The body of the HTTP twin for typed contents: each input's numbers as
- * little-endian bytes, one input after another, on BODY_ALIGN.  Returns it
- * (free()) with *len set, or NULL with out filled. */
-static unsigned char *request_body(const Inference__ModelInferRequest *q, const size_t *sizes,
-                                   size_t *len, grpc_answer *out)
-{
-    size_t bin = 0;
-    for (size_t i = 0; i < q->n_inputs; i++)
+        sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
         bin += sizes[i];
-    unsigned char *buf = aligned_alloc(BODY_ALIGN, (bin + BODY_ALIGN) / BODY_ALIGN * BODY_ALIGN);
+        in->self = (scalar){.kind = SCALAR_OBJECT};
+        in->name = scalar_string(t->name);
+        in->datatype = scalar_string(t->datatype);
+        in->shape = (scalar){.kind = SCALAR_ARRAY, .size = t->n_shape};
+        for (size_t d = 0; d < t->n_shape && d < API_INFER_MAX_RANK; d++)
+            in->dims[d] = scalar_integer(t->shape[d]);
+        in->parameters = (scalar){.kind = SCALAR_OBJECT, .size = 1};
+        in->binary_data_size = scalar_integer((long long)sizes[i]);
+        in->bytes = raw && sizes[i] != 0 ? q->raw_input_contents[i].data : none;
+    }
+    if (raw || q->n_inputs == 0)
+        return 0;
+    /* typed contents: each input's numbers as little-endian bytes, one input
+     * after another, each on BODY_ALIGN so that FP32 inputs are read where
+     * they lie */
+    size_t cap = 0;
+    for (size_t i = 0; i < q->n_inputs; i++)
+        cap += (sizes[i] + BODY_ALIGN - 1) / BODY_ALIGN * BODY_ALIGN;
+    unsigned char *buf = aligned_alloc(BODY_ALIGN, cap + BODY_ALIGN);
     if (buf == NULL) {
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
-        return NULL;
+        return -1;
     }
     unsigned char *p = buf;
     for (size_t i = 0; i < q->n_inputs; i++) {
         const void *src;
         size_t n, esize;
         typed_contents(q->inputs[i], i, &src, &n, &esize, out);
-        if (n != 0)
+        if (n != 0) {
             write_le(p, src, n, esize);
-        p += sizes[i];
+            r->input[i].bytes = p;
+        }
+        p += (sizes[i] + BODY_ALIGN - 1) / BODY_ALIGN * BODY_ALIGN;
     }
-    *len = bin;
-    return buf;
+    *typed = buf;
+    return 0;
 }
 
 /* What a ModelInferResponse is built of (the strings borrow from the
@@ -276,8 +290,10 @@ typedef struct response_parts {
 } response_parts;
 
 /* Builds the response of the router's 200 answer resp into out, from the
- * fields v2 gave beside its JSON part (api_response.infer). */
-static void answer_response(const api_response *resp, grpc_answer *out)
+ * fields v2 gave beside its JSON part (api_response.infer): a
+ * ModelInferResponse, or with stream the ModelStreamInferResponse that holds
+ * it, packed once. */
+static void answer_response(const api_response *resp, int stream, grpc_answer *out)
 {
     const api_infer_answer *a = &resp->infer;
     size_t hl = resp->inference_header_length;   /* 0: v2 wrote no JSON part */
@@ -329,47 +345,18 @@ static void answer_response(const api_response *resp, grpc_answer *out)
     rp.r.outputs = rp.out_ptrs;
     rp.r.raw_output_contents = rp.raw;
     rp.r.n_raw_output_contents = a->n_outputs;
-    if (at == bin_len)
-        grpc_answer_pack(out, &rp.r.base);
-    else
-        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
+    if (at != bin_len)
+        return grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer could not be read.");
+    Inference__ModelStreamInferResponse w = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    w.infer_response = &rp.r;
+    grpc_answer_pack(out, stream ? &w.base : &rp.r.base);
 }
 
 
-/* Puts the ModelInferResponse packed in out->bytes into a
- * ModelStreamInferResponse as its infer_response.  A message field on the
- * wire is its key, its length and the packed message, so the response is
- * put after the two, not unpacked and packed again.  Returns 0, or -1 when
- * memory ran out (out unchanged). */
-static int stream_put_response(grpc_answer *out)
+void grpc_infer_stream_error(grpc_answer *out)
 {
-    unsigned char head[1 + 10];
-    size_t n = 0;
-    head[n++] = STREAM_INFER_RESPONSE_KEY;
-    for (uint64_t v = out->len;; v >>= 7) {
-        head[n++] = (unsigned char)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        if (v < 0x80)
-            break;
-    }
-    unsigned char *bytes = malloc(n + out->len);
-    if (bytes == NULL)
-        return -1;
-    memcpy(bytes, head, n);
-    if (out->len != 0)
-        memcpy(bytes + n, out->bytes, out->len);
-    free(out->bytes);
-    out->bytes = bytes;
-    out->len += n;
-    return 0;
-}
-
-void grpc_infer_stream_wrap(grpc_answer *out)
-{
-    if (out->code == GRPC_STATUS_OK && stream_put_response(out) == 0)
+    if (out->code == GRPC_STATUS_OK) /* a response, packed as the stream's already */
         return;
-    if (out->code == GRPC_STATUS_OK)
-        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "The server ran out of memory; retry later.");
     Inference__ModelStreamInferResponse w = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
     w.error_message = out->message;
     char message[sizeof out->message];
@@ -385,7 +372,7 @@ size_t grpc_infer_unpack_bound(size_t len)
 }
 
 void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, double queued_at,
-                       int io_thread, grpc_answer *out)
+                       int io_thread, int stream, grpc_answer *out)
 {
     memset(out, 0, sizeof *out);
     out->route = ROUTE_V2_INFER;
@@ -412,46 +399,24 @@ void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, d
     }
     memcpy(args.model, q->model_name, strlen(q->model_name) + 1);
     memcpy(args.version, q->model_version, strlen(q->model_version) + 1);
-    size_t *sizes = calloc(q->n_inputs + 1, sizeof *sizes);
-    /* Raw contents are read where protobuf-c unpacked them, one part an
-     * input; typed ones are written out as the HTTP twin's body. */
-    api_part *parts = calloc(q->n_raw_input_contents + 1, sizeof *parts);
-    json_t *header = NULL;
-    unsigned char *buf = NULL;
-    size_t body_len = 0;
-    if (sizes == NULL || parts == NULL)
+    api_infer_request r;
+    api_infer_param *params = malloc((q->n_parameters + 1) * sizeof *params);
+    unsigned char *typed = NULL;
+    if (params == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
-    else if ((header = request_header(q, sizes, out)) != NULL &&
-             (q->n_raw_input_contents != 0 ||
-              (buf = request_body(q, sizes, &body_len, out)) != NULL)) {
-        static const unsigned char none[1];     /* an empty part is still somewhere */
-        for (size_t i = 0; i < q->n_raw_input_contents; i++) {
-            const ProtobufCBinaryData *raw = &q->raw_input_contents[i];
-            parts[i] = (api_part){raw->len != 0 ? raw->data : none, raw->len};
-        }
-        if (buf != NULL) {
-            /* the request's numbers now live in buf only */
-            inference__model_infer_request__free_unpacked(q, &budget.allocator);
-            q = NULL;
-        }
+    else if (request_fields(q, &r, params, &typed, out) == 0) {
         api_request req = {.method = "POST", .path = "/v2/models/{model}/infer",
                            .route = route_of(ROUTE_V2_INFER), .args = &args,
-                           .body = (const char *)buf, .body_len = body_len,
-                           .inference_header = header, .bin_parts = parts,
-                           .n_bin_parts = buf != NULL ? 0 : q->n_raw_input_contents,
-                           .infer_fields_only = 1, .io_thread = io_thread,
+                           .infer_request = &r, .fields_only = 1, .io_thread = io_thread,
                            .queued_at = queued_at, .protocol = "grpc"};
         api_response resp;
         api_handle(&req, &resp);
-        free(buf);
-        json_decref(header);
-        header = NULL;
         out->http_status = resp.status;
         if (resp.deferred)
             out->deferred = 1;
         else if (resp.status == 200)
-            answer_response(&resp, out);
+            answer_response(&resp, stream, out);
         else
             grpc_answer_from_http(out, &resp);
         _Static_assert(sizeof out->model == sizeof resp.model, "the model's name fits");
@@ -460,9 +425,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, d
         memcpy(out->phase_seconds, resp.phase_seconds, sizeof out->phase_seconds);
         api_response_free(&resp);
     }
-    json_decref(header);
-    free(sizes);
-    free(parts);
-    if (q != NULL)
-        inference__model_infer_request__free_unpacked(q, &budget.allocator);
+    free(typed);
+    free(params);
+    inference__model_infer_request__free_unpacked(q, &budget.allocator);
 }

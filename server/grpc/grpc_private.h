@@ -75,9 +75,10 @@ void grpc_service_answer(grpc_method m, const unsigned char *in, size_t len, grp
  * which must not wait nor compute long) the router answers only a small
  * computation with a compute slot free now, as on HTTP's I/O threads, and
  * otherwise sets out->deferred and nothing else: the call goes to a worker.
- * Always fills out. */
+ * With stream a response is packed as a ModelStreamInferResponse holding
+ * it (an error stays an error: grpc_infer_stream_error).  Always fills out. */
 void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, double queued_at,
-                       int io_thread, grpc_answer *out);
+                       int io_thread, int stream, grpc_answer *out);
 
 /* A bound on the unpacked form of a request message of len bytes, for a
  * caller without a reservation of its own to give grpc_infer_answer: four
@@ -116,10 +117,11 @@ ProtobufCMessage *grpc_unpack(const ProtobufCMessageDescriptor *d, const unsigne
                               size_t len, const grpc_unpack_limit *limits, size_t n_limits,
                               grpc_unpack_budget *budget, grpc_answer *out);
 
-/* Turns out, an answer of ModelInfer, into one of ModelStreamInfer: an
- * error becomes error_message with code OK (out->message and http_status
- * still say what it was), a response infer_response. */
-void grpc_infer_stream_wrap(grpc_answer *out);
+/* Turns out, an error answer of ModelInfer, into one of ModelStreamInfer:
+ * error_message with code OK (out->message and http_status still say what
+ * it was).  An answer with code OK is left as it is: grpc_infer_answer
+ * packed it for the stream. */
+void grpc_infer_stream_error(grpc_answer *out);
 
 /* Health/Watch: reads its HealthCheckRequest (in, len bytes) and returns 1
  * when it names a service served ("" is the whole server), 0 when not (the

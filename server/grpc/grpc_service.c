@@ -1,20 +1,21 @@
 /*
  * grpc_service.c - the cheap RPCs of the gRPC front-end: liveness,
- * readiness, server and model metadata, and grpc.health.v1's Check (and the
- * status its Watch sends), each answered by asking the router for its HTTP
- * v2 twin and translating the JSON answer into the response message; and
+ * readiness, server and model metadata, configuration, statistics, the
+ * repository, and grpc.health.v1's Check (and the status its Watch sends),
+ * each answered by asking the router for its HTTP v2 twin with the answer
+ * as fields (api_request.fields_only: message/api_meta.h, which v2 also
+ * writes its JSON from) and packing them into the response message; and
  * what every RPC shares (the method table, the status codes of HTTP
  * statuses, packing).
  *
  * Asking the router keeps one rule in one place: what a model is, what
- * readiness means while draining, which words an error has.  These answers
- * are small, so the JSON in between costs nothing that matters.
+ * readiness means while draining, which words an error has.  No JSON text
+ * is made or parsed back on the way.
  */
 #include "grpc_private.h"
 
 #include <health.pb-c.h>
 #include <inference.pb-c.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,47 +198,42 @@ int grpc_model_path(const char *name, const char *version, const char *tail, cha
     return -1;
 }
 
-/* Asks the router for method on path (body: NULL, or a JSON text) and fills
- * out with its status; on success
- * returns its JSON body (the caller decrefs), else NULL with out holding
- * the error (unless ok_status, also a success, was the status: then NULL
- * and out->code OK). */
-static json_t *ask_json_body(const char *method, const char *path, const char *body,
-                             int ok_status, grpc_answer *out)
+/* Asks the router for method on path (body: NULL, or a JSON text) with the answer as
+ * fields (api_request.fields_only: resp->meta, no body to parse back), into resp; fills
+ * out with its status.  Returns 0 for a 200 or ok_status (out->code OK; the caller frees
+ * resp with api_response_free), else -1 with out holding the error and resp freed. */
+static int ask_body(const char *method, const char *path, const char *body, int ok_status,
+                    api_response *resp, grpc_answer *out)
 {
-    api_response resp;
     api_request req = {.method = method, .path = path, .body = body,
-                       .body_len = body ? strlen(body) : 0, .protocol = "grpc"};
-    api_handle(&req, &resp);
-    out->http_status = resp.status;
-    out->route = resp.route;
-    json_t *root = NULL;
-    if (resp.status == 200) {
-        root = json_loadb(resp.body, resp.body_len, 0, NULL);
-        if (root == NULL)
-            grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The answer of %s is not JSON.", path);
-    } else if (resp.status == ok_status) {
+                       .body_len = body ? strlen(body) : 0, .fields_only = 1,
+                       .protocol = "grpc"};
+    api_handle(&req, resp);
+    out->http_status = resp->status;
+    out->route = resp->route;
+    if (resp->status == 200 || resp->status == ok_status) {
         out->code = GRPC_STATUS_OK;
-    } else {
-        grpc_answer_from_http(out, &resp);
+        return 0;
     }
-    api_response_free(&resp);
-    return root;
+    grpc_answer_from_http(out, resp);
+    api_response_free(resp);
+    return -1;
 }
 
-/* ask_json_body for GET. */
-static json_t *ask_json(const char *path, int ok_status, grpc_answer *out)
+/* ask_body for GET. */
+static int ask_fields(const char *path, int ok_status, api_response *resp, grpc_answer *out)
 {
-    return ask_json_body("GET", path, NULL, ok_status, out);
+    return ask_body("GET", path, NULL, ok_status, resp, out);
 }
 
 static void answer_probe(grpc_method m, grpc_answer *out)
 {
     const char *path = m == GRPC_M_SERVER_LIVE ? "/v2/health/live" : "/v2/health/ready";
-    json_t *root = ask_json(path, 503, out);
-    if (root == NULL && out->code != GRPC_STATUS_OK)
+    api_response resp;
+    int rc = ask_fields(path, 503, &resp, out); /* the status says it all */
+    api_response_free(&resp);
+    if (rc != 0)
         return;
-    json_decref(root);
     int up = out->http_status == 200;
     if (m == GRPC_M_SERVER_LIVE) {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
@@ -332,9 +328,10 @@ static void answer_model_ready(const unsigned char *in, size_t len, grpc_answer 
     }
     char path[768];
     if (grpc_model_path(q->name, q->version, "/ready", path, sizeof path, out) == 0) {
-        json_t *root = ask_json(path, 503, out);
-        if (root != NULL || out->code == GRPC_STATUS_OK) {
-            json_decref(root);
+        api_response resp;
+        int rc = ask_fields(path, 503, &resp, out);
+        api_response_free(&resp);
+        if (rc == 0) {
             Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
             r.ready = out->http_status == 200;
             grpc_answer_pack(out, &r.base);
@@ -343,74 +340,41 @@ static void answer_model_ready(const unsigned char *in, size_t len, grpc_answer 
     inference__model_ready_request__free_unpacked(q, NULL);
 }
 
-/* Each string of the JSON array a (borrowed from it) into *out, *n. */
-static int strings_of(const json_t *a, char ***out, size_t *n)
-{
-    *n = json_array_size(a);
-    *out = calloc(*n ? *n : 1, sizeof **out);
-    if (*out == NULL)
-        return -1;
-    for (size_t i = 0; i < *n; i++)
-        (*out)[i] = (char *)(json_is_string(json_array_get(a, i))
-                                 ? json_string_value(json_array_get(a, i))
-                                 : "");
-    return 0;
-}
-
 static void answer_server_metadata(grpc_answer *out)
 {
-    json_t *root = ask_json("/v2", 0, out);
-    if (root == NULL)
-        return;
-    Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
-    r.name = (char *)json_string_value(json_object_get(root, "name"));
-    r.version = (char *)json_string_value(json_object_get(root, "version"));
-    if (r.name == NULL || r.version == NULL ||
-        strings_of(json_object_get(root, "extensions"), &r.extensions, &r.n_extensions) != 0)
-        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The server's metadata is incomplete.");
-    else
-        grpc_answer_pack(out, &r.base);
-    free(r.extensions);
-    json_decref(root);
-}
-
-/* The tensors of a JSON array of {name, datatype, shape} into *out, *n
- * (the caller frees with free_tensors). */
-static int tensors_of(const json_t *a, Inference__ModelMetadataResponse__TensorMetadata ***out,
-                      size_t *n)
-{
-    *n = json_array_size(a);
-    *out = calloc(*n ? *n : 1, sizeof **out);
-    if (*out == NULL)
-        return -1;
-    for (size_t i = 0; i < *n; i++) {
-        const json_t *t = json_array_get(a, i);
-        Inference__ModelMetadataResponse__TensorMetadata *m = calloc(1, sizeof *m);
-        if (m == NULL)
-            return -1;
-        inference__model_metadata_response__tensor_metadata__init(m);
-        (*out)[i] = m;
-        const json_t *shape = json_object_get(t, "shape");
-        m->name = (char *)(json_string_value(json_object_get(t, "name")) ?: "");
-        m->datatype = (char *)(json_string_value(json_object_get(t, "datatype")) ?: "");
-        m->n_shape = json_array_size(shape);
-        m->shape = calloc(m->n_shape ? m->n_shape : 1, sizeof *m->shape);
-        if (m->shape == NULL)
-            return -1;
-        for (size_t d = 0; d < m->n_shape; d++)
-            m->shape[d] = (int64_t)json_number_value(json_array_get(shape, d));
+    api_response resp;
+    if (ask_fields("/v2", 0, &resp, out) == 0) {
+        const api_meta_answer *a = &resp.meta;
+        Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+        r.name = (char *)a->name;
+        r.version = (char *)a->version;
+        r.extensions = (char **)a->extensions;
+        r.n_extensions = a->n_extensions;
+        if (a->kind != API_META_SERVER)
+            grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The server's metadata is incomplete.");
+        else
+            grpc_answer_pack(out, &r.base);
     }
-    return 0;
+    api_response_free(&resp);
 }
 
-static void free_tensors(Inference__ModelMetadataResponse__TensorMetadata **t, size_t n)
+/* The metadata of a model's tensors t[0..n) into m[] (with their shapes in shapes[]) and
+ * ptrs[]. */
+static void tensors_of(const api_meta_tensor *t, size_t n,
+                       Inference__ModelMetadataResponse__TensorMetadata *m,
+                       Inference__ModelMetadataResponse__TensorMetadata **ptrs,
+                       int64_t (*shapes)[API_META_MAX_RANK])
 {
-    for (size_t i = 0; t != NULL && i < n; i++)
-        if (t[i] != NULL) {
-            free(t[i]->shape);
-            free(t[i]);
-        }
-    free(t);
+    for (size_t i = 0; i < n; i++) {
+        inference__model_metadata_response__tensor_metadata__init(&m[i]);
+        m[i].name = (char *)t[i].name;
+        m[i].datatype = (char *)t[i].datatype;
+        m[i].n_shape = (size_t)t[i].rank;
+        m[i].shape = shapes[i];
+        for (int d = 0; d < t[i].rank; d++)
+            shapes[i][d] = t[i].dims[d];
+        ptrs[i] = &m[i];
+    }
 }
 
 static void answer_model_metadata(const unsigned char *in, size_t len, grpc_answer *out)
@@ -422,93 +386,43 @@ static void answer_model_metadata(const unsigned char *in, size_t len, grpc_answ
         return;
     }
     char path[768];
-    json_t *root = NULL;
-    if (grpc_model_path(q->name, q->version, "", path, sizeof path, out) == 0)
-        root = ask_json(path, 0, out);
+    api_response resp;
+    int rc = grpc_model_path(q->name, q->version, "", path, sizeof path, out) == 0
+                 ? ask_fields(path, 0, &resp, out)
+                 : -1;
     inference__model_metadata_request__free_unpacked(q, NULL);
-    if (root == NULL)
+    if (rc != 0)
         return;
+    const api_meta_answer *a = &resp.meta;
+    Inference__ModelMetadataResponse__TensorMetadata ins[API_META_MAX_INPUTS],
+        outs[API_META_MAX_OUTPUTS], *in_ptrs[API_META_MAX_INPUTS],
+        *out_ptrs[API_META_MAX_OUTPUTS];
+    int64_t in_shapes[API_META_MAX_INPUTS][API_META_MAX_RANK],
+        out_shapes[API_META_MAX_OUTPUTS][API_META_MAX_RANK];
+    char *versions[] = {(char *)a->model_version};
     Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
-    r.name = (char *)(json_string_value(json_object_get(root, "name")) ?: "");
-    r.platform = (char *)(json_string_value(json_object_get(root, "platform")) ?: "");
-    if (strings_of(json_object_get(root, "versions"), &r.versions, &r.n_versions) != 0 ||
-        tensors_of(json_object_get(root, "inputs"), &r.inputs, &r.n_inputs) != 0 ||
-        tensors_of(json_object_get(root, "outputs"), &r.outputs, &r.n_outputs) != 0)
-        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "The server ran out of memory; retry later.");
+    r.name = (char *)a->name;
+    r.platform = (char *)a->platform;
+    r.versions = versions;
+    r.n_versions = 1;
+    tensors_of(a->inputs, a->n_inputs, ins, in_ptrs, in_shapes);
+    tensors_of(a->outputs, a->n_outputs, outs, out_ptrs, out_shapes);
+    r.inputs = in_ptrs;
+    r.n_inputs = a->n_inputs;
+    r.outputs = out_ptrs;
+    r.n_outputs = a->n_outputs;
+    if (a->kind != API_META_MODEL)
+        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The model's metadata is incomplete.");
     else
         grpc_answer_pack(out, &r.base);
-    free(r.versions);
-    free_tensors(r.inputs, r.n_inputs);
-    free_tensors(r.outputs, r.n_outputs);
-    json_decref(root);
+    api_response_free(&resp);
 }
 
-/* The pieces of a response message, freed together (parts_free). */
-typedef struct parts {
-    void **items;
-    size_t n, cap;
-    int failed;
-} parts;
-
-/* n zeroed bytes owned by p, or NULL (p->failed set) when memory ran out. */
-static void *part(parts *p, size_t n)
-{
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 32;
-        void **items = realloc(p->items, cap * sizeof *items);
-        if (items == NULL) {
-            p->failed = 1;
-            return NULL;
-        }
-        p->items = items;
-        p->cap = cap;
-    }
-    void *m = calloc(1, n ? n : 1);
-    if (m == NULL) {
-        p->failed = 1;
-        return NULL;
-    }
-    return p->items[p->n++] = m;
-}
-
-static void parts_free(parts *p)
-{
-    for (size_t i = 0; i < p->n; i++)
-        free(p->items[i]);
-    free(p->items);
-}
-
-/* Packs msg into out unless a part could not be had. */
-static void pack_parts(grpc_answer *out, const ProtobufCMessage *msg, const parts *p)
-{
-    if (p->failed)
-        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "The server ran out of memory; retry later.");
-    else
-        grpc_answer_pack(out, msg);
-}
-
-static char *str_of(const json_t *obj, const char *key)
-{
-    const char *s = json_string_value(json_object_get(obj, key));
-    return (char *)(s ? s : "");
-}
-
-/* The dims of a JSON array into p's memory. */
-static int64_t *dims_of(parts *p, const json_t *a, size_t *n)
-{
-    *n = json_array_size(a);
-    int64_t *d = part(p, *n * sizeof *d);
-    for (size_t i = 0; d != NULL && i < *n; i++)
-        d[i] = (int64_t)json_number_value(json_array_get(a, i));
-    return d;
-}
-
-static Inference__DataType data_type_of(const json_t *obj)
+/* The configuration's data_type of a tensor's datatype (api_meta_config_type's name). */
+static Inference__DataType config_type(const char *datatype)
 {
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(
-        &inference__data_type__descriptor, str_of(obj, "data_type"));
+        &inference__data_type__descriptor, api_meta_config_type(datatype));
     return v ? (Inference__DataType)v->value : INFERENCE__DATA_TYPE__TYPE_INVALID;
 }
 
@@ -519,116 +433,128 @@ static void answer_model_config(const unsigned char *in, size_t len, grpc_answer
         return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                                  "The request is not a ModelConfigRequest.");
     char path[768];
-    json_t *root = NULL;
-    if (grpc_model_path(q->name, q->version, "/config", path, sizeof path, out) == 0)
-        root = ask_json(path, 0, out);
+    api_response resp;
+    int rc = grpc_model_path(q->name, q->version, "/config", path, sizeof path, out) == 0
+                 ? ask_fields(path, 0, &resp, out)
+                 : -1;
     inference__model_config_request__free_unpacked(q, NULL);
-    if (root == NULL)
+    if (rc != 0)
         return;
-    parts p = {0};
+    const api_meta_answer *a = &resp.meta;
     Inference__ModelConfig c = INFERENCE__MODEL_CONFIG__INIT;
-    c.name = str_of(root, "name");
-    c.platform = str_of(root, "platform");
-    c.max_batch_size = (int32_t)json_integer_value(json_object_get(root, "max_batch_size"));
-    const json_t *ins = json_object_get(root, "input"), *outs = json_object_get(root, "output");
-    c.input = part(&p, json_array_size(ins) * sizeof *c.input);
-    for (size_t i = 0; c.input != NULL && i < json_array_size(ins); i++) {
-        const json_t *t = json_array_get(ins, i);
-        Inference__ModelInput *m = part(&p, sizeof *m);
-        if (m == NULL)
-            break;
-        inference__model_input__init(m);
-        m->name = str_of(t, "name");
-        m->data_type = data_type_of(t);
-        m->dims = dims_of(&p, json_object_get(t, "dims"), &m->n_dims);
-        m->optional = json_is_true(json_object_get(t, "optional"));
-        c.input[c.n_input++] = m;
+    c.name = (char *)a->name;
+    c.platform = (char *)a->platform;
+    c.max_batch_size = a->max_batch_size;
+    Inference__ModelInput ins[API_META_MAX_INPUTS], *in_ptrs[API_META_MAX_INPUTS];
+    Inference__ModelOutput outs[API_META_MAX_OUTPUTS], *out_ptrs[API_META_MAX_OUTPUTS];
+    int64_t in_dims[API_META_MAX_INPUTS][API_META_MAX_RANK],
+        out_dims[API_META_MAX_OUTPUTS][API_META_MAX_RANK];
+    for (size_t i = 0; i < a->n_inputs; i++) {
+        const api_meta_tensor *t = &a->inputs[i];
+        inference__model_input__init(&ins[i]);
+        ins[i].name = (char *)t->name;
+        ins[i].data_type = config_type(t->datatype);
+        ins[i].n_dims = (size_t)t->rank;
+        ins[i].dims = in_dims[i];
+        for (int d = 0; d < t->rank; d++)
+            in_dims[i][d] = t->dims[d];
+        ins[i].optional = t->optional;
+        in_ptrs[i] = &ins[i];
     }
-    c.output = part(&p, json_array_size(outs) * sizeof *c.output);
-    for (size_t i = 0; c.output != NULL && i < json_array_size(outs); i++) {
-        const json_t *t = json_array_get(outs, i);
-        Inference__ModelOutput *m = part(&p, sizeof *m);
-        if (m == NULL)
-            break;
-        inference__model_output__init(m);
-        m->name = str_of(t, "name");
-        m->data_type = data_type_of(t);
-        m->dims = dims_of(&p, json_object_get(t, "dims"), &m->n_dims);
-        c.output[c.n_output++] = m;
+    for (size_t i = 0; i < a->n_outputs; i++) {
+        const api_meta_tensor *t = &a->outputs[i];
+        inference__model_output__init(&outs[i]);
+        outs[i].name = (char *)t->name;
+        outs[i].data_type = config_type(t->datatype);
+        outs[i].n_dims = (size_t)t->rank;
+        outs[i].dims = out_dims[i];
+        for (int d = 0; d < t->rank; d++)
+            out_dims[i][d] = t->dims[d];
+        out_ptrs[i] = &outs[i];
     }
-    const json_t *params = json_object_get(root, "parameters");
-    c.parameters = part(&p, json_object_size(params) * sizeof *c.parameters);
-    const char *key;
-    const json_t *value;
-    json_object_foreach((json_t *)params, key, value) {
-        Inference__ModelConfig__ParametersEntry *e = part(&p, sizeof *e);
-        Inference__ModelParameter *mp = part(&p, sizeof *mp);
-        if (c.parameters == NULL || e == NULL || mp == NULL)
-            break;
-        inference__model_config__parameters_entry__init(e);
-        inference__model_parameter__init(mp);
-        e->key = (char *)key;
-        mp->string_value = str_of(value, "string_value");
-        e->value = mp;
-        c.parameters[c.n_parameters++] = e;
+    c.input = in_ptrs;
+    c.n_input = a->n_inputs;
+    c.output = out_ptrs;
+    c.n_output = a->n_outputs;
+    /* Triton's free-form parameters, in the order the JSON body writes them */
+    Inference__ModelConfig__ParametersEntry entries[2], *entry_ptrs[2];
+    Inference__ModelParameter values[2];
+    const char *keys[2] = {"input_datatypes", "output_datatypes"};
+    const char *strings[2] = {a->input_datatypes, a->output_datatypes};
+    for (int i = 0; i < 2; i++) {
+        inference__model_config__parameters_entry__init(&entries[i]);
+        inference__model_parameter__init(&values[i]);
+        entries[i].key = (char *)keys[i];
+        values[i].string_value = (char *)strings[i];
+        entries[i].value = &values[i];
+        entry_ptrs[i] = &entries[i];
     }
+    c.parameters = entry_ptrs;
+    c.n_parameters = 2;
     Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
     r.config = &c;
-    pack_parts(out, &r.base, &p);
-    parts_free(&p);
-    json_decref(root);
+    if (a->kind != API_META_CONFIG)
+        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The model's configuration is incomplete.");
+    else
+        grpc_answer_pack(out, &r.base);
+    api_response_free(&resp);
 }
 
-/* A {"count", "ns"} of Triton's statistics into p's memory. */
-static Inference__StatisticDuration *duration_of(parts *p, const json_t *d)
+/* A duration of Triton's statistics. */
+static Inference__StatisticDuration duration_of(const model_stats_timing *t)
 {
-    Inference__StatisticDuration *s = part(p, sizeof *s);
-    if (s == NULL)
-        return NULL;
-    inference__statistic_duration__init(s);
-    s->count = (uint64_t)json_integer_value(json_object_get(d, "count"));
-    s->ns = (uint64_t)json_integer_value(json_object_get(d, "ns"));
-    return s;
+    Inference__StatisticDuration d = INFERENCE__STATISTIC_DURATION__INIT;
+    d.count = t->count;
+    d.ns = t->ns;
+    return d;
 }
 
-static Inference__ModelStatistics *statistics_of(parts *p, const json_t *m)
+/* The statistics of one model, as v2's JSON says them (v2_stats.c): its one version,
+ * no response cache, every execution under batch size 1. */
+typedef struct model_statistics {
+    Inference__ModelStatistics s;
+    Inference__InferStatistics is;
+    Inference__InferBatchStatistics batch, *batch_ptr;
+    Inference__StatisticDuration d[11];
+} model_statistics;
+
+static void statistics_of(model_statistics *m, const api_meta_model *model,
+                          const char *version)
 {
-    Inference__ModelStatistics *s = part(p, sizeof *s);
-    Inference__InferStatistics *is = part(p, sizeof *is);
-    if (s == NULL || is == NULL)
-        return NULL;
-    inference__model_statistics__init(s);
-    inference__infer_statistics__init(is);
-    s->name = str_of(m, "name");
-    s->version = str_of(m, "version");
-    s->last_inference = (uint64_t)json_integer_value(json_object_get(m, "last_inference"));
-    s->inference_count = (uint64_t)json_integer_value(json_object_get(m, "inference_count"));
-    s->execution_count = (uint64_t)json_integer_value(json_object_get(m, "execution_count"));
-    const json_t *st = json_object_get(m, "inference_stats");
-    is->success = duration_of(p, json_object_get(st, "success"));
-    is->fail = duration_of(p, json_object_get(st, "fail"));
-    is->queue = duration_of(p, json_object_get(st, "queue"));
-    is->compute_input = duration_of(p, json_object_get(st, "compute_input"));
-    is->compute_infer = duration_of(p, json_object_get(st, "compute_infer"));
-    is->compute_output = duration_of(p, json_object_get(st, "compute_output"));
-    is->cache_hit = duration_of(p, json_object_get(st, "cache_hit"));
-    is->cache_miss = duration_of(p, json_object_get(st, "cache_miss"));
-    s->inference_stats = is;
-    const json_t *batches = json_object_get(m, "batch_stats");
-    s->batch_stats = part(p, json_array_size(batches) * sizeof *s->batch_stats);
-    for (size_t i = 0; s->batch_stats != NULL && i < json_array_size(batches); i++) {
-        const json_t *b = json_array_get(batches, i);
-        Inference__InferBatchStatistics *bs = part(p, sizeof *bs);
-        if (bs == NULL)
-            break;
-        inference__infer_batch_statistics__init(bs);
-        bs->batch_size = (uint64_t)json_integer_value(json_object_get(b, "batch_size"));
-        bs->compute_input = duration_of(p, json_object_get(b, "compute_input"));
-        bs->compute_infer = duration_of(p, json_object_get(b, "compute_infer"));
-        bs->compute_output = duration_of(p, json_object_get(b, "compute_output"));
-        s->batch_stats[s->n_batch_stats++] = bs;
+    const model_stats *st = &model->stats;
+    static const model_stats_timing none = {0, 0};
+    inference__model_statistics__init(&m->s);
+    inference__infer_statistics__init(&m->is);
+    inference__infer_batch_statistics__init(&m->batch);
+    m->s.name = (char *)model->name;
+    m->s.version = (char *)version;
+    m->s.last_inference = st->last_inference_ms;
+    m->s.inference_count = st->inference_count;
+    m->s.execution_count = st->execution_count;
+    const model_stats_timing *t[11] = {&st->success, &st->fail, &st->queue, &st->compute_input,
+                                       &st->compute_infer, &st->compute_output, &none, &none,
+                                       &st->compute_input, &st->compute_infer,
+                                       &st->compute_output};
+    for (int i = 0; i < 11; i++)
+        m->d[i] = duration_of(t[i]);
+    m->is.success = &m->d[0];
+    m->is.fail = &m->d[1];
+    m->is.queue = &m->d[2];
+    m->is.compute_input = &m->d[3];
+    m->is.compute_infer = &m->d[4];
+    m->is.compute_output = &m->d[5];
+    m->is.cache_hit = &m->d[6];
+    m->is.cache_miss = &m->d[7];
+    m->s.inference_stats = &m->is;
+    if (st->execution_count > 0) {
+        m->batch.batch_size = 1;
+        m->batch.compute_input = &m->d[8];
+        m->batch.compute_infer = &m->d[9];
+        m->batch.compute_output = &m->d[10];
+        m->batch_ptr = &m->batch;
+        m->s.batch_stats = &m->batch_ptr;
+        m->s.n_batch_stats = 1;
     }
-    return s;
 }
 
 static void answer_statistics(const unsigned char *in, size_t len, grpc_answer *out)
@@ -639,28 +565,37 @@ static void answer_statistics(const unsigned char *in, size_t len, grpc_answer *
         return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                                  "The request is not a ModelStatisticsRequest.");
     char path[768];
-    json_t *root = NULL;
+    api_response resp;
+    int rc = -1;
     /* no name: every model, as GET /v2/models/stats */
     if (q->name[0] == '\0')
-        root = ask_json("/v2/models/stats", 0, out);
+        rc = ask_fields("/v2/models/stats", 0, &resp, out);
     else if (grpc_model_path(q->name, q->version, "/stats", path, sizeof path, out) == 0)
-        root = ask_json(path, 0, out);
+        rc = ask_fields(path, 0, &resp, out);
     inference__model_statistics_request__free_unpacked(q, NULL);
-    if (root == NULL)
+    if (rc != 0)
         return;
-    parts p = {0};
-    const json_t *models = json_object_get(root, "model_stats");
+    const api_meta_answer *a = &resp.meta;
     Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
-    r.model_stats = part(&p, json_array_size(models) * sizeof *r.model_stats);
-    for (size_t i = 0; r.model_stats != NULL && i < json_array_size(models); i++) {
-        Inference__ModelStatistics *s = statistics_of(&p, json_array_get(models, i));
-        if (s == NULL)
-            break;
-        r.model_stats[r.n_model_stats++] = s;
+    model_statistics *m = calloc(a->n_models + 1, sizeof *m);
+    Inference__ModelStatistics **ptrs = calloc(a->n_models + 1, sizeof *ptrs);
+    if (m == NULL || ptrs == NULL)
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
+    else if (a->kind != API_META_STATS)
+        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The statistics are incomplete.");
+    else {
+        for (size_t i = 0; i < a->n_models; i++) {
+            statistics_of(&m[i], &a->models[i], a->model_version);
+            ptrs[i] = &m[i].s;
+        }
+        r.model_stats = ptrs;
+        r.n_model_stats = a->n_models;
+        grpc_answer_pack(out, &r.base);
     }
-    pack_parts(out, &r.base, &p);
-    parts_free(&p);
-    json_decref(root);
+    free(m);
+    free(ptrs);
+    api_response_free(&resp);
 }
 
 static void answer_repository_index(const unsigned char *in, size_t len, grpc_answer *out)
@@ -670,29 +605,38 @@ static void answer_repository_index(const unsigned char *in, size_t len, grpc_an
     if (q == NULL)
         return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT,
                                  "The request is not a RepositoryIndexRequest.");
-    json_t *root = ask_json_body("POST", "/v2/repository/index",
-                                 q->ready ? "{\"ready\":true}" : "{}", 0, out);
+    api_response resp;
+    int rc = ask_body("POST", "/v2/repository/index", q->ready ? "{\"ready\":true}" : "{}", 0,
+                      &resp, out);
     inference__repository_index_request__free_unpacked(q, NULL);
-    if (root == NULL)
+    if (rc != 0)
         return;
-    parts p = {0};
+    const api_meta_answer *a = &resp.meta;
     Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
-    r.models = part(&p, json_array_size(root) * sizeof *r.models);
-    for (size_t i = 0; r.models != NULL && i < json_array_size(root); i++) {
-        const json_t *m = json_array_get(root, i);
-        Inference__RepositoryIndexResponse__ModelIndex *e = part(&p, sizeof *e);
-        if (e == NULL)
-            break;
-        inference__repository_index_response__model_index__init(e);
-        e->name = str_of(m, "name");
-        e->version = str_of(m, "version");
-        e->state = str_of(m, "state");
-        e->reason = str_of(m, "reason");
-        r.models[r.n_models++] = e;
+    Inference__RepositoryIndexResponse__ModelIndex *e = calloc(a->n_models + 1, sizeof *e);
+    Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(a->n_models + 1,
+                                                                   sizeof *ptrs);
+    if (e == NULL || ptrs == NULL)
+        grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "The server ran out of memory; retry later.");
+    else if (a->kind != API_META_INDEX)
+        grpc_answer_error(out, GRPC_STATUS_INTERNAL, "The repository's index is incomplete.");
+    else {
+        for (size_t i = 0; i < a->n_models; i++) {
+            inference__repository_index_response__model_index__init(&e[i]);
+            e[i].name = (char *)a->models[i].name;
+            e[i].version = (char *)a->model_version;
+            e[i].state = (char *)"READY";
+            e[i].reason = (char *)"";
+            ptrs[i] = &e[i];
+        }
+        r.models = ptrs;
+        r.n_models = a->n_models;
+        grpc_answer_pack(out, &r.base);
     }
-    pack_parts(out, &r.base, &p);
-    parts_free(&p);
-    json_decref(root);
+    free(e);
+    free(ptrs);
+    api_response_free(&resp);
 }
 
 /* Load and unload: the router's answer to their HTTP twins (the models are
@@ -710,17 +654,18 @@ static void answer_repository_control(grpc_method m, const unsigned char *in, si
         return grpc_answer_error(out, GRPC_STATUS_INVALID_ARGUMENT, "The request is not a %sRequest.",
                                  grpc_method_name(m));
     char path[768];
-    json_t *root = NULL;
+    int rc = -1;
     if (grpc_model_path(q->model_name, "", "", path, sizeof path, out) == 0) {
         /* the twin's path is /v2/repository/models/{m}/load, not /v2/models/{m} */
         char twin[800];
         snprintf(twin, sizeof twin, "/v2/repository%s/%s", path + 3, load ? "load" : "unload");
-        root = ask_json_body("POST", twin, "{}", 0, out);
+        api_response resp;
+        rc = ask_body("POST", twin, "{}", 0, &resp, out);
+        api_response_free(&resp);
     }
     protobuf_c_message_free_unpacked(&q->base, NULL);
-    if (root == NULL)
+    if (rc != 0)
         return;
-    json_decref(root);
     Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
     Inference__RepositoryModelUnloadResponse u = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
     grpc_answer_pack(out, load ? &r.base : &u.base);

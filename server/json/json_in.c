@@ -18,27 +18,34 @@
 
 const char *json_in_kind(const json_t *v)
 {
+    scalar s = json_in_scalar(v);
+    if (s.kind == SCALAR_ABSENT) /* as jansson's json_typeof(NULL) reads */
+        s.kind = SCALAR_NULL;
+    return scalar_kind_words(&s);
+}
+
+scalar json_in_scalar(const json_t *v)
+{
+    if (v == NULL)
+        return (scalar){.kind = SCALAR_ABSENT};
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_OBJECT: return (scalar){.kind = SCALAR_OBJECT, .size = json_object_size(v)};
+    case JSON_ARRAY: return (scalar){.kind = SCALAR_ARRAY, .size = json_array_size(v)};
+    case JSON_STRING:
+        return (scalar){.kind = SCALAR_STRING, .string = json_string_value(v),
+                        .size = json_string_length(v)};
+    case JSON_INTEGER: return scalar_integer(json_integer_value(v));
+    case JSON_REAL: return scalar_real(json_real_value(v));
+    case JSON_TRUE: return scalar_bool(1);
+    case JSON_FALSE: return scalar_bool(0);
+    default: return (scalar){.kind = SCALAR_NULL};
     }
 }
 
 int json_in_whole(const json_t *v, double lo, double hi, double *out)
 {
-    if (!json_is_number(v))
-        return 0;
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi) || x != floor(x))
-        return 0;
-    *out = x;
-    return 1;
+    scalar s = json_in_scalar(v);
+    return scalar_whole(&s, lo, hi, out);
 }
 
 /* ---- matrices ---------------------------------------------------------- */

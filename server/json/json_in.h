@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "core/scalar.h"
 #include "json_fast.h"
 
 /* The flags every body is parsed with: duplicate keys are an error, and
@@ -65,6 +66,11 @@ const char *json_in_kind(const json_t *v);
  * integers as reals (json_in_parse), so this is how an integer field is read:
  * 2 and 2.0 are the same number, and 2.5 is not whole. */
 int json_in_whole(const json_t *v, double lo, double hi, double *out);
+
+/* v as the tagged value the rules read (core/scalar.h): SCALAR_ABSENT for
+ * NULL (a member not there), a string borrowed from v.  A number is a real
+ * or an integer as jansson holds it. */
+scalar json_in_scalar(const json_t *v);
 
 /* Decodes v, a matrix (or with max_rank 3 a batch of matrices), named path
  * in errors.  Every row must have the same length and every element be of

@@ -1,11 +1,13 @@
 /*
  * api_message.c - a byte length read from a request's text, what a handler
- * notes in an answer beside its body, and freeing an answer.
+ * notes in an answer beside its body, freeing an answer, and a parameter of a
+ * neutral inference request.
  */
 #include "api_message.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/mem.h"
 
@@ -37,6 +39,9 @@ void api_response_free(api_response *resp)
         return;
     if (!resp->body_static)
         mem_free(resp->body);
+    mem_free(resp->meta.models);
+    resp->meta.models = NULL;
+    resp->meta.n_models = 0;
     resp->body = NULL;
     resp->body_len = 0;
     resp->body_static = 0;
@@ -53,4 +58,12 @@ void api_response_phase(api_response *resp, api_phase phase, double seconds)
 void api_response_model(api_response *resp, const char *model)
 {
     snprintf(resp->model, sizeof resp->model, "%s", model != NULL ? model : "");
+}
+
+const scalar *api_infer_param_get(const api_infer_request *r, const char *key)
+{
+    for (size_t i = r->n_params; i-- > 0;)
+        if (!strcmp(r->params[i].key, key))
+            return &r->params[i].value;
+    return NULL;
 }

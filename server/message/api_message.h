@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "api_infer.h"
+#include "api_meta.h"
 #include "core/config.h"
 #include "route/route.h"
 #include "store/store.h"
@@ -30,12 +32,6 @@ typedef struct api_length {
  * what is not one is stated -1, which its handler refuses. */
 api_length api_length_parse(const char *text);
 
-/* One run of bytes a request borrows (api_request.bin_parts). */
-typedef struct api_part {
-    const void *data;
-    size_t len;
-} api_part;
-
 typedef struct api_request {
     const char *method;
     const char *path;
@@ -45,24 +41,17 @@ typedef struct api_request {
      * the Inference-Header-Content-Length header; not stated: the whole body
      * is JSON. */
     api_length inference_header_length;
-    /* A v2 inference header already made as a tree, by a front-end that has
-     * the request's fields in hand (gRPC) rather than text: v2 reads it in
-     * place of a parsed JSON part, and body is the binary section alone
-     * (inference_header_length unused).  Its numbers are reals, as v2's
-     * parser makes every JSON number.  Borrowed; NULL: the body says it. */
-    const struct json_t *inference_header;
-    /* With inference_header, the binary section as the front-end holds it,
-     * one part per binary input in order (gRPC's raw_input_contents, each
-     * where protobuf-c unpacked it): each input takes the next part whole,
-     * so no copy joins them.  Borrowed; n_bin_parts 0: body is the binary
-     * section. */
-    const api_part *bin_parts;
-    size_t n_bin_parts;
-    /* v2 inference: when every output is binary, the answer is
-     * api_response.infer and the binary section alone, with no JSON part
-     * (inference_header_length 0), for a front-end that writes a message of
-     * its own from the fields (gRPC). */
-    int infer_fields_only;
+    /* A v2 inference request already made as its fields (api_infer.h), by a
+     * front-end that has them in hand (gRPC) rather than text: v2 reads it
+     * in place of a JSON header, and body is then unused (each input says
+     * where its bytes are).  Borrowed; NULL: the body says it. */
+    const api_infer_request *infer_request;
+    /* The answer as fields for a front-end that writes a message of its
+     * own from them (gRPC), with no JSON text to parse back: v2's inference,
+     * when every output is binary, is api_response.infer and the binary
+     * section alone (inference_header_length 0); the server's and a model's
+     * metadata and configuration are api_response.meta and no body. */
+    int fields_only;
     const char *if_match;       /* If-Match header, NULL if absent */
     /* Read and answered on an I/O thread, which must not wait nor compute
      * long: a computation that would is not answered (api_response.deferred)
@@ -100,9 +89,6 @@ typedef enum api_phase {
  * the answer's JSON part back: filled by v2's answer writer when every
  * output is binary.  Strings are static or copied here; an output's bytes
  * are the next `bytes` of the body's binary section, in order. */
-#define API_INFER_MAX_OUTPUTS 12 /* as many as v2 has (v2_internal.h) */
-#define API_INFER_MAX_INPUTS 6   /* as many input names as v2's models take (v2_infer.c) */
-#define API_INFER_MAX_RANK 4
 #define API_INFER_MAX_PARAMS 5
 typedef struct api_infer_answer {
     int set;                    /* 0: not a binary v2 inference answer */
@@ -137,6 +123,7 @@ typedef struct api_response {
     char etag[32];              /* ETag header (quoted generation), "" for none */
     size_t inference_header_length; /* v2 binary answers: bytes of the JSON part; 0 for none */
     api_infer_answer infer;     /* v2 binary answers: the JSON part as fields */
+    api_meta_answer meta;       /* v2 metadata answers as fields (api_meta.h) */
     route_id route;             /* for /metrics and the form of an error body */
     /* An error answer's sentence, as its body says it (v2: the field before
      * the words when they do not name it; v1: the message), "" for none: what

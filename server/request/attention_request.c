@@ -257,7 +257,7 @@ void attention_request_set_pool(attention_request *req, size_t rows, size_t cols
  * holds every whole number up to it. */
 #define REDUCE_MAX_WIDTH 9007199254740992.0
 
-int attention_request_reduce_param(attention_request *req, const char *key, const json_t *v,
+int attention_request_reduce_param(attention_request *req, const char *key, const scalar *v,
                                    const char *field, attn_error *err)
 {
     attn_reduce *r = &req->reduce;
@@ -266,10 +266,10 @@ int attention_request_reduce_param(attention_request *req, const char *key, cons
                 : !strcmp(key, "received") ? &r->received
                                            : NULL;
     if (flag != NULL) {
-        if (!json_is_boolean(v))
+        if (v->kind != SCALAR_BOOL)
             return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
-                             "%s is %s; it must be true or false.", field, json_in_kind(v));
-        *flag = json_is_true(v);
+                             "%s is %s; it must be true or false.", field, scalar_kind_words(v));
+        *flag = v->boolean;
         req->job.reduce = r;
         return 0;
     }
@@ -279,10 +279,10 @@ int attention_request_reduce_param(attention_request *req, const char *key, cons
     double lo = topk ? 1 : 0;
     const char *what = topk ? "a whole number from 1 to the number of keys"
                             : "a whole number >= 0 (a count of keys)";
-    if (!json_is_number(v))
+    if (!scalar_is_number(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", field, "%s is %s; it must be %s.",
-                         field, json_in_kind(v), what);
-    double d = json_number_value(v);
+                         field, scalar_kind_words(v), what);
+    double d = scalar_number(v);
     if (!(d >= lo && d <= REDUCE_MAX_WIDTH) || d != floor(d))
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", field, "%s is %g; it must be %s.",
                          field, d, what);

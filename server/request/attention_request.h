@@ -27,6 +27,7 @@
 #include "kernel/attention_pool.h"
 #include "kernel/attention_reduce.h"
 #include "core/error.h"
+#include "core/scalar.h"
 #include "kernel/weights.h"
 
 /* Longest place of an input a decoder gives ("inputs[12].shape"). */
@@ -109,16 +110,14 @@ void attention_request_set_pool(attention_request *req, size_t rows, size_t cols
  * pool_queries_field or pool_keys_field.  Nothing to check without a pool. */
 int attention_request_check_pool(const attention_request *req, attn_error *err);
 
-struct json_t;
-
-/* Reads the reduction `key` (attention_reduce.h) given as v at `field` ("reductions.topk" on
+/* Reads the reduction `key` (attention_reduce.h) given as v (a field of any wire) at `field` ("reductions.topk" on
  * v1, "parameters.topk" on v2) into req->reduce, pointing job.reduce there: entropy, max and
  * received take true or false; sink and local a whole number >= 0; topk a whole number >= 1
  * (at most the keys: attention_request_check_reduce, once they are known).  Returns 0, 400
  * "wrong_type" or "invalid_value" at field, or 1 when key names no reduction (the caller
  * decides what that is). */
-int attention_request_reduce_param(attention_request *req, const char *key,
-                                   const struct json_t *v, const char *field, attn_error *err);
+int attention_request_reduce_param(attention_request *req, const char *key, const scalar *v,
+                                   const char *field, attn_error *err);
 
 /* Checks the reductions against the job's shapes: topk at most the keys, else 400
  * "invalid_value" at reduce_topk_field.  Nothing to check without them. */

@@ -190,15 +190,20 @@ int weights_json_decode(const json_t *obj, const char *path, int out_in,
 
 int weights_json_decode_heads(const json_t *root, int allow_null, size_t *heads, attn_error *err)
 {
-    const json_t *jh = json_object_get(root, "heads");
+    scalar v = json_in_scalar(json_object_get(root, "heads"));
+    return weights_json_heads_value(&v, allow_null, heads, err);
+}
+
+int weights_json_heads_value(const scalar *v, int allow_null, size_t *heads, attn_error *err)
+{
     *heads = 0;
-    if (jh == NULL || (allow_null && json_is_null(jh)))
+    if (v->kind == SCALAR_ABSENT || (allow_null && v->kind == SCALAR_NULL))
         return 0;
-    if (!json_is_number(jh))
+    if (!scalar_is_number(v))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "heads",
-                         "heads is %s; it must be a whole number >= 1%s.", json_in_kind(jh),
+                         "heads is %s; it must be a whole number >= 1%s.", scalar_kind_words(v),
                          allow_null ? ", or null" : "");
-    double h = json_number_value(jh);
+    double h = scalar_number(v);
     if (h < 1 || h != floor(h) || h > 1e6)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", "heads",
                          "heads is %g; it must be a whole number >= 1 that divides dk and dv.", h);

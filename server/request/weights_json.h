@@ -45,6 +45,10 @@ int weights_json_decode(const json_t *obj, const char *path, int out_in,
  * weights_check_heads once those are known. */
 int weights_json_decode_heads(const json_t *root, int allow_null, size_t *heads, attn_error *err);
 
+/* The rule of weights_json_decode_heads on the value of "heads" as any wire
+ * gives it (SCALAR_ABSENT when absent), with the same words. */
+int weights_json_heads_value(const scalar *v, int allow_null, size_t *heads, attn_error *err);
+
 /* Decodes the body of PUT /v1/weight-sets/{name}: the members of a weights
  * object (field names without prefix), optional "weights_layout" and
  * "heads" (which must divide dk and dv), and the read-only members GET adds

@@ -109,8 +109,9 @@ static int decode_reductions(const json_t *root, attention_request *req, attn_er
     json_object_foreach((json_t *)jr, key, v) {
         char field[ATTENTION_FIELD_MAX];
         snprintf(field, sizeof field, "reductions.%s", key);
+        scalar value = json_in_scalar(v);
         if (rc == 0)
-            rc = attention_request_reduce_param(req, key, v, field, err);
+            rc = attention_request_reduce_param(req, key, &value, field, err);
     }
     return rc;
 }

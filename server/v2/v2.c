@@ -53,20 +53,11 @@ void v2_model_close(v2_model *m)
     m->set = NULL;
 }
 
-/* One tensor of the model's metadata: dims[i] < 0 is variable. */
-typedef struct v2_meta_tensor {
-    const char *name;
-    const char *datatype;
-    int rank;
-    long dims[3];
-    int optional;
-} v2_meta_tensor;
-
 /* The reductions of the weights (kernel/attention_reduce.h), answered when the request's
  * parameters ask for them: per query (received: per key), top-k k per query; with the head
  * axis `heads` in front when a set has one (0: none).  Written from out[n]; returns the new
  * count. */
-static size_t reduction_tensors(v2_meta_tensor *out, size_t n, long heads)
+static size_t reduction_tensors(api_meta_tensor *out, size_t n, long heads)
 {
     static const char *const names[] = {"entropy", "max_weight", "argmax", "received",
                                         "sink", "local", "topk_indices", "topk_weights"};
@@ -74,7 +65,7 @@ static size_t reduction_tensors(v2_meta_tensor *out, size_t n, long heads)
         const char *type = !strcmp(names[i], "argmax") || !strcmp(names[i], "topk_indices")
                                ? "INT64" : "FP32";
         int topk = !strncmp(names[i], "topk", 4);
-        v2_meta_tensor t = {names[i], type, 1 + topk, {-1, -1, 0}, 0};
+        api_meta_tensor t = {names[i], type, 1 + topk, {-1, -1, 0}, 0};
         if (heads > 0) {
             t.rank++;
             t.dims[0] = heads;
@@ -85,33 +76,33 @@ static size_t reduction_tensors(v2_meta_tensor *out, size_t n, long heads)
 }
 
 /* The inputs and outputs of m, as metadata and config describe them. */
-static size_t model_tensors(const v2_model *m, v2_meta_tensor *in, size_t *n_in,
-                            v2_meta_tensor *out)
+static size_t model_tensors(const v2_model *m, api_meta_tensor *in, size_t *n_in,
+                            api_meta_tensor *out)
 {
     if (m->set == NULL) {
         static const char *const names[] = {"q", "k", "v"};
         for (int i = 0; i < 3; i++)
-            in[i] = (v2_meta_tensor){names[i], "FP32", 2, {-1, -1, 0}, 0};
-        in[3] = (v2_meta_tensor){"mask", "BOOL", 2, {-1, -1, 0}, 1};
+            in[i] = (api_meta_tensor){names[i], "FP32", 2, {-1, -1, 0}, 0};
+        in[3] = (api_meta_tensor){"mask", "BOOL", 2, {-1, -1, 0}, 1};
         *n_in = 4;
-        out[0] = (v2_meta_tensor){"output", "FP32", 2, {-1, -1, 0}, 0};
-        out[1] = (v2_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
+        out[0] = (api_meta_tensor){"output", "FP32", 2, {-1, -1, 0}, 0};
+        out[1] = (api_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
         return reduction_tensors(out, 2, 0);
     }
     const attn_weights *w = &m->set->w;
-    in[0] = (v2_meta_tensor){"x", "FP32", 2, {-1, (long)w->d_in, 0}, 0};
-    in[1] = (v2_meta_tensor){"context", "FP32", 2, {-1, (long)w->d_ctx, 0}, 1};
-    in[2] = (v2_meta_tensor){"mask", "BOOL", 2, {-1, -1, 0}, 1};
+    in[0] = (api_meta_tensor){"x", "FP32", 2, {-1, (long)w->d_in, 0}, 0};
+    in[1] = (api_meta_tensor){"context", "FP32", 2, {-1, (long)w->d_ctx, 0}, 1};
+    in[2] = (api_meta_tensor){"mask", "BOOL", 2, {-1, -1, 0}, 1};
     *n_in = 3;
-    out[0] = (v2_meta_tensor){"output", "FP32", 2, {-1, (long)w->d_out, 0}, 0};
+    out[0] = (api_meta_tensor){"output", "FP32", 2, {-1, (long)w->d_out, 0}, 0};
     if (m->set->heads > 0)
-        out[1] = (v2_meta_tensor){"attention", "FP32", 3, {(long)m->set->heads, -1, -1}, 0};
+        out[1] = (api_meta_tensor){"attention", "FP32", 3, {(long)m->set->heads, -1, -1}, 0};
     else
-        out[1] = (v2_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
+        out[1] = (api_meta_tensor){"attention", "FP32", 2, {-1, -1, 0}, 0};
     return reduction_tensors(out, 2, (long)m->set->heads);
 }
 
-static void write_dims(jw_buf *w, const v2_meta_tensor *t)
+static void write_dims(jw_buf *w, const api_meta_tensor *t)
 {
     jw_char(w, '[');
     for (int i = 0; i < t->rank; i++) {
@@ -122,7 +113,7 @@ static void write_dims(jw_buf *w, const v2_meta_tensor *t)
     jw_char(w, ']');
 }
 
-static void write_meta_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
+static void write_meta_tensors(jw_buf *w, const api_meta_tensor *t, size_t n)
 {
     jw_char(w, '[');
     for (size_t i = 0; i < n; i++) {
@@ -137,16 +128,14 @@ static void write_meta_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
     jw_char(w, ']');
 }
 
-static void write_config_tensors(jw_buf *w, const v2_meta_tensor *t, size_t n)
+static void write_config_tensors(jw_buf *w, const api_meta_tensor *t, size_t n)
 {
     jw_char(w, '[');
     for (size_t i = 0; i < n; i++) {
         jw_raw(w, i ? ",{\"name\":" : "{\"name\":");
         jw_string(w, t[i].name);
         jw_raw(w, ",\"data_type\":");
-        jw_raw(w, !strcmp(t[i].datatype, "BOOL")    ? "\"TYPE_BOOL\""
-                  : !strcmp(t[i].datatype, "INT64") ? "\"TYPE_INT64\""
-                                                    : "\"TYPE_FP32\"");
+        jw_string(w, api_meta_config_type(t[i].datatype));
         jw_raw(w, ",\"dims\":");
         write_dims(w, &t[i]);
         if (t[i].optional)
@@ -168,36 +157,55 @@ static int open_or_answer(const api_request *req, const api_env *env, v2_model *
     return -1;
 }
 
-/* The model's metadata (config 0) or its Triton-style configuration (1). */
+/* The model's metadata (config 0) or its Triton-style configuration (1):
+ * its fields in resp->meta, and the JSON body written from them unless the
+ * front-end writes its own (fields_only). */
 static void answer_model(const api_request *req, const api_env *env, int config,
                          api_response *resp)
 {
     v2_model m;
     if (open_or_answer(req, env, &m, resp) != 0)
         return;
-    v2_meta_tensor in[4], out[10];
-    size_t n_in, n_out = model_tensors(&m, in, &n_in, out);
+    api_meta_answer *a = &resp->meta;
+    a->kind = config ? API_META_CONFIG : API_META_MODEL;
+    snprintf(a->name, sizeof a->name, "%s", m.name);
+    a->platform = V2_PLATFORM;
+    a->model_version = V2_MODEL_VERSION;
+    a->n_outputs = model_tensors(&m, a->inputs, &a->n_inputs, a->outputs);
+    a->input_datatypes = a->output_datatypes = V2_FLOAT_DATATYPES;
+    v2_model_close(&m);
+    if (req->fields_only) {
+        resp->status = 200;
+        return;
+    }
     jw_buf w;
     jw_init(&w, 1024);
     jw_raw(&w, "{\"name\":");
-    jw_string(&w, m.name);
+    jw_string(&w, a->name);
     if (config) {
-        jw_raw(&w, ",\"platform\":\"" V2_PLATFORM "\",\"max_batch_size\":0,\"input\":");
-        write_config_tensors(&w, in, n_in);
+        jw_raw(&w, ",\"platform\":");
+        jw_string(&w, a->platform);
+        jw_raw(&w, ",\"max_batch_size\":0,\"input\":");
+        write_config_tensors(&w, a->inputs, a->n_inputs);
         jw_raw(&w, ",\"output\":");
-        write_config_tensors(&w, out, n_out);
+        write_config_tensors(&w, a->outputs, a->n_outputs);
         /* Triton's free-form parameters: what a tensor's one data_type cannot say */
-        jw_raw(&w, ",\"parameters\":{\"input_datatypes\":{\"string_value\":\"" V2_FLOAT_DATATYPES
-                   "\"},\"output_datatypes\":{\"string_value\":\"" V2_FLOAT_DATATYPES "\"}}");
+        jw_raw(&w, ",\"parameters\":{\"input_datatypes\":{\"string_value\":");
+        jw_string(&w, a->input_datatypes);
+        jw_raw(&w, "},\"output_datatypes\":{\"string_value\":");
+        jw_string(&w, a->output_datatypes);
+        jw_raw(&w, "}}");
     } else {
-        jw_raw(&w, ",\"versions\":[\"" V2_MODEL_VERSION "\"],\"platform\":\"" V2_PLATFORM
-                   "\",\"inputs\":");
-        write_meta_tensors(&w, in, n_in);
+        jw_raw(&w, ",\"versions\":[");
+        jw_string(&w, a->model_version);
+        jw_raw(&w, "],\"platform\":");
+        jw_string(&w, a->platform);
+        jw_raw(&w, ",\"inputs\":");
+        write_meta_tensors(&w, a->inputs, a->n_inputs);
         jw_raw(&w, ",\"outputs\":");
-        write_meta_tensors(&w, out, n_out);
+        write_meta_tensors(&w, a->outputs, a->n_outputs);
     }
     jw_raw(&w, "}\n");
-    v2_model_close(&m);
     answer_jw(resp, 200, &w);
 }
 
@@ -232,14 +240,32 @@ void v2_handle_model_ready(const api_request *req, const api_env *env, api_respo
 
 void v2_handle_server(const api_request *req, const api_env *env, api_response *resp)
 {
-    (void)req;
     (void)env;
+    static const char *const extensions[] = {"binary_tensor_data", "statistics",
+                                             "model_repository"};
+    api_meta_answer *a = &resp->meta;
+    a->kind = API_META_SERVER;
+    snprintf(a->name, sizeof a->name, "%s", V2_PLATFORM);
+    a->version = ATTN_VERSION;
+    a->extensions = extensions;
+    a->n_extensions = sizeof extensions / sizeof extensions[0];
+    if (req->fields_only) {
+        resp->status = 200;
+        return;
+    }
     jw_buf w;
     jw_init(&w, 256);
-    jw_raw(&w, "{\"name\":\"attention-server\",\"version\":");
-    jw_string(&w, ATTN_VERSION);
-    jw_raw(&w, ",\"extensions\":[\"binary_tensor_data\",\"statistics\","
-               "\"model_repository\"]}\n");
+    jw_raw(&w, "{\"name\":");
+    jw_string(&w, a->name);
+    jw_raw(&w, ",\"version\":");
+    jw_string(&w, a->version);
+    jw_raw(&w, ",\"extensions\":[");
+    for (size_t i = 0; i < a->n_extensions; i++) {
+        if (i)
+            jw_char(&w, ',');
+        jw_string(&w, a->extensions[i]);
+    }
+    jw_raw(&w, "]}\n");
     answer_jw(resp, 200, &w);
 }
 
@@ -266,20 +292,19 @@ void v2_handle_ready(const api_request *req, const api_env *env, api_response *r
 void v2_handle_stats(const api_request *req, const api_env *env, api_response *resp)
 {
     if (req->args->model[0] == '\0') {     /* /v2/models/stats: every model */
-        v2_stats_answer(NULL, env, resp);
+        v2_stats_answer(req, NULL, env, resp);
         return;
     }
     v2_model m;
     if (open_or_answer(req, env, &m, resp) != 0)
         return;
-    v2_stats_answer(m.name, env, resp);
+    v2_stats_answer(req, m.name, env, resp);
     v2_model_close(&m);
 }
 
 void v2_handle_repository_index(const api_request *req, const api_env *env, api_response *resp)
 {
-    (void)req;
-    v2_repository_index(env, resp);
+    v2_repository_index(req, env, resp);
 }
 
 void v2_handle_repository_control(const api_request *req, const api_env *env,

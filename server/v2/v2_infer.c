@@ -3,6 +3,11 @@
  * attention_request, the limits, the computation, and the answer
  * (v2_answer.c).
  *
+ * The rules read the neutral request (message/api_infer.h), which
+ * v2_request.c fills from a body's JSON header and a front-end such as gRPC
+ * fills from its own message, so that every wire is refused in the same
+ * words.
+ *
  * Inference runs in the order v1 does: every input is described (name,
  * datatype, shape, where its numbers are) and the shapes checked against
  * each other (attention_request) and against the element and memory limits
@@ -14,6 +19,7 @@
  */
 #include "v2_internal.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +47,10 @@ _Static_assert(V2_OUT_COUNT == API_INFER_MAX_OUTPUTS, "v2's outputs, as message/
 /* Everything one inference request holds while it runs. */
 typedef struct v2_infer {
     v2_model model;
-    json_t *root;
+    json_t *root;           /* the JSON header, when the body brought one */
+    api_infer_request parsed;   /* what root says, as fields */
+    api_infer_param *params;    /* parsed.params (mem_free) */
+    const api_infer_request *r; /* what the rules read: parsed, or the front-end's */
     attention_request ar;
     v2_tensor in[IN_COUNT];
     int have[IN_COUNT];
@@ -54,18 +63,22 @@ typedef struct v2_infer {
     int arena;              /* the JSON arena (mem.h) holds root */
 } v2_infer;
 
-/* Reads a boolean of obj (absent: def) named by path in errors. */
-static int get_bool(const json_t *obj, const char *key, const char *path, int def, int *out,
-                    attn_error *err)
+/* The request parameter key, or NULL when absent. */
+static const scalar *param(const v2_infer *st, const char *key)
 {
-    const json_t *v = json_object_get(obj, key);
+    return api_infer_param_get(st->r, key);
+}
+
+/* Reads a boolean v (NULL or absent: def) named by path in errors. */
+static int get_bool(const scalar *v, const char *path, int def, int *out, attn_error *err)
+{
     *out = def;
-    if (v == NULL)
+    if (v == NULL || v->kind == SCALAR_ABSENT)
         return 0;
-    if (!json_is_boolean(v))
+    if (v->kind != SCALAR_BOOL)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", path, "%s is %s; it must be true or "
-                         "false.", path, json_in_kind(v));
-    *out = json_is_true(v);
+                         "false.", path, scalar_kind_words(v));
+    *out = v->boolean;
     return 0;
 }
 
@@ -78,29 +91,29 @@ static const char *output_field(char *field, size_t len, size_t index, const cha
     return field;
 }
 
-static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
+static int decode_outputs(const api_infer_request *r, int binary_default, v2_outputs *o,
                           attn_error *err)
 {
     memset(o, 0, sizeof *o);
-    const json_t *outs = json_object_get(root, "outputs");
-    if (outs == NULL) {
+    if (r->outputs.kind == SCALAR_ABSENT) {
         o->n = 2;
         o->which[0] = V2_OUT_OUTPUT;
         o->which[1] = V2_OUT_ATTENTION;
         o->binary[0] = o->binary[1] = binary_default;
         return 0;
     }
-    if (!json_is_array(outs) || json_array_size(outs) == 0 || json_array_size(outs) > V2_OUT_COUNT)
+    if (r->outputs.kind != SCALAR_ARRAY || r->outputs.size == 0 || r->outputs.size > V2_OUT_COUNT)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "outputs",
                          "outputs must be an array of 1 to %d objects naming \"output\", "
                          "\"attention\", \"q\", \"k\" or a reduction (\"entropy\", "
                          "\"max_weight\", \"argmax\", \"received\", \"sink\", \"local\", "
                          "\"topk_indices\", \"topk_weights\").", V2_OUT_COUNT);
-    for (size_t i = 0; i < json_array_size(outs); i++) {
-        const json_t *e = json_array_get(outs, i);
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        const api_infer_output *e = &r->output[i];
         char field[64]; /* formatted on the error paths only */
-        const json_t *name = json_is_object(e) ? json_object_get(e, "name") : NULL;
-        const char *s = json_is_string(name) ? json_string_value(name) : "";
+        const scalar *name = &e->name;
+        int is_string = name->kind == SCALAR_STRING;
+        const char *s = is_string ? name->string : "";
         int which = -1;
         for (int w = 0; w < V2_OUT_COUNT && which < 0; w++)
             if (!strcmp(s, v2_output_names[w]))
@@ -112,24 +125,21 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
                              "reduction: \"entropy\", \"max_weight\", \"argmax\", "
                              "\"received\", \"sink\", \"local\", \"topk_indices\" or "
                              "\"topk_weights\" (got %s%.40s%s).", field,
-                             json_is_string(name) ? "\"" : "", json_is_string(name) ? s :
-                             name ? json_in_kind(name) : "nothing",
-                             json_is_string(name) ? "\"" : "");
+                             is_string ? "\"" : "", is_string ? s : scalar_kind_words(name),
+                             is_string ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
             if (o->which[j] == which)
                 return error_set(err, ERR_BAD_REQUEST, "invalid_value",
                                  output_field(field, sizeof field, i, ".name"),
                                  "%s names \"%s\" a second time.", field, s);
         int binary = binary_default;
-        const json_t *params = json_object_get(e, "parameters");
-        if (params != NULL && !json_is_object(params))
+        if (e->parameters.kind != SCALAR_ABSENT && e->parameters.kind != SCALAR_OBJECT)
             return error_set(err, ERR_BAD_REQUEST, "wrong_type",
                              output_field(field, sizeof field, i, ".parameters"),
                              "%s must be an object.", field);
-        const json_t *bd = params != NULL ? json_object_get(params, "binary_data") : NULL;
-        if (bd != NULL) {
+        if (e->binary_data.kind != SCALAR_ABSENT) {
             output_field(field, sizeof field, i, ".parameters.binary_data");
-            int rc = get_bool(params, "binary_data", field, binary_default, &binary, err);
+            int rc = get_bool(&e->binary_data, field, binary_default, &binary, err);
             if (rc != 0)
                 return rc;
         }
@@ -140,13 +150,20 @@ static int decode_outputs(const json_t *root, int binary_default, v2_outputs *o,
     return 0;
 }
 
+/* What the number rules of attention_request are given of v: NULL for a number, else what
+ * it is instead. */
+static const char *not_number(const scalar *v)
+{
+    return scalar_is_number(v) ? NULL : scalar_kind_words(v);
+}
+
 /* attention_pool_rows, attention_pool_cols and attention_pool_reduce: v1's attention_pool
  * as three parameters, both sides or neither, by attention_request's rules. */
-static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_error *err)
+static int decode_pool_parameters(const v2_infer *st, attention_request *ar, attn_error *err)
 {
-    const json_t *jr = json_object_get(p, "attention_pool_rows");
-    const json_t *jc = json_object_get(p, "attention_pool_cols");
-    const json_t *jd = json_object_get(p, "attention_pool_reduce");
+    const scalar *jr = param(st, "attention_pool_rows");
+    const scalar *jc = param(st, "attention_pool_cols");
+    const scalar *jd = param(st, "attention_pool_reduce");
     if (jr == NULL && jc == NULL && jd == NULL)
         return 0;
     if (jr == NULL || jc == NULL)
@@ -157,15 +174,13 @@ static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_e
                          "attention_pool_cols (1 to %d each).", ATTN_POOL_MAX_SIDE);
     int rc, mean = 0;
     size_t rows, cols;
-    if ((rc = attention_request_pool_side(json_is_number(jr) ? NULL : json_in_kind(jr),
-                                          json_number_value(jr), "parameters.attention_pool_rows",
-                                          &rows, err)) != 0 ||
-        (rc = attention_request_pool_side(json_is_number(jc) ? NULL : json_in_kind(jc),
-                                          json_number_value(jc), "parameters.attention_pool_cols",
-                                          &cols, err)) != 0)
+    if ((rc = attention_request_pool_side(not_number(jr), scalar_number(jr),
+                                          "parameters.attention_pool_rows", &rows, err)) != 0 ||
+        (rc = attention_request_pool_side(not_number(jc), scalar_number(jc),
+                                          "parameters.attention_pool_cols", &cols, err)) != 0)
         return rc;
     if (jd != NULL) {
-        const char *s = json_is_string(jd) ? json_string_value(jd) : "";
+        const char *s = jd->kind == SCALAR_STRING ? jd->string : "";
         if (strcmp(s, "max") != 0 && strcmp(s, "mean") != 0)
             return error_set(err, ERR_BAD_REQUEST, "invalid_value",
                              "parameters.attention_pool_reduce",
@@ -180,13 +195,13 @@ static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_e
                                          "attention_pool_key_start", "attention_pool_key_end"};
     size_t *ends[4] = {&ar->pool.q_start, &ar->pool.q_end, &ar->pool.k_start, &ar->pool.k_end};
     for (int i = 0; i < 4; i++) {
-        const json_t *v = json_object_get(p, names[i]);
+        const scalar *v = param(st, names[i]);
         if (v == NULL)
             continue;
-        double d = json_number_value(v);
+        double d = scalar_number(v);
         char field[64];
         snprintf(field, sizeof field, "parameters.%s", names[i]);
-        if (!json_is_number(v) || d < 0 || d != floor(d) || d > 1e15 || (i % 2 == 1 && d < 1))
+        if (!scalar_is_number(v) || d < 0 || d != floor(d) || d > 1e15 || (i % 2 == 1 && d < 1))
             return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
                              "%s must be a whole number%s.", field,
                              i % 2 == 1 ? " >= 1 (an end, not included)" : " >= 0");
@@ -197,42 +212,43 @@ static int decode_pool_parameters(const json_t *p, attention_request *ar, attn_e
 
 /* The request-level parameters: causal, scale, heads, binary_data_output, the pool.
  * heads, scale and the pool follow the rules of v1's members of the same name. */
-static int decode_parameters(const json_t *root, attention_request *ar, int *binary_output,
+static int decode_parameters(const v2_infer *st, attention_request *ar, int *binary_output,
                              attn_error *err)
 {
     *binary_output = 0;
     ar->job.heads = 1;
-    const json_t *p = json_object_get(root, "parameters");
-    if (p == NULL)
+    const scalar *p = &st->r->parameters;
+    if (p->kind == SCALAR_ABSENT)
         return 0;
-    if (!json_is_object(p))
+    if (p->kind != SCALAR_OBJECT)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", "parameters",
-                         "parameters is %s; it must be an object.", json_in_kind(p));
+                         "parameters is %s; it must be an object.", scalar_kind_words(p));
     int rc, causal;
-    if ((rc = get_bool(p, "causal", "parameters.causal", 0, &causal, err)) != 0 ||
-        (rc = get_bool(p, "binary_data_output", "parameters.binary_data_output", 0, binary_output,
-                       err)) != 0)
+    if ((rc = get_bool(param(st, "causal"), "parameters.causal", 0, &causal, err)) != 0 ||
+        (rc = get_bool(param(st, "binary_data_output"), "parameters.binary_data_output", 0,
+                       binary_output, err)) != 0)
         return rc;
     ar->job.causal = causal;
     size_t heads;
-    if ((rc = weights_json_decode_heads(p, 0, &heads, err)) != 0) {
+    static const scalar absent = {.kind = SCALAR_ABSENT};
+    const scalar *h = param(st, "heads");
+    if ((rc = weights_json_heads_value(h != NULL ? h : &absent, 0, &heads, err)) != 0) {
         snprintf(err->field, sizeof err->field, "parameters.heads");
         return rc;
     }
     ar->heads_given = heads != 0;
     ar->job.heads = heads != 0 ? heads : 1;
-    const json_t *s = json_object_get(p, "scale");
-    if (s != NULL &&
-        (rc = attention_request_set_scale(ar, json_is_number(s) ? NULL : json_in_kind(s),
-                                          json_number_value(s), "parameters.scale", err)) != 0)
+    const scalar *s = param(st, "scale");
+    if (s != NULL && (rc = attention_request_set_scale(ar, not_number(s), scalar_number(s),
+                                                       "parameters.scale", err)) != 0)
         return rc;
-    if ((rc = decode_pool_parameters(p, ar, err)) != 0)
+    if ((rc = decode_pool_parameters(st, ar, err)) != 0)
         return rc;
     /* the reductions, by v1's rules for its "reductions" members of the same names */
     static const char *const reductions[] = {"entropy", "max", "received", "sink", "local",
                                              "topk"};
     for (size_t i = 0; i < sizeof reductions / sizeof reductions[0]; i++) {
-        const json_t *v = json_object_get(p, reductions[i]);
+        const scalar *v = param(st, reductions[i]);
         if (v == NULL)
             continue;
         char field[ATTENTION_FIELD_MAX];
@@ -248,11 +264,11 @@ static int decode_parameters(const json_t *root, attention_request *ar, int *bin
  * parameters need "attention"); 400 "conflicting_fields" at the parameter otherwise.  With no
  * outputs listed, every reduction asked for is answered after "output" (and "attention" only
  * when pooled: a request for reductions is one too long for the full matrix). */
-static int match_reductions(const json_t *root, v2_outputs *o, const attention_request *ar,
-                            attn_error *err)
+static int match_reductions(const api_infer_request *req, v2_outputs *o,
+                            const attention_request *ar, attn_error *err)
 {
     const attn_reduce *r = ar->job.reduce;
-    if (json_object_get(root, "outputs") == NULL && attention_reduce_any(r)) {
+    if (req->outputs.kind == SCALAR_ABSENT && attention_reduce_any(r)) {
         int binary = o->binary[0];
         o->n = ar->job.pool != NULL ? 2 : 1;    /* output, and attention when pooled */
         for (int w = V2_OUT_ENTROPY; w < V2_OUT_COUNT; w++)
@@ -296,18 +312,17 @@ static int match_reductions(const json_t *root, v2_outputs *o, const attention_r
 
 /* parameters.output_datatype: the datatype of every float output, FP16, BF16,
  * FP32 or FP64 (absent: check_inputs chooses). */
-static int decode_output_datatype(const json_t *root, v2_infer *st, attn_error *err)
+static int decode_output_datatype(v2_infer *st, attn_error *err)
 {
-    const json_t *p = json_object_get(root, "parameters");
-    const json_t *v = json_is_object(p) ? json_object_get(p, "output_datatype") : NULL;
+    const scalar *v = st->r->parameters.kind == SCALAR_OBJECT ? param(st, "output_datatype") : NULL;
     if (v == NULL)
         return 0;
-    if (!json_is_string(v) || v2_datatype_float(json_string_value(v), &st->dtype) != 0)
+    int is_string = v->kind == SCALAR_STRING;
+    if (!is_string || v2_datatype_float(v->string, &st->dtype) != 0)
         return error_set(err, ERR_BAD_REQUEST, "invalid_value", "parameters.output_datatype",
                          "parameters.output_datatype is %s%.20s%s; it must be \"FP16\", "
-                         "\"BF16\", \"FP32\" or \"FP64\".", json_is_string(v) ? "\"" : "",
-                         json_is_string(v) ? json_string_value(v) : json_in_kind(v),
-                         json_is_string(v) ? "\"" : "");
+                         "\"BF16\", \"FP32\" or \"FP64\".", is_string ? "\"" : "",
+                         is_string ? v->string : scalar_kind_words(v), is_string ? "\"" : "");
     st->dtype_given = 1;
     return 0;
 }
@@ -315,24 +330,24 @@ static int decode_output_datatype(const json_t *root, v2_infer *st, attn_error *
 /* The id, the parameters and the outputs asked for. */
 static int describe_head(v2_infer *st, attn_error *err)
 {
-    const json_t *root = st->root;
-    if (!json_is_object(root))
+    const api_infer_request *r = st->r;
+    if (r->self.kind != SCALAR_OBJECT)
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
                          "The JSON header is %s; it must be an object with \"inputs\".",
-                         json_in_kind(root));
-    const json_t *id = json_object_get(root, "id");
-    if (id != NULL) {
-        if (!json_is_string(id) || json_string_length(id) >= sizeof st->id)
+                         scalar_kind_words(&r->self));
+    const scalar *id = &r->id;
+    if (id->kind != SCALAR_ABSENT) {
+        if (id->kind != SCALAR_STRING || id->size >= sizeof st->id)
             return error_set(err, ERR_BAD_REQUEST, "wrong_type", "id",
                              "id must be a string of at most %zu bytes.", sizeof st->id - 1);
-        snprintf(st->id, sizeof st->id, "%s", json_string_value(id));
+        memcpy(st->id, id->string, id->size + 1);
         st->has_id = 1;
     }
     int rc, binary_output;
-    if ((rc = decode_parameters(root, &st->ar, &binary_output, err)) != 0 ||
-        (rc = decode_output_datatype(root, st, err)) != 0 ||
-        (rc = decode_outputs(root, binary_output, &st->outs, err)) != 0 ||
-        (rc = match_reductions(root, &st->outs, &st->ar, err)) != 0)
+    if ((rc = decode_parameters(st, &st->ar, &binary_output, err)) != 0 ||
+        (rc = decode_output_datatype(st, err)) != 0 ||
+        (rc = decode_outputs(r, binary_output, &st->outs, err)) != 0 ||
+        (rc = match_reductions(r, &st->outs, &st->ar, err)) != 0)
         return rc;
     int attention = 0, output = 0;
     for (size_t i = 0; i < st->outs.n; i++) {
@@ -374,15 +389,18 @@ static char *field_of(const v2_tensor *t, const char *what, char *buf, size_t ca
 static int describe_inputs(v2_infer *st, const api_env *env, v2_body *body, attn_error *err)
 {
     int builtin = st->model.set == NULL, rc;
-    const json_t *inputs = json_object_get(st->root, "inputs");
-    if (!json_is_array(inputs) || json_array_size(inputs) == 0)
-        return error_set(err, ERR_BAD_REQUEST, inputs ? "wrong_type" : "missing_field", "inputs",
+    const api_infer_request *r = st->r;
+    if (r->inputs.kind != SCALAR_ARRAY || r->inputs.size == 0)
+        return error_set(err, ERR_BAD_REQUEST,
+                         r->inputs.kind != SCALAR_ABSENT ? "wrong_type" : "missing_field", "inputs",
                          "inputs must be a non-empty array; model \"%s\" takes %s.",
                          st->model.name, builtin ? "q, k, v and optionally mask"
                                                  : "x, and optionally context and mask");
-    for (size_t i = 0; i < json_array_size(inputs); i++) {
+    /* r holds the first API_INFER_MAX_INPUTS + 1 inputs: the last of them is refused below
+     * at the latest, its name being unknown or taken */
+    for (size_t i = 0; i < r->n_inputs; i++) {
         v2_tensor t;
-        if ((rc = v2_tensor_describe(json_array_get(inputs, i), i, body, env->cfg->max_elements,
+        if ((rc = v2_tensor_describe(&r->input[i], i, body, env->cfg->max_elements,
                                      &st->ar.input_elements, &t, err)) != 0)
             return rc;
         int slot = input_slot(builtin, t.name);
@@ -401,6 +419,7 @@ static int describe_inputs(v2_infer *st, const api_env *env, v2_body *body, attn
         st->have[slot] = 1;
         snprintf(st->place[slot], sizeof st->place[slot], "inputs[%zu].shape", i);
     }
+    assert(r->n_inputs == r->inputs.size);
     return v2_body_check_consumed(body, err);
 }
 
@@ -588,13 +607,13 @@ static int infer_read(v2_infer *st, attn_error *err)
 }
 
 /* Parses the JSON header of body into st->root, in the JSON arena (which
- * the caller ends once the numbers are read, also on failure); or takes a
- * reference to the request's tree, made outside the arena. */
+ * the caller ends once the numbers are read, also on failure), and reads it
+ * into st->parsed; or takes the request a front-end made as fields. */
 static int parse_header(const api_request *req, const v2_body *body, v2_infer *st,
                         attn_error *err)
 {
-    if (req->inference_header != NULL) { /* a tree made by a front-end: no text to parse */
-        st->root = json_incref((json_t *)req->inference_header);
+    if (req->infer_request != NULL) { /* made by a front-end: no text to parse */
+        st->r = req->infer_request;
         return 0;
     }
     if (body->json_len == 0)
@@ -609,8 +628,10 @@ static int parse_header(const api_request *req, const v2_body *body, v2_infer *s
     st->root = json_fast_load(body->json, body->json_len,
                               JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
                               v2_tensor_data_field, &jerr);
-    if (st->root != NULL)
-        return 0;
+    if (st->root != NULL) {
+        st->r = &st->parsed;
+        return v2_request_from_json(st->root, &st->parsed, &st->params, err);
+    }
     if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
         return error_nomem(err);
     if (json_error_code(&jerr) == json_error_stack_overflow)
@@ -629,6 +650,9 @@ static int parse_header(const api_request *req, const v2_body *body, v2_infer *s
 /* Frees the header's tree and closes the arena it was made in. */
 static void drop_header(v2_infer *st)
 {
+    mem_free(st->params);
+    st->params = NULL;
+    st->r = NULL;
     json_decref(st->root);
     st->root = NULL;
     if (st->arena)
@@ -636,22 +660,14 @@ static void drop_header(v2_infer *st)
     st->arena = 0;
 }
 
-/* The body's parts: the JSON part and the binary section after it, or the
- * binary section alone beside a header given as a tree. */
+/* The body's parts: the JSON part and the binary section after it, or
+ * nothing beside a request given as fields (its inputs say where their
+ * bytes are). */
 static int infer_body(const api_request *req, v2_body *body, attn_error *err)
 {
-    if (req->inference_header == NULL)
+    if (req->infer_request == NULL)
         return v2_body_split(req->body, req->body_len, req->inference_header_length, body, err);
     memset(body, 0, sizeof *body);
-    body->bin = (const unsigned char *)req->body;
-    body->bin_len = req->body_len;
-    if (req->n_bin_parts != 0) {
-        body->parts = req->bin_parts;
-        body->n_parts = req->n_bin_parts;
-        body->bin_len = 0;
-        for (size_t i = 0; i < req->n_bin_parts; i++)
-            body->bin_len += req->bin_parts[i].len;
-    }
     return 0;
 }
 
@@ -707,7 +723,7 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
             model_stats_computed(&sample, start, ran, result.compute_ms);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
-                                   req->infer_fields_only};
+                                   req->fields_only};
             rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2,
                                  resp, &err);
             attention_result_free(&result);

@@ -3,9 +3,11 @@
  * includes: the model a path names, the outputs a request
  * asks for, and the helpers that fill an answer.
  *
- * v2.c holds the models and the metadata answers; v2_infer.c
- * reads an inference request into an attention_request; v2_answer.c writes
- * the inference answer (JSON, or JSON then binary bytes).
+ * v2.c holds the models and the metadata answers; v2_request.c reads an
+ * inference body's JSON header into the neutral request (api_infer.h);
+ * v2_infer.c applies v2's rules to that request and reads it into an
+ * attention_request; v2_answer.c writes the inference answer (JSON, or JSON
+ * then binary bytes); v2_stats.c the statistics and the repository index.
  */
 #ifndef ATTN_V2_INTERNAL_H
 #define ATTN_V2_INTERNAL_H
@@ -35,6 +37,13 @@ int v2_model_open(const api_env *env, const route_args *args, v2_model *m, attn_
 
 /* Drops the reference m holds (harmless when it holds none). */
 void v2_model_close(v2_model *m);
+
+/* Fills r from root, a parsed JSON inference header (borrowed: r borrows
+ * from it), with what each field the rules read holds; *params is the array
+ * r->params points at (caller frees with mem_free, also on failure).
+ * Returns 0, or the out-of-memory error. */
+int v2_request_from_json(const struct json_t *root, api_infer_request *r,
+                         api_infer_param **params, attn_error *err);
 
 /* The outputs a model answers: q and k (after the projections) only when asked for, and the
  * reductions of the weights (kernel/attention_reduce.h) when their parameters ask for them. */
@@ -66,7 +75,7 @@ typedef struct v2_answer_head {
     const char *id;         /* the request's id, or NULL */
     v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
-    int fields_only;        /* api_request.infer_fields_only */
+    int fields_only;        /* api_request.fields_only */
 } v2_answer_head;
 
 /* Writes the 200 answer of an inference into resp: the JSON header with the

@@ -16,10 +16,12 @@
 #include "v2.h"
 
 /* Answers the statistics of model (borrowed, known to exist), or of every
- * model when model is NULL, into resp. */
-void v2_stats_answer(const char *model, const api_env *env, api_response *resp);
+ * model when model is NULL, into resp: resp->meta, and the JSON body
+ * unless req->fields_only. */
+void v2_stats_answer(const api_request *req, const char *model, const api_env *env,
+                     api_response *resp);
 
-/* Answers POST /v2/repository/index into resp. */
-void v2_repository_index(const api_env *env, api_response *resp);
+/* Answers POST /v2/repository/index into resp, as v2_stats_answer does. */
+void v2_repository_index(const api_request *req, const api_env *env, api_response *resp);
 
 #endif

@@ -108,23 +108,21 @@ static const char *input_field(char *field, size_t len, size_t index, const char
 }
 
 /* Reads parameters.binary_data_size of input (absent: *present = 0). */
-static int read_binary_size(const json_t *input, size_t index, int *present, size_t *size,
-                            attn_error *err)
+static int read_binary_size(const api_infer_input *input, size_t index, int *present,
+                            size_t *size, attn_error *err)
 {
     char field[64];
     *present = 0;
-    const json_t *params = json_object_get(input, "parameters");
-    if (params == NULL)
+    if (input->parameters.kind == SCALAR_ABSENT)
         return 0;
-    if (!json_is_object(params))
+    if (input->parameters.kind != SCALAR_OBJECT)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type",
                          input_field(field, sizeof field, index, ".parameters"),
                          "%s must be an object.", field);
-    const json_t *bs = json_object_get(params, "binary_data_size");
-    if (bs == NULL)
+    if (input->binary_data_size.kind == SCALAR_ABSENT)
         return 0;
     double bytes;
-    if (!json_in_whole(bs, 0, 9007199254740992.0, &bytes))
+    if (!scalar_whole(&input->binary_data_size, 0, 9007199254740992.0, &bytes))
         return error_set(err, ERR_BAD_REQUEST, "wrong_type",
                          input_field(field, sizeof field, index, ".parameters.binary_data_size"),
                          "%s must be a non-negative integer (the byte count of the input's "
@@ -135,31 +133,32 @@ static int read_binary_size(const json_t *input, size_t index, int *present, siz
 }
 
 /* The name of the input: 1 to sizeof t->name - 1 characters. */
-static int describe_name(const json_t *input, v2_tensor *t, attn_error *err)
+static int describe_name(const api_infer_input *input, v2_tensor *t, attn_error *err)
 {
     char field[64];
-    const json_t *name = json_object_get(input, "name");
-    if (!json_is_string(name) || json_string_length(name) == 0 ||
-        json_string_length(name) >= sizeof t->name)
-        return error_set(err, ERR_BAD_REQUEST, name ? "wrong_type" : "missing_field",
+    const scalar *name = &input->name;
+    if (name->kind != SCALAR_STRING || name->size == 0 || name->size >= sizeof t->name)
+        return error_set(err, ERR_BAD_REQUEST,
+                         name->kind == SCALAR_ABSENT ? "missing_field" : "wrong_type",
                          input_field(field, sizeof field, t->index, ".name"),
                          "%s must be the input's name, a string of 1 to %zu characters.", field,
                          sizeof t->name - 1);
-    memcpy(t->name, json_string_value(name), json_string_length(name) + 1);
+    memcpy(t->name, name->string, name->size + 1);
     return 0;
 }
 
 /* The datatype: FP32, FP64, FP16, BF16 or BOOL. */
-static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
+static int describe_datatype(const api_infer_input *input, v2_tensor *t, attn_error *err)
 {
     char field[64];
-    const json_t *dt = json_object_get(input, "datatype");
-    if (!json_is_string(dt))
-        return error_set(err, ERR_BAD_REQUEST, dt ? "wrong_type" : "missing_field",
+    const scalar *dt = &input->datatype;
+    if (dt->kind != SCALAR_STRING)
+        return error_set(err, ERR_BAD_REQUEST,
+                         dt->kind == SCALAR_ABSENT ? "missing_field" : "wrong_type",
                          input_field(field, sizeof field, t->index, ".datatype"),
                          "%s (input \"%s\") must be a string: FP32, FP64, FP16, BF16 or BOOL.",
                          field, t->name);
-    const char *dts = json_string_value(dt);
+    const char *dts = dt->string;
     if (strcmp(dts, "BOOL") == 0)
         t->datatype = V2_BOOL;
     else if (v2_datatype_float(dts, &t->datatype) != 0)
@@ -174,16 +173,17 @@ static int describe_datatype(const json_t *input, v2_tensor *t, attn_error *err)
 
 /* The shape: 1 to V2_MAX_RANK dimensions, each >= 1; its element count,
  * added to *elements, must stay within max_elements. */
-static int describe_shape(const json_t *input, size_t max_elements, size_t *elements,
+static int describe_shape(const api_infer_input *input, size_t max_elements, size_t *elements,
                           v2_tensor *t, attn_error *err)
 {
     char field[64];
-    const json_t *shape = json_object_get(input, "shape");
-    if (!json_is_array(shape))
-        return error_set(err, ERR_BAD_REQUEST, shape ? "wrong_type" : "missing_field",
+    const scalar *shape = &input->shape;
+    if (shape->kind != SCALAR_ARRAY)
+        return error_set(err, ERR_BAD_REQUEST,
+                         shape->kind == SCALAR_ABSENT ? "missing_field" : "wrong_type",
                          input_field(field, sizeof field, t->index, ".shape"),
                          "%s (input \"%s\") must be an array of dimensions.", field, t->name);
-    size_t rank = json_array_size(shape);
+    size_t rank = shape->size;
     if (rank < 1 || rank > V2_MAX_RANK)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape",
                          input_field(field, sizeof field, t->index, ".shape"),
@@ -193,7 +193,7 @@ static int describe_shape(const json_t *input, size_t max_elements, size_t *elem
     size_t count = 1;
     for (size_t i = 0; i < rank; i++) {
         double dv;
-        if (!json_in_whole(json_array_get(shape, i), 1, HUGE_VAL, &dv))
+        if (!scalar_whole(&input->dims[i], 1, HUGE_VAL, &dv))
             return error_set(err, ERR_BAD_REQUEST, "invalid_shape",
                              input_field(field, sizeof field, t->index, ".shape"),
                              "%s[%zu] (input \"%s\") must be an integer >= 1.", field, i, t->name);
@@ -214,13 +214,14 @@ static int describe_shape(const json_t *input, size_t max_elements, size_t *elem
     return 0;
 }
 
-/* Claims the next `size` bytes of the binary section for t, which must be
- * what its shape and datatype need. */
-static int claim_binary(const json_t *input, size_t size, v2_body *body, v2_tensor *t,
+/* Claims the `size` bytes of t's binary data, which must be what its shape
+ * and datatype need: where the input says they are, or the next bytes of the
+ * binary section. */
+static int claim_binary(const api_infer_input *input, size_t size, v2_body *body, v2_tensor *t,
                         attn_error *err)
 {
     char field[64];
-    if (json_object_get(input, "data") != NULL)
+    if (input->data.kind != SCALAR_ABSENT)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
                          input_field(field, sizeof field, t->index, ".data"),
                          "Input \"%s\" has both data and parameters.binary_data_size; give "
@@ -231,34 +232,26 @@ static int claim_binary(const json_t *input, size_t size, v2_body *body, v2_tens
                          input_field(field, sizeof field, t->index, ".parameters.binary_data_size"),
                          "%s of input \"%s\" is %zu but its shape and datatype %s need %zu "
                          "bytes.", field, t->name, size, v2_datatype_name(t->datatype), want);
-    /* What is left for this input: the rest of bin, or the next part. */
+    if (input->bytes != NULL) { /* the front-end holds them apart, size of them */
+        t->bytes = input->bytes;
+        return 0;
+    }
     size_t left = body->bin_len - body->bin_used;
-    if (body->parts != NULL)
-        left = body->parts_used < body->n_parts ? body->parts[body->parts_used].len : 0;
     if (size > left)
         return error_set(err, ERR_BAD_REQUEST, "shape_mismatch",
                          input_field(field, sizeof field, t->index, ".parameters.binary_data_size"),
                          "%s of input \"%s\" is %zu but only %zu bytes of binary data are "
                          "left after the JSON part and the inputs before it.", field, t->name,
                          size, left);
-    if (body->parts != NULL) {
-        if (size != left)
-            return error_set(err, ERR_BAD_REQUEST, "shape_mismatch",
-                             input_field(field, sizeof field, t->index,
-                                         ".parameters.binary_data_size"),
-                             "%s of input \"%s\" is %zu but its binary data has %zu bytes.",
-                             field, t->name, size, left);
-        t->bytes = body->parts[body->parts_used++].data;
-    } else {
-        t->bytes = body->bin + body->bin_used;
-    }
+    t->bytes = body->bin + body->bin_used;
     body->bin_used += size;
     return 0;
 }
 
 /* Where the numbers are: binary bytes (parameters.binary_data_size) or a
  * JSON array "data". */
-static int describe_data(const json_t *input, v2_body *body, v2_tensor *t, attn_error *err)
+static int describe_data(const api_infer_input *input, v2_body *body, v2_tensor *t,
+                         attn_error *err)
 {
     char field[64];
     int binary;
@@ -268,26 +261,49 @@ static int describe_data(const json_t *input, v2_body *body, v2_tensor *t, attn_
         return rc;
     if (binary)
         return claim_binary(input, size, body, t, err);
-    const json_t *data = json_object_get(input, "data");
-    if (data == NULL)
+    if (input->data.kind == SCALAR_ABSENT)
         return error_set(err, ERR_BAD_REQUEST, "missing_field",
                          input_field(field, sizeof field, t->index, ".data"),
                          "Input \"%s\" has neither data nor parameters.binary_data_size.", t->name);
-    if (!json_is_array(data))
+    if (input->data.kind != SCALAR_ARRAY || input->data_json == NULL)
         return error_set(err, ERR_BAD_REQUEST, "wrong_type",
                          input_field(field, sizeof field, t->index, ".data"),
                          "%s (input \"%s\") must be an array, flat in row-major order or nested "
                          "as the shape says.", field, t->name);
-    t->data = data;
+    t->data = input->data_json;
     return 0;
 }
 
-int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
-                       size_t *elements, v2_tensor *t, attn_error *err)
+/* The member key of obj, or absent when obj is no object. */
+static scalar member_of(const json_t *obj, const char *key)
+{
+    return json_in_scalar(json_is_object(obj) ? json_object_get(obj, key) : NULL);
+}
+
+void v2_tensor_input_from_json(const json_t *in, api_infer_input *t)
+{
+    memset(t, 0, sizeof *t);
+    t->self = json_in_scalar(in);
+    t->name = member_of(in, "name");
+    t->datatype = member_of(in, "datatype");
+    const json_t *shape = json_is_object(in) ? json_object_get(in, "shape") : NULL;
+    t->shape = json_in_scalar(shape);
+    for (size_t d = 0; d < API_INFER_MAX_RANK && d < json_array_size(shape); d++)
+        t->dims[d] = json_in_scalar(json_array_get(shape, d));
+    const json_t *params = json_is_object(in) ? json_object_get(in, "parameters") : NULL;
+    t->parameters = json_in_scalar(params);
+    t->binary_data_size = member_of(params, "binary_data_size");
+    const json_t *data = json_is_object(in) ? json_object_get(in, "data") : NULL;
+    t->data = json_in_scalar(data);
+    t->data_json = data;
+}
+
+int v2_tensor_describe(const api_infer_input *input, size_t index, v2_body *body,
+                       size_t max_elements, size_t *elements, v2_tensor *t, attn_error *err)
 {
     memset(t, 0, sizeof *t);
     t->index = index;
-    if (!json_is_object(input)) {
+    if (input->self.kind != SCALAR_OBJECT) {
         char field[64];
         snprintf(field, sizeof field, "inputs[%zu]", index);
         return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,

@@ -33,14 +33,11 @@ typedef struct v2_body {
     const unsigned char *bin;
     size_t bin_len;
     size_t bin_used;        /* bytes of bin claimed by inputs so far */
-    /* The binary section in parts instead of bin (api_request.bin_parts):
-     * each input claims the next part whole; bin_len is their total. */
-    const api_part *parts;
-    size_t n_parts, parts_used;
 } v2_body;
 
-/* One input as described by its JSON object, before its numbers are read.
- * `data` and `bytes` borrow from the parsed header and from the body. */
+/* One input as described by its fields (api_infer_input), before its
+ * numbers are read.  `data` and `bytes` borrow from the parsed header and
+ * from the body (or where the front-end holds the input's bytes). */
 typedef struct v2_tensor {
     char name[32];
     size_t index;           /* position in "inputs" (for error paths) */
@@ -73,16 +70,22 @@ const char *v2_datatype_name(v2_datatype t);
  * s names none of them. */
 int v2_datatype_float(const char *s, v2_datatype *t);
 
-/* Describes inputs[index] (the JSON object `input`) into t: its name, a
- * datatype among FP32, FP64, FP16, BF16 and BOOL, a shape of 1 to V2_MAX_RANK
- * dimensions each >= 1, and where its numbers are.  With
- * parameters.binary_data_size the next bytes of body are claimed for it and
- * the size must equal the shape times the element size.  Adds the element
+/* Fills out with what the JSON object input (borrowed: out borrows from
+ * it) holds in each field v2_tensor_describe reads, whatever their kinds:
+ * the HTTP body's side of a request's inputs (api_infer.h). */
+void v2_tensor_input_from_json(const json_t *input, api_infer_input *out);
+
+/* Describes inputs[index] (the fields `input`, from any wire) into t: its
+ * name, a datatype among FP32, FP64, FP16, BF16 and BOOL, a shape of 1 to
+ * V2_MAX_RANK dimensions each >= 1, and where its numbers are.  With
+ * parameters.binary_data_size the size must equal the shape times the
+ * element size, and the bytes are input->bytes or else the next bytes of
+ * body, claimed for it.  Adds the element
  * count to *elements and fails with ERR_TOO_LARGE past max_elements (before
  * anything is allocated).  Returns 0, or a negative ERR_* code with err
  * naming the field (inputs[i].shape, inputs[i].datatype, ...). */
-int v2_tensor_describe(const json_t *input, size_t index, v2_body *body, size_t max_elements,
-                       size_t *elements, v2_tensor *t, attn_error *err);
+int v2_tensor_describe(const api_infer_input *input, size_t index, v2_body *body,
+                       size_t max_elements, size_t *elements, v2_tensor *t, attn_error *err);
 
 /* 1 when the member called name[0..len) holds a tensor's JSON numbers
  * ("data"): what json_fast_load is given for a v2 header. */

@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         protobuf_c_message_free_unpacked(m, &b.allocator);
     if (b.live != 0)
         abort();
-    grpc_infer_answer(data, size, grpc_infer_unpack_bound(size), 0, 0, &a);
+    grpc_infer_answer(data, size, grpc_infer_unpack_bound(size), 0, 0, 0, &a);
     if (a.code == GRPC_STATUS_OK) {
         Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, a.len,
                                                                                   a.bytes);
@@ -89,9 +89,17 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             abort();
         inference__model_infer_response__free_unpacked(r, NULL);
     }
-    grpc_infer_stream_wrap(&a);
-    if (a.code == GRPC_STATUS_OK && a.bytes == NULL)
+    free(a.bytes);
+    /* the same request in a stream: a response inside the stream's, or its error */
+    grpc_infer_answer(data, size, grpc_infer_unpack_bound(size), 0, 0, 1, &a);
+    grpc_infer_stream_error(&a);
+    if (a.code != GRPC_STATUS_OK || a.bytes == NULL)
         abort();
+    Inference__ModelStreamInferResponse *w =
+        inference__model_stream_infer_response__unpack(NULL, a.len, a.bytes);
+    if (w == NULL)
+        abort();
+    inference__model_stream_infer_response__free_unpacked(w, NULL);
     free(a.bytes);
     return 0;
 }

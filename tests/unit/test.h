@@ -174,6 +174,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(weights_rules)                        \
     X(weights_json_decode_out_in)           \
     X(weights_json_set_round_trip)          \
+    X(weights_json_scalar_same_words)       \
     X(attention_json_qkv_shapes_and_scale)  \
     X(attention_json_columns_layout_transposes) \
     X(attention_json_out_in_weights_transpose) \

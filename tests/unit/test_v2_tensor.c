@@ -44,6 +44,15 @@ static json_t *input(const char *text)
     return json_loads(text, 0, &jerr);
 }
 
+/* v2_tensor_describe of the JSON object in, read as an HTTP body's input is. */
+static int describe(const json_t *in, size_t index, v2_body *b, size_t max_elements,
+                    size_t *elements, v2_tensor *t, attn_error *err)
+{
+    api_infer_input fields;
+    v2_tensor_input_from_json(in, &fields);
+    return v2_tensor_describe(&fields, index, b, max_elements, elements, t, err);
+}
+
 void test_v2_tensor_framing_split(void)
 {
     const char body[] = "{\"inputs\":[]}ABCDEFGH";
@@ -93,7 +102,7 @@ void test_v2_tensor_size_checks(void)
     json_t *in = input("{\"name\":\"q\",\"datatype\":\"FP32\",\"shape\":[2,3],"
                        "\"parameters\":{\"binary_data_size\":24}}");
     ASSERT(in != NULL);
-    int rc = v2_tensor_describe(in, 0, &b, 100, &elements, &t, &err);
+    int rc = describe(in, 0, &b, 100, &elements, &t, &err);
     json_decref(in);
     ASSERT_EQ(rc, 0);
     ASSERT_STR_EQ(t.name, "q");
@@ -108,7 +117,7 @@ void test_v2_tensor_size_checks(void)
     b.bin_used = 0;
     in = input("{\"name\":\"k\",\"datatype\":\"FP64\",\"shape\":[2,3],"
                "\"parameters\":{\"binary_data_size\":24}}");
-    rc = v2_tensor_describe(in, 1, &b, 100, &elements, &t, &err);
+    rc = describe(in, 1, &b, 100, &elements, &t, &err);
     json_decref(in);
     ASSERT_EQ(rc, ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.code, "shape_mismatch");
@@ -119,50 +128,38 @@ void test_v2_tensor_size_checks(void)
     b.bin_used = 8;
     in = input("{\"name\":\"v\",\"datatype\":\"FP32\",\"shape\":[6],"
                "\"parameters\":{\"binary_data_size\":24}}");
-    rc = v2_tensor_describe(in, 2, &b, 100, &elements, &t, &err);
+    rc = describe(in, 2, &b, 100, &elements, &t, &err);
     json_decref(in);
     ASSERT_EQ(rc, ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "inputs[2].parameters.binary_data_size");
     ASSERT_EQ(b.bin_used, 8);
 }
 
-/* The binary section in parts (a gRPC request's raw contents): each input takes the next
- * part whole, where it lies; a size other than the part's is refused; the section is
- * consumed once every part is taken. */
+/* An input whose bytes the front-end holds apart (a gRPC request's raw contents): taken
+ * where they lie, with its size checked against the shape, and nothing claimed from the
+ * body's binary section. */
 void test_v2_tensor_parts(void)
 {
-    unsigned char a[24] = {0}, c[8] = {0};
-    api_part parts[] = {{a, sizeof a}, {c, sizeof c}};
-    v2_body b = {.json = "", .parts = parts, .n_parts = 2, .bin_len = 32};
+    unsigned char a[24] = {0};
+    v2_body b = {.json = ""};
     v2_tensor t;
     attn_error err;
     size_t elements = 0;
-    json_t *in = input("{\"name\":\"q\",\"datatype\":\"FP32\",\"shape\":[2,3],"
-                       "\"parameters\":{\"binary_data_size\":24}}");
-    ASSERT_EQ(v2_tensor_describe(in, 0, &b, 100, &elements, &t, &err), 0);
-    json_decref(in);
+    api_infer_input in = {.self = {.kind = SCALAR_OBJECT}, .name = scalar_string("q"),
+                          .datatype = scalar_string("FP32"),
+                          .shape = {.kind = SCALAR_ARRAY, .size = 2},
+                          .dims = {scalar_integer(2), scalar_integer(3)},
+                          .parameters = {.kind = SCALAR_OBJECT, .size = 1},
+                          .binary_data_size = scalar_integer(24), .bytes = a};
+    ASSERT_EQ(v2_tensor_describe(&in, 0, &b, 100, &elements, &t, &err), 0);
     ASSERT(t.bytes == a);
-    ASSERT_EQ(b.parts_used, 1);
-    ASSERT_EQ(v2_body_check_consumed(&b, &err), ERR_BAD_REQUEST);
-    /* 4 bytes of the 8-byte part: the rest would be lost, so it is refused. */
-    in = input("{\"name\":\"k\",\"datatype\":\"FP32\",\"shape\":[1],"
-               "\"parameters\":{\"binary_data_size\":4}}");
-    ASSERT_EQ(v2_tensor_describe(in, 1, &b, 100, &elements, &t, &err), ERR_BAD_REQUEST);
-    json_decref(in);
-    ASSERT_STR_EQ(err.field, "inputs[1].parameters.binary_data_size");
-    ASSERT_EQ(b.parts_used, 1);
-    in = input("{\"name\":\"k\",\"datatype\":\"FP32\",\"shape\":[2],"
-               "\"parameters\":{\"binary_data_size\":8}}");
-    ASSERT_EQ(v2_tensor_describe(in, 1, &b, 100, &elements, &t, &err), 0);
-    json_decref(in);
-    ASSERT(t.bytes == c);
+    ASSERT_EQ(b.bin_used, 0);
     ASSERT_EQ(v2_body_check_consumed(&b, &err), 0);
-    /* No part left for a third input. */
-    in = input("{\"name\":\"v\",\"datatype\":\"FP32\",\"shape\":[1],"
-               "\"parameters\":{\"binary_data_size\":4}}");
-    ASSERT_EQ(v2_tensor_describe(in, 2, &b, 100, &elements, &t, &err), ERR_BAD_REQUEST);
-    json_decref(in);
-    ASSERT_STR_EQ(err.field, "inputs[2].parameters.binary_data_size");
+    /* 24 bytes for a shape that needs 8: refused in the words of a JSON body's. */
+    in.dims[0] = scalar_integer(1), in.dims[1] = scalar_integer(2);
+    ASSERT_EQ(v2_tensor_describe(&in, 1, &b, 100, &elements, &t, &err), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(err.code, "shape_mismatch");
+    ASSERT_STR_EQ(err.field, "inputs[1].parameters.binary_data_size");
 }
 
 /* Inputs refused while they are described: the code and field of each error, and the
@@ -216,7 +213,7 @@ void test_v2_tensor_describe_errors(void)
         error_clear(&err);
         in = input(cases[i].json);
         ASSERT(in != NULL);
-        rc = v2_tensor_describe(in, 0, &fresh, 100, &counted, &t, &err);
+        rc = describe(in, 0, &fresh, 100, &counted, &t, &err);
         json_decref(in);
         if (rc != cases[i].rc || strcmp(err.code, cases[i].code) != 0 ||
             strcmp(err.field, cases[i].field) != 0)
@@ -227,7 +224,7 @@ void test_v2_tensor_describe_errors(void)
     size_t counted = 95;
     v2_body fresh = {.json = "", .bin = bytes, .bin_len = 64};
     in = input("{\"name\":\"q\",\"datatype\":\"FP32\",\"shape\":[6],\"data\":[1,2,3,4,5,6]}");
-    rc = v2_tensor_describe(in, 3, &fresh, 100, &counted, &t, &err);
+    rc = describe(in, 3, &fresh, 100, &counted, &t, &err);
     json_decref(in);
     ASSERT_EQ(rc, ERR_TOO_LARGE);
     ASSERT_EQ(counted, 95);
@@ -628,7 +625,7 @@ static int decode_and_answer(const char *body, size_t len, const char *header_le
     size_t elements = 0;
     for (size_t i = 0; rc == 0 && i < json_array_size(inputs); i++) {
         v2_tensor t;
-        rc = v2_tensor_describe(json_array_get(inputs, i), i, &b, 1000, &elements, &t, err);
+        rc = describe(json_array_get(inputs, i), i, &b, 1000, &elements, &t, err);
         if (rc != 0)
             break;
         double *num = mem_malloc(t.count * sizeof(double));
@@ -701,7 +698,7 @@ void test_v2_tensor_out_of_memory(void)
     size_t elements = 0;
     double out[4];
     mem_fail_after(0);
-    int rc = v2_tensor_describe(in, 0, &b, 100, &elements, &t, &err);
+    int rc = describe(in, 0, &b, 100, &elements, &t, &err);
     if (rc == 0)
         rc = v2_tensor_read_numbers(&t, out, &err);
     long failures = mem_failures();

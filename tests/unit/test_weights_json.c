@@ -6,6 +6,7 @@
 #include "json/json_in.h"
 #include "core/mem.h"
 #include "test.h"
+#include "request/attention_request.h"
 #include "request/weights_json.h"
 
 /* Parses text as the server does. */
@@ -111,4 +112,44 @@ void test_weights_json_set_round_trip(void)
     ASSERT_EQ(rc, ERR_BAD_REQUEST);
     ASSERT_STR_EQ(err.field, "heads");
     ASSERT(w.wq == NULL);
+}
+
+/* A field's rule says the same words whatever wire gave the value: heads and a reduction
+ * read from JSON (integers parsed as reals) and from tagged values as a protobuf message
+ * gives them (an int64, a string). */
+void test_weights_json_scalar_same_words(void)
+{
+    attn_error a, b;
+    size_t heads;
+    json_t *root = json_loads("{\"heads\": \"4\"}", 0, NULL);
+    ASSERT(root != NULL);
+    error_clear(&a);
+    error_clear(&b);
+    ASSERT_EQ(weights_json_decode_heads(root, 0, &heads, &a), ERR_BAD_REQUEST);
+    json_decref(root);
+    scalar s = scalar_string("4");
+    ASSERT_EQ(weights_json_heads_value(&s, 0, &heads, &b), ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(a.message, b.message);
+    ASSERT_STR_EQ(a.code, b.code);
+    /* 0.0 from JSON and the integer 0: both "0" in the words */
+    attention_request ra, rb;
+    attention_request_init(&ra);
+    attention_request_init(&rb);
+    json_t *zero = json_real(0);
+    scalar jz = json_in_scalar(zero), iz = scalar_integer(0);
+    ASSERT_EQ(attention_request_reduce_param(&ra, "topk", &jz, "parameters.topk", &a),
+              ERR_BAD_REQUEST);
+    ASSERT_EQ(attention_request_reduce_param(&rb, "topk", &iz, "parameters.topk", &b),
+              ERR_BAD_REQUEST);
+    json_decref(zero);
+    ASSERT_STR_EQ(a.message, b.message);
+    ASSERT_STR_EQ(a.message, "parameters.topk is 0; it must be a whole number from 1 to the "
+                             "number of keys.");
+    /* a string where a boolean goes */
+    s = scalar_string("yes");
+    ASSERT_EQ(attention_request_reduce_param(&ra, "entropy", &s, "parameters.entropy", &a),
+              ERR_BAD_REQUEST);
+    ASSERT_STR_EQ(a.message, "parameters.entropy is a string; it must be true or false.");
+    attention_request_free(&ra);
+    attention_request_free(&rb);
 }
