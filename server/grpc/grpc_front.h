@@ -5,10 +5,14 @@
  * inference.proto declares) and grpc.health.v1.Health on --grpc-port of
  * --host, with gRPC's C core and protobuf-c.  Every RPC is answered by the
  * router (router/api.h) as its HTTP v2 twin is: the same handlers, rules,
- * words, limits, admission and statistics; this module only translates the
- * messages and maps the HTTP status to a gRPC status code.  Inference runs
- * on --max-inflight threads of its own, under a compute token that carries
- * the call's deadline and is stopped when the call is cancelled.
+ * words, admission and statistics, the neutral request and answer of
+ * message/ in place of JSON; the same limits on connections, messages and
+ * memory (core/conn_ledger.h, the client's share of the budget); and the
+ * same queue for the --max-inflight workers (work/work_queue.h).  This module
+ * translates the messages, holds the limits gRPC's core does not, and maps
+ * the HTTP status to a gRPC status code.  A computation runs under a compute
+ * token that carries the call's deadline and is stopped when the call is
+ * cancelled.
  */
 #ifndef ATTN_GRPC_FRONT_H
 #define ATTN_GRPC_FRONT_H

@@ -2,10 +2,12 @@
  * grpc_private.h - what the files of the gRPC front-end share: the RPCs it
  * knows, and the answer one RPC gives before it is sent.
  *
- * grpc_front.c owns the gRPC server, its completion queue, the calls and
- * the threads; grpc_service.c answers the cheap RPCs and grpc_infer.c
- * ModelInfer, each from the bytes of a request message to the bytes of a
- * response message and a status, through the router.
+ * The front-end (grpc_front.c, grpc_call.c, grpc_watch.c, grpc_conn.c, which
+ * share grpc_front_internal.h) owns the gRPC server, its completion queue,
+ * the calls and the connections; grpc_service.c answers the cheap RPCs and
+ * grpc_infer.c ModelInfer, each from the bytes of a request message (read
+ * under bounds by grpc_unpack.c) to the bytes of a response message and a
+ * status, through the router.
  */
 #ifndef ATTN_GRPC_PRIVATE_H
 #define ATTN_GRPC_PRIVATE_H
