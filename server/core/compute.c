@@ -43,6 +43,16 @@ double compute_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec compute_wake_after(long ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = until.tv_nsec + (long long)(ms % 1000) * 1000000;
+    until.tv_sec += ms / 1000 + (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    return until;
+}
+
 void compute_bind(compute_token *token)
 {
     bound_token = token;

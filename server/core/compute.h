@@ -36,6 +36,7 @@
 #define ATTN_COMPUTE_H
 
 #include <stddef.h>
+#include <time.h>
 
 struct attn_error;
 
@@ -65,6 +66,11 @@ typedef struct compute_token {
  * syncs, the metrics' ages) compare.  gRPC's deadlines alone are gRPC's
  * gpr clock, converted where they are read. */
 double compute_now(void);
+
+/* The wall-clock time ms milliseconds from now, as pthread_cond_timedwait
+ * takes it (CLOCK_REALTIME, the condition variables' default clock): the
+ * one place the server's threads compute when a timed wait ends. */
+struct timespec compute_wake_after(long ms);
 
 /* Makes token (borrowed; NULL unbinds) the calling thread's token until the
  * next call.  It must stay valid while bound. */

@@ -467,13 +467,7 @@ void grpc_front_stop(grpc_front *front)
      * when the answers sent have had a moment to leave */
     gconn_stop_accepting(front->conns);
     grpc_server_shutdown_and_notify(front->server, front->cq, &front->shutdown_tag);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 100 * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = compute_wake_after(100);
     pthread_mutex_lock(&front->shut_lock);
     while (!front->shut)
         if (pthread_cond_timedwait(&front->shut_done, &front->shut_lock, &until) != 0)

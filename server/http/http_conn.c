@@ -84,13 +84,7 @@ void *http_reaper_main(void *arg)
     http_server *srv = arg;
     pthread_mutex_lock(&srv->lock);
     while (!srv->stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += HTTP_REAPER_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = compute_wake_after(HTTP_REAPER_MS);
         pthread_cond_timedwait(&srv->reaper_wake, &srv->lock, &until);
         if (srv->stopping)
             break;

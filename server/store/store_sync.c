@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/compute.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
 
@@ -298,11 +299,7 @@ static void *sync_thread(void *arg)
     int failing = 0;
     pthread_mutex_lock(&store->wake_lock);
     while (!store->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        long long ns = until.tv_nsec + (long long)(store->interval_ms % 1000) * 1000000;
-        until.tv_sec += store->interval_ms / 1000 + ns / 1000000000;
-        until.tv_nsec = (long)(ns % 1000000000);
+        struct timespec until = compute_wake_after(store->interval_ms);
         pthread_cond_timedwait(&store->wake, &store->wake_lock, &until);
         if (store->stop)
             break;

@@ -138,13 +138,7 @@ static void *reaper_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&lock);
     while (!stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += WORK_REAPER_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = compute_wake_after(WORK_REAPER_MS);
         pthread_cond_timedwait(&reaper_wake, &lock, &until);
         if (stopping)
             break;
