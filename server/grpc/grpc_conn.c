@@ -32,6 +32,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <netinet/in.h>
@@ -174,35 +175,34 @@ gconn_table *gconn_listen(grpc_front *front, attn_error *err)
     t->front = front;
     t->listen_fd = t->wake[0] = t->wake[1] = -1;
     pthread_mutex_init(&t->lock, NULL);
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t len;
+    /* the host as HTTP's listener reads it (getaddrinfo: an address or a name), its
+     * first address */
     int v6 = strchr(cfg->host, ':') != NULL;
     long port = cfg->grpc_port > 0 ? cfg->grpc_port : 0;
-    if (v6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        len = sizeof *a;
-        if (inet_pton(AF_INET6, cfg->host, &a->sin6_addr) != 1)
-            len = 0;
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        len = sizeof *a;
-        if (!strcmp(cfg->host, "localhost"))
-            a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        else if (inet_pton(AF_INET, cfg->host, &a->sin_addr) != 1)
-            len = 0;
+    char port_text[24];
+    snprintf(port_text, sizeof port_text, "%ld", port);
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t len = 0;
+    if (getaddrinfo(cfg->host, port_text, &hints, &ai) == 0 && ai != NULL &&
+        ai->ai_addrlen <= sizeof ss) {
+        memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+        len = (socklen_t)ai->ai_addrlen;
     }
+    if (ai != NULL)
+        freeaddrinfo(ai);
     int one = 1;
     if (len != 0 && (t->listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
         setsockopt(t->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
         bind(t->listen_fd, (struct sockaddr *)&ss, len) == 0 && listen(t->listen_fd, 1024) == 0 &&
         getsockname(t->listen_fd, (struct sockaddr *)&ss, &len) == 0 && pipe(t->wake) == 0) {
-        t->port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                           : ((struct sockaddr_in *)&ss)->sin_port);
+        t->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
         t->creds = grpc_insecure_server_credentials_create();
         if (pthread_create(&t->acceptor, NULL, acceptor_main, t) == 0) {
             t->started = 1;
