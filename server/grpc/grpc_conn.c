@@ -20,13 +20,15 @@
  * connection.  While a call waits for its message it is in the front's list;
  * every SWEEP_MS the polling thread (a) ends a call that has waited past
  * --header-timeout while its connection received fewer than --min-body-rate
- * bytes a second since it began (with no rate set: nothing for --timeout), as
- * HTTP closes a slow body, and (b) reserves the bytes each connection has
- * received for messages not yet given, in the budget through its client's
- * share, as HTTP reserves a body while it arrives; when the share or the
- * budget is full, the connection's waiting calls end with RESOURCE_EXHAUSTED.
- * A message that arrives reserves its own peak (gconn_admit_message) before
- * protobuf-c unpacks it, and gives it back with its answer.
+ * bytes a second since the sweep first saw it (with no rate set: nothing for
+ * --timeout), as HTTP closes a slow body, and (b) reserves the bytes each
+ * connection has received beyond the messages given and their framing, in
+ * the budget through its client's share, as HTTP reserves a body while it
+ * arrives; when the share or the budget is full, the connection's waiting
+ * calls end with RESOURCE_EXHAUSTED.  The kernel is asked only by the sweep,
+ * never on a call's own path.  A message that arrives reserves its own peak
+ * (gconn_admit_message) before protobuf-c unpacks it, and gives it back with
+ * its answer.
  */
 #include "grpc_front_internal.h"
 
@@ -57,8 +59,8 @@ typedef struct gconn {
     unsigned long ino;
     struct sockaddr_storage addr;
     budget_client *client;      /* a reference of its own */
-    unsigned long long given;   /* bytes received that belong to messages given (or to
-                                   framing, up to the last moment no call waited) */
+    unsigned long long given;   /* bytes received that belong to messages given and their
+                                   framing (an allowance), never more than received */
     size_t held;                /* reserved for bytes received beyond `given` */
     long waiting;               /* its calls waiting for a message */
     int full;                   /* the sweep could not reserve what it received */
@@ -358,7 +360,7 @@ void gconn_wait(gcall *c)
         return;
     c->waiting = 1;
     c->wait_since = compute_now();
-    c->wait_bytes = conn_bytes(c->conn_fd, c->conn_ino);
+    c->wait_from = 0; /* its connection's bytes are first read by the sweep */
     c->wait_prev = NULL;
     c->wait_next = front->waiting;
     if (front->waiting != NULL)
@@ -396,7 +398,6 @@ void gconn_unwait(gcall *c)
         gconn *k = find(t, c->conn_fd, c->conn_ino);
         if (k != NULL && --k->waiting <= 0) { /* nothing on its way any more */
             k->waiting = 0;
-            k->given = conn_bytes(k->fd, k->ino);
             budget_client_release(k->client, k->held);
             k->held = 0;
         }
@@ -413,6 +414,13 @@ static size_t message_peak(size_t len)
     return 2 * len + grpc_infer_unpack_bound(len);
 }
 
+/* The bytes a message's call brings beside the message on the wire (its
+ * HEADERS, the 5-byte prefix, DATA frames' headers, the client's window
+ * updates), counted as given with it so that a busy connection's framing never
+ * adds up to bytes "on their way"; the DATA frames' 9 bytes a 16 KiB frame are
+ * within len / 1024 more. */
+#define GRPC_FRAMING_ALLOWANCE 512
+
 int gconn_admit_message(gcall *c, grpc_answer *a)
 {
     gconn_table *t = c->front->conns;
@@ -423,7 +431,9 @@ int gconn_admit_message(gcall *c, grpc_answer *a)
             size_t back = c->in_len < k->held ? c->in_len : k->held;
             budget_client_release(k->client, back);
             k->held -= back;
-            k->given += c->in_len;
+            /* the framing came with it too (the sweep never lets `given` pass
+             * what was received, so an allowance too large hides nothing later) */
+            k->given += c->in_len + GRPC_FRAMING_ALLOWANCE + c->in_len / 1024;
         }
         pthread_mutex_unlock(&t->lock);
     }
@@ -476,7 +486,9 @@ void gconn_sweep(grpc_front *front)
             if (k->waiting == 0)
                 continue;
             unsigned long long now_bytes = conn_bytes(k->fd, k->ino);
-            size_t owed = now_bytes > k->given ? (size_t)(now_bytes - k->given) : 0;
+            if (k->given > now_bytes)
+                k->given = now_bytes;
+            size_t owed = (size_t)(now_bytes - k->given);
             if (owed <= k->held)
                 continue;
             if (budget_client_reserve(k->client, owed - k->held) == 0) {
@@ -499,6 +511,10 @@ void gconn_sweep(grpc_front *front)
             pthread_mutex_unlock(&t->lock);
             bytes = conn_bytes(c->conn_fd, c->conn_ino);
         }
+        if (c->wait_from == 0) { /* the rate is measured from its first sweep */
+            c->wait_from = now;
+            c->wait_bytes = bytes;
+        }
         if (full) {
             ended = 1;
             end_waiting(c, GRPC_STATUS_RESOURCE_EXHAUSTED, 503,
@@ -514,7 +530,7 @@ void gconn_sweep(grpc_front *front)
         if (c->conn_fd < 0) /* no view of its bytes (TLS): the message within --timeout */
             slow = waited > (double)cfg->header_timeout + (double)cfg->timeout;
         else if (cfg->min_body_rate > 0 && !c->stream_later)
-            slow = (double)(bytes - c->wait_bytes) < (double)cfg->min_body_rate * waited;
+            slow = (double)(bytes - c->wait_bytes) < (double)cfg->min_body_rate * (now - c->wait_from);
         else /* a stream between its requests, or no rate set: idle past --timeout */
             slow = bytes == c->wait_bytes && waited > (double)cfg->timeout;
         if (slow) {

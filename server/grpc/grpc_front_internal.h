@@ -73,6 +73,7 @@ struct gcall {
     int logged;                 /* its access line is written (the sweep ended it) */
     int large;                  /* it moved MEM_GIVE_BACK_FROM bytes or more */
     double wait_since;          /* compute_now() */
+    double wait_from;           /* its first sweep, 0 before (the rate's start) */
     unsigned long long wait_bytes; /* the connection's bytes received then */
     gcall *wait_prev, *wait_next;
     double started, queued_at;  /* compute_now() */
