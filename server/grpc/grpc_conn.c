@@ -179,7 +179,6 @@ gconn_table *gconn_listen(grpc_front *front, attn_error *err)
     pthread_mutex_init(&t->lock, NULL);
     /* the host as HTTP's listener reads it (getaddrinfo: an address or a name), its
      * first address */
-    int v6 = strchr(cfg->host, ':') != NULL;
     long port = cfg->grpc_port > 0 ? cfg->grpc_port : 0;
     char port_text[24];
     snprintf(port_text, sizeof port_text, "%ld", port);
@@ -211,13 +210,25 @@ gconn_table *gconn_listen(grpc_front *front, attn_error *err)
             return t;
         }
     }
+    gconn_listen_error(cfg, err);
+    gconn_stop(t);
+    return NULL;
+}
+
+void gconn_listen_address(const server_config *cfg, char *out, size_t size)
+{
+    int v6 = strchr(cfg->host, ':') != NULL;
+    snprintf(out, size, "%s%s%s:%ld", v6 ? "[" : "", cfg->host, v6 ? "]" : "",
+             cfg->grpc_port > 0 ? cfg->grpc_port : 0);
+}
+
+void gconn_listen_error(const server_config *cfg, attn_error *err)
+{
     char addr[300];
-    snprintf(addr, sizeof addr, "%s%s%s:%ld", v6 ? "[" : "", cfg->host, v6 ? "]" : "", port);
+    gconn_listen_address(cfg, addr, sizeof addr);
     error_set(err, ERR_INTERNAL, "grpc_port", NULL, "Cannot listen for gRPC on %s (in use, or not "
               "an address of this machine); choose another --grpc-port, or 0 to serve HTTP "
               "only.", addr);
-    gconn_stop(t);
-    return NULL;
 }
 
 int gconn_port(const gconn_table *t)
@@ -414,6 +425,11 @@ static size_t message_peak(size_t len)
     return 2 * len + grpc_infer_unpack_bound(len);
 }
 
+/* The words of a message, come or on its way, that the budget cannot hold. */
+#define NO_ROOM_FOR_MESSAGE                                                                 \
+    "The server's memory budget (--max-memory), or this client's share of it "             \
+    "(--max-memory-share), could not hold this message now; retry shortly."
+
 /* The bytes a message's call brings beside the message on the wire (its
  * HEADERS, the 5-byte prefix, DATA frames' headers, the client's window
  * updates), counted as given with it so that a busy connection's framing never
@@ -442,9 +458,7 @@ int gconn_admit_message(gcall *c, grpc_answer *a)
         c->reserved = need;
         return 0;
     }
-    grpc_answer_error(a, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                      "The server's memory budget (--max-memory), or this client's share of it "
-                      "(--max-memory-share), could not hold this message now; retry shortly.");
+    grpc_answer_error(a, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", NO_ROOM_FOR_MESSAGE);
     a->retry_after = 1;
     a->http_status = 503;
     a->route = ROUTE_V2_INFER;
@@ -517,10 +531,7 @@ void gconn_sweep(grpc_front *front)
         }
         if (full) {
             ended = 1;
-            end_waiting(c, GRPC_STATUS_RESOURCE_EXHAUSTED, 503,
-                        "The server's memory budget (--max-memory), or this client's share of "
-                        "it (--max-memory-share), could not hold this message now; retry "
-                        "shortly.");
+            end_waiting(c, GRPC_STATUS_RESOURCE_EXHAUSTED, 503, NO_ROOM_FOR_MESSAGE);
             continue;
         }
         double waited = now - c->wait_since;

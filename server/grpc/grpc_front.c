@@ -410,15 +410,11 @@ grpc_front *grpc_front_start(const server_config *cfg, attn_error *err)
             return NULL;
         }
         char addr[300];
-        int v6 = strchr(cfg->host, ':') != NULL;
-        snprintf(addr, sizeof addr, "%s%s%s:%ld", v6 ? "[" : "", cfg->host, v6 ? "]" : "",
-                 cfg->grpc_port > 0 ? cfg->grpc_port : 0);
+        gconn_listen_address(cfg, addr, sizeof addr);
         front->port = grpc_server_add_http2_port(front->server, addr, creds);
         grpc_server_credentials_release(creds);
         if (front->port <= 0) {
-            error_set(err, ERR_INTERNAL, "grpc_port", NULL, "Cannot listen for gRPC on %s (in use, "
-                      "or not an address of this machine); choose another --grpc-port, or 0 to "
-                      "serve HTTP only.", addr);
+            gconn_listen_error(cfg, err);
             front_free(front);
             return NULL;
         }

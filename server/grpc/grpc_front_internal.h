@@ -161,6 +161,10 @@ void gwatch_begin(gcall *c);
  * NULL with err filled when it cannot listen. */
 gconn_table *gconn_listen(grpc_front *front, attn_error *err);
 int gconn_port(const gconn_table *t);
+/* --host:--grpc-port as text ("[::1]:8001"), and the error of a port that
+ * cannot be listened on, for either listener (TLS: gRPC's core's). */
+void gconn_listen_address(const server_config *cfg, char *out, size_t size);
+void gconn_listen_error(const server_config *cfg, attn_error *err);
 /* Stops accepting (before the server shuts down); gconn_stop frees t after
  * the server is destroyed.  NULL is fine for both. */
 void gconn_stop_accepting(gconn_table *t);
