@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "addr_key.h"
 #include "budget.h"
 #include "mem.h"
 
@@ -49,34 +50,17 @@ size_t budget_client_cap(void)
     return cap_bytes;
 }
 
-/* The key of addr: 4 bytes for IPv4 (also when mapped into IPv6), the first
- * 8 for IPv6, none for anything else. */
+/* An IPv6 client is its /64 (budget_client.h). */
+#define CLIENT_V6_BYTES 8
+
 static size_t client_key(const struct sockaddr *addr, unsigned char key[16])
 {
-    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (addr != NULL && addr->sa_family == AF_INET) {
-        memcpy(key, &((const struct sockaddr_in *)(const void *)addr)->sin_addr, 4);
-        return 4;
-    }
-    if (addr != NULL && addr->sa_family == AF_INET6) {
-        const unsigned char *a =
-            ((const struct sockaddr_in6 *)(const void *)addr)->sin6_addr.s6_addr;
-        if (memcmp(a, mapped, sizeof mapped) == 0) {
-            memcpy(key, a + 12, 4);
-            return 4;
-        }
-        memcpy(key, a, 8);
-        return 8;
-    }
-    return 0;
+    return addr_key(addr, CLIENT_V6_BYTES, key);
 }
 
 static size_t bucket_of(const unsigned char *key, size_t len)
 {
-    size_t h = 2166136261u;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ key[i]) * 16777619u;
-    return h % CLIENT_BUCKETS;
+    return addr_key_bucket(key, len, CLIENT_BUCKETS);
 }
 
 budget_client *budget_client_get(const struct sockaddr *addr)

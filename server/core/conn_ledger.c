@@ -8,10 +8,11 @@
  */
 #include "conn_ledger.h"
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "addr_key.h"
 
 #define LEDGER_BUCKETS 1024
 
@@ -26,34 +27,16 @@ static pthread_mutex_t ledger_lock = PTHREAD_MUTEX_INITIALIZER;
 static ledger_entry *buckets[LEDGER_BUCKETS];
 static long open_total, cap_total = 1, cap_address;
 
-/* The key of addr (an IPv4-mapped IPv6 address as its IPv4 one); 0 bytes for
- * NULL or an unknown family. */
+/* The key of addr: the whole IPv6 address, as libmicrohttpd's own per-address
+ * cap counts it (addr_key.h). */
 static size_t address_key(const struct sockaddr *addr, unsigned char key[16])
 {
-    if (addr == NULL)
-        return 0;
-    if (addr->sa_family == AF_INET) {
-        memcpy(key, &((const struct sockaddr_in *)addr)->sin_addr, 4);
-        return 4;
-    }
-    if (addr->sa_family == AF_INET6) {
-        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(a6)) {
-            memcpy(key, a6->s6_addr + 12, 4);
-            return 4;
-        }
-        memcpy(key, a6->s6_addr, 16);
-        return 16;
-    }
-    return 0;
+    return addr_key(addr, 16, key);
 }
 
-static unsigned bucket_of(const unsigned char *key, size_t len)
+static size_t bucket_of(const unsigned char *key, size_t len)
 {
-    unsigned h = 2166136261u;   /* FNV-1a */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ key[i]) * 16777619u;
-    return h % LEDGER_BUCKETS;
+    return addr_key_bucket(key, len, LEDGER_BUCKETS);
 }
 
 /* The record of key, or NULL; under ledger_lock. */
