@@ -205,8 +205,9 @@ static int run_v2_read(bench *b)
     int rc = json_array_size(inputs) == READ_INPUTS ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < READ_INPUTS; i++) {
         v2_tensor t;
-        rc = v2_tensor_describe(json_array_get(inputs, i), i, &body, READ_COUNT, &elements, &t,
-                                &err);
+        api_infer_input input;
+        v2_tensor_input_from_json(json_array_get(inputs, i), &input);
+        rc = v2_tensor_describe(&input, i, &body, READ_COUNT, &elements, &t, &err);
         if (rc == 0)
             rc = v2_tensor_read_numbers(&t, b->read_out + i * READ_ROWS * READ_COLS, &err);
     }
