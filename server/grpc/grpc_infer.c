@@ -33,36 +33,12 @@
 
 #include "core/compute.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "router/api.h"
 
 /* The binary section starts on this, as the HTTP layer places a v2 body's,
  * so that FP32 inputs are read where they lie. */
 #define BODY_ALIGN 64
-
-/* 1 when s is UTF-8 as jansson reads a string (no overlong form, no
- * surrogate, nothing past U+10FFFF): what the HTTP twin's JSON could hold. */
-static int utf8_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != 0) {
-        unsigned c = *p++;
-        if (c < 0x80)
-            continue;
-        size_t n = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 0;
-        if (n == 0 || c > 0xf4)
-            return 0;
-        unsigned cp = c & (0x3f >> n);
-        for (size_t i = 0; i < n; i++, p++) {
-            if ((*p & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (*p & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-    }
-    return 1;
-}
 
 /* A request parameter as the value v2's rules read, into *v; -1 when it has
  * none this server reads (no value, an unset oneof, a string that is not

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "numfmt.h"
 
 void jw_init(jw_buf *w, size_t hint)
@@ -65,32 +66,6 @@ void jw_raw(jw_buf *w, const char *text)
 void jw_char(jw_buf *w, char c)
 {
     jw_append(w, &c, 1);
-}
-
-/* Bytes of the well-formed UTF-8 sequence at p (1 to 4; Unicode's table 3-7:
- * no overlong forms, no surrogates, nothing past U+10FFFF), or 0 when the
- * byte at p does not start one.  Reads no further than the first byte that
- * does not fit, so a NUL ends it. */
-static int utf8_length(const unsigned char *p)
-{
-    unsigned char c = p[0], lo = 0x80, hi = 0xbf;
-    int n;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (int i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return n;
 }
 
 void jw_string(jw_buf *w, const char *s)
