@@ -25,7 +25,8 @@
 #                                      a server that was started are reported whatever
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
-#   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*
+#   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*,
+#   overflow
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -133,6 +134,7 @@ every_suite() {
         --server build/attention-server
     suite reductions-asan /usr/bin/python3 tests/reductions/reductions_test.py \
         --server build/asan/attention-server
+    suite overflow /usr/bin/python3 tests/numbers/overflow_test.py --server build/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server

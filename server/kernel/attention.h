@@ -103,6 +103,24 @@ static inline size_t attention_keys_seen(const attn_job *job, size_t i0, size_t 
     return job->causal && last + 1 < job->lk ? last + 1 : job->lk;
 }
 
+/* Whether query row i of batch b may see some key: with causal, the keys up to its own
+ * position; with a mask, those of them the mask lets through.  Every path tells a fully
+ * masked row from an overflow by this: a row whose weights all came out 0 (no score it may
+ * see was above -Inf) is fully masked, and yields zeros, only where this says no; where it
+ * says yes, each score the row may see overflowed to -Inf (or was NaN), and the job is
+ * not_finite (docs/numbers.md).  Rare, so a plain loop over the mask row. */
+static inline int attention_row_sees_key(const attn_job *job, size_t b, size_t i)
+{
+    size_t n = job->causal && i + 1 < job->lk ? i + 1 : job->lk;
+    if (job->mask == NULL)
+        return n > 0;
+    const unsigned char *m = job->mask + ((job->mask_batched ? b : 0) * job->lq + i) * job->lk;
+    for (size_t j = 0; j < n; j++)
+        if (m[j])
+            return 1;
+    return 0;
+}
+
 /* Numbers of q and k together (batch x (lq + lk) x dk) as a float32 job's float copies of
  * them hold them (attention_floats_pair), 0 for a float64 job: the pooled weights and the
  * reductions compute in float32 from q and k as the kernels had them. */

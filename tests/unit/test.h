@@ -133,6 +133,8 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_large_logits)            \
     X(kernel_paths_on_pool)                 \
     X(kernel_paths_overflow_reported)       \
+    X(kernel_overflow_every_score_reported) \
+    X(kernel_overflow_some_scores_exact)    \
     X(kernel_paths_float_output_not_finite) \
     X(kernel_paths_wide_heads)              \
     X(kernel_paths_block_rows)              \
