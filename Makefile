@@ -19,6 +19,8 @@
 #   make fuzz       libFuzzer on everything a request body reaches, for FUZZ_SECONDS
 #   make image, image-balancer, test-container, test-compose, test-swarm   the container
 #                   image, the balancer, and their suites (docker/)
+#   make test-newcomer  README.md's quick start as written, in a fresh minimal Debian
+#                   container (tests/newcomer/)
 #   make clean      remove build/
 #
 # Installing: what is missing here (Debian packages through apt-get, the pinned npm folders
@@ -97,7 +99,7 @@ ITEST   := build/itest
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
 
 .PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd bench-sizing fuzz clean container-deps soak \
-        install-podman image image-balancer test-container test-compose test-swarm lint-k8s \
+        install-podman image image-balancer test-container test-newcomer test-compose test-swarm lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers $(PROVISION_GOALS)
 all: $(SERVER)
@@ -259,6 +261,11 @@ image: provision-container
 
 test-container:
 	@bash tests/container/image.sh
+
+# README.md's quick start followed as written in a fresh minimal Debian container
+# (tests/newcomer/); it skips, saying why, where no engine can run a container.
+test-newcomer:
+	@bash tests/newcomer/newcomer.sh
 
 # The nginx load balancer of docker/compose.yaml, and the suite that brings the compose file
 # up, kills a replica under load and checks that clients do not notice

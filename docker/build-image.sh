@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the project's images with whichever container engine is present (docker/engine.sh
-# says how it chooses), after making the debian:bookworm-slim base when the engine does not
-# have it.  `make image` runs it; the container tests build through the same functions.
+# says how it chooses), on the base image engine.sh chooses (making the project's own
+# attention-base:bookworm-minbase with debootstrap when it is that one and not there yet),
+# leaving no untagged image behind.  `make image` runs it; the container tests build
+# through the same functions.
 #
 #   docker/build-image.sh             the service, attention-server:latest (docker/Dockerfile)
 #   docker/build-image.sh balancer    the nginx load balancer, attention-balancer:latest
@@ -13,7 +15,8 @@ if ! engine_select; then
     echo "cannot build: $ENGINE_WHY_NOT" >&2
     exit 1
 fi
-base_image_ensure || { echo "cannot make $BASE_IMAGE" >&2; exit 1; }
+base_image_ensure || { echo "cannot make the base image $BASE_IMAGE" >&2; exit 1; }
+echo "base image: $BASE_IMAGE"
 case "${1:-server}" in
     server)   tag=$IMAGE;          dockerfile=$ROOT/docker/Dockerfile ;;
     balancer) tag=$BALANCER_IMAGE; dockerfile=$ROOT/docker/balancer/Dockerfile ;;

@@ -2,7 +2,7 @@
 # Runs the test suites of the project and prints their combined count as the last line,
 # "N passed, N failed".  Each suite is a program that prints its own "N passed, N failed"
 # line; a suite that dies without one counts as one failure.  A suite that cannot run here
-# (the container suites without a container engine) prints "SKIPPED: NAME: why" and
+# (the container suites and newcomer without a container engine) prints "SKIPPED: NAME: why" and
 # "0 passed, 0 failed"; the skips are listed again before the total.  Called by `make test`
 # after the builds; run from the repository root.
 #
@@ -36,6 +36,8 @@
 #                                      swarm/...);
 #                                      the whole script runs when one matches, reporting
 #                                      only the matching checks
+#   newcomer                           "N: first line" of a README block, as printed; the
+#                                      blocks before it run too
 #   browser                            the test's name (make's T=)
 #   viz-capture                        the check's name (capture/...)
 set -u
@@ -142,6 +144,8 @@ every_suite() {
     suite openapi-lint bash tests/lint-api.sh
     FILTER_FLAG=env suite openapi-answers make --no-print-directory check-api-answers
     suite container bash tests/container/image.sh
+    # README.md's quick start as written, in a fresh minimal Debian container
+    suite newcomer bash tests/newcomer/newcomer.sh
     FILTER_FLAG=env suite k8s-manifests make --no-print-directory lint-k8s
     FILTER_FLAG=T= suite browser make --no-print-directory test-browser
     suite compose bash tests/container/compose.sh

@@ -2,12 +2,18 @@
  * answer.c - the bodies every handler answers with: JSON, the two forms of
  * error body (chosen by the route's id), the 404 of no endpoint, the
  * draining 503; and what an attention handler notes beside its body.
+ *
+ * Every JSON body ends with a newline, success and error alike, so that an
+ * answer printed by curl ends its line before the next output or the prompt.
+ * The JSON part of a binary v2 answer is no body of its own and gets none
+ * (v2_answer.c): Inference-Header-Content-Length counts its bytes exactly.
  */
 #include "answer.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "metrics/metrics.h"
 #include "route/route.h"
 
@@ -22,6 +28,7 @@ void answer_static(api_response *resp, int status, const char *body)
 
 void answer_jw(api_response *resp, int status, jw_buf *w)
 {
+    jw_char(w, '\n');
     resp->body = jw_finish(w, &resp->body_len);
     if (resp->body == NULL) {
         attn_error err;
@@ -36,8 +43,13 @@ void answer_jw(api_response *resp, int status, jw_buf *w)
 
 void answer_json(api_response *resp, int status, json_t *value)
 {
-    /* json_dumps allocates through mem_malloc (mem_install_jansson). */
-    char *text = value ? json_dumps(value, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    const size_t flags = JSON_INDENT(2) | JSON_REAL_PRECISION(17);
+    size_t len = value ? json_dumpb(value, NULL, 0, flags) : 0;
+    char *text = len > 0 ? mem_malloc(len + 1) : NULL;
+    if (text != NULL && json_dumpb(value, text, len, flags) != len) {
+        mem_free(text);
+        text = NULL;
+    }
     json_decref(value);
     if (text == NULL) {
         attn_error err;
@@ -45,8 +57,9 @@ void answer_json(api_response *resp, int status, json_t *value)
         answer_error(resp, &err);
         return;
     }
+    text[len] = '\n';
     resp->body = text;
-    resp->body_len = strlen(text);
+    resp->body_len = len + 1;
     resp->body_static = 0;
     resp->status = status;
     resp->content_type = "application/json";

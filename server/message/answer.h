@@ -26,12 +26,13 @@
  * "" for an answer without a body. */
 void answer_static(api_response *resp, int status, const char *body);
 
-/* Answers status with the JSON text written into w, which this consumes;
- * when w ran out of memory, answers the out-of-memory error instead. */
+/* Answers status with the JSON text written into w and a newline, consuming
+ * w; when w ran out of memory, answers the out-of-memory error instead. */
 void answer_jw(api_response *resp, int status, jw_buf *w);
 
 /* Answers status with value (stolen; NULL, as from a failed json_pack, gives
- * the out-of-memory error) serialised with two-space indentation. */
+ * the out-of-memory error) serialised with two-space indentation and a
+ * newline. */
 void answer_json(api_response *resp, int status, json_t *value);
 
 /* Replaces the body of resp (freeing it) with the error body for err

@@ -205,7 +205,7 @@ static void answer_model(const api_request *req, const api_env *env, int config,
         jw_raw(&w, ",\"outputs\":");
         write_meta_tensors(&w, a->outputs, a->n_outputs);
     }
-    jw_raw(&w, "}\n");
+    jw_raw(&w, "}");
     answer_jw(resp, 200, &w);
 }
 
@@ -233,7 +233,7 @@ void v2_handle_model_ready(const api_request *req, const api_env *env, api_respo
     jw_init(&w, 64 + strlen(m.name));
     jw_raw(&w, "{\"name\":");
     jw_string(&w, m.name);
-    jw_raw(&w, ",\"ready\":true}\n");
+    jw_raw(&w, ",\"ready\":true}");
     v2_model_close(&m);
     answer_jw(resp, 200, &w);
 }
@@ -265,7 +265,7 @@ void v2_handle_server(const api_request *req, const api_env *env, api_response *
             jw_char(&w, ',');
         jw_string(&w, a->extensions[i]);
     }
-    jw_raw(&w, "]}\n");
+    jw_raw(&w, "]}");
     answer_jw(resp, 200, &w);
 }
 

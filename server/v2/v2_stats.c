@@ -151,11 +151,11 @@ static void answer_models(const api_request *req, api_meta_kind kind, const char
 void v2_stats_answer(const api_request *req, const char *model, const api_env *env,
                      api_response *resp)
 {
-    answer_models(req, API_META_STATS, model, "{\"model_stats\":[", write_model, "]}\n", env,
+    answer_models(req, API_META_STATS, model, "{\"model_stats\":[", write_model, "]}", env,
                   resp);
 }
 
 void v2_repository_index(const api_request *req, const api_env *env, api_response *resp)
 {
-    answer_models(req, API_META_INDEX, NULL, "[", write_index_entry, "]\n", env, resp);
+    answer_models(req, API_META_INDEX, NULL, "[", write_index_entry, "]", env, resp);
 }

@@ -193,6 +193,33 @@ test('serves the page under a strict CSP, / redirects to it', async () => {
   assert(list.examples.map((e) => e.name).join() === fixtures.map((f) => f.name).join(), 'examples listed: ' + JSON.stringify(list));
 });
 
+test('first screen: /viz with no link draws an example and says how to start, with no interaction', async (page) => {
+  await page.goto(base + '/viz');
+  await page.waitForSelector('body[data-status="ready"], body[data-status="error"]');
+  const status = await page.$eval('body', (b) => b.dataset.status);
+  assert(status === 'ready', 'the first screen is ' + status + ': ' + await page.$eval('#error', (e) => e.textContent));
+  // drawn: the heatmap holds many colours, not one blank fill
+  const colours = await page.evaluate(() => {
+    const c = document.getElementById('heatmap');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    const seen = new Set();
+    for (let i = 0; i < d.length; i += 4 * 7) seen.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+    return seen.size;
+  });
+  assert(colours >= 8, `the heatmap canvas holds ${colours} colours: nothing is drawn`);
+  // the how-to-start text is on screen, in the first viewport, and names what to do
+  const how = await page.$eval('#how-to-start', (e) => {
+    const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return { text: e.textContent, top: r.top, bottom: r.bottom, height: r.height, width: r.width,
+      shown: st.display !== 'none' && st.visibility !== 'hidden' && Number(st.opacity) > 0, vh: innerHeight };
+  });
+  assert(how.shown && how.height > 0 && how.width > 0, 'the how-to-start text is not shown');
+  assert(how.top >= 0 && how.bottom <= how.vh, `the how-to-start text is off the first screen (${how.top}..${how.bottom})`);
+  assert(/Compute/.test(how.text) && /example/.test(how.text), 'the how-to-start text says: ' + how.text);
+  const shown = await page.$eval('#example', (s) => s.value);
+  assert(how.text.includes(shown) && shown, `the text does not name the example shown (${shown})`);
+});
+
 for (const fx of fixtures)
   test(`${fx.name}: loads by URL, the values view shows the fixture's numbers`, async (page) => {
     await openView(page, `example=${fx.name}&view=values`);

@@ -13,7 +13,9 @@ The convention (README.md says it again in an HTML comment at its top):
   * The first ```json or ```text block after an example, before the next
     example, is what the example prints, and every example must have one.
     json: the output is read as a sequence of JSON values, as many as the
-    expected block holds; an expected object names the members checked (the
+    expected block holds, each ending its line (the server ends every JSON
+    answer with a newline, so that it never runs into the next output or the
+    prompt); an expected object names the members checked (the
     answer may have more), arrays have the same length, numbers agree within
     1e-6 (relative and absolute), other values are equal.  text: every
     non-blank expected line is a line of the output, in that order.
@@ -23,6 +25,9 @@ The convention (README.md says it again in an HTML comment at its top):
     M, which is the `python3` the examples see.
   * A ```bash or ```console block is refused (one convention: ```sh), as is an
     expected block with no example before it.
+  * `<!-- newcomer: serve -->` and `<!-- newcomer: skip (why) -->` are for the
+    newcomer suite (tests/newcomer/), which imports examples() and check_output()
+    from here; this suite passes them by.
 
 Usage: readme_test.py --server PATH [--readme README.md].  Prints "ok N: first
 line", "FAIL N: first line: why" or "skip N: first line (why)" per example and
@@ -47,6 +52,7 @@ EXAMPLE_TIMEOUT_S = 120
 START_TIMEOUT_S = 30
 TOLERANCE = 1e-6
 MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|needs-python-module)\s*(.*?)\s*-->")
+NEWCOMER_MARKER = re.compile(r"<!--\s*newcomer:\s*(skip|serve)\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```\s*([A-Za-z0-9_-]*)\s*$")
 
 RESULTS = {"passed": 0, "failed": 0}
@@ -66,38 +72,43 @@ def report(n, first_line, ok, why=""):
 # ---------------------------------------------------------------- the README's blocks
 
 def blocks(text):
-    """[(language, body, marker or None, line number)] of every fenced block, in order; a
-    marker comment applies to the block that follows it."""
-    out, lines, i, marker = [], text.splitlines(), 0, None
+    """[(language, body, marker or None, line number, newcomer marker or None)] of every
+    fenced block, in order; a marker comment applies to the block that follows it."""
+    out, lines, i, marker, newcomer = [], text.splitlines(), 0, None, None
     while i < len(lines):
         m = MARKER.search(lines[i])
         if m:
             marker = (m.group(1), m.group(2).strip("() "))
+        m = NEWCOMER_MARKER.search(lines[i])
+        if m:
+            newcomer = (m.group(1), m.group(2).strip("() "))
         f = FENCE.match(lines[i])
         if f:
             start, body, i = i + 1, [], i + 1
             while i < len(lines) and not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            out.append((f.group(1), "\n".join(body) + "\n", marker, start))
-            marker = None
+            out.append((f.group(1), "\n".join(body) + "\n", marker, start, newcomer))
+            marker = newcomer = None
         i += 1
     return out
 
 
 def examples(text):
-    """[(n, script, expected (language, text) or None, marker, problem or None)]."""
+    """[(n, script, expected (language, text) or None, marker, problem or None,
+    newcomer marker)]."""
     out = []
-    for lang, body, marker, line in blocks(text):
+    for lang, body, marker, line, newcomer in blocks(text):
         if lang == "sh":
-            out.append([len(out) + 1, body, None, marker, None])
+            out.append([len(out) + 1, body, None, marker, None, newcomer])
         elif lang in ("bash", "console", "shell", "zsh"):
             out.append([len(out) + 1, body, None, marker,
-                        "line %d: a ```%s block; examples are ```sh" % (line, lang)])
+                        "line %d: a ```%s block; examples are ```sh" % (line, lang), newcomer])
         elif lang in ("json", "text"):
             if not out or out[-1][2] is not None:
                 out.append([len(out) + 1, "(expected output at line %d)\n" % line, None, None,
-                            "line %d: a ```%s block with no example before it" % (line, lang)])
+                            "line %d: a ```%s block with no example before it" % (line, lang),
+                            None])
             else:
                 out[-1][2] = (lang, body)
     return out
@@ -105,8 +116,9 @@ def examples(text):
 
 # ---------------------------------------------------------------- comparing answers
 
-def json_values(text):
-    """The JSON values of text, one after the other; raises ValueError on anything else."""
+def json_values(text, ended=False):
+    """The JSON values of text, one after the other; raises ValueError on anything else, and
+    with ended on a value that a newline does not follow (blanks may come between)."""
     dec, values, i = json.JSONDecoder(), [], 0
     while True:
         while i < len(text) and text[i].isspace():
@@ -117,6 +129,9 @@ def json_values(text):
             raise ValueError("more than 1000 JSON values")
         v, i = dec.raw_decode(text, i)
         values.append(v)
+        rest = text[i:]
+        if ended and not rest.lstrip(" \t").startswith("\n"):
+            raise ValueError("JSON value %d does not end its line: %r" % (len(values), rest[:40]))
 
 
 def differ(want, got, where="$"):
@@ -154,7 +169,7 @@ def check_output(expected, out):
     if lang == "json":
         wanted = json_values(want)
         try:
-            got = json_values(out)
+            got = json_values(out, ended=True)
         except ValueError as e:
             return "the output is not JSON (%s): %r" % (e, out[:200])
         if len(got) != len(wanted):
@@ -263,7 +278,7 @@ def main():
         server = Server(server_path, tmp)
         if chosen is not None:
             QUIET.update(e[0] for e in todo if e[0] not in chosen)
-        for n, script, expected, marker, problem in todo:
+        for n, script, expected, marker, problem, _ in todo:
             first = script.strip().splitlines()[0].rstrip(" \\") if script.strip() \
                 else "(empty block)"
             if problem:

@@ -1502,6 +1502,10 @@
     await compute();
   }
 
+  /* The example a visit without a link (no #...) opens on, so that the first screen shows
+   * what the page draws; #how-to-start (index.html) names it. */
+  const FIRST_EXAMPLE = 'seed001_causal';
+
   async function loadExampleList() {
     try {
       const r = await fetch('/viz/examples/');
@@ -1819,7 +1823,11 @@
       syncControls();
       if (state.example) loadExample(state.example);
       else if (state.req) openLinkedRequest().then(() => { if (state.model) { $('model-prefix').value = state.model; runLayers(state.model); } });
-      else { setStatus('pick an example, edit a request or open a file', 'idle'); writeHash(); }
+      else if (!location.hash.slice(1) && Array.from($('example').options).some((o) => o.value === FIRST_EXAMPLE)) {
+        state.example = FIRST_EXAMPLE;
+        writeHash();
+        loadExample(FIRST_EXAMPLE);
+      } else { setStatus('pick an example, edit a request or open a file', 'idle'); writeHash(); }
     });
   }
 
