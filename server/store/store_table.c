@@ -225,7 +225,12 @@ static int put_set(weight_store *store, weight_set *set, int *created, int resto
                                          (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000,
                                          &file_existed);
     if (store_io_write_set(store, set, final, store_set_sig(set)) != 0) {
-        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
+        /* A full disk or quota is the operator's to fix, not a fault of the
+         * server: its own code and status (507), so that a client or a
+         * balancer can tell it from a bug. */
+        int full = errno == ENOSPC || errno == EDQUOT;
+        rc = error_set(err, full ? ERR_NO_SPACE : ERR_INTERNAL,
+                       full ? "insufficient_storage" : "internal", NULL,
                        "The weight set could not be stored: %s. Nothing was changed.",
                        strerror(errno));
         goto done;
