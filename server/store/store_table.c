@@ -20,6 +20,7 @@
 
 #include "core/compute.h"
 #include "core/mem.h"
+#include "metrics/metrics.h"
 
 /* The reference count and the file identity live beside the public struct. */
 typedef struct weight_set_box {
@@ -53,6 +54,7 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
     box->set.out_in = out_in;
     box->refs = 1;
     memset(w, 0, sizeof *w);
+    metrics_model_hold(box->set.name);
     return &box->set;
 }
 
@@ -81,6 +83,9 @@ void weightset_release(weight_set *set)
     weight_set_box *box = (weight_set_box *)set;
     if (__atomic_sub_fetch(&box->refs, 1, __ATOMIC_SEQ_CST) != 0)
         return;
+    /* the last reference: no request computes with this set any more, and
+     * each counted itself before letting go */
+    metrics_model_unhold(set->name);
     weights_free(&set->w);
     mem_free(box);
 }
