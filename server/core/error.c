@@ -50,6 +50,7 @@ int error_http_status(int kind)
     case ERR_PRECONDITION: return 412;
     case ERR_FORBIDDEN: return 403;
     case ERR_UNSUPPORTED_MEDIA: return 415;
+    case ERR_NO_SPACE: return 507;
     default: return 500;
     }
 }

@@ -86,6 +86,7 @@ static grpc_status_code code_of_http(int status)
     case 412:
         return GRPC_STATUS_FAILED_PRECONDITION;
     case 413:
+    case 507: /* a full disk; no RPC writes a set today, so for completeness */
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case 503:
         return GRPC_STATUS_UNAVAILABLE;

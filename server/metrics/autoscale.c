@@ -19,7 +19,9 @@
  * whichever protocol brought it.  The (model, protocol) pairs live in a small
  * table; past AUTOSCALE_SERIES pairs new ones count under the model
  * "_other", so a client naming many sets cannot grow the page without
- * bound.  One mutex guards the table and the completion counters.
+ * bound, and a model's pairs leave it when its last weight set is gone
+ * (model_holds.c), so that deleted sets do not fill it.  One mutex guards
+ * the table and the completion counters.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -90,6 +92,18 @@ static series *series_find(const char *model, const char *protocol)
     snprintf(s->model, sizeof s->model, "%s", model);
     snprintf(s->protocol, sizeof s->protocol, "%s", protocol);
     return s;
+}
+
+void autoscale_forget(const char *name)
+{
+    pthread_mutex_lock(&autoscale_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < table_used; i++)
+        if (strcmp(table[i].model, name) != 0)
+            table[kept++] = table[i];
+    memset(&table[kept], 0, (table_used - kept) * sizeof table[0]);
+    table_used = kept;
+    pthread_mutex_unlock(&autoscale_lock);
 }
 
 void metrics_attention_observe(const char *model, const char *protocol, double queue_wait,

@@ -64,6 +64,15 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes);
 void metrics_attention_observe(const char *model, const char *protocol, double queue_wait,
                                double compute, size_t request_bytes);
 
+/* A weight set named name was made (hold) or freed (unhold); the store
+ * calls these for every set.  When the last set of a name is freed (after
+ * a delete, once every request that held it has ended and been counted),
+ * the name's series of the autoscaling signals and its per-model
+ * statistics (model_stats.h) are dropped, so that deleted sets neither
+ * grow the page nor keep a place a new set needs (model_holds.c). */
+void metrics_model_hold(const char *name);
+void metrics_model_unhold(const char *name);
+
 /* Counts requests joining (+1) or leaving (-1) the queue for a worker. */
 void metrics_queue_add(int delta);
 

@@ -1,5 +1,6 @@
 /*
- * model_stats.c - the table of per-model statistics (see model_stats.h).
+ * model_stats.c - the table of per-model statistics (see model_stats.h);
+ * an entry is dropped when its model's last weight set is (model_holds.c).
  */
 #include "model_stats.h"
 
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include "core/mem.h"
+#include "metrics_internal.h"
 
 typedef struct entry {
     char *name;
@@ -84,6 +86,18 @@ void model_stats_failure(const char *model, double seconds)
     model_stats *m = find(model, 1);
     if (m != NULL)
         add(&m->fail, seconds);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+void model_stats_forget(const char *name)
+{
+    pthread_mutex_lock(&stats_lock);
+    for (size_t i = 0; i < entry_count; i++)
+        if (!strcmp(entries[i].name, name)) {
+            mem_free(entries[i].name);
+            entries[i] = entries[--entry_count];
+            break;
+        }
     pthread_mutex_unlock(&stats_lock);
 }
 

@@ -7,8 +7,9 @@
  * weights count there, as v2 requests to the built-in model do).  A success
  * adds its times in four phases (waiting for a worker, reading the input,
  * computing, writing the answer); a failure adds its time to the failures.
- * The table is small (one entry per model used since start-up) and guarded
- * by one mutex held for a few additions.
+ * The table is small (one entry per model used and not deleted since: a
+ * model's entry goes with its last weight set, metrics_model_unhold) and
+ * guarded by one mutex held for a few additions.
  */
 #ifndef ATTN_MODEL_STATS_H
 #define ATTN_MODEL_STATS_H

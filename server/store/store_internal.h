@@ -81,6 +81,13 @@ struct weight_store {
     int stop;
     long interval_ms;
     int64_t last_ok_ms;     /* monotonic time of the last successful scan */
+    /* The directory's identity before the last full scan read its entries,
+     * when it can be trusted to change with the next entry added, renamed
+     * or removed (dir_sig_settled), and when that scan was (monotonic):
+     * store_sync_if_changed (store_sync.c).  Guarded by sync_lock. */
+    file_sig dir_sig;
+    int dir_sig_settled;
+    int64_t dir_full_ms;
     unsigned long sync_errors, syncs, quarantined;
     /* The recent rescans forced by pins (store_sync_for_pin), by a hash of
      * the name and generation; guarded by pin_lock. */
@@ -247,6 +254,10 @@ int store_quarantine_note(weight_store *store, suspect_list *found, const char *
 /* One scan; initial is the first one of store_open (nothing quarantined,
  * nothing reported to the metrics). */
 int store_sync_once(weight_store *store, int initial, attn_error *err);
+/* The background thread's scan: the directory's identity alone while it is
+ * settled and unchanged (and nothing is suspect), a full store_sync
+ * otherwise and at least every STORE_FULL_SCAN_MS.  Returns as store_sync. */
+int store_sync_if_changed(weight_store *store, attn_error *err);
 /* Stops the background sync thread if it runs (store_close). */
 void store_sync_stop(weight_store *store);
 

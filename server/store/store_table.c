@@ -20,6 +20,7 @@
 
 #include "core/compute.h"
 #include "core/mem.h"
+#include "metrics/metrics.h"
 
 /* The reference count and the file identity live beside the public struct. */
 typedef struct weight_set_box {
@@ -53,6 +54,7 @@ weight_set *weightset_new(const char *name, attn_weights *w, size_t heads, int o
     box->set.out_in = out_in;
     box->refs = 1;
     memset(w, 0, sizeof *w);
+    metrics_model_hold(box->set.name);
     return &box->set;
 }
 
@@ -81,6 +83,9 @@ void weightset_release(weight_set *set)
     weight_set_box *box = (weight_set_box *)set;
     if (__atomic_sub_fetch(&box->refs, 1, __ATOMIC_SEQ_CST) != 0)
         return;
+    /* the last reference: no request computes with this set any more, and
+     * each counted itself before letting go */
+    metrics_model_unhold(set->name);
     weights_free(&set->w);
     mem_free(box);
 }
@@ -225,7 +230,12 @@ static int put_set(weight_store *store, weight_set *set, int *created, int resto
                                          (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000,
                                          &file_existed);
     if (store_io_write_set(store, set, final, store_set_sig(set)) != 0) {
-        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
+        /* A full disk or quota is the operator's to fix, not a fault of the
+         * server: its own code and status (507), so that a client or a
+         * balancer can tell it from a bug. */
+        int full = errno == ENOSPC || errno == EDQUOT;
+        rc = error_set(err, full ? ERR_NO_SPACE : ERR_INTERNAL,
+                       full ? "insufficient_storage" : "internal", NULL,
                        "The weight set could not be stored: %s. Nothing was changed.",
                        strerror(errno));
         goto done;

@@ -308,6 +308,50 @@ static void access_json(const trace_access_line *a)
     json_decref(line);
 }
 
+/* The text line's one rule for a value a client chose (the method, the
+ * path, the model's name): a value of printable ASCII with no space, '"' or
+ * '\\' is printed as it is, so that the common line reads as before; any
+ * other, the empty one too, in double quotes, with '"' and '\\' after a
+ * backslash and every byte outside printable ASCII as \xHH.  So a value is
+ * one word or one quoted string however it was spelled, and a target such
+ * as "/v1/x status=200 model=evil" cannot add fields to the line.  Writes
+ * into out (size bytes, at least 3), cutting a value too long for it after a
+ * whole character and closing the quote. */
+static void text_value(char *out, size_t size, const char *s)
+{
+    int plain = s[0] != '\0';
+    for (const unsigned char *p = (const unsigned char *)s; *p && plain; p++)
+        plain = *p > 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
+    if (plain) {
+        snprintf(out, size, "%s", s);
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    out[n++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char c[4];
+        size_t k = 0;
+        if (*p == '"' || *p == '\\') {
+            c[k++] = '\\';
+            c[k++] = (char)*p;
+        } else if (*p < 0x20 || *p > 0x7e) {
+            c[k++] = '\\';
+            c[k++] = 'x';
+            c[k++] = hex[*p >> 4];
+            c[k++] = hex[*p & 15];
+        } else {
+            c[k++] = (char)*p;
+        }
+        if (n + k + 2 > size)   /* room for the closing quote and the NUL */
+            break;
+        memcpy(out + n, c, k);
+        n += k;
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+}
+
 void trace_access(const trace_access_line *a, const char *format)
 {
     if (!strcmp(format, "json")) {
@@ -316,16 +360,22 @@ void trace_access(const trace_access_line *a, const char *format)
     }
     const trace_context *t = a->trace;
     int model = a->model != NULL && a->model[0];
+    /* room for the front-ends' longest method, path and model name, escaped */
+    char method[64], path[4 * 128 + 3], model_name[4 * 80 + 3];
+    text_value(method, sizeof method, a->method);
+    text_value(path, sizeof path, a->path);
+    if (model)
+        text_value(model_name, sizeof model_name, a->model);
     if (!strcmp(a->protocol, "grpc"))
         fprintf(stderr, "access grpc %s status=%d http=%d in=%zu out=%zu ms=%.3f via=%s id=%s "
-                "trace=%s%s%s%s\n", a->method, a->grpc_status, a->status, a->bytes_in,
+                "trace=%s%s%s%s\n", method, a->grpc_status, a->status, a->bytes_in,
                 a->bytes_out, a->seconds * 1000.0, a->served, t->request_id, t->trace_id,
-                model ? " model=" : "", model ? a->model : "", a->aborted ? " aborted" : "");
+                model ? " model=" : "", model ? model_name : "", a->aborted ? " aborted" : "");
     else
         fprintf(stderr, "access %s %s status=%d in=%zu out=%zu ms=%.3f via=%s id=%s "
-                "trace=%s%s%s%s\n", a->method, a->path, a->status, a->bytes_in, a->bytes_out,
+                "trace=%s%s%s%s\n", method, path, a->status, a->bytes_in, a->bytes_out,
                 a->seconds * 1000.0, a->served, t->request_id, t->trace_id,
-                model ? " model=" : "", model ? a->model : "", a->aborted ? " aborted" : "");
+                model ? " model=" : "", model ? model_name : "", a->aborted ? " aborted" : "");
 }
 
 void trace_log_message(const char *source, const char *message)

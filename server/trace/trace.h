@@ -89,8 +89,9 @@ typedef struct trace_access_line {
 } trace_access_line;
 
 /* Writes a's access line on stderr, as one JSON object when format is
- * "json", else as a line of words; written whole, so that lines of
- * concurrent requests never mix. */
+ * "json", else as a line of words, where the method, the path and the
+ * model are each one word or one quoted string (trace.c, text_value);
+ * written whole, so that lines of concurrent requests never mix. */
 void trace_access(const trace_access_line *a, const char *format);
 
 /* Writes a message of a library the server runs (source: "libmicrohttpd")

@@ -20,7 +20,15 @@ Starts servers on free loopback ports (stopped by their PIDs) and checks:
 - 64 concurrent requests get 64 different request ids, trace ids and span ids,
   and the JSON access log has exactly one line for each, with the same ids, and
   libmicrohttpd's own complaints are JSON lines as well;
-- /v1/info shows each sized setting with its source (flag, env, cores/cgroup).
+- /v1/info shows each sized setting with its source (flag, env, cores/cgroup);
+- the text access log prints a request target with spaces, quotes and
+  backslashes as one quoted, escaped field, so that it cannot forge fields;
+- 100 weight sets created, used and deleted leave /metrics the size it was,
+  and a new set then gets its own series, not "_other";
+- a PUT that does not fit a 1 MiB tmpfs is 507 insufficient_storage and
+  changes nothing (skipped, with the reason printed, where mount is refused);
+- 10,000 stored sets cost an idle server under 5% of a core, rescanned every
+  100 ms (utime + stime from /proc/PID/stat over a window).
 
 The burst's checks rest on the work it asks for, never on timing: six
 requests of 2 GFLOP each behind one worker and one compute thread must wait
@@ -35,11 +43,17 @@ import gzip
 import json
 import os
 import re
+import shlex
 import socket
+import struct
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 import urllib.request
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import harness  # noqa: E402
 from harness import check  # noqa: E402
@@ -362,6 +376,224 @@ def check_ids_unique_and_logged(srv):
           sample["client"] == "127.0.0.1" and "compute" in sample["phases_ms"], sample)
 
 
+def raw_request(srv, raw):
+    """Sends raw bytes on a new connection and reads the answer until the server closes."""
+    host, port = srv.base.split("//")[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        c.sendall(raw)
+        c.shutdown(socket.SHUT_WR)
+        answer = b""
+        while True:
+            part = c.recv(4096)
+            if not part:
+                return answer
+            answer += part
+
+
+def check_text_log_escaped(srv):
+    """The text access line (the binary's default) prints a value a client chose
+    as one word or one quoted string: a target with spaces cannot forge fields."""
+    forged = "/v1/x status=200 model=evil id=forged"
+    raw_request(srv, ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: forge-1\r\n"
+                      "Connection: close\r\n\r\n" % forged).encode())
+    raw_request(srv, b'GET /v1/a"b\\c HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: forge-2\r\n'
+                     b"Connection: close\r\n\r\n")
+    srv.request("GET", "/healthz", None, {"X-Request-Id": "plain-1"})
+    srv.stop_quietly = True
+    srv.proc.terminate()
+    srv.proc.wait(timeout=60)
+    with open(os.path.join(srv.dir.name, "stderr")) as f:
+        lines = [l for l in f.read().splitlines() if l.startswith("access ")]
+
+    def line_of(rid):
+        got = [l for l in lines if " id=%s " % rid in l or l.endswith(" id=%s" % rid)]
+        return got[0] if len(got) == 1 else None
+
+    def words(line):
+        try:
+            return shlex.split(line)
+        except ValueError as e:
+            return ["unreadable: %s" % e]
+
+    one = line_of("forge-1")
+    w = words(one) if one else []
+    check("log/a target with spaces is one quoted field",
+          one is not None and one.startswith('access GET "%s" status=' % forged) and
+          w[:3] == ["access", "GET", forged] and w[3].startswith("status=") and
+          not any(x.startswith("model=") for x in w) and
+          [x for x in w if x.startswith("id=")] == ["id=forge-1"], one or lines[-5:])
+    two = line_of("forge-2")
+    check("log/quotes and backslashes are escaped",
+          two is not None and two.startswith('access GET "/v1/a\\"b\\\\c" status=') and
+          words(two)[2] == '/v1/a"b\\c', two or lines[-5:])
+    plain = line_of("plain-1")
+    check("log/a plain path is printed as it is",
+          plain is not None and plain.startswith("access GET /healthz status=200 "), plain)
+
+
+def put_set(srv, name, body):
+    return srv.request("PUT", "/v1/weight-sets/" + name, body,
+                       {"Content-Type": "application/json"})[0]
+
+
+def metrics_text(srv):
+    return srv.request("GET", "/metrics")[1].decode()
+
+
+def check_metrics_after_deletes(srv):
+    """A deleted set's per-model series go with it: 100 sets created, used and
+    deleted leave /metrics the size it was, and a new set gets its own series."""
+    toy = open(os.path.join(ROOT, "api", "examples", "toy.weight-set.json"), "rb").read()
+    use = json.dumps({"x": [[0.3, 0.8, -0.3]], "weights": "NAME"})
+
+    def cycle(name):
+        ok = put_set(srv, name, toy) == 201
+        ok = ok and srv.request("POST", "/v1/attention",
+                                use.replace("NAME", name).encode())[0] == 200
+        return ok and srv.request("DELETE", "/v1/weight-sets/" + name)[0] in (200, 204)
+
+    # one cycle and one page first, so that every route's counters exist before
+    # the size is taken
+    ok = cycle("warm") and srv.request("POST", "/v1/attention", TINY)[0] == 200
+    # /metrics counts itself once it has completed, which its client may see first
+    for _ in range(100):
+        page = metrics_text(srv)
+        if 'attn_http_requests_total{route="/metrics"' in page:
+            break
+    before = len(metrics_text(srv))
+    for i in range(100):
+        ok = ok and cycle("cycle-%03d" % i)
+    page = metrics_text(srv)
+    check("metrics/100 sets created, used and deleted", ok)
+    # the counters' digits may grow a little; a series of a set is some 4 KB
+    check("metrics/the page is the size it was after 100 deleted sets",
+          len(page) <= before + 400 and 'model="cycle-' not in page,
+          "%d bytes before, %d after" % (before, len(page)))
+    ok = put_set(srv, "prod", toy) == 201 and srv.request(
+        "POST", "/v1/attention", use.replace("NAME", "prod").encode())[0] == 200
+    page = metrics_text(srv)
+    check("metrics/a new set gets its own series, not _other",
+          ok and 'attention_compute_seconds_count{model="prod",protocol="http"} 1' in page and
+          'model="_other"' not in page,
+          [l for l in page.splitlines() if "compute_seconds_count" in l][:6])
+
+
+def check_full_disk(srv):
+    """A weight set that does not fit on the disk is 507 insufficient_storage,
+    and nothing is changed: the set it would replace is still served, and no
+    file is left behind.  Needs a small tmpfs, which only a test allowed to
+    mount one can have."""
+    mnt = tempfile.mkdtemp(prefix="attn-enospc-", dir=srv.dir.name)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("SKIPPED: full-disk: cannot mount a tmpfs here (%s)" %
+              (r.stderr.strip() or r.returncode), flush=True)
+        os.rmdir(mnt)
+        return
+    small = harness.Server(BINARY, "--quiet", "--data-dir", os.path.join(mnt, "data"))
+    try:
+        toy = open(os.path.join(ROOT, "api", "examples", "toy.weight-set.json"), "rb").read()
+        n = 256  # three 256 x 256 float64 arrays: 1.5 MB, more than the 1 MiB disk
+        big = json.dumps({k: matrix(n, n, s) for s, k in enumerate(("wq", "wk", "wv"))}).encode()
+        stored = put_set(small, "kept", toy) == 201
+        files = sorted(os.listdir(os.path.join(mnt, "data")))
+        for name in ("kept", "new"):
+            status, body, _ = small.request("PUT", "/v1/weight-sets/" + name, big,
+                                            {"Content-Type": "application/json"})
+            try:
+                code = json.loads(body)["error"]["code"]
+            except (ValueError, KeyError, TypeError):
+                code = body[:200]
+            check("full-disk/PUT %s on a full disk: 507 insufficient_storage" % name,
+                  stored and status == 507 and code == "insufficient_storage", (status, code))
+        status, body, _ = small.request("GET", "/v1/weight-sets/kept")
+        check("full-disk/nothing changed: the set is served as it was, no file left behind",
+              status == 200 and json.loads(body)["shapes"]["wq"] == [3, 2] and
+              sorted(os.listdir(os.path.join(mnt, "data"))) == files and
+              small.request("GET", "/v1/weight-sets/new")[0] == 404,
+              (status, files, sorted(os.listdir(os.path.join(mnt, "data")))))
+    finally:
+        small.stop()
+        subprocess.run(["umount", mnt], check=False)
+        os.rmdir(mnt)
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, from /proc/PID/stat, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wset_checksum(data):
+    """The store's checksum (server/store/store_format.c) of bytes whose length
+    is a multiple of 8, as a whole set file's are."""
+    h = 0xCBF29CE484222325
+    for (word,) in struct.iter_unpack("<Q", data):
+        h = ((h ^ word) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return h
+
+
+def write_sets(template, directory, count):
+    """count copies of a float64 set file (format version 2: its name at offset
+    88 and its length at 68) named s00000.wset, ... in directory, each with its
+    own name and checksum."""
+    head = 88
+    if template[:8] != b"ATTNWSET" or struct.unpack_from("<I", template, 8)[0] != 2:
+        raise ValueError("the template is not a float64 set file of format version 2")
+    name_len = struct.unpack_from("<I", template, 68)[0]
+    arrays = template[head + (name_len + 7) // 8 * 8:-8]
+    for i in range(count):
+        name = b"s%05d" % i
+        header = bytearray(template[:head])
+        struct.pack_into("<I", header, 68, len(name))
+        body = bytes(header) + name + b"\0" * (-len(name) % 8) + arrays
+        with open(os.path.join(directory, name.decode() + ".wset"), "wb") as f:
+            f.write(body + struct.pack("<Q", wset_checksum(body)))
+
+
+SETS = 10000
+IDLE_WINDOW = 3.0
+BINARY = None  # the server under test (--server), for the checks that start their own
+
+
+def check_rescan_idle(srv):
+    """The store's rescans cost nothing measurable while nothing changes, however
+    many sets there are: 10,000 sets on disk, a rescan every 100 ms, and the
+    server's CPU time (utime + stime from /proc) over a window of idleness stays
+    under 5% of a core."""
+    toy = open(os.path.join(ROOT, "api", "examples", "toy.weight-set.json"), "rb").read()
+    put_set(srv, "template", toy)
+    with open(os.path.join(srv.dir.name, "data", "template.wset"), "rb") as f:
+        template = f.read()
+    directory = tempfile.mkdtemp(prefix="many-", dir=srv.dir.name)
+    write_sets(template, directory, SETS)
+    # a directory nobody has written to for a minute, as a store at rest is
+    old = os.stat(directory).st_mtime - 60
+    os.utime(directory, (old, old))
+    many = harness.Server(BINARY, "--quiet", "--data-dir", directory,
+                          "--store-sync-interval", "100")
+    try:
+        page = metrics_text(many)
+        loaded = "attn_store_sets %d" % SETS in page
+        start_cpu, start = cpu_seconds(many.proc.pid), time.monotonic()
+        time.sleep(IDLE_WINDOW)  # the window measured, not a wait for anything
+        used = (cpu_seconds(many.proc.pid) - start_cpu) / (time.monotonic() - start)
+        age = re.search(r"attn_store_last_sync_age_seconds ([0-9.e+-]+)", metrics_text(many))
+        print("rescan idle: %d sets, %.1f%% of a core over %.1f s" %
+              (SETS, 100 * used, IDLE_WINDOW), flush=True)
+        check("rescan/10,000 sets loaded", loaded,
+              [l for l in page.splitlines() if l.startswith("attn_store_sets")])
+        check("rescan/idle at 10,000 sets: under 5% of a core", used < 0.05,
+              "%.1f%% of a core" % (100 * used))
+        check("rescan/the rescans kept running (the last good one under a second ago)",
+              age is not None and float(age.group(1)) < 1.0, age and age.group(0))
+    finally:
+        many.stop()
+
+
 def check_sizing_info(srv):
     _, body, _ = srv.request("GET", "/v1/info")
     sizing = json.loads(body)["sizing"]
@@ -390,7 +622,9 @@ class Server(harness.Server):
 
 
 def main():
+    global BINARY
     args = harness.arguments(__doc__)
+    BINARY = args.server
     harness.run(args.server, [check_metrics_burst, check_refused_while_queued], "--quiet",
                 "--max-inflight", "1",
                 "--compute-threads", "1", "--queue-wait-ms", "60000", "--inline-max-bytes", "0")
@@ -398,6 +632,9 @@ def main():
                               check_server_timing], "--quiet")
     harness.run(args.server, [check_ids_unique_and_logged], "--log-format", "json",
                 server_class=Server)
+    harness.run(args.server, [check_text_log_escaped], server_class=Server)
+    harness.run(args.server, [check_metrics_after_deletes, check_full_disk, check_rescan_idle],
+                "--quiet")
     os.environ["ATTN_IO_THREADS"] = "3"
     try:
         harness.run(args.server, [check_sizing_info], "--quiet", "--max-inflight", "5")

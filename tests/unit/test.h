@@ -250,6 +250,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_replace)                    \
     X(store_delete)                     \
     X(store_reference_outlives_replace_and_delete) \
+    X(store_delete_releases_metrics)    \
     X(store_quarantines_bad_files)      \
     X(store_every_byte_flip_is_rejected) \
     X(store_removes_tmp_leftovers)      \

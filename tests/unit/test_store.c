@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/mem.h"
+#include "metrics/metrics.h"
 #include "store/store.h"
 #include "test.h"
 #include "core/test_hooks.h"
@@ -556,6 +557,53 @@ static void body_reference(const char *dir)
 void test_store_reference_outlives_replace_and_delete(void)
 {
     in_temp_dir(body_reference);
+}
+
+/* Whether /metrics holds a series of the model name. */
+static int metrics_has_model(const char *name)
+{
+    size_t len = 0;
+    char *page = metrics_render(&len);
+    char label[96];
+    snprintf(label, sizeof label, "model=\"%s\"", name);
+    int found = page != NULL && strstr(page, label) != NULL;
+    mem_free(page);
+    return found;
+}
+
+/* A deleted set's series of /metrics go when its last reference does: a
+ * request still computing with it (a reference taken before the delete)
+ * counts itself into the series, and only its release drops them; a set
+ * made of the same name meanwhile keeps them. */
+static void body_delete_releases_metrics(const char *dir)
+{
+    static const set_shape shape = {2, 2, 2, 2, 2, HAS_ALL};
+    attn_error err;
+    weight_store *store = open_store(dir, &roomy, &err, NULL, 0);
+    ASSERT(store != NULL);
+    ASSERT_EQ(store_put(store, set_make("gone-m", &shape, 5, 0, 0), NULL, &err), 0);
+    weight_set *running = store_get(store, "gone-m");
+    ASSERT(running != NULL);
+    metrics_attention_observe("gone-m", "http", 0, 0.001, 10);
+    ASSERT(metrics_has_model("gone-m"));
+    ASSERT_EQ(store_delete(store, "gone-m", &err), 0);
+    ASSERT(metrics_has_model("gone-m"));    /* the request still holds the set */
+    metrics_attention_observe("gone-m", "http", 0, 0.001, 10);
+    weightset_release(running);
+    ASSERT(!metrics_has_model("gone-m"));
+    /* a set of the name made again gets its series again, and a replace keeps them */
+    ASSERT_EQ(store_put(store, set_make("gone-m", &shape, 6, 0, 0), NULL, &err), 0);
+    metrics_attention_observe("gone-m", "http", 0, 0.001, 10);
+    ASSERT_EQ(store_put(store, set_make("gone-m", &shape, 7, 0, 0), NULL, &err), 0);
+    ASSERT(metrics_has_model("gone-m"));
+    ASSERT_EQ(store_delete(store, "gone-m", &err), 0);
+    ASSERT(!metrics_has_model("gone-m"));
+    close_store(store);
+}
+
+void test_store_delete_releases_metrics(void)
+{
+    in_temp_dir(body_delete_releases_metrics);
 }
 
 /* ---- bad files at start-up ----------------------------------------------- */
