@@ -12,6 +12,7 @@
 #   make lint-api, check-api-answers, lint-k8s   the OpenAPI file, the answers against it,
 #                   the Kubernetes manifests (suites of `make test` that also run alone)
 #   make bench      every benchmark against its competing implementation, one table of ratios
+#   make perf-doc   docs/performance.md's table from build/bench/results (make bench does it too)
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make bench-sizing  the shipped defaults held to CPU sets with taskset, wrk on others
 #                   (SIZING_CPUS="0-1 0-3 0-7" SIZING_WRK_CPUS=8-15 on a 16-core machine)
@@ -96,7 +97,7 @@ ITEST   := build/itest
 # rule follows `all`.  `make deps` is provision-build under its older name.
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
 
-.PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd bench-sizing fuzz clean container-deps soak \
+.PHONY: all run test test-build deps checkpoint-deps lint-api bench perf-doc bench-mhd bench-sizing fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-compose test-swarm lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers $(PROVISION_GOALS)
@@ -337,6 +338,11 @@ ort-deps:
 bench: provision-bench
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
+
+# docs/performance.md's table written again from build/bench/results (a full `make bench`
+# does it at its end): tests/bench/perf_table.py.
+perf-doc:
+	@/usr/bin/python3 tests/bench/perf_table.py --results build/bench/results --write docs/performance.md
 
 # The server with its shipped defaults (no sizing flag) held to each CPU set of SIZING_CPUS,
 # wrk to SIZING_WRK_CPUS (all CPUs when empty): tests/bench/bench_sizing.sh.

@@ -18,6 +18,7 @@
 # What a name is, suite by suite (each takes --filter SUBSTR, or as noted):
 #   unit, unit-asan, unit-valgrind     the test's name in tests/unit/test.h (UNIT_TESTS)
 #   reference                          "fixture/NAME" of each fixture, "property/..."
+#   perf-table                         the printed name, "perf-table/..."
 #   integration*, v2, crash*, hostile, shared-store
 #                                      the name printed on the test's "ok" line; the
 #                                      integration-PATH-GROUP suites add it to their own
@@ -93,6 +94,7 @@ every_suite() {
         --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
+    suite perf-table /usr/bin/python3 tests/bench/perf_table_test.py
     suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
     suite viz-capture /usr/bin/python3 tests/browser/capture.py
     suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \
