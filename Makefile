@@ -80,14 +80,15 @@ LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o $(
 HOOKED := core/mem json/json_fast store/store_io kernel/attention kernel/attention_fused
 TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
-UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
+UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c tests/integration/case_body.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
 # The integration harness (tests/integration/itest.h) that every integration program links.
 HARNESS_SRCS := tests/integration/harness.c tests/integration/itest_server.c \
                 tests/integration/itest_expect.c tests/integration/itest_sets.c \
                 tests/integration/client.c tests/ref/reference.c
 HARNESS_DEPS := $(HARNESS_SRCS) tests/integration/itest.h tests/integration/client.h tests/ref/reference.h
-ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c))
+ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c)) \
+              tests/integration/case_body.c
 
 SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
@@ -194,7 +195,7 @@ $(UNIT): $(TEST_LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS) $(HARNESS_DEPS)
+$(ITEST): $(ITEST_SRCS) tests/integration/case_body.h $(HARNESS_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) $(HARNESS_SRCS) -o $@ -ljansson -lm
 
