@@ -89,9 +89,9 @@ every_suite() {
     suite unit-asan build/asan/unit-tests
     # Under valgrind the kernel tests run the server's paths only: with two paths they took
     # 235 s there, and the tests' avx512-on-avx2 (tests/unit/kernel_avx512_on_avx2.c) would
-    # add half as much again; unit-asan runs it.
-    suite unit-valgrind env UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 \
-        --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests
+    # add half as much again; unit-asan runs it.  Two valgrind processes share the list
+    # (valgrind runs one thread of a process at a time, so one left the second core idle).
+    suite unit-valgrind bash tests/unit/valgrind_shards.sh --shards 2
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
     suite perf-table /usr/bin/python3 tests/bench/perf_table_test.py

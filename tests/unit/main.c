@@ -1,8 +1,10 @@
 /*
  * main.c - runs every unit test listed in test.h.
  *
- * Usage: unit-tests [--filter SUBSTR | SUBSTR]  (runs only the tests whose name contains
- * SUBSTR; none matching: "0 passed, 0 failed").
+ * Usage: unit-tests [--shard K/N] [--filter SUBSTR | SUBSTR]  (runs only the tests whose name
+ * contains SUBSTR; none matching: "0 passed, 0 failed").  --shard K/N runs only every Nth test
+ * of the list, from the Kth (0 <= K < N), so that N processes run the list between them:
+ * tests/unit/valgrind_shards.sh runs two under valgrind at once.
  * With UNIT_CPU_PATHS_ONLY set in the environment, the kernel tests run only
  * the paths the server has, not the tests' avx512-on-avx2.
  */
@@ -36,17 +38,26 @@ int main(int argc, char **argv)
     if (getenv("UNIT_CPU_PATHS_ONLY") == NULL)
         attn_kernel_add_for_testing(&attn_kernel_avx512_on_avx2);
     const char *filter = NULL;
-    if (argc == 3 && strcmp(argv[1], "--filter") == 0) {
-        filter = argv[2];
-    } else if (argc == 2 && strncmp(argv[1], "--", 2) != 0) {
-        filter = argv[1];
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: %s [--filter SUBSTR | SUBSTR]\n", argv[0]);
+    unsigned shard = 0, shards = 1;
+    int bad = 0;
+    for (int i = 1; i < argc && !bad; i++) {
+        char end;
+        if (strcmp(argv[i], "--shard") == 0 && i + 1 < argc)
+            bad = sscanf(argv[++i], "%u/%u%c", &shard, &shards, &end) != 2 || shards == 0 || shard >= shards;
+        else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc && filter == NULL)
+            filter = argv[++i];
+        else if (strncmp(argv[i], "--", 2) != 0 && filter == NULL)
+            filter = argv[i];
+        else
+            bad = 1;
+    }
+    if (bad) {
+        fprintf(stderr, "usage: %s [--shard K/N] [--filter SUBSTR | SUBSTR]\n", argv[0]);
         return 2;
     }
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof all_tests / sizeof all_tests[0]; i++) {
-        if (filter != NULL && strstr(all_tests[i].name, filter) == NULL)
+        if ((filter != NULL && strstr(all_tests[i].name, filter) == NULL) || i % shards != shard)
             continue;
         test_failed = 0;
         all_tests[i].run();
