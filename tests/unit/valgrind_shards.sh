@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # valgrind_shards.sh - the unit-valgrind suite: build/unit-tests under memcheck, its list run by
-# N valgrind processes at once (unit-tests --shard K/N: every Nth test from the Kth), since
-# valgrind runs a process's threads one at a time and one process left the second core idle
-# for most of the suite's minutes. Every test still runs under memcheck, with the same options;
-# each shard's output is printed whole after it ends, then the total.
+# N valgrind processes at once, since valgrind runs a process's threads one at a time and one
+# process left the second core idle for most of the suite's minutes. The processes share one
+# queue file (unit-tests --queue FILE): each takes the next test of the list as it finishes
+# one, so the slow kernel tests spread over them however the list changes. Every test still
+# runs once under memcheck, with the same options; each shard's output is printed whole after
+# it ends, then the total.
 #
 #   tests/unit/valgrind_shards.sh [--shards N] [--filter SUBSTR]
 #
@@ -27,10 +29,11 @@ done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+: >"$work/queue"
 pids=()
 for ((k = 0; k < shards; k++)); do
     UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 --leak-check=full \
-        --errors-for-leak-kinds=definite,indirect build/unit-tests --shard "$k/$shards" \
+        --errors-for-leak-kinds=definite,indirect build/unit-tests --queue "$work/queue" \
         "${filter[@]}" >"$work/out.$k" 2>&1 &
     pids+=($!)
 done
@@ -38,11 +41,11 @@ passed=0 failed=0 rc=0
 for ((k = 0; k < shards; k++)); do
     wait "${pids[$k]}"
     status=$?
-    echo "--- shard $k/$shards (exit status $status)"
+    echo "--- shard $((k + 1)) of $shards (exit status $status)"
     grep -v -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out.$k"
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out.$k" | tail -n 1)
     if [ -z "$summary" ]; then
-        echo "FAIL shard $k/$shards: ended without its summary line"
+        echo "FAIL shard $((k + 1)) of $shards: ended without its summary line"
         failed=$((failed + 1))
     else
         passed=$((passed + ${summary%% passed*}))
