@@ -12,6 +12,7 @@
 #   make lint-api, check-api-answers, lint-k8s   the OpenAPI file, the answers against it,
 #                   the Kubernetes manifests (suites of `make test` that also run alone)
 #   make bench      every benchmark against its competing implementation, one table of ratios
+#   make perf-doc   docs/performance.md's table from build/bench/results (make bench does it too)
 #   make bench-mhd  the server with 1, 2, 4 and 8 I/O threads measured against each other
 #   make bench-sizing  the shipped defaults held to CPU sets with taskset, wrk on others
 #                   (SIZING_CPUS="0-1 0-3 0-7" SIZING_WRK_CPUS=8-15 on a 16-core machine)
@@ -81,14 +82,15 @@ LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o $(
 HOOKED := core/mem json/json_fast store/store_io kernel/attention kernel/attention_fused
 TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
-UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c
+UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c tests/integration/case_body.c
 UNIT_OBJS := $(UNIT_SRCS:tests/%.c=$(BUILD)/obj/tests/%.o)
 # The integration harness (tests/integration/itest.h) that every integration program links.
 HARNESS_SRCS := tests/integration/harness.c tests/integration/itest_server.c \
                 tests/integration/itest_expect.c tests/integration/itest_sets.c \
                 tests/integration/client.c tests/ref/reference.c
 HARNESS_DEPS := $(HARNESS_SRCS) tests/integration/itest.h tests/integration/client.h tests/ref/reference.h
-ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c))
+ITEST_SRCS := $(filter-out $(HARNESS_SRCS),$(wildcard tests/integration/itest*.c)) \
+              tests/integration/case_body.c
 
 SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
@@ -98,7 +100,7 @@ ITEST   := build/itest
 # rule follows `all`.  `make deps` is provision-build under its older name.
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
 
-.PHONY: all run test test-build deps checkpoint-deps lint-api bench bench-mhd bench-sizing fuzz clean container-deps soak \
+.PHONY: all run test test-build deps checkpoint-deps lint-api bench perf-doc bench-mhd bench-sizing fuzz clean container-deps soak \
         install-podman image image-balancer test-container test-newcomer test-compose test-swarm lint-k8s \
         browser-deps test-browser viz-screenshots ort-deps \
         check-api-answers $(PROVISION_GOALS)
@@ -195,7 +197,7 @@ $(UNIT): $(TEST_LIB_OBJS) $(UNIT_OBJS)
 	$(CC) $^ -o $@ $(LDFLAGS_ALL)
 
 # The integration runner is an ordinary client: never sanitized, built once.
-$(ITEST): $(ITEST_SRCS) $(HARNESS_DEPS)
+$(ITEST): $(ITEST_SRCS) tests/integration/case_body.h $(HARNESS_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O2 -g $(WARN) -Itests $(ITEST_SRCS) $(HARNESS_SRCS) -o $@ -ljansson -lm
 
@@ -344,6 +346,11 @@ ort-deps:
 bench: provision-bench
 	@$(MAKE) --no-print-directory SANITIZE= build/attention-server $(BENCH_BINS)
 	@bash tests/bench/run.sh $(BENCH_ARGS)
+
+# docs/performance.md's table written again from build/bench/results (a full `make bench`
+# does it at its end): tests/bench/perf_table.py.
+perf-doc:
+	@/usr/bin/python3 tests/bench/perf_table.py --results build/bench/results --write docs/performance.md
 
 # The server with its shipped defaults (no sizing flag) held to each CPU set of SIZING_CPUS,
 # wrk to SIZING_WRK_CPUS (all CPUs when empty): tests/bench/bench_sizing.sh.

@@ -18,6 +18,7 @@
 # What a name is, suite by suite (each takes --filter SUBSTR, or as noted):
 #   unit, unit-asan, unit-valgrind     the test's name in tests/unit/test.h (UNIT_TESTS)
 #   reference                          "fixture/NAME" of each fixture, "property/..."
+#   perf-table                         the printed name, "perf-table/..."
 #   integration*, v2, crash*, hostile, shared-store
 #                                      the name printed on the test's "ok" line; the
 #                                      integration-PATH-GROUP suites add it to their own
@@ -91,11 +92,12 @@ every_suite() {
     suite unit-asan build/asan/unit-tests
     # Under valgrind the kernel tests run the server's paths only: with two paths they took
     # 235 s there, and the tests' avx512-on-avx2 (tests/unit/kernel_avx512_on_avx2.c) would
-    # add half as much again; unit-asan runs it.
-    suite unit-valgrind env UNIT_CPU_PATHS_ONLY=1 valgrind -q --error-exitcode=9 \
-        --leak-check=full --errors-for-leak-kinds=definite,indirect build/unit-tests
+    # add half as much again; unit-asan runs it.  Two valgrind processes share the list
+    # (valgrind runs one thread of a process at a time, so one left the second core idle).
+    suite unit-valgrind bash tests/unit/valgrind_shards.sh --shards 2
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
+    suite perf-table /usr/bin/python3 tests/bench/perf_table_test.py
     suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
     suite viz-capture /usr/bin/python3 tests/browser/capture.py
     suite integration build/itest --server build/attention-server --fixtures "$FIXTURES" \

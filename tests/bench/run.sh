@@ -32,8 +32,9 @@
 #   BENCH_HTTP_SECONDS, BENCH_HTTP_REPS   see bench_http.sh
 #   BENCH_PYTHON         interpreter with Debian's NumPy and Flask (default /usr/bin/python3)
 # Usage: bash tests/bench/run.sh [--quick]   (--quick: one short run per figure, a smoke test)
-# Results: build/bench/results/ (summary.txt is the table). Exit status 0, or 1 when a benchmark
-# or a check failed.
+# Results: build/bench/results/ (summary.txt is the table, made by perf_table.py, which also
+# writes it into docs/performance.md after a full run that failed nothing). Exit status 0, or
+# 1 when a benchmark or a check failed.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/bench/lib.sh
@@ -86,12 +87,15 @@ if [ -s "$RESULTS/store.tsv" ]; then
         "$RESULTS/store.tsv" >"$RESULTS/table-store.tsv"
 fi
 
-# The table: scenario | ours | peer | ratio | target | GFLOP/s | ns/number | peak RSS.
-# Rows come from table-*.tsv: section, scenario, ours, peer, unit, target, GFLOP/s (ours / peer),
-# ns per number (ours / peer), peak RSS, note. ratio is "x faster": peer/ours for times, ours/peer
-# for rates. A target "N" asks for ratio >= N; "<N MiB" asks for ours' peak RSS under N MiB;
-# "<N ns" asks for ours under N ns per number; "<=N" asks for ours within N times peer's time,
-# and its ratio is ours/peer (how many times peer's time ours takes).
+# The run's facts for tests/bench/perf_table.py, which makes the table (one script for the
+# summary and for docs/performance.md; the rules of ratio and target are at its top).
+{
+    printf 'commit\t%s\n' "$(git rev-parse --short HEAD 2>/dev/null)"
+    printf 'machine\t%s\n' "$machine"
+    printf 'load\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf 'mode\t%s\n' "$([ ${#QUICK[@]} -gt 0 ] && echo quick || echo full)"
+    printf 'seconds\t%s\n' "$(( $(date +%s) - started ))"
+} >"$RESULTS/run.tsv"
 {
     echo "attention-server benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
     echo "machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -100,46 +104,7 @@ fi
     echo "checkpoint rows: ours = safetensors or gzip, peer = JSON or plain, both to our server"
     echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"
     echo
-    cat "$RESULTS"/table-kernel.tsv "$RESULTS"/table-json.tsv "$RESULTS"/table-http.tsv \
-        "$RESULTS"/table-grpc.tsv "$RESULTS"/table-store.tsv "$RESULTS"/table-checkpoint.tsv \
-        "$RESULTS"/table-reductions.tsv "$RESULTS"/table-viz.tsv 2>/dev/null | awk -F'\t' '
-    function num(x) { return x ~ /^[0-9.]+$/ && x + 0 > 0 }
-    {
-        ratio = "-"; met = ""
-        if (num($3) && num($4)) {
-            r = ($5 == "req/s") ? $3 / $4 : $4 / $3
-            ratio = sprintf("%.2fx", r)
-            if ($6 ~ /^[0-9.]+$/) met = (r >= $6) ? " ok" : " MISSED"
-        }
-        target = $6 == "" ? "" : ($6 ~ /^</ ? $6 : ">=" $6 "x")
-        if ($6 ~ /^<=[0-9.]+$/) {
-            limit = substr($6, 3) + 0; target = $6 "x"
-            if (num($3) && num($4)) {
-                r = $3 / $4; ratio = sprintf("%.2fx", r); met = (r <= limit) ? " ok" : " MISSED"
-            } else met = " MISSED"
-        } else if ($6 ~ /^<.* ns$/) {
-            limit = substr($6, 2) + 0
-            met = num($3) ? ($3 + 0 < limit ? " ok" : " MISSED") : " MISSED"
-        } else if ($6 ~ /^</) {
-            split($9, rss, " "); limit = substr($6, 2) + 0
-            met = num(rss[1]) ? (rss[1] + 0 < limit ? " ok" : " MISSED") : " MISSED"
-        }
-        unit = $5 == "ns" ? "ns/num" : $5
-        ours = $3 == "" ? "-" : $3 " " unit; peer = $4 == "" ? "-" : $4 " " unit
-        n++
-        rows[n] = sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |", n, $2, ours, peer, ratio,
-                            target met, $7, $8, $9)
-        if ($10 != "") notes[n] = $10
-    }
-    END {
-        print "| # | scenario | ours | peer | ratio | target | GFLOP/s | ns/number | peak RSS |"
-        print "|---|---|---|---|---|---|---|---|---|"
-        for (i = 1; i <= n; i++) print rows[i]
-        print ""
-        print "Notes:"
-        for (i = 1; i <= n; i++)
-            if ((i in notes) && !(notes[i] in said)) { said[notes[i]] = 1; printf "  #%d: %s\n", i, notes[i] }
-    }'
+    "$BENCH_PYTHON" tests/bench/perf_table.py --results "$RESULTS" --print
     if [ -s "$RESULTS/ort.md" ]; then
         echo
         echo "Against ONNX Runtime (tests/bench/bench_ort.sh):"
@@ -163,3 +128,9 @@ if [ ${#failed[@]} -gt 0 ]; then
     exit 1
 fi
 echo "all benchmarks ran and all checks agreed"
+# The page's table follows the latest full run that failed nothing (a --quick run's figures
+# are a smoke test, not figures to publish).
+if [ ${#QUICK[@]} -eq 0 ]; then
+    "$BENCH_PYTHON" tests/bench/perf_table.py --results "$RESULTS" --write docs/performance.md ||
+        exit 1
+fi

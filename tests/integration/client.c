@@ -612,3 +612,36 @@ char *client_raw_exchange(int port, const char *data, size_t len, double timeout
     *out_len = used;
     return buf;
 }
+
+void client_raw_call(int port, const char *data, size_t len, double timeout_s, struct client_response *r,
+                     int *answers, int *closed)
+{
+    size_t got;
+    memset(r, 0, sizeof *r);
+    *answers = 0;
+    char *text = client_raw_exchange(port, data, len, timeout_s, &got, closed);
+    if (text == NULL) {
+        snprintf(r->transport_error, sizeof r->transport_error, "cannot connect to 127.0.0.1:%d", port);
+        r->body = client_xcalloc(1, 1);
+        return;
+    }
+    for (const char *p = text; (p = strstr(p, "HTTP/1.1 ")) != NULL; p += 9)
+        if (p == text || p[-1] == '\n')
+            (*answers)++;
+    if (strncmp(text, "HTTP/1.1 ", 9) == 0)
+        r->status = atoi(text + 9);
+    char *end = strstr(text, "\r\n\r\n");
+    const char *body = end != NULL ? end + 4 : text + got;
+    size_t body_len = (size_t)(text + got - body);
+    if (end != NULL) {
+        *end = '\0';
+        client_parse_headers(text, r);
+        const char *length = client_header(r, "Content-Length");
+        if (length != NULL && strtoull(length, NULL, 10) < body_len)
+            body_len = (size_t)strtoull(length, NULL, 10);
+    }
+    r->body = client_xcalloc(body_len + 1, 1);
+    memcpy(r->body, body, body_len);
+    r->body_len = body_len;
+    free(text);
+}

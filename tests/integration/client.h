@@ -226,4 +226,14 @@ void client_parse_headers(char *text, struct client_response *r);
 char *client_raw_exchange(int port, const char *data, size_t len, double timeout_s, size_t *out_len,
                           int *closed);
 
+/*
+ * client_raw_exchange read as HTTP: fills r (the caller frees it with client_response_free)
+ * with the first answer's status, headers and body (its Content-Length bytes, or all that
+ * followed its headers when it names no length), sets *answers to the number of status lines
+ * that begin a line of what arrived and *closed as client_raw_exchange does. When the
+ * connection cannot be made, r has status 0 and says so in r->transport_error.
+ */
+void client_raw_call(int port, const char *data, size_t len, double timeout_s, struct client_response *r,
+                     int *answers, int *closed);
+
 #endif

@@ -7,45 +7,7 @@
  * rather than as C.
  */
 #include "itest.h"
-
-/* Returns a new array of the shape in dims (from axis on) filled with the integer 1. */
-static json_t *filled_array(const json_t *dims, size_t axis)
-{
-    if (axis == json_array_size(dims))
-        return json_integer(1);
-    json_t *a = json_array();
-    json_int_t n = json_integer_value(json_array_get(dims, axis));
-    for (json_int_t i = 0; i < n; i++)
-        json_array_append_new(a, filled_array(dims, axis + 1));
-    return a;
-}
-
-/*
- * Returns a new deep copy of v in which every object {"$matrix": [d1, d2, ...]} is
- * replaced by an array of that shape filled with 1s, so that case files can ask for
- * large requests without spelling them out.
- */
-static json_t *expand_body(const json_t *v)
-{
-    if (json_is_object(v)) {
-        const json_t *dims = json_object_get(v, "$matrix");
-        if (json_object_size(v) == 1 && json_is_array(dims))
-            return filled_array(dims, 0);
-        json_t *copy = json_object();
-        const char *key;
-        json_t *member;
-        json_object_foreach((json_t *)v, key, member)
-            json_object_set_new(copy, key, expand_body(member));
-        return copy;
-    }
-    if (json_is_array(v)) {
-        json_t *copy = json_array();
-        for (size_t i = 0; i < json_array_size(v); i++)
-            json_array_append_new(copy, expand_body(json_array_get(v, i)));
-        return copy;
-    }
-    return json_deep_copy(v);
-}
+#include "case_body.h"
 
 /* Returns the name of the first key of obj that is not in the NULL-terminated list. */
 static const char *unknown_key(const json_t *obj, const char *const *allowed)
@@ -117,6 +79,68 @@ static int header_object_valid(const json_t *obj)
     return 1;
 }
 
+/* Returns 1 when v, a raw_request, is a string or an array of pieces: strings and
+ * {"$repeat": [string, count]}. */
+static int raw_request_valid(const json_t *v)
+{
+    if (json_is_string(v))
+        return 1;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *piece = json_array_get(v, i);
+        const json_t *repeat = json_object_get(piece, "$repeat");
+        if (!json_is_string(piece) &&
+            !(json_object_size(piece) == 1 && json_array_size(repeat) == 2 &&
+              json_is_string(json_array_get(repeat, 0)) && json_integer_value(json_array_get(repeat, 1)) > 0))
+            return 0;
+    }
+    return json_array_size(v) > 0;
+}
+
+/* The bytes of a well-formed raw_request (the caller frees them), its pieces joined and each
+ * {"$repeat": [text, count]} written count times; *len is their number. */
+static char *raw_request_bytes(const json_t *v, size_t *len)
+{
+    size_t count = json_is_string(v) ? 1 : json_array_size(v), used = 0, cap = 256;
+    char *out = client_xcalloc(cap, 1);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *piece = json_is_string(v) ? v : json_array_get(v, i);
+        const json_t *repeat = json_object_get(piece, "$repeat");
+        const json_t *text = repeat != NULL ? json_array_get(repeat, 0) : piece;
+        size_t times = repeat != NULL ? (size_t)json_integer_value(json_array_get(repeat, 1)) : 1;
+        size_t n = json_string_length(text);
+        for (size_t k = 0; k < times; k++) {
+            if (used + n + 1 > cap) {
+                cap = 2 * (used + n + 1);
+                out = client_xrealloc(out, cap);
+            }
+            memcpy(out + used, json_string_value(text), n);
+            used += n;
+        }
+    }
+    out[used] = '\0';
+    *len = used;
+    return out;
+}
+
+/* The method and the request target of case c: its "method" and "path" (POST and
+ * /v1/attention when it names none), or those of its raw_request's request line. */
+static void case_request_line(const json_t *c, char *method, size_t method_cap, char *path, size_t path_cap)
+{
+    const json_t *raw = json_object_get(c, "raw_request");
+    const char *m = json_string_value(json_object_get(c, "method"));
+    const char *p = json_string_value(json_object_get(c, "path"));
+    snprintf(method, method_cap, "%s", m != NULL ? m : "POST");
+    snprintf(path, path_cap, "%s", p != NULL ? p : "/v1/attention");
+    if (raw != NULL) {
+        const char *line = json_string_value(json_is_string(raw) ? raw : json_array_get(raw, 0));
+        line = line != NULL ? line : "";
+        size_t m_len = strcspn(line, " \r\n");
+        const char *target = line + m_len + (line[m_len] == ' ');
+        snprintf(method, method_cap, "%.*s", (int)m_len, line);
+        snprintf(path, path_cap, "%.*s", (int)strcspn(target, " \r\n"), target);
+    }
+}
+
 /*
  * Checks the form of case c before anything is sent: only known keys, the required ones,
  * and values of the right types. A typo in a case file must not silently weaken a test,
@@ -125,10 +149,15 @@ static int header_object_valid(const json_t *obj)
 static int case_well_formed(struct test *t, const json_t *c)
 {
     static const char *const case_keys[] = {"name", "about", "method", "path", "request_target", "body", "raw_body",
-                                            "body_file", "headers", "server", "pad_to_bytes", "expect", NULL};
+                                            "body_file", "headers", "server", "pad_to_bytes", "raw_request", "expect",
+                                            NULL};
     static const char *const expect_keys[] = {"status", "code", "field", "header_contains", "header_equals",
                                               "header_lacks", "headers_present", "json", "body_empty", "set_file",
-                                              "store_unchanged", "error_contains", NULL};
+                                              "store_unchanged", "error_contains", "answers", "connection_closed",
+                                              NULL};
+    /* A raw request is the whole of what is sent: nothing else may describe it. */
+    static const char *const not_with_raw[] = {"method", "path", "request_target", "body", "raw_body", "body_file",
+                                               "headers", "pad_to_bytes", NULL};
     const json_t *expect = json_object_get(c, "expect");
     const json_t *status = json_object_get(expect, "status");
     const char *bad_case_key = json_is_object(c) ? unknown_key(c, case_keys) : NULL;
@@ -138,10 +167,17 @@ static int case_well_formed(struct test *t, const json_t *c)
     const json_t *raw = json_object_get(c, "raw_body"), *file = json_object_get(c, "body_file");
     const json_t *headers = json_object_get(c, "headers"), *present = json_object_get(expect, "headers_present");
     const json_t *members = json_object_get(expect, "json"), *set_file = json_object_get(expect, "set_file");
+    const json_t *raw_request = json_object_get(c, "raw_request");
+    const char *beside_raw = NULL;
+    for (size_t i = 0; raw_request != NULL && beside_raw == NULL && not_with_raw[i] != NULL; i++)
+        if (json_object_get(c, not_with_raw[i]) != NULL)
+            beside_raw = not_with_raw[i];
+    const json_t *answers = json_object_get(expect, "answers"), *closed = json_object_get(expect, "connection_closed");
+    char method[16], path[64];
     /* v2 errors are the protocol's {"error": "text"}: no code or field to compare, and
      * error_contains only there. */
-    const char *path = json_string_value(json_object_get(c, "path"));
-    int v2 = path != NULL && strncmp(path, "/v2", 3) == 0;
+    case_request_line(c, method, sizeof method, path, sizeof path);
+    int v2 = strncmp(path, "/v2", 3) == 0;
     const json_t *contains = json_object_get(expect, "error_contains");
     return expect_true(t, json_is_object(c) && json_is_string(json_object_get(c, "name")),
                        "malformed case: not an object with a \"name\"") &&
@@ -166,7 +202,16 @@ static int case_well_formed(struct test *t, const json_t *c)
            expect_true(t, contains == NULL || (v2 && json_is_string(contains)),
                        "malformed case: expect.error_contains is for a /v2 path, and a string") &&
            expect_true(t, !v2 || (json_object_get(expect, "code") == NULL && json_object_get(expect, "field") == NULL),
-                       "malformed case: a /v2 error has no code or field (use expect.error_contains)");
+                       "malformed case: a /v2 error has no code or field (use expect.error_contains)") &&
+           expect_true(t, raw_request == NULL || raw_request_valid(raw_request),
+                       "malformed case: raw_request is not a string or an array of strings and "
+                       "{\"$repeat\": [string, count]}") &&
+           expect_true(t, beside_raw == NULL, "malformed case: %s beside raw_request", beside_raw) &&
+           expect_true(t, (answers == NULL && closed == NULL) || raw_request != NULL,
+                       "malformed case: expect.answers and expect.connection_closed are for a raw_request") &&
+           expect_true(t, answers == NULL || json_is_integer(answers), "malformed case: expect.answers is not an integer") &&
+           expect_true(t, closed == NULL || json_is_boolean(closed),
+                       "malformed case: expect.connection_closed is not true or false");
 }
 
 /* The server a case names: "default" when it names none; returns -1 for an unknown name. */
@@ -193,7 +238,7 @@ static int case_body(const json_t *c, const char *dir, char **body, size_t *len)
     *body = NULL;
     *len = 0;
     if (body_json != NULL) {
-        json_t *expanded = expand_body(body_json);
+        json_t *expanded = case_body_expand(body_json);
         *body = json_dumps(expanded, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(expanded);
         *len = strlen(*body);
@@ -339,8 +384,10 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
     const char *method = json_string_value(json_object_get(c, "method"));
     const char *server_name = json_string_value(json_object_get(c, "server"));
     int id = case_server(server_name);
-    char *body = NULL;
-    size_t body_len = 0;
+    const json_t *raw_request = json_object_get(c, "raw_request");
+    char *body = NULL, *raw = NULL, raw_method[16], raw_target[1024];
+    size_t body_len = 0, raw_len = 0;
+    int answers = 0, closed = 0;
     json_t *response = NULL;
     struct client_response r = {0};
     struct server *s;
@@ -359,6 +406,12 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
         .body = body,
         .body_len = body_len,
     };
+    if (raw_request != NULL) {
+        raw = raw_request_bytes(raw_request, &raw_len);
+        case_request_line(c, raw_method, sizeof raw_method, raw_target, sizeof raw_target);
+        rq.method = raw_method;
+        rq.path = raw_target;
+    }
     char header_lines[CLIENT_MAX_EXTRA_HEADERS][512];
     size_t header_count = 0;
     const char *hname;
@@ -376,8 +429,11 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
     struct store_snapshot before = {0};
     int check_store = json_is_true(json_object_get(expect, "store_unchanged"));
     if (check_store)
-        store_snapshot_take(&t, s, set_name_of(rq.path), &before);
-    http_call(s, &rq, &r);
+        store_snapshot_take(&t, s, raw == NULL ? set_name_of(rq.path) : NULL, &before);
+    if (raw != NULL)
+        client_raw_call(s->port, raw, raw_len, 3.0, &r, &answers, &closed);
+    else
+        http_call(s, &rq, &r);
     if (check_store) {
         expect_store_unchanged(&t, s, &before);
         store_snapshot_free(&before);
@@ -401,6 +457,13 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
                                                      : json_string_value(json_array_get(present, i));
         expect_true(&t, client_header(&r, header) != NULL, "no %s header", header);
     }
+    const json_t *want_answers = json_object_get(expect, "answers"), *want_closed = json_object_get(expect, "connection_closed");
+    if (want_answers != NULL)
+        expect_true(&t, answers == json_integer_value(want_answers), "%d answers on the connection, expected %lld", answers,
+                    (long long)json_integer_value(want_answers));
+    if (want_closed != NULL)
+        expect_true(&t, closed == json_is_true(want_closed), "the server %s the connection after its answer",
+                    closed ? "closed" : "did not close");
     if (json_is_true(json_object_get(expect, "body_empty")))
         expect_true(&t, r.body_len == 0, "the %d answer has a body of %zu bytes", r.status, r.body_len);
 
@@ -423,6 +486,7 @@ static void run_case(const char *name_prefix, const char *dir, size_t index, con
 done:
     json_decref(response);
     free(body);
+    free(raw);
     client_response_free(&r);
     if (report)
         test_end(&t);

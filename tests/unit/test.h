@@ -246,30 +246,30 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(grpc_unpack_nul_in_strings)           \
     X(grpc_unpack_too_many_inputs)          \
     X(grpc_unpack_out_of_memory)            \
-    X(store_put_reopen_bit_exact)       \
-    X(store_replace)                    \
-    X(store_delete)                     \
+    X(store_open_out_of_memory)             \
+    X(store_put_reopen_bit_exact)           \
+    X(store_replace)                        \
+    X(store_delete)                         \
     X(store_reference_outlives_replace_and_delete) \
-    X(store_delete_releases_metrics)    \
-    X(store_quarantines_bad_files)      \
-    X(store_every_byte_flip_is_rejected) \
-    X(store_removes_tmp_leftovers)      \
-    X(store_tmp_names)                  \
-    X(store_two_stores_one_directory)   \
+    X(store_delete_releases_metrics)        \
+    X(store_limits)                         \
+    X(store_set_limit_boundary)             \
+    X(store_put_out_of_memory)              \
+    X(store_list_out_of_memory)             \
+    X(store_concurrent_readers)             \
+    X(store_every_byte_flip_is_rejected)    \
+    X(store_float32_round_trip)             \
+    X(store_version2_file_loads)            \
+    X(store_float32_damage_refused)         \
+    X(store_tmp_names)                      \
+    X(store_removes_tmp_leftovers)          \
+    X(store_put_io_faults)                  \
+    X(store_delete_io_faults)               \
+    X(store_quarantines_bad_files)          \
     X(store_damage_quarantined_when_it_stays) \
-    X(store_background_sync)            \
-    X(store_put_io_faults)              \
-    X(store_delete_io_faults)           \
-    X(store_limits)                     \
-    X(store_set_limit_boundary)         \
-    X(store_put_out_of_memory)          \
-    X(store_open_out_of_memory)         \
-    X(store_list_out_of_memory)         \
-    X(store_concurrent_readers)         \
-    X(store_float32_round_trip)         \
-    X(store_large_two_writers)          \
-    X(store_version2_file_loads)        \
-    X(store_float32_damage_refused)     \
+    X(store_two_stores_one_directory)       \
+    X(store_background_sync)                \
+    X(store_large_two_writers)              \
     X(safetensors_good_file)            \
     X(safetensors_bad_files)            \
     X(safetensors_half_widening)        \

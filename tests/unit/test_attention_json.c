@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "json/json_in.h"
 #include "core/mem.h"
+#include "integration/case_body.h"
 #include "test.h"
 
 /* Parses text[0..len) as the server does and decodes it; a body that does
@@ -149,42 +150,6 @@ void test_attention_json_named_weights(void)
 /* The unit tests run from the repository root (make test, tests/run.sh). */
 #define CASES_DIR "tests/integration/cases"
 
-/* A new array of the shape dims[axis..] filled with 1, as the integration
- * runner makes for {"$matrix": [d1, d2, ...]}. */
-static json_t *filled_array(const json_t *dims, size_t axis)
-{
-    if (axis == json_array_size(dims))
-        return json_real(1);
-    json_t *a = json_array();
-    size_t n = (size_t)json_number_value(json_array_get(dims, axis));
-    for (size_t i = 0; a != NULL && i < n; i++)
-        json_array_append_new(a, filled_array(dims, axis + 1));
-    return a;
-}
-
-/* A deep copy of a case body with every {"$matrix": [...]} expanded. */
-static json_t *expand_body(const json_t *v)
-{
-    if (json_is_object(v)) {
-        const json_t *dims = json_object_get(v, "$matrix");
-        if (json_object_size(v) == 1 && json_is_array(dims))
-            return filled_array(dims, 0);
-        json_t *copy = json_object();
-        const char *key;
-        json_t *member;
-        json_object_foreach((json_t *)v, key, member)
-            json_object_set_new(copy, key, expand_body(member));
-        return copy;
-    }
-    if (json_is_array(v)) {
-        json_t *copy = json_array();
-        for (size_t i = 0; i < json_array_size(v); i++)
-            json_array_append_new(copy, expand_body(json_array_get(v, i)));
-        return copy;
-    }
-    return json_deep_copy(v);
-}
-
 /* What the decoder (and, for a request it accepts, the computation) says
  * about one case.  Returns 1 when the case was checked, 0 when it needs what
  * only the server has (a stored weight set); on a wrong answer writes why. */
@@ -201,7 +166,7 @@ static int check_case(const json_t *c, size_t max_elements, char *why, size_t wh
         rc = decode_bytes(json_string_value(raw), json_string_length(raw), max_elements, &req,
                           &err);
     } else {
-        json_t *body = expand_body(json_object_get(c, "body"));
+        json_t *body = case_body_expand(json_object_get(c, "body"));
         char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(body);
         rc = decode_text(text ? text : "", max_elements, &req, &err);
@@ -235,7 +200,7 @@ static int check_case(const json_t *c, size_t max_elements, char *why, size_t wh
 
 /* Every invalid POST /v1/attention of the integration case files
  * (tests/integration/cases/README.md) that the decoder can judge alone: the
- * default server, no extra headers or padding, status 400.  Each must fail
+ * default server, no extra headers or padding, not a raw request, status 400.  Each must fail
  * with the case's code and field, here as over HTTP. */
 void test_attention_json_integration_cases(void)
 {
@@ -275,6 +240,7 @@ void test_attention_json_integration_cases(void)
                 (cpath != NULL && strcmp(cpath, "/v1/attention") != 0) ||
                 (server != NULL && strcmp(server, "default") != 0) ||
                 json_object_get(c, "headers") != NULL || json_object_get(c, "pad_to_bytes") != NULL ||
+                json_object_get(c, "raw_request") != NULL ||
                 json_number_value(status) != 400)
                 continue;
             char why[600];
