@@ -185,6 +185,14 @@ static int scan_file(weight_store *store, scan_state *sc, const char *file, size
     return scan_note_change(sc, set->name, i >= 0 ? sc->snap[i] : NULL, set, err);
 }
 
+/* Fills err for a data directory that cannot be read (errnum) and returns
+ * its kind: the one wording of store_unreachable. */
+static int dir_unreachable(const weight_store *store, int errnum, attn_error *err)
+{
+    return error_set(err, ERR_INTERNAL, "store_unreachable", NULL,
+                     "Cannot read the data directory %s: %s.", store->dir, strerror(errnum));
+}
+
 /* Opens the data directory and fills *sig with its identity.  Returns the
  * descriptor, or -1 with err filled ("store_unreachable"). */
 static int open_directory(weight_store *store, file_sig *sig, attn_error *err)
@@ -200,8 +208,7 @@ static int open_directory(weight_store *store, file_sig *sig, attn_error *err)
     int saved = errno;
     if (fd >= 0)
         close(fd);
-    error_set(err, ERR_INTERNAL, "store_unreachable", NULL,
-              "Cannot read the data directory %s: %s.", store->dir, strerror(saved));
+    dir_unreachable(store, saved, err);
     return -1;
 }
 
@@ -229,8 +236,7 @@ static int scan_directory(weight_store *store, scan_state *sc, int initial, file
     if (d == NULL) {
         int saved = errno;
         close(fd);
-        return error_set(err, ERR_INTERNAL, "store_unreachable", NULL,
-                         "Cannot read the data directory %s: %s.", store->dir, strerror(saved));
+        return dir_unreachable(store, saved, err);
     }
     struct dirent *e;
     int rc = 0;
