@@ -14,7 +14,12 @@
 #     gets the fixture's answer;
 #   - nginx routes around the dead replica: the requests after the kill are answered by
 #     the two others, both of them;
-#   - the balancer's health check passes.
+#   - the balancer's health check passes;
+#   - the killed replica, started again, is back on the balancer's list;
+#   - sequences (tests/container/seq_route.py): 20 x 50 steps over HTTP with X-Sequence-Id
+#     and 6 over gRPC streams, each answered right and by one replica; then the replica
+#     holding the most is killed: its sequences answer sequence_unknown, never a 200, and
+#     the others go on.
 # Containers, the network and the shared weight-set volume carry the suite's project name
 # and are removed at the end, whatever happened.
 set -u
@@ -251,5 +256,43 @@ if [ "$ENGINE" = podman ]; then
     check "compose/balancer-healthcheck" "podman healthcheck run did not report the balancer healthy" \
         podman healthcheck run "$balancer"
 fi
+
+# Sequences (tests/container/seq_route.py): the replica killed above is started again, and
+# the balancer must find it (its address, new or not, comes back on the list); then 20
+# sequences x 50 steps over HTTP with X-Sequence-Id and 6 over gRPC streams, every answer
+# against a float64 reference; one replica killed, whose sequences must answer
+# sequence_unknown while the others go on.
+t0=$(now)
+$ENGINE start "$victim" >/dev/null 2>&1
+back_ip=$($ENGINE inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$victim")
+back=
+while [ -n "$back_ip" ] && [ "$(seconds_since "$t0" | cut -d. -f1)" -lt 60 ]; do
+    read -r code upstream < <(curl -s -o /dev/null --max-time 5 -w '%{http_code} %header{x-upstream}\n' "$url/readyz")
+    upstream=${upstream// /}
+    [ "$code" = 200 ] && [ "${upstream##*,}" = "$back_ip:8080" ] && { back=1; break; }
+    sleep 0.1
+done
+echo "    the killed replica started again as $back_ip, answering through the balancer after $(seconds_since "$t0") s"
+check "compose/balancer-follows-returning-replica" "the replica started again ($back_ip) got no request through the balancer in 60 s" \
+    test -n "$back"
+
+t0=$(now)
+replica_addresses=()
+for id in $(service_containers attention); do
+    replica_addresses+=("$($ENGINE inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$id")=$id")
+done
+timeout 240 /usr/bin/python3 tests/container/seq_route.py "$url" "127.0.0.1:$gport" "$ENGINE" \
+    "${replica_addresses[@]}" >"$tmp/seq" 2>&1
+grep -v '^RESULT ' "$tmp/seq" | sed 's/^/    /'
+echo "    sequences through the balancer: $(seconds_since "$t0") s"
+# seq_ok NAME: true when seq_route.py reported its check NAME passed; seq_why NAME: its words.
+seq_ok() { grep -qx "RESULT $1 ok" "$tmp/seq"; }
+seq_why() { sed -n "s/^RESULT $1 //p" "$tmp/seq" | grep . || echo "seq_route.py reported nothing: $(tail -n 1 "$tmp/seq")"; }
+check "compose/seq-http-steps" "$(seq_why http-steps)" seq_ok http-steps
+check "compose/seq-grpc-steps" "$(seq_why grpc-steps)" seq_ok grpc-steps
+check "compose/seq-one-replica-each" "$(seq_why one-replica-each)" seq_ok one-replica-each
+check "compose/seq-killed-replica-unknown" "$(seq_why killed-unknown)" seq_ok killed-unknown
+check "compose/seq-survivors-go-on" "$(seq_why survivors-go-on)" seq_ok survivors-go-on
+check "compose/seq-start-again" "$(seq_why start-again)" seq_ok start-again
 
 summary
