@@ -163,12 +163,15 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
         if (rc == 0)
             rc = bind_named_set(&ar, set, &err);
     }
-    if (rc == 0 && seq.in_sequence)
+    if (rc == 0 && seq.in_sequence) {
         /* the sequence's turn may mean waiting: never on an I/O thread */
-        rc = req->io_thread ? ADMISSION_DEFER
-                            : sequence_step_begin(&ar, &seq, ar.mask != NULL,
-                                                  ar.weights_name[0] != 0 || ar.has_inline_weights,
-                                                  &step, &err);
+        sequence_model on = {set != NULL ? set->name : ATTENTION_MODEL_BUILTIN,
+                             set != NULL ? set->generation : 0, ar.mask != NULL, ar.has_context,
+                             ar.has_inline_weights};
+        if (ar.x != NULL)
+            seq.q_field = "x";
+        rc = req->io_thread ? ADMISSION_DEFER : sequence_step_begin(&ar, &seq, &on, &step, &err);
+    }
     if (rc == 0)
         rc = compute_and_answer(req, env->cfg, &ar, &seq, &step, started, &sample, resp, &err);
     const char *model = set != NULL ? set->name : ATTENTION_MODEL_BUILTIN;
