@@ -50,6 +50,16 @@ int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_er
     return 0;
 }
 
+int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err)
+{
+    if (!draining || (a->in_sequence && !a->start))
+        return 0;
+    return error_set(err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                     "The server is shutting down and takes no new work%s; retry on another "
+                     "instance.", a->in_sequence ? " (a sequence's steps go on, no new start)"
+                                                 : "");
+}
+
 int sequence_ask_check(const sequence_ask *a, attn_error *err)
 {
     if (!a->in_sequence && (a->start || a->end))

@@ -84,6 +84,12 @@ typedef struct sequence_step {
  * "wrong_type" or "invalid_value" otherwise. */
 int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_error *err);
 
+/* While the server drains (draining non-zero), what a request of an attention route
+ * gets: a step of a live sequence goes on (the drain waits for the sequences, up to
+ * --shutdown-grace), anything else is refused, a sequence_start included: 503
+ * "shutting_down" in err, returned; 0 to go on. */
+int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err);
+
 /* Checks what the flags need once all are read: start or end needs an id
  * (400 "missing_field" at id_field), received_total needs a sequence (400
  * "conflicting_fields" at received_total_field). */

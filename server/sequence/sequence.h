@@ -56,6 +56,9 @@ typedef struct sequence sequence;
 /* Sets the limits and empties the table.  Call before any other function. */
 void sequence_init(const sequence_limits *limits);
 
+/* Sequences live now. */
+size_t sequence_live(void);
+
 /* Drops every sequence (stopping the sweeper first). */
 void sequence_shutdown(void);
 

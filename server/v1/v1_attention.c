@@ -156,6 +156,8 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     double started = compute_now();
     model_stats_sample sample = {req->queued_at > 0 ? started - req->queued_at : 0, 0, 0, 0, 1};
     int rc = decode_body(req, env->cfg, &ar, &seq, &err);
+    if (rc == 0)
+        rc = sequence_step_draining(&seq, env->draining, &err);
     if (rc == 0 && ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
@@ -185,8 +187,11 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     sequence_step_finish(&seq, &step);
     attention_request_free(&ar);
     weightset_release(set);
-    if (rc == ADMISSION_DEFER)
+    if (rc == ADMISSION_DEFER) {
         resp->deferred = 1;     /* for a worker */
-    else if (rc != 0)
+    } else if (rc != 0) {
+        if (!strcmp(err.code, "shutting_down"))
+            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
+    }
 }

@@ -632,7 +632,9 @@ static int infer_describe(const api_request *req, v2_infer *st, const api_env *e
     int rc;
     attention_request_init(&st->ar);
     st->ar.heads_field = "parameters.heads";
-    if ((rc = describe_head(st, err)) != 0 || (rc = describe_inputs(st, env, body, err)) != 0 ||
+    if ((rc = describe_head(st, err)) != 0 ||
+        (rc = sequence_step_draining(&st->seq, env->draining, err)) != 0 ||
+        (rc = describe_inputs(st, env, body, err)) != 0 ||
         (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
         (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0) ||
         (rc = begin_step(req, st, err)) != 0)
@@ -854,8 +856,11 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
     sequence_step_finish(&st.seq, &st.step);
     attention_request_free(&st.ar);
     v2_model_close(&st.model);
-    if (rc == ADMISSION_DEFER)
+    if (rc == ADMISSION_DEFER) {
         resp->deferred = 1; /* for a worker */
-    else if (rc != 0)
+    } else if (rc != 0) {
+        if (!strcmp(err.code, "shutting_down"))
+            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
+    }
 }
