@@ -36,6 +36,7 @@
 #include "http/http.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
+#include "sequence/sequence.h"
 
 extern char **environ;
 
@@ -93,6 +94,17 @@ static void budget_start(const server_config *cfg)
     budget_client_init(cfg->max_memory_share);
     fprintf(stderr, "attention-server: memory budget %zu MiB%s\n", budget >> 20,
             cfg->max_memory != 0 ? "" : " (3/4 of the memory limit)");
+}
+
+/* The sequences' limits, and the thread that expires idle ones. */
+static void sequences_start(const server_config *cfg)
+{
+    sequence_limits limits = {(size_t)cfg->max_sequences, (double)cfg->sequence_idle_timeout,
+                              cfg->max_sequence_keys};
+    sequence_init(&limits);
+    if (sequence_sweeper_start() != 0)
+        fprintf(stderr, "attention-server: no thread to expire idle sequences; they stay until "
+                        "ended or started over\n");
 }
 
 /* Blocks the stop signals and SIGUSR1 in this thread, so that only sigwait
@@ -276,17 +288,20 @@ int main(int argc, char **argv)
     budget_start(&cfg);
     sigset_t signals;
     signals_take(&signals);
+    sequences_start(&cfg);
     if (compute_start(&cfg) != 0)
         return 1;
     /* the one queue of work for --max-inflight workers, which both front-ends feed */
     if (work_queue_start(cfg.max_inflight, cfg.queue_wait_ms) != 0) {
         fprintf(stderr, "attention-server: cannot start the worker threads\n");
+        sequence_shutdown();
         compute_shutdown();
         return 1;
     }
     http_server *server = serving_start(&cfg);
     if (server == NULL) {
         work_queue_stop();
+        sequence_shutdown();
         compute_shutdown();
         return 1;
     }
@@ -295,6 +310,7 @@ int main(int argc, char **argv)
         http_stop(server);
         work_queue_stop();
         api_shutdown();
+        sequence_shutdown();
         compute_shutdown();
         return 1;
     }
@@ -307,6 +323,7 @@ int main(int argc, char **argv)
     http_stop(server);
     work_queue_stop();
     api_shutdown();
+    sequence_shutdown();
     compute_shutdown();
     fprintf(stderr, "attention-server: stopped\n");
     return 0;

@@ -27,6 +27,9 @@ typedef struct server_config {
     long compute_threads;       /* 0: one per available CPU */
     char kernel[16];            /* attention kernel path: auto, avx512, avx2, portable */
     long shutdown_grace;        /* seconds */
+    long max_sequences;         /* live sequences (sequence/sequence.h); 0: none */
+    long sequence_idle_timeout; /* seconds */
+    size_t max_sequence_keys;   /* keys one sequence may cache */
     char data_dir[1024];
     size_t max_set_bytes;       /* one stored weight set */
     size_t max_store_bytes;     /* all stored weight sets */

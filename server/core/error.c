@@ -51,6 +51,7 @@ int error_http_status(int kind)
     case ERR_FORBIDDEN: return 403;
     case ERR_UNSUPPORTED_MEDIA: return 415;
     case ERR_NO_SPACE: return 507;
+    case ERR_TOO_MANY: return 429;
     default: return 500;
     }
 }

@@ -35,7 +35,8 @@ enum {
     ERR_PRECONDITION = -10, /* 412: an If-Match or generation no longer holds */
     ERR_FORBIDDEN = -11,    /* 403: understood, allowed to nobody in this position */
     ERR_UNSUPPORTED_MEDIA = -12, /* 415: a Content-Encoding the server does not read */
-    ERR_NO_SPACE = -13      /* 507: the disk or the quota is full; nothing was written */
+    ERR_NO_SPACE = -13,     /* 507: the disk or the quota is full; nothing was written */
+    ERR_TOO_MANY = -14      /* 429: a count the server keeps is at its limit (sequences) */
 };
 
 typedef struct attn_error {

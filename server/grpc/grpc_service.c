@@ -86,6 +86,7 @@ static grpc_status_code code_of_http(int status)
     case 412:
         return GRPC_STATUS_FAILED_PRECONDITION;
     case 413:
+    case 429:
     case 507: /* a full disk; no RPC writes a set today, so for completeness */
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case 503:
@@ -160,7 +161,7 @@ void grpc_answer_from_error(grpc_answer *out, const attn_error *err, route_id ri
                             : !strcmp(err->code, "client_closed")   ? GRPC_STATUS_CANCELLED
                                                                     : code_of_http(status);
     grpc_answer_error(out, code, "%s", err->message);
-    out->retry_after = !strcmp(err->code, "overloaded") ? 1 : 0;
+    out->retry_after = !strcmp(err->code, "overloaded") || status == 429 ? 1 : 0;
     out->http_status = status;
     out->route = rid;
 }

@@ -33,6 +33,9 @@ typedef struct attn_reduce {
     int want_sink, want_local;  /* sink and local asked for (0 is a valid width) */
     size_t sink, local;
     size_t topk;                /* 0: not asked; else 1 .. lk */
+    /* The position of query row 0 among the keys, for local: 0, or in a sequence's step
+     * the keys cached before its queries (query_offset + lq <= lk). */
+    size_t query_offset;
 } attn_reduce;
 
 /* Whether r asks for anything. */

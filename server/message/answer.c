@@ -116,7 +116,7 @@ void answer_error(api_response *resp, const attn_error *err)
     resp->status = error_http_status(err->kind);
     resp->content_type = "application/json";
     resp->inference_header_length = 0;
-    if (err->kind == ERR_UNAVAILABLE && resp->retry_after == 0)
+    if ((err->kind == ERR_UNAVAILABLE || err->kind == ERR_TOO_MANY) && resp->retry_after == 0)
         resp->retry_after = 1;
     resp->body = jw_finish(&w, &resp->body_len);
     resp->body_static = 0;

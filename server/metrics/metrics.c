@@ -41,6 +41,74 @@ static double store_last_ok;        /* monotonic seconds */
 static size_t store_sets, store_bytes;
 static unsigned long long store_sync_errors;
 
+static atomic_long seq_live;
+static atomic_llong seq_bytes;
+static atomic_ulong seq_steps;
+static atomic_ulong seq_dropped[METRICS_SEQ_DROP_COUNT];
+static atomic_ulong seq_refused[METRICS_SEQ_LIMIT_COUNT];
+static const char *const seq_drop_labels[METRICS_SEQ_DROP_COUNT] = {"idle_timeout", "restarted"};
+static const char *const seq_limit_labels[METRICS_SEQ_LIMIT_COUNT] = {
+    "max_sequences", "max_sequence_keys", "memory"};
+
+void metrics_sequences_live(long delta)
+{
+    atomic_fetch_add(&seq_live, delta);
+}
+
+void metrics_sequence_bytes(long long delta)
+{
+    atomic_fetch_add(&seq_bytes, delta);
+}
+
+void metrics_sequence_step(void)
+{
+    atomic_fetch_add(&seq_steps, 1);
+}
+
+void metrics_sequence_dropped(metrics_seq_drop why)
+{
+    atomic_fetch_add(&seq_dropped[why], 1);
+}
+
+void metrics_sequence_refused(metrics_seq_limit which)
+{
+    atomic_fetch_add(&seq_refused[which], 1);
+}
+
+static void put_ulong(jw_buf *w, unsigned long long v);
+
+/* The sequences' series. */
+static void render_sequences(jw_buf *w)
+{
+    jw_raw(w, "\n# HELP attn_sequences_live Sequences whose key/value cache the server holds.\n"
+              "# TYPE attn_sequences_live gauge\nattn_sequences_live ");
+    put_ulong(w, (unsigned long long)atomic_load(&seq_live));
+    jw_raw(w, "\n# HELP attn_sequence_cached_bytes Bytes the sequences' cached keys hold "
+              "(keys, values and attention totals).\n# TYPE attn_sequence_cached_bytes gauge\n"
+              "attn_sequence_cached_bytes ");
+    put_ulong(w, (unsigned long long)atomic_load(&seq_bytes));
+    jw_raw(w, "\n# HELP attn_sequence_steps_total Sequence steps computed and kept.\n"
+              "# TYPE attn_sequence_steps_total counter\nattn_sequence_steps_total ");
+    put_ulong(w, atomic_load(&seq_steps));
+    jw_raw(w, "\n# HELP attn_sequences_dropped_total Sequences dropped without sequence_end: "
+              "idle past --sequence-idle-timeout, or emptied by a sequence_start on their id.\n"
+              "# TYPE attn_sequences_dropped_total counter");
+    for (int i = 0; i < METRICS_SEQ_DROP_COUNT; i++) {
+        jw_raw(w, "\nattn_sequences_dropped_total{reason=\"");
+        jw_raw(w, seq_drop_labels[i]);
+        jw_raw(w, "\"} ");
+        put_ulong(w, atomic_load(&seq_dropped[i]));
+    }
+    jw_raw(w, "\n# HELP attn_sequence_refusals_total Sequence steps refused by a limit.\n"
+              "# TYPE attn_sequence_refusals_total counter");
+    for (int i = 0; i < METRICS_SEQ_LIMIT_COUNT; i++) {
+        jw_raw(w, "\nattn_sequence_refusals_total{limit=\"");
+        jw_raw(w, seq_limit_labels[i]);
+        jw_raw(w, "\"} ");
+        put_ulong(w, atomic_load(&seq_refused[i]));
+    }
+}
+
 void metrics_store_observe(int ok, size_t sets, size_t bytes)
 {
     double now = compute_now();
@@ -187,6 +255,7 @@ char *metrics_render(size_t *len)
         put_ulong(&w, store_sync_errors);
     }
     pthread_mutex_unlock(&metrics_lock);
+    render_sequences(&w);
     jw_raw(&w, "\n# HELP attn_http_dispatch_total Requests with work to do, by where they were "
                "answered: inline (on the I/O thread that read them), worker, or deferred (to a "
                "worker, after the I/O thread found them not small).\n"

@@ -56,6 +56,21 @@ void metrics_static_compressed_add(void);
  * sets and bytes, and the failures. */
 void metrics_store_observe(int ok, size_t sets, size_t bytes);
 
+/* The sequences' caches (sequence/sequence.h): live sequences and the bytes
+ * their committed keys hold (deltas), steps committed, sequences dropped
+ * (by idle timeout, or emptied by a start over) and steps refused by a
+ * limit. */
+typedef enum { METRICS_SEQ_IDLE, METRICS_SEQ_RESTARTED, METRICS_SEQ_DROP_COUNT } metrics_seq_drop;
+typedef enum {
+    METRICS_SEQ_LIMIT_SEQUENCES, METRICS_SEQ_LIMIT_KEYS, METRICS_SEQ_LIMIT_MEMORY,
+    METRICS_SEQ_LIMIT_COUNT
+} metrics_seq_limit;
+void metrics_sequences_live(long delta);
+void metrics_sequence_bytes(long long delta);
+void metrics_sequence_step(void);
+void metrics_sequence_dropped(metrics_seq_drop why);
+void metrics_sequence_refused(metrics_seq_limit which);
+
 /* Counts one attention request under its model (the stored set's name, or
  * "attention") and protocol ("http", "grpc", ...; both borrowed): the time
  * it waited for a worker and a compute slot, its computation's own time

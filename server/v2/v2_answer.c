@@ -25,13 +25,13 @@
 
 const char *const v2_output_names[V2_OUT_COUNT] = {
     "output", "attention", "q", "k", "entropy", "max_weight", "argmax", "received", "sink",
-    "local", "topk_indices", "topk_weights"};
+    "local", "topk_indices", "topk_weights", "length", "received_total"};
 
 const char *v2_output_parameter(int which)
 {
     static const char *const params[V2_OUT_COUNT] = {
         NULL, NULL, NULL, NULL, "entropy", "max", "max", "received", "sink", "local", "topk",
-        "topk"};
+        "topk", NULL, "received_total"};
     return which >= 0 && which < V2_OUT_COUNT ? params[which] : NULL;
 }
 
@@ -62,7 +62,7 @@ int v2_output_asked(const attn_reduce *r, int which)
 /* Whether output `which` is written as INT64 (key indices), not in the inputs' type. */
 static int output_int64(int which)
 {
-    return which == V2_OUT_ARGMAX || which == V2_OUT_TOPK_INDICES;
+    return which == V2_OUT_ARGMAX || which == V2_OUT_TOPK_INDICES || which == V2_OUT_LENGTH;
 }
 
 static const char *output_datatype(const v2_answer_head *head, int which)
@@ -81,6 +81,10 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
 {
     const attn_job *j = &ar->job;
     size_t r = 0;
+    if (which == V2_OUT_LENGTH) {
+        dims[0] = 1;
+        return 1;
+    }
     if (ar->batched)
         dims[r++] = j->batch;
     if (which == V2_OUT_OUTPUT) {
@@ -93,7 +97,7 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
         /* a reduction: the attention's axes with its last reduced (received: the queries) */
         if (ar->heads_given)
             dims[r++] = j->heads;
-        dims[r++] = which == V2_OUT_RECEIVED ? j->lk : j->lq;
+        dims[r++] = which == V2_OUT_RECEIVED || which == V2_OUT_RECEIVED_TOTAL ? j->lk : j->lq;
         if (which == V2_OUT_TOPK_INDICES || which == V2_OUT_TOPK_WEIGHTS)
             dims[r++] = j->reduce->topk;
     } else {
@@ -112,10 +116,14 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
 
 /* The n numbers of an output: held as float for a float32 job's output
  * (job.output_f32) and its full attention, in double for the others. */
-static v2_numbers output_numbers(const attn_result *res, int which, size_t n)
+static v2_numbers output_numbers(const v2_answer_head *head, const attn_result *res, int which,
+                                 size_t n)
 {
     v2_numbers x = {NULL, NULL, n};
     switch (which) {
+    case V2_OUT_RECEIVED_TOTAL:
+        x.f64 = head->received_total;
+        break;
     case V2_OUT_OUTPUT:
         x.f32 = res->output_f32;
         x.f64 = res->output;
@@ -152,8 +160,11 @@ static v2_numbers output_numbers(const attn_result *res, int which, size_t n)
 }
 
 /* The numbers of an INT64 output (output_int64). */
-static const int64_t *output_data_i64(const attn_result *res, int which)
+static const int64_t *output_data_i64(const v2_answer_head *head, const attn_result *res,
+                                      int which)
 {
+    if (which == V2_OUT_LENGTH)
+        return head->length;
     return which == V2_OUT_ARGMAX ? res->reduced.argmax : res->reduced.topk_indices;
 }
 
@@ -247,10 +258,10 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
         jw_char(w, '}');
     } else if (output_int64(which)) {
         jw_raw(w, ",\"data\":");
-        write_json_i64(w, output_data_i64(res, which), n);
+        write_json_i64(w, output_data_i64(head, res, which), n);
     } else {
         jw_raw(w, ",\"data\":");
-        v2_numbers x = output_numbers(res, which, n);
+        v2_numbers x = output_numbers(head, res, which, n);
         size_t at = v2_numbers_write_json(w, &x, head->dtype);
         if (at < n) {
             not_representable(head, which, &x, at, err);
@@ -272,9 +283,9 @@ static int write_binary(unsigned char *p, const v2_answer_head *head, const attn
         int which = head->outs->which[i];
         size_t esize = output_esize(head, which);
         if (output_int64(which)) {
-            write_binary_i64(p, output_data_i64(res, which), counts[i]);
+            write_binary_i64(p, output_data_i64(head, res, which), counts[i]);
         } else {
-            v2_numbers x = output_numbers(res, which, counts[i]);
+            v2_numbers x = output_numbers(head, res, which, counts[i]);
             size_t at = v2_numbers_write_binary(p, &x, head->dtype);
             if (at < counts[i])
                 return not_representable(head, which, &x, at, err);

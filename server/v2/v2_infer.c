@@ -32,6 +32,7 @@
 #include "json/json_in.h"
 #include "core/mem.h"
 #include "metrics/model_stats.h"
+#include "request/sequence_step.h"
 #include "request/weights_json.h"
 
 /* Bytes a JSON-encoded output number takes at most, as on v1. */
@@ -61,6 +62,9 @@ typedef struct v2_infer {
     char id[256];
     int has_id;
     int arena;              /* the JSON arena (mem.h) holds root */
+    sequence_ask seq;       /* the sequence the request steps, if any */
+    char dtype_place[ATTENTION_FIELD_MAX]; /* "inputs[i].datatype" of its first input */
+    sequence_step step;
 } v2_infer;
 
 /* The request parameter key, or NULL when absent. */
@@ -107,7 +111,8 @@ static int decode_outputs(const api_infer_request *r, int binary_default, v2_out
                          "outputs must be an array of 1 to %d objects naming \"output\", "
                          "\"attention\", \"q\", \"k\" or a reduction (\"entropy\", "
                          "\"max_weight\", \"argmax\", \"received\", \"sink\", \"local\", "
-                         "\"topk_indices\", \"topk_weights\").", V2_OUT_COUNT);
+                         "\"topk_indices\", \"topk_weights\"), or in a sequence \"length\" or "
+                         "\"received_total\".", V2_OUT_COUNT);
     for (size_t i = 0; i < r->n_outputs; i++) {
         const api_infer_output *e = &r->output[i];
         char field[64]; /* formatted on the error paths only */
@@ -124,7 +129,8 @@ static int decode_outputs(const api_infer_request *r, int binary_default, v2_out
                              "%s must be \"output\", \"attention\", \"q\", \"k\" or a "
                              "reduction: \"entropy\", \"max_weight\", \"argmax\", "
                              "\"received\", \"sink\", \"local\", \"topk_indices\" or "
-                             "\"topk_weights\" (got %s%.40s%s).", field,
+                             "\"topk_weights\"; in a sequence also \"length\" or "
+                             "\"received_total\" (got %s%.40s%s).", field,
                              is_string ? "\"" : "", is_string ? s : scalar_kind_words(name),
                              is_string ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
@@ -210,9 +216,30 @@ static int decode_pool_parameters(const v2_infer *st, attention_request *ar, att
     return 0;
 }
 
+/* Triton's sequence parameters (sequence_id, sequence_start, sequence_end) and what a
+ * sequence's step answers besides (received_total), by request/sequence_step.h's rules. */
+static int decode_sequence_parameters(v2_infer *st, attn_error *err)
+{
+    sequence_ask *a = &st->seq;
+    a->start_field = "parameters.sequence_start";
+    a->end_field = "parameters.sequence_end";
+    a->received_total_field = "parameters.received_total";
+    a->heads_field = "parameters.heads";
+    a->scale_field = "parameters.scale";
+    a->causal_given = param(st, "causal") != NULL;
+    int rc;
+    if ((rc = sequence_ask_id(a, param(st, "sequence_id"), "parameters.sequence_id", err)) != 0 ||
+        (rc = get_bool(param(st, "sequence_start"), a->start_field, 0, &a->start, err)) != 0 ||
+        (rc = get_bool(param(st, "sequence_end"), a->end_field, 0, &a->end, err)) != 0 ||
+        (rc = get_bool(param(st, "received_total"), a->received_total_field, 0,
+                       &a->received_total, err)) != 0)
+        return rc;
+    return sequence_ask_check(a, err);
+}
+
 /* The request-level parameters: causal, scale, heads, binary_data_output, the pool.
  * heads, scale and the pool follow the rules of v1's members of the same name. */
-static int decode_parameters(const v2_infer *st, attention_request *ar, int *binary_output,
+static int decode_parameters(v2_infer *st, attention_request *ar, int *binary_output,
                              attn_error *err)
 {
     *binary_output = 0;
@@ -229,6 +256,8 @@ static int decode_parameters(const v2_infer *st, attention_request *ar, int *bin
                        binary_output, err)) != 0)
         return rc;
     ar->job.causal = causal;
+    if ((rc = decode_sequence_parameters(st, err)) != 0)
+        return rc;
     size_t heads;
     static const scalar absent = {.kind = SCALAR_ABSENT};
     const scalar *h = param(st, "heads");
@@ -310,6 +339,46 @@ static int match_reductions(const api_infer_request *req, v2_outputs *o,
     return 0;
 }
 
+/* The outputs of a sequence's step: with no outputs listed, received_total (when asked) and
+ * length follow the others; listed, received_total needs its parameter and the parameter its
+ * output, and neither it nor length is answered outside a sequence (400 conflicting_fields). */
+static int match_sequence_outputs(const api_infer_request *req, v2_outputs *o,
+                                  const sequence_ask *a, attn_error *err)
+{
+    if (req->outputs.kind == SCALAR_ABSENT) {
+        if (!a->in_sequence)
+            return 0;
+        int binary = o->binary[0];
+        if (a->received_total) {
+            o->which[o->n] = V2_OUT_RECEIVED_TOTAL;
+            o->binary[o->n++] = binary;
+        }
+        o->which[o->n] = V2_OUT_LENGTH;
+        o->binary[o->n++] = binary;
+        return 0;
+    }
+    int named_total = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        int w = o->which[i];
+        named_total |= w == V2_OUT_RECEIVED_TOTAL;
+        if ((w == V2_OUT_LENGTH || w == V2_OUT_RECEIVED_TOTAL) && !a->in_sequence)
+            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
+                             "parameters.sequence_id",
+                             "outputs[%zu] names \"%s\", which a sequence's step answers; name "
+                             "the sequence with parameters.sequence_id.", i, v2_output_names[w]);
+        if (w == V2_OUT_RECEIVED_TOTAL && !a->received_total)
+            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
+                             "parameters.received_total",
+                             "outputs[%zu] names \"received_total\", which needs "
+                             "parameters.received_total: true.", i);
+    }
+    if (a->received_total && !named_total)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "parameters.received_total",
+                         "parameters.received_total asks for the \"received_total\" output, "
+                         "which outputs does not name.");
+    return 0;
+}
+
 /* parameters.output_datatype: the datatype of every float output, FP16, BF16,
  * FP32 or FP64 (absent: check_inputs chooses). */
 static int decode_output_datatype(v2_infer *st, attn_error *err)
@@ -347,7 +416,8 @@ static int describe_head(v2_infer *st, attn_error *err)
     if ((rc = decode_parameters(st, &st->ar, &binary_output, err)) != 0 ||
         (rc = decode_output_datatype(st, err)) != 0 ||
         (rc = decode_outputs(r, binary_output, &st->outs, err)) != 0 ||
-        (rc = match_reductions(r, &st->outs, &st->ar, err)) != 0)
+        (rc = match_reductions(r, &st->outs, &st->ar, err)) != 0 ||
+        (rc = match_sequence_outputs(r, &st->outs, &st->seq, err)) != 0)
         return rc;
     int attention = 0, output = 0;
     for (size_t i = 0; i < st->outs.n; i++) {
@@ -527,16 +597,40 @@ static int shape_mask(v2_infer *st, attn_error *err)
     return attention_request_shape_mask(&st->ar, &in, err);
 }
 
+/* A step of a sequence: takes the sequence's turn and shapes the job over its cache
+ * (request/sequence_step.h), never on an I/O thread, which must not wait for the turn. */
+static int begin_step(const api_request *req, v2_infer *st, attn_error *err)
+{
+    sequence_ask *a = &st->seq;
+    if (!a->in_sequence)
+        return 0;
+    if (req->io_thread)
+        return ADMISSION_DEFER;
+    const int slots[] = {IN_Q, IN_K, IN_V, IN_MASK};
+    const char **fields[] = {&a->q_field, &a->k_field, &a->v_field, &a->mask_field};
+    for (int i = 0; i < 4; i++)
+        *fields[i] = st->place[slots[i]];
+    snprintf(st->dtype_place, sizeof st->dtype_place, "inputs[%zu].datatype",
+             st->in[st->model.set == NULL ? IN_Q : IN_X].index);
+    a->dtype_field = st->dtype_place;
+    a->received_asked = st->ar.reduce.received;
+    return sequence_step_begin(&st->ar, a, st->have[IN_MASK], st->model.set != NULL, &st->step,
+                               err);
+}
+
 /* Describes the inputs and checks shapes and parameters into st->ar (no
- * array allocated yet); with a stored set the job is bound to it. */
-static int infer_describe(v2_infer *st, const api_env *env, v2_body *body, attn_error *err)
+ * array allocated yet); with a stored set the job is bound to it, in a
+ * sequence to the sequence's cache (begin_step). */
+static int infer_describe(const api_request *req, v2_infer *st, const api_env *env,
+                          v2_body *body, attn_error *err)
 {
     int rc;
     attention_request_init(&st->ar);
     st->ar.heads_field = "parameters.heads";
     if ((rc = describe_head(st, err)) != 0 || (rc = describe_inputs(st, env, body, err)) != 0 ||
         (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
-        (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0))
+        (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0) ||
+        (rc = begin_step(req, st, err)) != 0)
         return rc;
     if ((rc = attention_request_check_pool(&st->ar, err)) != 0)
         return rc;
@@ -682,12 +776,15 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
     if ((rc = v2_model_open(env, req->args, &st->model, err)) != 0 ||
         (rc = infer_body(req, &body, err)) != 0 ||
         (rc = parse_header(req, &body, st, err)) != 0 ||
-        (rc = infer_describe(st, env, &body, err)) != 0)
+        (rc = infer_describe(req, st, env, &body, err)) != 0)
         return rc;
     int any_json = 0;
     for (size_t i = 0; i < st->outs.n; i++)
         any_json |= !st->outs.binary[i];
     size_t result_elements = attention_request_result_elements(&st->ar);
+    size_t extra = sequence_step_extra_elements(&st->ar, &st->seq);
+    if (result_elements != SIZE_MAX && __builtin_add_overflow(result_elements, extra, &result_elements))
+        result_elements = SIZE_MAX;
     if (req->io_thread && (rc = admission_io_thread_fits(&st->ar.job, result_elements)) != 0)
         return rc;
     if ((rc = admission_admit(env->cfg, &st->ar.job, result_elements,
@@ -699,6 +796,8 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
         *response_bytes = 0;
     rc = infer_read(st, err);
     drop_header(st);
+    if (rc == 0)
+        rc = sequence_step_load(&st->ar, &st->seq, &st->step, err);
     return rc;
 }
 
@@ -721,11 +820,15 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
         if (rc == 0) {
             double ran = compute_now();
             model_stats_computed(&sample, start, ran, result.compute_ms);
+            rc = sequence_step_answer(&st.seq, &st.step, &result, &err);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
-                                   req->fields_only};
-            rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms, response_bytes / 2,
-                                 resp, &err);
+                                   req->fields_only, &st.step.length, st.step.received_total};
+            if (rc == 0)
+                rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms,
+                                     response_bytes / 2, resp, &err);
+            if (rc == 0)
+                sequence_step_commit(&st.step);
             attention_result_free(&result);
             sample.output = compute_now() - ran;
             sample.batch = st.ar.job.batch;
@@ -743,6 +846,7 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
                               rc == 0, handled);
     admission_release(reserved_bytes);
     drop_header(&st);
+    sequence_step_finish(&st.seq, &st.step);
     attention_request_free(&st.ar);
     v2_model_close(&st.model);
     if (rc == ADMISSION_DEFER)

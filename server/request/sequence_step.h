@@ -1,0 +1,116 @@
+/*
+ * sequence_step.h - one request as a step of a sequence (sequence/sequence.h):
+ * what the request asks of its sequence, whatever wire it came on, the rules
+ * of a step, the job pointed at the sequence's cache, and what the answer
+ * adds (length, received_total).
+ *
+ * A decoder fills a sequence_ask (the id and flags, with their places in its
+ * wire's terms), then the handler calls, in order:
+ *   sequence_step_begin   after the request is described, before admission:
+ *                         takes the sequence's turn (may wait) and shapes the
+ *                         job over the whole cache;
+ *   sequence_step_load    after the numbers are read: appends the request's
+ *                         keys and values past the cache's length and points
+ *                         the job at the cache;
+ *   sequence_step_answer  after the computation worked: the answer's numbers
+ *                         (length, received_total);
+ *   sequence_step_commit  once the answer is made: the keys become part of
+ *                         the sequence, the totals grow;
+ *   sequence_step_finish  always: ends the turn.
+ * A step that fails anywhere before its commit leaves the sequence as it was
+ * (a failed start leaves no sequence).
+ *
+ * Inside a sequence, causal is on unless the request says false, aligned
+ * bottom-right: of a step with m queries and n keys after it, query i sees
+ * the keys j <= n - m + i (the queries are the sequence's last m positions),
+ * which is the prefix plus the step's keys up to its own position when the
+ * step brings as many keys as queries.
+ *
+ * Functions returning int return 0, or a negative ERR_* code with err filled.
+ */
+#ifndef ATTN_SEQUENCE_STEP_H
+#define ATTN_SEQUENCE_STEP_H
+
+#include <stddef.h>
+
+#include "attention_request.h"
+#include "core/error.h"
+#include "core/scalar.h"
+#include "sequence/sequence.h"
+
+/* What a request asks of a sequence, and where the wire put each field
+ * (v2: "parameters.sequence_id", "inputs[1].shape", ...; v1: "sequence.id",
+ * "k", ...): the words of every refusal name them. */
+typedef struct sequence_ask {
+    int in_sequence;            /* a non-zero id was given */
+    sequence_id id;
+    int start, end;
+    int causal_given;           /* the request set causal (else on, in a sequence) */
+    int received_total;         /* the answer carries received_total */
+    int received_asked;         /* the request asked for the received reduction itself */
+    const char *id_field, *start_field, *end_field, *received_total_field;
+    const char *heads_field, *scale_field, *dtype_field, *mask_field;
+    const char *q_field, *k_field, *v_field;
+} sequence_ask;
+
+/* A step under way. */
+typedef struct sequence_step {
+    sequence *seq;              /* NULL: not in a sequence, or not taken yet */
+    size_t before, added;       /* keys cached before the step; keys it brings */
+    unsigned char *mask;        /* the bottom-right causal mask, when one is needed */
+    size_t mask_reserved;       /* its bytes in the memory budget */
+    int committed;
+    int64_t length;             /* the answer's length: keys after the step */
+    double *received_total;     /* the answer's totals, heads x length, or NULL */
+    double *received;           /* the step's weights received, heads x length */
+    int received_owned;         /* received is the step's to free (not the result's) */
+} sequence_step;
+
+/* Reads the id as a wire gave it (v NULL or absent: none) at field: a whole
+ * number 1 .. 2^53 or a string of 1 .. SEQUENCE_ID_MAX bytes; 0 and "" are
+ * no sequence, as Triton's clients send when none is asked.  400
+ * "wrong_type" or "invalid_value" otherwise. */
+int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_error *err);
+
+/* Checks what the flags need once all are read: start or end needs an id
+ * (400 "missing_field" at id_field), received_total needs a sequence (400
+ * "conflicting_fields" at received_total_field). */
+int sequence_ask_check(const sequence_ask *a, attn_error *err);
+
+/* Takes the turn of the sequence a asks for and shapes ar's job (described,
+ * its numbers not read) over the cache: the rules of a step (one batch row,
+ * no mask input, the model attention: has_mask, weight_set say what the
+ * request has), the start's heads, widths, precision and scale (400
+ * "conflicting_fields" at their places), lk the keys after the step, the
+ * causal rule, and the reductions' received (for the totals) and query
+ * position.  heads_given: whether the request named heads (on a start it
+ * decides the answers' head axis for the sequence's life).  Without a
+ * sequence it does nothing.  May wait for the sequence's other steps. */
+int sequence_step_begin(attention_request *ar, const sequence_ask *a, int has_mask,
+                        int weight_set, sequence_step *st, attn_error *err);
+
+/* Numbers the step adds to the answer (received_total), for the limits. */
+size_t sequence_step_extra_elements(const attention_request *ar, const sequence_ask *a);
+
+/* Appends the request's k and v (ar's arrays, as read) past the cache's
+ * length, growing it (the limits of sequence_reserve), builds the causal
+ * mask when the rule needs one, and points the job at them. */
+int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_step *st,
+                       attn_error *err);
+
+/* After the computation worked: fills st->length (the keys after the step)
+ * and, asked, st->received_total (the totals with this step's weights), and
+ * keeps the step's weights received for the commit, taking them out of
+ * result unless the request asked for the received reduction itself. */
+int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,
+                         attn_error *err);
+
+/* Once the answer is made: the step's keys become part of the sequence and
+ * its weights are added to the totals. */
+void sequence_step_commit(sequence_step *st);
+
+/* Ends the turn (st may be empty): drops the sequence after its end, or
+ * after a start that did not commit; frees what st holds. */
+void sequence_step_finish(const sequence_ask *a, sequence_step *st);
+
+#endif
