@@ -91,6 +91,7 @@ class Reference:
         """Appends k and v, returns {output name: expected array} of the step's answer (and
         "_w", the weights, for telling ties apart)."""
         red = RED if red is None else red
+        before = (self.k, self.v, self.total)
         self.k = k if self.k is None else np.vstack([self.k, k])
         self.v = v if self.v is None else np.vstack([self.v, v])
         n, m, H = len(self.k), len(q), self.H
@@ -137,7 +138,17 @@ class Reference:
             want = {name: a[0] for name, a in want.items()}
         want["output"] = out
         want["length"] = np.array([n])
+        want["_undo"] = (self, before)
         return want
+
+    def length(self):
+        """The keys cached so far (0 before the first step)."""
+        return 0 if self.k is None else len(self.k)
+
+    def undo(self, before):
+        """Forgets the step that returned before: the server refused it, so that the next
+        steps are compared with the cache the server holds, not with one failure's echo."""
+        self.k, self.v, self.total = before
 
 
 def mismatches(outs, want, dtype):
@@ -146,7 +157,7 @@ def mismatches(outs, want, dtype):
     bad = []
     w = want["_w"]
     for name, val in want.items():
-        if name == "_w":
+        if name in ("_w", "_undo"):
             continue
         if name not in outs:
             bad.append(name + " missing")
@@ -427,8 +438,12 @@ def send(wire, srv, req, stream=None):
 
 def check_step(name, ans, want, req):
     """Counts one check: a step answered 200 with want's numbers (and, on v2, the datatypes of
-    the contract: INT64 for indices and length, the inputs' for the rest)."""
+    the contract: INT64 for indices and length, the inputs' for the rest).  A step refused is
+    taken back from its reference (want's "_undo")."""
     if not ans.ok:
+        if "_undo" in want:
+            ref, before = want["_undo"]
+            ref.undo(before)
         check(name, False, ans)
         return False
     bad = mismatches(ans.outs, want, req.get("dtype", "float64"))
@@ -607,11 +622,11 @@ def check_mixed_wires(srv):
     ref = Reference(2, 8, 0.3)
     stream = Stream(srv)
     try:
-        for i, wire in enumerate(WIRES + ("v1",)):
+        for i, wire in enumerate(("v2json", "v2bin", "grpc", "stream", "v1", "v2json")):
             m, t = (5, 5) if i == 0 else (1, 2)
             q, k, v = random_step(rng, m, t, 8, 6, "float64")
             req = {"q": q, "k": k, "v": v, "red": RED, "total": True, "sid": sid,
-                   "start": i == 0, "end": i == len(WIRES), "causal": True if i == 2 else None}
+                   "start": i == 0, "end": i == 5, "causal": True if i == 2 else None}
             if i == 0:
                 req.update(heads=2, scale=0.3)
             want = ref.step(q, k, v, True, RED, True)
@@ -674,22 +689,23 @@ def start_tracked(wire, srv, rng, sid):
     reference; the start is checked."""
     ref = Reference(2, 8, 0.4)
     q, k, v = random_step(rng, 5, 5, 8, 6, "float64")
-    req = {"q": q, "k": k, "v": v, "heads": 2, "scale": 0.4, "red": RED, "total": True,
-           "sid": sid, "start": True}
+    req = {"q": q, "k": k, "v": v, "heads": 2, "scale": 0.4, "red": RED, "sid": sid,
+           "start": True}
     check_step("errors/%s/start id %r" % (wire, sid), send(wire, srv, req),
-               ref.step(q, k, v, True, RED, True), req)
+               ref.step(q, k, v, True, RED, False), req)
     return ref
 
 
-def good_step(wire, srv, rng, ref, sid, tag, end=False, repeat=False):
+def good_step(wire, srv, rng, ref, sid, tag, end=False, repeat=False, total=False):
     """One more step of a tracked sequence, checked against its reference (which has not
-    seen the refused step before it)."""
+    seen the refused step before it).  received_total is asked only where total says (the
+    reference keeps its sum whatever), so that these checks do not all hang on it."""
     q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
-    req = {"q": q, "k": k, "v": v, "red": RED, "total": True, "sid": sid, "end": end}
+    req = {"q": q, "k": k, "v": v, "red": RED, "total": total, "sid": sid, "end": end}
     if repeat:
         req.update(heads=2, scale=0.4)
     check_step("errors/%s/%s" % (wire, tag), send(wire, srv, req),
-               ref.step(q, k, v, True, RED, True), req)
+               ref.step(q, k, v, True, RED, total), req)
 
 
 def input_field(wire, index, name, what):
@@ -717,9 +733,10 @@ def check_errors(srv, wire):
     ]
     for what, change, fields in conflicts:
         if change == "mask":        # [m, n]: the shape a mask of the whole cache would have
-            change = dict(mask=np.ones((1, len(ref.k) + 1), bool))
+            change = dict(mask=np.ones((1, ref.length() + 1), bool))
         q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
-        req = dict({"q": q, "k": k, "v": v, "red": RED, "total": True, "sid": sid}, **change)
+        # the refused request asks for nothing else, so that its refusal has one cause
+        req = dict({"q": q, "k": k, "v": v, "sid": sid}, **change)
         if req.get("dtype") == "float32":
             req.update(q=f32(req["q"]), k=f32(req["k"]), v=f32(req["v"]))
         expect_error("errors/%s/%s: 400 conflicting_fields" % (wire, what), wire,
@@ -732,6 +749,8 @@ def check_errors(srv, wire):
                  "invalid_shape", tuple(input_field(wire, i, n, ".shape")
                                         for i, n in enumerate("qkv")), inv)
     good_step(wire, srv, rng, ref, sid, "after batch 2: the next step as if it never came")
+    good_step(wire, srv, rng, ref, sid, "received_total counts none of the refused steps",
+              total=True)
     # sequence_end answers, then the id is unknown
     good_step(wire, srv, rng, ref, sid, "sequence_end: answered", end=True)
     q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
@@ -778,10 +797,11 @@ def check_errors(srv, wire):
     good_step(wire, srv, rng, ref2, sid2, "a second step")
     ref2 = Reference(2, 8, 0.4)
     q, k, v = random_step(rng, 3, 3, 8, 6, "float64")
-    req = {"q": q, "k": k, "v": v, "heads": 2, "scale": 0.4, "red": RED, "total": True,
-           "sid": sid2, "start": True}
+    red3 = dict(RED, topk=3)                 # top-k asks at most the keys there are
+    req = {"q": q, "k": k, "v": v, "heads": 2, "scale": 0.4, "red": red3, "sid": sid2,
+           "start": True}
     check_step("errors/%s/sequence_start on a live id starts over (length 3)" % wire,
-               send(wire, srv, req), ref2.step(q, k, v, True, RED, True), req)
+               send(wire, srv, req), ref2.step(q, k, v, True, red3, False), req)
     good_step(wire, srv, rng, ref2, sid2, "after starting over: the next step", end=True)
     # a stored weight set as the model, with sequence parameters
     srv.request("PUT", "/v1/weight-sets/seqtoy", json.dumps(
@@ -814,15 +834,18 @@ def check_limits(srv, wire):
     refs = {}
 
     def step(sid, t, start=False, end=False):
+        """A request of one query and t keys, asking for nothing more (a refused one has one
+        cause)."""
         q, k, v = random_step(rng, 1, t, 8, 4, "float64")
-        return {"q": q, "k": k, "v": v, "sid": sid, "start": start, "end": end, "red": RED,
-                "total": True}
+        return {"q": q, "k": k, "v": v, "sid": sid, "start": start, "end": end}
 
     def good(sid, t, tag, start=False, end=False):
         req = step(sid, t, start, end)
         if start:
             refs[sid] = Reference(None, 8)
-        want = refs[sid].step(req["q"], req["k"], req["v"], True, RED, True)
+        n = t + (0 if start else refs[sid].length())
+        req.update(red=dict(RED, topk=min(4, n)))
+        want = refs[sid].step(req["q"], req["k"], req["v"], True, req["red"], False)
         check_step("limits/%s/%s" % (wire, tag), send(wire, srv, req), want, req)
 
     for sid in (a, b, c):
