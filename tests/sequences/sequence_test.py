@@ -758,9 +758,13 @@ def check_errors(srv, wire):
                  send(wire, srv, {"q": q, "k": k, "v": v, "sid": sid}), 400, "sequence_unknown",
                  sid_field, inv, words=(sid,))
     never = fresh_id()
+    ans = send(wire, srv, {"q": q, "k": k, "v": v, "sid": never})
     expect_error("errors/%s/never started: 400 sequence_unknown naming the id" % wire, wire,
-                 send(wire, srv, {"q": q, "k": k, "v": v, "sid": never}), 400,
-                 "sequence_unknown", sid_field, inv, words=(never,))
+                 ans, 400, "sequence_unknown", sid_field, inv, words=(never,))
+    if wire == "grpc":
+        twin = send("v2json", srv, {"q": q, "k": k, "v": v, "sid": never})
+        check("errors/grpc/never started: the words of HTTP v2's answer", not ans.ok and
+              not twin.ok and ans.words == twin.words, (ans, twin))
     expect_error("errors/%s/never started, string id: 400 sequence_unknown naming the id" % wire,
                  wire, send(wire, srv, {"q": q, "k": k, "v": v, "sid": "never-%d" % never}), 400,
                  "sequence_unknown", sid_field, inv, words=("never-%d" % never,))
