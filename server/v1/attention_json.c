@@ -95,7 +95,8 @@ static int decode_range(const json_t *obj, const char *name, size_t *start, size
  * attention_request's rules. */
 static int decode_reductions(const json_t *root, attention_request *req, attn_error *err)
 {
-    static const char *const known[] = {"entropy", "max", "received", "sink", "local", "topk"};
+    static const char *const known[] = {"entropy", "max", "received", "sink", "local", "topk",
+                                        "received_total"};
     const json_t *jr = json_object_get(root, "reductions");
     if (jr == NULL)
         return 0;
@@ -110,7 +111,7 @@ static int decode_reductions(const json_t *root, attention_request *req, attn_er
         char field[ATTENTION_FIELD_MAX];
         snprintf(field, sizeof field, "reductions.%s", key);
         scalar value = json_in_scalar(v);
-        if (rc == 0)
+        if (rc == 0 && strcmp(key, "received_total") != 0) /* a sequence's: decode_sequence */
             rc = attention_request_reduce_param(req, key, &value, field, err);
     }
     return rc;
@@ -303,14 +304,62 @@ static int decode_mask(const json_t *jm, const json_in_budget *budget, attention
     return 0;
 }
 
+/* The boolean member `name` of obj (absent: false) into *out; 400 "wrong_type" at field. */
+static int member_flag(const json_t *obj, const char *name, const char *field, int *out,
+                       attn_error *err)
+{
+    const json_t *v = json_object_get(obj, name);
+    *out = json_is_true(v);
+    if (v == NULL || json_is_boolean(v))
+        return 0;
+    return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                     "%s is %s; it must be true or false.", field, json_in_kind(v));
+}
+
+/* "sequence": {"id", "start", "end"} and reductions.received_total, by
+ * request/sequence_step.h's rules, with v1's places for its faults. */
+static int decode_sequence(const json_t *root, sequence_ask *a, attn_error *err)
+{
+    static const char *const known[] = {"id", "start", "end"};
+    memset(a, 0, sizeof *a);
+    *a = (sequence_ask){.id_field = "sequence.id", .start_field = "sequence.start",
+                        .end_field = "sequence.end",
+                        .received_total_field = "reductions.received_total",
+                        .heads_field = "heads", .scale_field = "scale", .dtype_field = "dtype",
+                        .mask_field = "mask", .q_field = "q", .k_field = "k", .v_field = "v"};
+    a->causal_given = json_object_get(root, "causal") != NULL;
+    const json_t *jr = json_object_get(root, "reductions");
+    int rc;
+    if (json_is_object(jr) && (rc = member_flag(jr, "received_total", a->received_total_field,
+                                                &a->received_total, err)) != 0)
+        return rc;
+    a->received_asked = json_is_object(jr) && json_is_true(json_object_get(jr, "received"));
+    const json_t *js = json_object_get(root, "sequence");
+    if (js != NULL) {
+        if (!json_is_object(js))
+            return error_set(err, ERR_BAD_REQUEST, "wrong_type", "sequence",
+                             "sequence is %s; it must be an object such as {\"id\": 7, "
+                             "\"start\": true}.", json_in_kind(js));
+        scalar id = json_in_scalar(json_object_get(js, "id"));
+        if ((rc = json_in_check_fields(js, "sequence", known, 3, err)) != 0 ||
+            (rc = sequence_ask_id(a, &id, "sequence.id", err)) != 0)
+            return rc;
+        if ((rc = member_flag(js, "start", a->start_field, &a->start, err)) != 0 ||
+            (rc = member_flag(js, "end", a->end_field, &a->end, err)) != 0)
+            return rc;
+    }
+    return sequence_ask_check(a, err);
+}
+
 /* The body of attention_json_decode; on failure the caller frees what req holds. */
 static int decode_into(const json_t *root, const attention_json_limits *limits,
-                       attention_request *req, attn_error *err)
+                       attention_request *req, sequence_ask *seq, attn_error *err)
 {
     static const char *const known[] = {"q", "k", "v", "x", "context", "weights", "heads",
                                         "causal", "mask", "scale", "layout", "weights_layout",
                                         "dtype", "return_attention", "weights_generation",
-                                        "attention_pool", "return_qk", "reductions"};
+                                        "attention_pool", "return_qk", "reductions",
+                                        "sequence"};
     int rc, qkv;
     if (!json_is_object(root))
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -318,7 +367,8 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                          "(q, k, v or x and weights).", json_in_kind(root));
     if ((rc = json_in_check_fields(root, "", known, sizeof known / sizeof known[0], err)) != 0 ||
         (rc = decode_scalars(root, req, err)) != 0 || (rc = decode_extras(root, req, err)) != 0 ||
-        (rc = decode_reductions(root, req, err)) != 0 || (rc = check_form(root, &qkv, err)) != 0)
+        (rc = decode_reductions(root, req, err)) != 0 ||
+        (rc = decode_sequence(root, seq, err)) != 0 || (rc = check_form(root, &qkv, err)) != 0)
         return rc;
     json_in_budget budget = {limits->max_elements, &req->input_elements};
     rc = qkv ? decode_qkv(root, &budget, req, err) : decode_x(root, &budget, req, err);
@@ -342,10 +392,10 @@ int attention_json_tensor_field(const char *name, size_t len)
 }
 
 int attention_json_decode(const json_t *root, const attention_json_limits *limits,
-                          attention_request *req, attn_error *err)
+                          attention_request *req, sequence_ask *seq, attn_error *err)
 {
     attention_request_init(req);
-    int rc = decode_into(root, limits, req, err);
+    int rc = decode_into(root, limits, req, seq, err);
     if (rc != 0) {
         attention_request_free(req);
         return rc;
@@ -471,7 +521,7 @@ static void encode_reduced(const attention_request *req, const char *name, const
 /* "reductions": the statistics asked for (attention_reduce.h), each shaped like "attention"
  * with its last axis reduced (received: its query axis). */
 static void encode_reductions(const attention_request *req, const attn_result *result,
-                              jw_buf *w)
+                              const attention_json_sequence *seq, jw_buf *w)
 {
     const attn_job *j = &req->job;
     const attn_reduced *r = &result->reduced;
@@ -486,6 +536,9 @@ static void encode_reductions(const attention_request *req, const attn_result *r
     encode_reduced(req, "local", r->local, NULL, j->lq, 0, &first, w);
     encode_reduced(req, "topk_indices", NULL, r->topk_indices, j->lq, k, &first, w);
     encode_reduced(req, "topk_weights", r->topk_weights, NULL, j->lq, k, &first, w);
+    if (seq != NULL)
+        encode_reduced(req, "received_total", seq->step->received_total, NULL, j->lk, 0, &first,
+                       w);
     jw_char(w, '}');
 }
 
@@ -509,8 +562,22 @@ static void encode_tokens(const attention_request *req, const char *name, const 
         jw_char(w, ']');
 }
 
+/* "sequence": the id of a sequence's step and its keys cached after it. */
+static void encode_sequence(const attention_json_sequence *seq, jw_buf *w)
+{
+    const sequence_id *id = &seq->ask->id;
+    jw_raw(w, ",\"sequence\":{\"id\":");
+    if (id->is_string)
+        jw_string(w, id->string);
+    else
+        jw_size(w, (size_t)id->number);
+    jw_raw(w, ",\"length\":");
+    jw_size(w, (size_t)seq->step->length);
+    jw_char(w, '}');
+}
+
 void attention_json_encode(const attention_request *req, const attn_result *result,
-                           double compute_ms, jw_buf *w)
+                           double compute_ms, const attention_json_sequence *seq, jw_buf *w)
 {
     const attn_job *j = &req->job;
     int f32 = j->dtype == ATTN_FLOAT32;
@@ -527,8 +594,14 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
         jw_char(w, ']');
     if (j->want_attention || j->pool != NULL)
         encode_attention(req, result, w);
-    if (attention_reduce_any(j->reduce))
-        encode_reductions(req, result, w);
+    /* a sequence's step computes received for its totals, answered only when asked */
+    if (seq != NULL ? seq->ask->received_asked || seq->ask->received_total ||
+                          (j->reduce->entropy || j->reduce->max || j->reduce->want_sink ||
+                           j->reduce->want_local || j->reduce->topk > 0)
+                    : attention_reduce_any(j->reduce))
+        encode_reductions(req, result, seq, w);
+    if (seq != NULL)
+        encode_sequence(seq, w);
     if (j->want_qk) {
         encode_tokens(req, "q", result->q, j->lq, w);
         encode_tokens(req, "k", result->k, j->lk, w);

@@ -19,6 +19,7 @@
 
 #include "kernel/attention.h"
 #include "request/attention_request.h"
+#include "request/sequence_step.h"
 #include "core/error.h"
 #include "json/jsonw.h"
 #include "kernel/weights.h"
@@ -38,15 +39,23 @@ int attention_json_tensor_field(const char *name, size_t len);
  * harmless).  On success the caller frees req with attention_request_free.
  * With inline weights the job is ready to run; with a named set
  * (weights_name non-empty) the caller must attention_request_bind_set
- * first. */
+ * first.  seq receives the request's "sequence" (and reductions.received_total)
+ * by request/sequence_step.h's rules; the step itself is the caller's. */
 int attention_json_decode(const json_t *root, const attention_json_limits *limits,
-                          attention_request *req, attn_error *err);
+                          attention_request *req, sequence_ask *seq, attn_error *err);
+
+/* What a sequence's step adds to the answer (request/sequence_step.h). */
+typedef struct attention_json_sequence {
+    const sequence_ask *ask;
+    const sequence_step *step;
+} attention_json_sequence;
 
 /* Appends the 200 answer for req and its result (both borrowed) to w:
  * output and attention in the contract's shapes (output in the request's
  * layout), and a "meta" object with the shapes, dtype, scale and
- * compute_ms. */
+ * compute_ms; in a sequence's step (seq non-NULL) also "sequence" with its id
+ * and length, and reductions.received_total when asked. */
 void attention_json_encode(const attention_request *req, const attn_result *result,
-                           double compute_ms, jw_buf *w);
+                           double compute_ms, const attention_json_sequence *seq, jw_buf *w);
 
 #endif

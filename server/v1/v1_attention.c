@@ -22,6 +22,7 @@
 #include "metrics/model_stats.h"
 #include "store/store.h"
 #include "request/attention_request.h"
+#include "request/sequence_step.h"
 #include "v1.h"
 #include "v1_private.h"
 
@@ -31,7 +32,7 @@
 /* Parses and decodes the body into ar.  Returns 0, or a negative ERR_* code
  * with err filled (ar then holds nothing). */
 static int decode_body(const api_request *req, const server_config *cfg, attention_request *ar,
-                       attn_error *err)
+                       sequence_ask *seq, attn_error *err)
 {
     /* The tree lives only until its numbers are decoded: it is made in the arena. */
     mem_json_arena_begin();
@@ -42,7 +43,7 @@ static int decode_body(const api_request *req, const server_config *cfg, attenti
         return err->kind;
     }
     attention_json_limits limits = {cfg->max_elements};
-    int rc = attention_json_decode(root, &limits, ar, err);
+    int rc = attention_json_decode(root, &limits, ar, seq, err);
     json_decref(root);
     mem_json_arena_end();
     return rc;
@@ -94,11 +95,16 @@ static int bind_named_set(attention_request *ar, const weight_set *set, attn_err
  * Returns 0 (resp answered), ADMISSION_DEFER, or a negative ERR_* code with
  * err filled. */
 static int compute_and_answer(const api_request *req, const server_config *cfg,
-                              attention_request *ar, double started,
-                              model_stats_sample *sample, api_response *resp, attn_error *err)
+                              attention_request *ar, const sequence_ask *seq,
+                              sequence_step *step, double started, model_stats_sample *sample,
+                              api_response *resp, attn_error *err)
 {
     size_t result_elements = attention_request_result_elements(ar), response_bytes = 0;
     size_t reserved_bytes = 0;
+    if (result_elements != SIZE_MAX &&
+        __builtin_add_overflow(result_elements, sequence_step_extra_elements(ar, seq),
+                               &result_elements))
+        result_elements = SIZE_MAX;
     if (req->io_thread && admission_io_thread_fits(&ar->job, result_elements) != 0)
         return ADMISSION_DEFER;
     int rc = admission_admit(cfg, &ar->job, result_elements, RESPONSE_BYTES_PER_NUMBER,
@@ -106,11 +112,18 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
                              err);
     if (rc != 0)
         return rc;
+    if ((rc = sequence_step_load(ar, seq, step, err)) != 0) {
+        admission_release(reserved_bytes);
+        return rc;
+    }
     attn_result result;
     double start = compute_now();
     sample->input = start - started;
     rc = admission_run(&ar->job, req->io_thread, &result, err);
+    if (rc == 0)
+        rc = sequence_step_answer(seq, step, &result, err);
     if (rc != 0) {
+        attention_result_free(&result);
         admission_release(reserved_bytes);
         return rc;
     }
@@ -119,10 +132,12 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
     jw_buf w;
     jw_init(&w, response_bytes / 2 + 512);
     /* The computation's own time, without the wait for a compute slot. */
-    attention_json_encode(ar, &result, result.compute_ms, &w);
+    attention_json_sequence in_seq = {seq, step};
+    attention_json_encode(ar, &result, result.compute_ms, seq->in_sequence ? &in_seq : NULL, &w);
     attention_result_free(&result);
     admission_release(reserved_bytes);
     answer_jw(resp, 200, &w);
+    sequence_step_commit(step);
     sample->output = compute_now() - ran;
     sample->batch = ar->job.batch;
     return 0;
@@ -133,10 +148,14 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     attn_error err;
     error_clear(&err);
     attention_request ar;
+    sequence_ask seq;
+    sequence_step step;
+    memset(&seq, 0, sizeof seq);
+    memset(&step, 0, sizeof step);
     weight_set *set = NULL;
     double started = compute_now();
     model_stats_sample sample = {req->queued_at > 0 ? started - req->queued_at : 0, 0, 0, 0, 1};
-    int rc = decode_body(req, env->cfg, &ar, &err);
+    int rc = decode_body(req, env->cfg, &ar, &seq, &err);
     if (rc == 0 && ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
@@ -144,8 +163,14 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
         if (rc == 0)
             rc = bind_named_set(&ar, set, &err);
     }
+    if (rc == 0 && seq.in_sequence)
+        /* the sequence's turn may mean waiting: never on an I/O thread */
+        rc = req->io_thread ? ADMISSION_DEFER
+                            : sequence_step_begin(&ar, &seq, ar.mask != NULL,
+                                                  ar.weights_name[0] != 0 || ar.has_inline_weights,
+                                                  &step, &err);
     if (rc == 0)
-        rc = compute_and_answer(req, env->cfg, &ar, started, &sample, resp, &err);
+        rc = compute_and_answer(req, env->cfg, &ar, &seq, &step, started, &sample, resp, &err);
     const char *model = set != NULL ? set->name : ATTENTION_MODEL_BUILTIN;
     double handled = compute_now() - started;
     if (rc == 0)
@@ -154,6 +179,7 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
         model_stats_failure(model, sample.queue + handled);
     if (rc != ADMISSION_DEFER)
         answer_note_attention(resp, req, model, &sample, rc == 0, handled);
+    sequence_step_finish(&seq, &step);
     attention_request_free(&ar);
     weightset_release(set);
     if (rc == ADMISSION_DEFER)

@@ -242,7 +242,8 @@ void v2_handle_server(const api_request *req, const api_env *env, api_response *
 {
     (void)env;
     static const char *const extensions[] = {"binary_tensor_data", "statistics",
-                                             "model_repository"};
+                                             "model_repository", "sequence",
+                                             "sequence(string_id)"};
     api_meta_answer *a = &resp->meta;
     a->kind = API_META_SERVER;
     snprintf(a->name, sizeof a->name, "%s", V2_PLATFORM);

@@ -302,7 +302,11 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(attention_reduce_row_passes)      \
     X(attention_reduce_score_tiles)     \
     X(attention_reduce_row_max)         \
-    X(attention_reduce_above)
+    X(attention_reduce_above)           \
+    X(sequence_ids_and_limits)          \
+    X(sequence_cache_and_totals)        \
+    X(sequence_memory_budget)           \
+    X(sequence_idle_expiry)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)

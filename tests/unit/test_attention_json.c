@@ -24,7 +24,8 @@ static int decode_bytes(const char *text, size_t len, size_t max_elements,
     if (root == NULL)
         return err->kind;
     attention_json_limits limits = {max_elements};
-    int rc = attention_json_decode(root, &limits, req, err);
+    sequence_ask seq_ask;
+    int rc = attention_json_decode(root, &limits, req, &seq_ask, err);
     json_decref(root);
     return rc;
 }
@@ -344,7 +345,7 @@ void test_attention_json_response_shapes(void)
     ASSERT_EQ(attention_run(&req.job, &r, &err), 0);
     jw_buf w;
     jw_init(&w, 0);
-    attention_json_encode(&req, &r, 1.5, &w);
+    attention_json_encode(&req, &r, 1.5, NULL, &w);
     attention_result_free(&r);
     attention_request_free(&req);
     char *text = jw_finish(&w, NULL);
@@ -411,7 +412,7 @@ static json_t *answer_of(const char *body, attn_error *err)
     if (rc == 0) {
         jw_buf w;
         jw_init(&w, 0);
-        attention_json_encode(&req, &r, 0.0, &w);
+        attention_json_encode(&req, &r, 0.0, NULL, &w);
         attention_result_free(&r);
         char *text = jw_finish(&w, NULL);
         answer = text ? json_in_parse(text, strlen(text), NULL, err) : NULL;

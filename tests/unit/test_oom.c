@@ -33,7 +33,8 @@ static int full_pipeline(const char *body, attn_error *err)
         return error_nomem(err);
     attention_request req;
     attention_json_limits limits = {100000};
-    int rc = attention_json_decode(root, &limits, &req, err);
+    sequence_ask seq_ask;
+    int rc = attention_json_decode(root, &limits, &req, &seq_ask, err);
     json_decref(root);
     if (rc != 0)
         return rc;
@@ -42,7 +43,7 @@ static int full_pipeline(const char *body, attn_error *err)
     if (rc == 0) {
         jw_buf w;
         jw_init(&w, 16);
-        attention_json_encode(&req, &result, 0.0, &w);
+        attention_json_encode(&req, &result, 0.0, NULL, &w);
         char *text = jw_finish(&w, NULL);
         if (text == NULL)
             rc = error_nomem(err);

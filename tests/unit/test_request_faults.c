@@ -123,7 +123,8 @@ static int v1_fault(const fault_case *c, attn_error *err)
         return -1;
     attention_request req;
     attention_json_limits limits = {100000};
-    int rc = attention_json_decode(root, &limits, &req, err);
+    sequence_ask seq_ask;
+    int rc = attention_json_decode(root, &limits, &req, &seq_ask, err);
     json_decref(root);
     if (rc == 0)
         attention_request_free(&req);
