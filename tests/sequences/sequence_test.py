@@ -729,11 +729,14 @@ def check_errors(srv, wire):
         ("another datatype", dict(dtype="float32"),
          "dtype" if v1 else input_field(wire, 0, "q", ".datatype")),
         ("another scale", dict(scale=0.5), "scale" if v1 else "parameters.scale"),
-        ("a mask", "mask", "mask" if v1 else "inputs[3]"),
+        # any mask is refused: one of this step's keys [m, t] (the shape outside a sequence),
+        # and one of the whole cache [m, n]
+        ("a mask [m, t]", "mask", "mask" if v1 else "inputs[3]"),
+        ("a mask [m, n]", "mask", "mask" if v1 else "inputs[3]"),
     ]
     for what, change, fields in conflicts:
-        if change == "mask":        # [m, n]: the shape a mask of the whole cache would have
-            change = dict(mask=np.ones((1, ref.length() + 1), bool))
+        if change == "mask":
+            change = dict(mask=np.ones((1, 1 if "t]" in what else ref.length() + 1), bool))
         q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
         # the refused request asks for nothing else, so that its refusal has one cause
         req = dict({"q": q, "k": k, "v": v, "sid": sid}, **change)
