@@ -10,6 +10,10 @@ int64_param or string_param, sequence_start and sequence_end as bool_param).
   m < t), every step against a NumPy float64 reference that recomputes the whole prefix from
   scratch: output, attention, every reduction (local at query position n - m + i),
   received_total (the running sum over every step's queries), length.
+- dead_rows, batch_one, no_sequence: rows before the first key (n - m + i < 0) answer zeros;
+  inputs of rank 3 with batch 1; sequence_id 0 and "" (what Triton's clients send when no
+  sequence is asked) make an ordinary request; a step with no outputs listed answers output,
+  attention, length.
 - interleaved, mixed_wires: sequences stepped alternately stay apart (the number 7 and the
   string "7" are two sequences); one sequence stepped over every wire in turn.
 - errors_*: each error of the contract with its status, code and field, and after each
@@ -22,6 +26,10 @@ int64_param or string_param, sequence_start and sequence_end as bool_param).
   abandoned, the gauges back to 0 and the resident size back where it was; the cached bytes
   of a 20,000-key sequence returned at its sequence_end.
 - metadata: GET /v2 and ServerMetadata list "sequence" and "sequence(string_id)".
+
+A step the server refuses is taken back from its reference, so that one refusal is one
+failure and not the start of a run of them; each limits check has a server of its own for
+the same reason.
 
 Tolerances: float64 within 1e-9 relative, float32 within 1e-4, with absolute floors of 1e-12
 and 1e-6 for values near 0.  The reductions suite holds one request to 1e-12 and 1e-5; a
