@@ -204,7 +204,8 @@ static int stop_signal_wait(const sigset_t *signals, const http_server *server)
  * tenth of the grace (at most its last 500 ms) computations still running
  * are stopped, so that their answers (503) can go out; the last twentieth
  * (at most 150 ms) is for closing.  The watchdog ends the process if the
- * grace passes all the same. */
+ * grace passes all the same.  Live sequences hold the drain too, up to the
+ * grace: their steps are still answered, only new starts are refused. */
 static void drain(const server_config *cfg)
 {
     api_set_draining(1);
@@ -219,7 +220,9 @@ static void drain(const server_config *cfg)
     struct timespec pause = {0, 20 * 1000 * 1000};
     for (;;) {
         long waited_ms = (long)((compute_now() - start) * 1000.0);
-        if ((api_busy() == 0 && metrics_inflight() == 0) || waited_ms >= close_ms)
+        /* a live sequence's steps are served while it drains (sequence_step_draining) */
+        if ((api_busy() == 0 && metrics_inflight() == 0 && sequence_live() == 0) ||
+            waited_ms >= close_ms)
             break;
         if (waited_ms >= stop_compute_ms)
             compute_stop_all(1);

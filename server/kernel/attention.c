@@ -460,6 +460,47 @@ static int run_output(const attn_job *job, const job_sizes *s, attn_result *resu
     return rc;
 }
 
+int attention_project(const attn_weights *w, weights_part part, attn_dtype dtype,
+                      const double *x, const float *x32, size_t rows, void *out)
+{
+    weights_part bias = (weights_part)(part + WEIGHTS_BQ);
+    size_t d_in = weights_rows(w, part), d_out = weights_cols(w, part);
+    int rc = ERR_UNAVAILABLE;
+    if (dtype == ATTN_FLOAT32) {
+        int fail = 0;
+        float *xf = x32 != NULL ? NULL : attention_floats_from(x, rows * d_in, &fail);
+        float *wf = NULL, *bf = NULL;
+        const float *wu = weights_is_f32(w) ? weights_array_f32(w, part) : NULL;
+        const float *bu = weights_is_f32(w) ? weights_array_f32(w, bias) : NULL;
+        if (!weights_is_f32(w)) {
+            wu = wf = attention_floats_from(weights_array(w, part), d_in * d_out, &fail);
+            bu = bf = attention_floats_from(weights_array(w, bias), d_out, &fail);
+        }
+        if (!fail) {
+            kernel_linear_f(rows, d_in, d_out, x32 != NULL ? x32 : xf, wu, bu, out);
+            rc = compute_stopped()                    ? ERR_UNAVAILABLE
+                 : values_finite_f(out, rows * d_out) == 0 ? 0
+                                                      : KERNEL_NOT_FINITE;
+        }
+        mem_free(xf);
+        mem_free(wf);
+        mem_free(bf);
+        return rc;
+    }
+    attn_weights wide;
+    memset(&wide, 0, sizeof wide);
+    if (weights_is_f32(w)) {
+        if (weights_widen(w, &wide) != 0)
+            return ERR_UNAVAILABLE;
+        w = &wide;
+    }
+    kernel_linear_d(rows, d_in, d_out, x, weights_array(w, part), weights_array(w, bias), out);
+    weights_free(&wide);
+    return compute_stopped()                  ? ERR_UNAVAILABLE
+           : values_finite(out, rows * d_out) == 0 ? 0
+                                              : KERNEL_NOT_FINITE;
+}
+
 int attention_run(const attn_job *job, attn_result *result, attn_error *err)
 {
     assert(job != NULL && result != NULL);

@@ -154,6 +154,17 @@ int attention_job_bytes(const attn_job *job, size_t *bytes);
  * attention.  Safe to call from several threads at once. */
 int attention_run(const attn_job *job, attn_result *result, attn_error *err);
 
+/* One projection of a weight set on its own: out (rows x the part's columns) = x (rows x
+ * its rows) . w[part] + its bias (WEIGHTS_WQ, WK, WV or WO), in dtype's precision, out
+ * being float for ATTN_FLOAT32 and double otherwise; for a caller that keeps projections
+ * (a sequence's cache of keys and values) or applies the output projection itself.  x is
+ * double, or for ATTN_FLOAT32 may be given as float (x32, x then NULL).  Returns 0,
+ * ERR_UNAVAILABLE when memory ran out or the computation was stopped (compute_stopped), or
+ * 1 when a number of out is not finite in that precision.  Runs on the compute pool as
+ * attention_run's projections do. */
+int attention_project(const attn_weights *w, weights_part part, attn_dtype dtype,
+                      const double *x, const float *x32, size_t rows, void *out);
+
 /* Frees the buffers of result (which may be NULL or empty) and zeroes it. */
 void attention_result_free(attn_result *result);
 

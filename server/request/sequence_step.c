@@ -5,9 +5,11 @@
 #include "sequence_step.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/budget.h"
+#include "core/compute.h"
 #include "core/mem.h"
 
 /* Ids as numbers are exact up to here: JSON reads every number as a double. */
@@ -48,6 +50,16 @@ int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_er
     return 0;
 }
 
+int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err)
+{
+    if (!draining || (a->in_sequence && !a->start))
+        return 0;
+    return error_set(err, ERR_UNAVAILABLE, "shutting_down", NULL,
+                     "The server is shutting down and takes no new work%s; retry on another "
+                     "instance.", a->in_sequence ? " (a sequence's steps go on, no new start)"
+                                                 : "");
+}
+
 int sequence_ask_check(const sequence_ask *a, attn_error *err)
 {
     if (!a->in_sequence && (a->start || a->end))
@@ -62,15 +74,20 @@ int sequence_ask_check(const sequence_ask *a, attn_error *err)
 }
 
 /* The rules a request obeys to be a step, before its sequence is looked at. */
-static int check_step(const attention_request *ar, const sequence_ask *a, int has_mask,
-                      int weight_set, attn_error *err)
+static int check_step(const attention_request *ar, const sequence_ask *a,
+                      const sequence_model *model, attn_error *err)
 {
     const attn_job *j = &ar->job;
-    if (weight_set)
-        return error_set(err, ERR_BAD_REQUEST, "invalid_value", a->id_field,
-                         "Sequences are served for the model attention (inputs q, k and v); a "
-                         "stored weight set as the model does not take them yet.");
-    if (has_mask)
+    if (model->inline_weights)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "weights",
+                         "A sequence's step runs on q, k and v, or on a stored weight set by "
+                         "name, whose projections it caches; store the weights first (PUT "
+                         "/v1/weight-sets/NAME).");
+    if (model->has_context)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->context_field,
+                         "A sequence's step attends over its own tokens, cached: it takes x "
+                         "alone, no context.");
+    if (model->has_mask)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->mask_field,
                          "A sequence's step takes no mask: its queries see the cached keys by "
                          "the causal rule, or all of them with causal false.");
@@ -81,12 +98,23 @@ static int check_step(const attention_request *ar, const sequence_ask *a, int ha
 }
 
 /* The request against the start of the sequence it continues. */
-static int check_against(attention_request *ar, const sequence_ask *a, const sequence_shape *sh,
-                         attn_error *err)
+static int check_against(attention_request *ar, const sequence_ask *a,
+                         const sequence_model *model, const sequence_shape *sh, attn_error *err)
 {
     attn_job *j = &ar->job;
     char id[SEQUENCE_ID_MAX + 8];
     sequence_id_words(&a->id, id, sizeof id);
+    if (strcmp(model->name, sh->model) != 0)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->id_field,
+                         "Sequence %s runs on the model \"%s\", as its start did; this step "
+                         "names \"%.64s\".", id, sh->model, model->name);
+    if (model->generation != sh->generation)
+        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->id_field,
+                         "The weight set \"%s\" was replaced (generation %llu at the start of "
+                         "sequence %s, %llu now): its cached keys came from the old weights; "
+                         "start the sequence again.", sh->model,
+                         (unsigned long long)sh->generation, id,
+                         (unsigned long long)model->generation);
     if (j->dtype != sh->dtype)
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->dtype_field,
                          "Sequence %s computes in %s, as its start did; this step is %s.", id,
@@ -114,21 +142,26 @@ static int check_against(attention_request *ar, const sequence_ask *a, const seq
     return 0;
 }
 
-int sequence_step_begin(attention_request *ar, const sequence_ask *a, int has_mask,
-                        int weight_set, sequence_step *st, attn_error *err)
+int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequence_model *model,
+                        sequence_step *st, attn_error *err)
 {
     memset(st, 0, sizeof *st);
     if (!a->in_sequence)
         return 0;
-    int rc = check_step(ar, a, has_mask, weight_set, err);
+    int rc = check_step(ar, a, model, err);
     if (rc != 0)
         return rc;
     attn_job *j = &ar->job;
-    sequence_shape shape = {j->dtype, j->heads, j->dk, j->dv, ar->heads_given, j->scale};
+    sequence_shape shape = {j->dtype, j->heads, j->dk, j->dv, ar->heads_given, j->scale, "",
+                            model->generation};
+    snprintf(shape.model, sizeof shape.model, "%s", model->name);
     if ((rc = sequence_acquire(&a->id, a->start, &shape, a->id_field, &st->seq, err)) != 0)
         return rc;
-    if (!a->start && (rc = check_against(ar, a, sequence_shape_of(st->seq), err)) != 0)
+    if (!a->start &&
+        (rc = check_against(ar, a, model, sequence_shape_of(st->seq), err)) != 0)
         return rc;
+    st->weights = j->weights;   /* a stored set's: the job's own projections are the step's */
+    st->rows = j->lq;
     st->before = sequence_length(st->seq);
     st->added = j->lk;
     size_t n = st->before + st->added;
@@ -187,6 +220,21 @@ static void copy_rows(void *dst, attn_dtype dtype, const double *src64, const fl
     }
 }
 
+/* attention_project, its faults as errors. */
+static int project(const attn_weights *w, weights_part part, attn_dtype dtype, const double *x,
+                   const float *x32, size_t rows, void *out, attn_error *err)
+{
+    int rc = attention_project(w, part, dtype, x, x32, rows, out);
+    if (rc == 0)
+        return 0;
+    if (rc == 1)
+        return error_set(err, ERR_BAD_REQUEST, "not_finite", "x",
+                         "A projection of the step's tokens (through %s) is not finite in %s: "
+                         "x or the weights are too large for it.", weights_parts[part].name,
+                         dtype == ATTN_FLOAT32 ? "float32" : "float64");
+    return compute_stop_error(err) != 0 ? err->kind : error_nomem(err);
+}
+
 int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_step *st,
                        attn_error *err)
 {
@@ -219,9 +267,26 @@ int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_st
     const sequence_shape *sh = sequence_shape_of(st->seq);
     size_t esize = sh->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
     unsigned char *keys = sequence_keys(st->seq), *values = sequence_values(st->seq);
-    copy_rows(keys + st->before * sh->dk * esize, sh->dtype, j->k, j->k32, st->added * sh->dk);
-    copy_rows(values + st->before * sh->dv * esize, sh->dtype, j->v, j->v32,
-              st->added * sh->dv);
+    unsigned char *new_keys = keys + st->before * sh->dk * esize;
+    unsigned char *new_values = values + st->before * sh->dv * esize;
+    if (st->weights != NULL) {
+        /* x through wq into the step's queries, through wk and wv into the cache */
+        st->q = mem_malloc(j->lq * sh->dk * esize);
+        if (st->q == NULL)
+            return error_nomem(err);
+        const attn_weights *w = st->weights;
+        if ((rc = project(w, WEIGHTS_WQ, sh->dtype, j->x, NULL, j->lq, st->q, err)) != 0 ||
+            (rc = project(w, WEIGHTS_WK, sh->dtype, j->x, NULL, st->added, new_keys, err)) != 0 ||
+            (rc = project(w, WEIGHTS_WV, sh->dtype, j->x, NULL, st->added, new_values, err)) != 0)
+            return rc;
+        j->x = j->context = NULL;
+        j->weights = NULL;
+        j->q = sh->dtype == ATTN_FLOAT32 ? NULL : st->q;
+        j->q32 = sh->dtype == ATTN_FLOAT32 ? st->q : NULL;
+    } else {
+        copy_rows(new_keys, sh->dtype, j->k, j->k32, st->added * sh->dk);
+        copy_rows(new_values, sh->dtype, j->v, j->v32, st->added * sh->dv);
+    }
     if (sh->dtype == ATTN_FLOAT32) {
         j->k = j->v = NULL;
         j->k32 = (const float *)keys;
@@ -238,12 +303,64 @@ int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_st
     return 0;
 }
 
+/* With a stored set that has wo: result's output (the heads side by side, dv wide) through
+ * it, d_out wide, in the place of the output it had. */
+static int output_through_wo(sequence_step *st, attn_result *result, attn_error *err)
+{
+    const attn_weights *w = st->weights;
+    if (w == NULL || (weights_is_f32(w) ? weights_array_f32(w, WEIGHTS_WO) != NULL
+                                        : weights_array(w, WEIGHTS_WO) != NULL) == 0)
+        return 0;
+    const sequence_shape *sh = sequence_shape_of(st->seq);
+    size_t rows = st->rows, count = rows * w->d_out;
+    if (result->output_f32 != NULL) {           /* kept as float, as the kernels formed it */
+        st->output_f32 = mem_malloc(count * sizeof(float));
+        if (st->output_f32 == NULL)
+            return error_nomem(err);
+        int rc = project(w, WEIGHTS_WO, ATTN_FLOAT32, NULL, result->output_f32, rows,
+                         st->output_f32, err);
+        if (rc != 0)
+            return rc;
+        mem_free(result->output_f32);
+        result->output_f32 = st->output_f32;
+        st->output_f32 = NULL;
+    } else if (result->output != NULL) {
+        st->output = mem_malloc(count * sizeof(double));
+        if (st->output == NULL)
+            return error_nomem(err);
+        int rc;
+        if (sh->dtype == ATTN_FLOAT32) {
+            /* a float32 step answered in double: the product in float, widened */
+            float *f = mem_malloc(count * sizeof(float));
+            if (f == NULL)
+                return error_nomem(err);
+            rc = project(w, WEIGHTS_WO, ATTN_FLOAT32, result->output, NULL, rows, f, err);
+            for (size_t i = 0; rc == 0 && i < count; i++)
+                st->output[i] = f[i];
+            mem_free(f);
+        } else {
+            rc = project(w, WEIGHTS_WO, ATTN_FLOAT64, result->output, NULL, rows, st->output,
+                         err);
+        }
+        if (rc != 0)
+            return rc;
+        mem_free(result->output);
+        result->output = st->output;
+        st->output = NULL;
+    }
+    result->d_out = w->d_out;
+    return 0;
+}
+
 int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,
                          attn_error *err)
 {
     if (st->seq == NULL)
         return 0;
     size_t n = st->before + st->added, heads = sequence_shape_of(st->seq)->heads;
+    int rc = output_through_wo(st, result, err);
+    if (rc != 0)
+        return rc;
     st->length = (int64_t)n;
     /* this step's weights received, for the commit; in the answer only when asked */
     st->received = result->reduced.received;
@@ -285,4 +402,10 @@ void sequence_step_finish(const sequence_ask *a, sequence_step *st)
         mem_free(st->received);
     st->received = NULL;
     st->received_owned = 0;
+    mem_free(st->q);
+    mem_free(st->output);
+    mem_free(st->output_f32);
+    st->q = NULL;
+    st->output = NULL;
+    st->output_f32 = NULL;
 }

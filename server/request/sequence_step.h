@@ -49,15 +49,27 @@ typedef struct sequence_ask {
     int received_total;         /* the answer carries received_total */
     int received_asked;         /* the request asked for the received reduction itself */
     const char *id_field, *start_field, *end_field, *received_total_field;
-    const char *heads_field, *scale_field, *dtype_field, *mask_field;
+    const char *heads_field, *scale_field, *dtype_field, *mask_field, *context_field;
     const char *q_field, *k_field, *v_field;
 } sequence_ask;
+
+/* The model a step runs on, and what the request has beside its tokens. */
+typedef struct sequence_model {
+    const char *name;           /* ATTENTION_MODEL_BUILTIN, or the stored set's name */
+    uint64_t generation;        /* the stored set's generation; 0 for the built-in model */
+    int has_mask, has_context, inline_weights;
+} sequence_model;
 
 /* A step under way. */
 typedef struct sequence_step {
     sequence *seq;              /* NULL: not in a sequence, or not taken yet */
     size_t before, added;       /* keys cached before the step; keys it brings */
     unsigned char *mask;        /* the bottom-right causal mask, when one is needed */
+    const attn_weights *weights; /* a stored set's model: its weights (borrowed) */
+    void *q;                    /* then the step's queries, projected (float or double) */
+    double *output;             /* and its output through wo, when the set has one */
+    float *output_f32;
+    size_t rows;                /* the step's queries */
     size_t mask_reserved;       /* its bytes in the memory budget */
     int committed;
     int64_t length;             /* the answer's length: keys after the step */
@@ -72,34 +84,44 @@ typedef struct sequence_step {
  * "wrong_type" or "invalid_value" otherwise. */
 int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_error *err);
 
+/* While the server drains (draining non-zero), what a request of an attention route
+ * gets: a step of a live sequence goes on (the drain waits for the sequences, up to
+ * --shutdown-grace), anything else is refused, a sequence_start included: 503
+ * "shutting_down" in err, returned; 0 to go on. */
+int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err);
+
 /* Checks what the flags need once all are read: start or end needs an id
  * (400 "missing_field" at id_field), received_total needs a sequence (400
  * "conflicting_fields" at received_total_field). */
 int sequence_ask_check(const sequence_ask *a, attn_error *err);
 
 /* Takes the turn of the sequence a asks for and shapes ar's job (described,
- * its numbers not read) over the cache: the rules of a step (one batch row,
- * no mask input, the model attention: has_mask, weight_set say what the
- * request has), the start's heads, widths, precision and scale (400
- * "conflicting_fields" at their places), lk the keys after the step, the
- * causal rule, and the reductions' received (for the totals) and query
- * position.  heads_given: whether the request named heads (on a start it
- * decides the answers' head axis for the sequence's life).  Without a
+ * its numbers not read; with a stored set, bound to it) over the cache: the
+ * rules of a step (one batch row; no mask input; with a stored set, x alone,
+ * no context; no inline weights), the start's model, heads, widths,
+ * precision and scale (400 "conflicting_fields" at their places), lk the
+ * keys after the step, the causal rule, and the reductions' received (for
+ * the totals) and query position.  Whether the request named heads decides,
+ * at the start, the answers' head axis for the sequence's life.  Without a
  * sequence it does nothing.  May wait for the sequence's other steps. */
-int sequence_step_begin(attention_request *ar, const sequence_ask *a, int has_mask,
-                        int weight_set, sequence_step *st, attn_error *err);
+int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequence_model *model,
+                        sequence_step *st, attn_error *err);
 
 /* Numbers the step adds to the answer (received_total), for the limits. */
 size_t sequence_step_extra_elements(const attention_request *ar, const sequence_ask *a);
 
-/* Appends the request's k and v (ar's arrays, as read) past the cache's
- * length, growing it (the limits of sequence_reserve), builds the causal
- * mask when the rule needs one, and points the job at them. */
+/* Appends the request's k and v (ar's arrays, as read; with a stored set, x
+ * projected through wk and wv, and q through wq) past the cache's length,
+ * growing it (the limits of sequence_reserve), builds the causal mask when
+ * the rule needs one, and points the job at them (a job of q, k and v: the
+ * output projection is sequence_step_answer's). */
 int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_step *st,
                        attn_error *err);
 
-/* After the computation worked: fills st->length (the keys after the step)
- * and, asked, st->received_total (the totals with this step's weights), and
+/* After the computation worked: with a stored set that has wo, puts the
+ * output through it (result's output replaced); fills st->length (the keys
+ * after the step) and, asked, st->received_total (the totals with this
+ * step's weights), and
  * keeps the step's weights received for the commit, taking them out of
  * result unless the request asked for the received reduction itself. */
 int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,

@@ -30,12 +30,12 @@ static const char ALLOW_SET[] = "GET, HEAD, PUT, DELETE, OPTIONS";
     {prefix "/stats", ENDPOINT_V2_STATS, ROUTE_V2, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE,  \
      0, JSON, V2, "/v2"},                                                                      \
     {prefix "/infer", ENDPOINT_V2_INFER, ROUTE_V2_INFER, ALLOW_POST, ROUTE_INLINE,             \
-     ROUTE_DRAIN_REFUSE, 0, ROUTE_BODY_V2, V2, "/v2/models/{model}/infer"}
+     ROUTE_DRAIN_SEQUENCES, 0, ROUTE_BODY_V2, V2, "/v2/models/{model}/infer"}
 
 static const route routes[] = {
     /* pattern, endpoint, id, allow, cost, drain, probe, body, errors, label */
     {"/v1/attention", ENDPOINT_V1_ATTENTION, ROUTE_ATTENTION, ALLOW_POST, ROUTE_INLINE,
-     ROUTE_DRAIN_REFUSE, 0, JSON, V1, "/v1/attention"},
+     ROUTE_DRAIN_SEQUENCES, 0, JSON, V1, "/v1/attention"},
     {"/healthz", ENDPOINT_HEALTHZ, ROUTE_HEALTHZ, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,
      JSON, V1, "/healthz"},
     {"/readyz", ENDPOINT_READYZ, ROUTE_READYZ, ALLOW_GET, ROUTE_CHEAP, ROUTE_DRAIN_SERVE, 1,

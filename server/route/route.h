@@ -74,7 +74,9 @@ typedef enum route_cost {
 typedef enum route_drain {
     ROUTE_DRAIN_SERVE,      /* answered as usual (a probe says it is draining itself) */
     ROUTE_DRAIN_READS,      /* GET and HEAD answered, writes refused */
-    ROUTE_DRAIN_REFUSE      /* refused */
+    ROUTE_DRAIN_REFUSE,     /* refused */
+    ROUTE_DRAIN_SEQUENCES   /* the handler answers a live sequence's steps, refuses the rest
+                             * (request/sequence_step.h: sequence_step_draining) */
 } route_drain;
 
 /* How the HTTP layer places and budgets a request body of the route. */

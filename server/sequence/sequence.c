@@ -109,6 +109,14 @@ static void free_sequence(sequence *s)
     mem_free(s);
 }
 
+size_t sequence_live(void)
+{
+    pthread_mutex_lock(&table.lock);
+    size_t n = table.live;
+    pthread_mutex_unlock(&table.lock);
+    return n;
+}
+
 void sequence_init(const sequence_limits *limits)
 {
     sequence_shutdown();

@@ -41,6 +41,8 @@ typedef struct sequence_shape {
     size_t heads, dk, dv;       /* dk, dv: all heads together */
     int heads_axis;             /* the start named heads: the answers have a head axis */
     double scale;
+    char model[WEIGHTS_NAME_MAX + 1]; /* the model it runs on: "attention" or a stored set */
+    uint64_t generation;        /* the stored set's generation at the start; 0: none */
 } sequence_shape;
 
 typedef struct sequence_limits {
@@ -53,6 +55,9 @@ typedef struct sequence sequence;
 
 /* Sets the limits and empties the table.  Call before any other function. */
 void sequence_init(const sequence_limits *limits);
+
+/* Sequences live now. */
+size_t sequence_live(void);
 
 /* Drops every sequence (stopping the sweeper first). */
 void sequence_shutdown(void);

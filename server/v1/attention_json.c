@@ -326,7 +326,8 @@ static int decode_sequence(const json_t *root, sequence_ask *a, attn_error *err)
                         .end_field = "sequence.end",
                         .received_total_field = "reductions.received_total",
                         .heads_field = "heads", .scale_field = "scale", .dtype_field = "dtype",
-                        .mask_field = "mask", .q_field = "q", .k_field = "k", .v_field = "v"};
+                        .mask_field = "mask", .context_field = "context", .q_field = "q",
+                        .k_field = "k", .v_field = "v"};
     a->causal_given = json_object_get(root, "causal") != NULL;
     const json_t *jr = json_object_get(root, "reductions");
     int rc;

@@ -156,6 +156,8 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     double started = compute_now();
     model_stats_sample sample = {req->queued_at > 0 ? started - req->queued_at : 0, 0, 0, 0, 1};
     int rc = decode_body(req, env->cfg, &ar, &seq, &err);
+    if (rc == 0)
+        rc = sequence_step_draining(&seq, env->draining, &err);
     if (rc == 0 && ar.weights_name[0]) {
         /* Hold a reference for the whole computation: a concurrent replace or
          * delete of the name cannot change or free these numbers. */
@@ -163,12 +165,15 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
         if (rc == 0)
             rc = bind_named_set(&ar, set, &err);
     }
-    if (rc == 0 && seq.in_sequence)
+    if (rc == 0 && seq.in_sequence) {
         /* the sequence's turn may mean waiting: never on an I/O thread */
-        rc = req->io_thread ? ADMISSION_DEFER
-                            : sequence_step_begin(&ar, &seq, ar.mask != NULL,
-                                                  ar.weights_name[0] != 0 || ar.has_inline_weights,
-                                                  &step, &err);
+        sequence_model on = {set != NULL ? set->name : ATTENTION_MODEL_BUILTIN,
+                             set != NULL ? set->generation : 0, ar.mask != NULL, ar.has_context,
+                             ar.has_inline_weights};
+        if (ar.x != NULL)
+            seq.q_field = "x";
+        rc = req->io_thread ? ADMISSION_DEFER : sequence_step_begin(&ar, &seq, &on, &step, &err);
+    }
     if (rc == 0)
         rc = compute_and_answer(req, env->cfg, &ar, &seq, &step, started, &sample, resp, &err);
     const char *model = set != NULL ? set->name : ATTENTION_MODEL_BUILTIN;
@@ -182,8 +187,11 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     sequence_step_finish(&seq, &step);
     attention_request_free(&ar);
     weightset_release(set);
-    if (rc == ADMISSION_DEFER)
+    if (rc == ADMISSION_DEFER) {
         resp->deferred = 1;     /* for a worker */
-    else if (rc != 0)
+    } else if (rc != 0) {
+        if (!strcmp(err.code, "shutting_down"))
+            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
+    }
 }

@@ -311,7 +311,9 @@ static int match_reductions(const api_infer_request *req, v2_outputs *o,
     for (size_t i = 0; i < o->n; i++) {
         int w = o->which[i];
         named[w] = 1;
-        if (v2_output_parameter(w) == NULL || v2_output_asked(r, w))
+        /* a sequence's outputs are match_sequence_outputs' */
+        if (v2_output_parameter(w) == NULL || v2_output_asked(r, w) ||
+            w == V2_OUT_LENGTH || w == V2_OUT_RECEIVED_TOTAL)
             continue;
         char field[ATTENTION_FIELD_MAX];
         snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w));
@@ -606,16 +608,19 @@ static int begin_step(const api_request *req, v2_infer *st, attn_error *err)
         return 0;
     if (req->io_thread)
         return ADMISSION_DEFER;
-    const int slots[] = {IN_Q, IN_K, IN_V, IN_MASK};
-    const char **fields[] = {&a->q_field, &a->k_field, &a->v_field, &a->mask_field};
-    for (int i = 0; i < 4; i++)
+    int builtin = st->model.set == NULL;
+    const int slots[] = {builtin ? IN_Q : IN_X, IN_K, IN_V, IN_MASK, IN_CONTEXT};
+    const char **fields[] = {&a->q_field, &a->k_field, &a->v_field, &a->mask_field,
+                             &a->context_field};
+    for (int i = 0; i < 5; i++)
         *fields[i] = st->place[slots[i]];
     snprintf(st->dtype_place, sizeof st->dtype_place, "inputs[%zu].datatype",
              st->in[st->model.set == NULL ? IN_Q : IN_X].index);
     a->dtype_field = st->dtype_place;
     a->received_asked = st->ar.reduce.received;
-    return sequence_step_begin(&st->ar, a, st->have[IN_MASK], st->model.set != NULL, &st->step,
-                               err);
+    sequence_model on = {st->model.name, builtin ? 0 : st->model.set->generation,
+                         st->have[IN_MASK], st->have[IN_CONTEXT], 0};
+    return sequence_step_begin(&st->ar, a, &on, &st->step, err);
 }
 
 /* Describes the inputs and checks shapes and parameters into st->ar (no
@@ -627,7 +632,9 @@ static int infer_describe(const api_request *req, v2_infer *st, const api_env *e
     int rc;
     attention_request_init(&st->ar);
     st->ar.heads_field = "parameters.heads";
-    if ((rc = describe_head(st, err)) != 0 || (rc = describe_inputs(st, env, body, err)) != 0 ||
+    if ((rc = describe_head(st, err)) != 0 ||
+        (rc = sequence_step_draining(&st->seq, env->draining, err)) != 0 ||
+        (rc = describe_inputs(st, env, body, err)) != 0 ||
         (rc = check_inputs(st, err)) != 0 || (rc = shape_job(st, err)) != 0 ||
         (st->have[IN_MASK] && (rc = shape_mask(st, err)) != 0) ||
         (rc = begin_step(req, st, err)) != 0)
@@ -849,8 +856,11 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
     sequence_step_finish(&st.seq, &st.step);
     attention_request_free(&st.ar);
     v2_model_close(&st.model);
-    if (rc == ADMISSION_DEFER)
+    if (rc == ADMISSION_DEFER) {
         resp->deferred = 1; /* for a worker */
-    else if (rc != 0)
+    } else if (rc != 0) {
+        if (!strcmp(err.code, "shutting_down"))
+            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
+    }
 }

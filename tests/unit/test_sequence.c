@@ -10,7 +10,7 @@
 #include "core/compute.h"
 #include "sequence/sequence.h"
 
-static const sequence_shape shape_f64 = {ATTN_FLOAT64, 2, 4, 6, 1, 0.5};
+static const sequence_shape shape_f64 = {ATTN_FLOAT64, 2, 4, 6, 1, 0.5, "attention", 0};
 
 static sequence_id number_id(uint64_t n)
 {
@@ -128,7 +128,7 @@ void test_sequence_memory_budget(void)
     attn_error err;
     sequence *s = NULL;
     sequence_id id = number_id(3);
-    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125};
+    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125, "attention", 0};
     ASSERT_EQ(sequence_key_bytes(&wide), 64 * 8 * 2 + 8);
     ASSERT_EQ(sequence_acquire(&id, 1, &wide, "id", &s, &err), 0);
     /* 20 keys: room for 32, 33,024 bytes out of the 64 KiB budget */
