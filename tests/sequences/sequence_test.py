@@ -10,15 +10,16 @@ int64_param or string_param, sequence_start and sequence_end as bool_param).
   m < t), every step against a NumPy float64 reference that recomputes the whole prefix from
   scratch: output, attention, every reduction (local at query position n - m + i),
   received_total (the running sum over every step's queries), length.
-- dead_rows, batch_one, no_sequence: rows before the first key (n - m + i < 0) answer zeros;
-  inputs of rank 3 with batch 1; sequence_id 0 and "" (what Triton's clients send when no
+- more_queries_than_keys, weight_set, batch_one, no_sequence: m > n is 400 invalid_shape; a
+  sequence on a stored weight set (x projected once per step) and a step of it on another
+  model refused; inputs of rank 3 with batch 1; sequence_id 0 and "" (what Triton's clients send when no
   sequence is asked) make an ordinary request; a step with no outputs listed answers output,
   attention, length.
 - interleaved, mixed_wires: sequences stepped alternately stay apart (the number 7 and the
   string "7" are two sequences); one sequence stepped over every wire in turn.
 - errors_*: each error of the contract with its status, code and field, and after each
   refused step the next step answers as if the refused one had never come; a start on a live
-  id starts over; a stored weight set with sequence parameters.
+  id starts over; ids out of range or of the wrong type.
 - limits_*: --max-sequences 3 (429 too_many_sequences, Retry-After, RESOURCE_EXHAUSTED) and
   --max-sequence-keys 16 (413 sequence_too_long), with their /metrics refusal counters.
 - idle, keepalive, many, large: --sequence-idle-timeout (a sequence left alone is dropped and
@@ -398,7 +399,8 @@ def send_grpc(srv, req, model="attention"):
     try:
         answer = srv.stub().ModelInfer(grpc_request(req, model), timeout=CALL_TIMEOUT)
     except grpc.RpcError as e:
-        return Answer(False, e.code(), words=e.details() or "")
+        return Answer(False, e.code(), words=e.details() or "",
+                      headers=dict((e.trailing_metadata() or ()) + (e.initial_metadata() or ())))
     outs, types = decode_grpc(answer)
     return Answer(True, 200, outs, types)
 
@@ -585,19 +587,78 @@ def check_correct(srv, wire):
             stream.close()
 
 
-def check_dead_rows(srv):
-    """A start of 4 query rows over 2 keys, causal: rows 0 and 1 (positions -2 and -1) see no
-    key and answer zeros, as a fully masked row does today."""
+def check_more_queries_than_keys(srv):
+    """More queries than keys (m > n: a start of 4 query rows over 2 keys) is 400
+    invalid_shape at q's shape (docs/contract.md; the first draft of the contract answered
+    such rows with zeros), and leaves no sequence."""
     rng = np.random.default_rng(9)
     for wire in ("v1", "v2json", "grpc"):
-        ref = Reference(None, 8)
         q, k, v = random_step(rng, 4, 2, 8, 5, "float64")
-        req = {"q": q, "k": k, "v": v, "red": RED, "total": True, "sid": fresh_id(),
-               "start": True, "end": True}
-        req["red"] = dict(RED, topk=2)
-        want = ref.step(q, k, v, True, req["red"], True)
-        check_step("dead rows/%s: rows before the first key are zeros" % wire,
-                   send(wire, srv, req), want, req)
+        sid = fresh_id()
+        expect_error("more queries than keys/%s: 400 invalid_shape at q's shape" % wire, wire,
+                     send(wire, srv, {"q": q, "k": k, "v": v, "sid": sid, "start": True}), 400,
+                     "invalid_shape", "q" if wire == "v1" else "inputs[0].shape",
+                     grpc.StatusCode.INVALID_ARGUMENT)
+        expect_error("more queries than keys/%s: the refused start left no sequence" % wire,
+                     wire, send(wire, srv, {"q": q[:1], "k": k[:1], "v": v[:1], "sid": sid}), 400,
+                     "sequence_unknown", "sequence.id" if wire == "v1" else
+                     "parameters.sequence_id", grpc.StatusCode.INVALID_ARGUMENT, words=(sid,))
+
+
+WEIGHTS = {"wq": [[0.5, -1.0, 0.25, 1.0], [1.0, 0.5, -0.5, 0.0], [0.0, 1.5, 1.0, -1.0]],
+           "wk": [[1.0, 0.0, 0.5, -0.5], [-0.5, 1.0, 0.0, 1.0], [0.25, 0.5, 1.0, 0.0]],
+           "wv": [[1.0, 2.0], [0.0, -1.0], [0.5, 0.5]],
+           "bq": [0.1, -0.2, 0.0, 0.3]}
+
+
+def check_weight_set(srv):
+    """A sequence on a stored weight set (input x; v1 x with "weights": NAME): each step's
+    tokens projected once (q = x Wq + bq, k = x Wk, v = x Wv), t = m, against the reference
+    of the projected q, k and v; a step of it on another model (the built-in attention, v1
+    q, k and v) is 400 conflicting_fields at the id and leaves it as it was."""
+    status, body, _ = srv.request("PUT", "/v1/weight-sets/seqset", json.dumps(WEIGHTS).encode(),
+                                  {"Content-Type": "application/json"})
+    check("weight set/stored", status in (200, 201), (status, body[:200]))
+    wq, wk, wv = (np.array(WEIGHTS[n]) for n in ("wq", "wk", "wv"))
+    bq = np.array(WEIGHTS["bq"])
+    rng = np.random.default_rng(12)
+    for wire in ("v1", "v2json", "v2bin", "grpc"):
+        sid = fresh_id()
+        ref = Reference(None, 4)
+        for i, m in enumerate((3, 1, 1, 2)):
+            x = rng.standard_normal((m, 3))
+            want = ref.step(x @ wq + bq, x @ wk, x @ wv, True, {}, False)
+            want = {"output": want["output"], "attention": want["attention"],
+                    "length": want["length"], "_w": want["_w"], "_undo": want["_undo"]}
+            if wire == "v1":
+                seq = {"id": sid}
+                if i == 0:
+                    seq["start"] = True
+                if i == 3:
+                    seq["end"] = True
+                ans = send_v1(srv, None, body={"x": x.tolist(), "weights": "seqset",
+                                               "sequence": seq})
+            else:
+                req = {"tensors": [("x", "FP64", [m, 3], x.tobytes(), x.ravel().tolist())],
+                       "outputs": ["output", "attention", "length"], "sid": sid,
+                       "start": i == 0, "end": i == 3}
+                ans = send_v2_http(srv, req, wire == "v2bin", "seqset") if wire != "grpc" \
+                    else send_grpc(srv, req, "seqset")
+            check_step("weight set/%s/step %d (m=%d)" % (wire, i, m), ans, want, {})
+            if i == 0:
+                started = ans.ok
+            if i == 1 and not started:
+                # v2's words carry no code: against a sequence that does not exist the
+                # refusal would be sequence_unknown at the same field, a pass for nothing
+                check("weight set/%s/a step on the model attention: 400 conflicting_fields at "
+                      "the id" % wire, False, "the sequence on the set did not start")
+            elif i == 1:
+                q, k, v = random_step(rng, 1, 1, 4, 2, "float64")
+                expect_error("weight set/%s/a step on the model attention: 400 "
+                             "conflicting_fields at the id" % wire, wire,
+                             send(wire, srv, {"q": q, "k": k, "v": v, "sid": sid}), 400,
+                             "conflicting_fields", "sequence.id" if wire == "v1" else
+                             "parameters.sequence_id", grpc.StatusCode.INVALID_ARGUMENT)
 
 
 def check_interleaved(srv):
@@ -731,7 +792,7 @@ def check_errors(srv, wire):
     # conflicting_fields: each fixed setting changed, then a good step as if it never came
     conflicts = [
         ("another dk", dict(q=rng.standard_normal((1, 10)), k=rng.standard_normal((1, 10))),
-         (input_field(wire, 0, "q", ".shape"), input_field(wire, 1, "k", ".shape"))),
+         input_field(wire, 1, "k", ".shape")),
         ("another dv", dict(v=rng.standard_normal((1, 4))), input_field(wire, 2, "v", ".shape")),
         ("another heads", dict(heads=1), "heads" if v1 else "parameters.heads"),
         ("another datatype", dict(dtype="float32"),
@@ -739,8 +800,8 @@ def check_errors(srv, wire):
         ("another scale", dict(scale=0.5), "scale" if v1 else "parameters.scale"),
         # any mask is refused: one of this step's keys [m, t] (the shape outside a sequence),
         # and one of the whole cache [m, n]
-        ("a mask [m, t]", "mask", "mask" if v1 else "inputs[3]"),
-        ("a mask [m, n]", "mask", "mask" if v1 else "inputs[3]"),
+        ("a mask [m, t]", "mask", "mask" if v1 else "inputs[3].shape"),
+        ("a mask [m, n]", "mask", "mask" if v1 else "inputs[3].shape"),
     ]
     for what, change, fields in conflicts:
         if change == "mask":
@@ -757,8 +818,7 @@ def check_errors(srv, wire):
     q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
     req = {"q": q, "k": k, "v": v, "sid": sid, "batch": 2}
     expect_error("errors/%s/batch 2: 400 invalid_shape" % wire, wire, send(wire, srv, req), 400,
-                 "invalid_shape", tuple(input_field(wire, i, n, ".shape")
-                                        for i, n in enumerate("qkv")), inv)
+                 "invalid_shape", input_field(wire, 0, "q", ".shape"), inv)
     good_step(wire, srv, rng, ref, sid, "after batch 2: the next step as if it never came")
     good_step(wire, srv, rng, ref, sid, "received_total counts none of the refused steps",
               total=True)
@@ -794,11 +854,13 @@ def check_errors(srv, wire):
     # ids out of the contract's range
     for bad in (-1, "x" * 129):
         req = {"q": q, "k": k, "v": v, "sid": bad, "start": True, "end": True}
-        ans = send(wire, srv, req)
-        check("errors/%s/sequence id %s: 400 naming the id's field" % (
-            wire, "-1" if bad == -1 else "of 129 bytes"),
-            not ans.ok and ans.status in (400, inv) and
-            (ans.field == sid_field if v1 else sid_field in ans.words), ans)
+        expect_error("errors/%s/sequence id %s: 400 invalid_value" % (
+            wire, "-1" if bad == -1 else "of 129 bytes"), wire, send(wire, srv, req), 400,
+            "invalid_value", sid_field, inv)
+    if wire != "grpc":          # gRPC's parameters are typed: no boolean id to send as JSON's
+        req = {"q": q, "k": k, "v": v, "sid": True, "start": True}
+        expect_error("errors/%s/sequence id true: 400 wrong_type" % wire, wire,
+                     send(wire, srv, req), 400, "wrong_type", sid_field, inv)
     if v1:
         req = {"q": q, "k": k, "v": v, "sid": fresh_id(), "start": True,
                "seq_extra": {"bogus": 1}}
@@ -818,24 +880,6 @@ def check_errors(srv, wire):
     check_step("errors/%s/sequence_start on a live id starts over (length 3)" % wire,
                send(wire, srv, req), ref2.step(q, k, v, True, red3, False), req)
     good_step(wire, srv, rng, ref2, sid2, "after starting over: the next step", end=True)
-    # a stored weight set as the model, with sequence parameters
-    srv.request("PUT", "/v1/weight-sets/seqtoy", json.dumps(
-        {"wq": [[1.0, 0.5]], "wk": [[0.5, 1.0]], "wv": [[1.0, -1.0]]}).encode(),
-        {"Content-Type": "application/json"})
-    sid3 = fresh_id()
-    if v1:
-        ans = send_v1(srv, None, body={"x": [[1.0], [2.0]], "weights": "seqtoy",
-                                       "sequence": {"id": sid3, "start": True}})
-    else:
-        x = np.array([[1.0], [2.0]])
-        req = {"tensors": [("x", "FP64", [2, 1], x.tobytes(), x.ravel().tolist())],
-               "outputs": [], "sid": sid3, "start": True}
-        ans = send_v2_http(srv, req, wire == "v2bin", "seqtoy") if wire != "grpc" else \
-            send_grpc(srv, req, "seqtoy")
-    expect_error("errors/%s/a stored weight set with sequence parameters: 400 invalid_value"
-                 % wire, wire, ans, 400, "invalid_value", sid_field, inv)
-
-
 # ---------------------------------------------------------------------------------------------
 # Limits: a server with --max-sequences 3 --max-sequence-keys 16
 
@@ -867,11 +911,11 @@ def check_limits(srv, wire):
         good(sid, 4, "start of sequence %d of 3" % (sid - a + 1), start=True)
     ans = send(wire, srv, step(d, 4, start=True))
     expect_error("limits/%s/a 4th start: 429 too_many_sequences" % wire, wire, ans, 429,
-                 "too_many_sequences", (), exhausted)
-    if wire in ("v1", "v2json", "v2bin"):
-        check("limits/%s/the 429 has Retry-After" % wire,
-              ans.headers is not None and ans.headers.get("Retry-After") is not None,
-              dict(ans.headers or {}))
+                 "too_many_sequences", sid_field, exhausted)
+    check("limits/%s/the refusal has Retry-After: 1 (gRPC: retry-after metadata)" % wire,
+          ans.headers is not None and str(ans.headers.get("Retry-After") or
+                                          ans.headers.get("retry-after")) == "1",
+          dict(ans.headers or {}))
     expect_error("limits/%s/the refused start left no sequence" % wire, wire,
                  send(wire, srv, step(d, 1)), 400, "sequence_unknown", sid_field, inv,
                  words=(d,))
@@ -1095,7 +1139,7 @@ def main():
     errors = [named("check_errors_" + w, lambda srv, w=w: check_errors(srv, w))
               for w in ("v1", "v2json", "v2bin", "grpc")]
     harness.run(args.server, [guarded(c) for c in [check_metadata] + per_wire +
-                [check_dead_rows, check_interleaved, check_mixed_wires, check_batch_one,
+                [check_more_queries_than_keys, check_weight_set, check_interleaved, check_mixed_wires, check_batch_one,
                  check_no_sequence] + errors], server_class=GrpcServer)
     # a server per wire: a sequence one wire's failure leaves open must not fill another's
     # slots
