@@ -70,6 +70,8 @@ typedef struct sequence_step {
     double *output;             /* and its output through wo, when the set has one */
     float *output_f32;
     size_t rows;                /* the step's queries */
+    int received_from_matrix;   /* the weights received come from the matrix's columns */
+    int attention_asked;        /* the request asked for the matrix itself */
     size_t mask_reserved;       /* its bytes in the memory budget */
     int committed;
     int64_t length;             /* the answer's length: keys after the step */
@@ -124,8 +126,8 @@ int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_st
  * step's weights), and
  * keeps the step's weights received for the commit, taking them out of
  * result unless the request asked for the received reduction itself. */
-int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,
-                         attn_error *err);
+int sequence_step_answer(attention_request *ar, const sequence_ask *a, sequence_step *st,
+                         attn_result *result, attn_error *err);
 
 /* Once the answer is made: the step's keys become part of the sequence and
  * its weights are added to the totals. */

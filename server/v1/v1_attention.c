@@ -121,7 +121,7 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
     sample->input = start - started;
     rc = admission_run(&ar->job, req->io_thread, &result, err);
     if (rc == 0)
-        rc = sequence_step_answer(seq, step, &result, err);
+        rc = sequence_step_answer(ar, seq, step, &result, err);
     if (rc != 0) {
         attention_result_free(&result);
         admission_release(reserved_bytes);
