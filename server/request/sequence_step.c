@@ -65,6 +65,13 @@ int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err)
                                                  : "");
 }
 
+int sequence_step_no_mask(const sequence_ask *a, attn_error *err)
+{
+    return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->mask_field,
+                     "A sequence's step takes no mask: its queries see the cached keys by the "
+                     "causal rule, or all of them with causal false.");
+}
+
 int sequence_ask_check(const sequence_ask *a, attn_error *err)
 {
     if (!a->in_sequence && (a->start || a->end))
@@ -93,9 +100,7 @@ static int check_step(const attention_request *ar, const sequence_ask *a,
                          "A sequence's step attends over its own tokens, cached: it takes x "
                          "alone, no context.");
     if (model->has_mask)
-        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->mask_field,
-                         "A sequence's step takes no mask: its queries see the cached keys by "
-                         "the causal rule, or all of them with causal false.");
+        return sequence_step_no_mask(a, err);
     if (j->batch != 1)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape", a->q_field,
                          "A sequence's step has one batch row; q has %zu.", j->batch);
@@ -182,13 +187,18 @@ int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequ
             j->causal = 1;
         /* else: the mask of sequence_step_load, when lq > 1 */
     }
+    if ((rc = attention_request_check_pool(ar, err)) != 0 ||
+        (rc = attention_request_check_reduce(ar, err)) != 0)
+        return rc;
     /* The totals need every step's weights received.  With no reduction asked, a step
      * whose matrix is small sums its columns (sequence_step_answer): the reductions'
      * sweep would compute every score a second time. */
     st->attention_asked = j->want_attention;
     ar->reduce.query_offset = n - j->lq;
     size_t cells = j->heads * j->lq * n;
-    if (!attention_reduce_any(j->reduce) && j->pool == NULL && cells <= SEQUENCE_MATRIX_CELLS) {
+    /* (a job that skips the output forms no matrix either: the sweep it is) */
+    if (!attention_reduce_any(j->reduce) && j->pool == NULL && !j->skip_output &&
+        cells <= SEQUENCE_MATRIX_CELLS) {
         j->want_attention = 1;
         st->received_from_matrix = 1;
         return 0;
