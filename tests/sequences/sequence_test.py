@@ -5,8 +5,8 @@ HTTP binary tensors, gRPC ModelInfer and gRPC ModelStreamInfer (one stream carry
 of a sequence, as tritonclient's start_stream and async_stream_infer send it: sequence_id as
 int64_param or string_param, sequence_start and sequence_end as bool_param).
 
-- correct_*: random sequences (FP64 and FP32, no heads and 4 heads, causal by default and
-  causal false, a prompt of 7 rows, single steps, a step with m == t == 3 and one with
+- correct_*: random sequences (FP64 and FP32, no heads and 4 heads, causal by default,
+  causal true given and causal false, a prompt of 7 rows, single steps, a step with m == t == 3 and one with
   m < t), every step against a NumPy float64 reference that recomputes the whole prefix from
   scratch: output, attention, every reduction (local at query position n - m + i),
   received_total (the running sum over every step's queries), length.
@@ -540,7 +540,7 @@ def rss_kib(srv):
 # (m, t) of each step: a prompt of 7 rows, single steps, m == t == 3, m < t; the last ends.
 PLAN = [(7, 7), (1, 1), (1, 1), (3, 3), (2, 3), (1, 1)]
 CASES = [(dtype, heads, causal) for dtype in ("float64", "float32") for heads in (None, 4)
-         for causal in (None, False)]
+         for causal in (None, True, False)]
 
 
 def dims(heads):
@@ -584,7 +584,8 @@ def check_correct(srv, wire):
             if wire == "stream" and causal is False:
                 sid = "stream-%d" % sid          # string_param on the stream
             tag = "correct/%s/%s/%s/%s" % (wire, dtype, "h4" if heads else "no heads",
-                                           "causal (default)" if causal is None else "causal false")
+                                           "causal (default)" if causal is None else
+                                           "causal true" if causal else "causal false")
             run_sequence(wire, srv, tag, sid, dtype, heads, causal, PLAN, rng, stream)
     finally:
         if stream:
