@@ -11,6 +11,11 @@
 #include "core/budget.h"
 #include "core/compute.h"
 #include "core/mem.h"
+#include "kernel/attention_reduce.h"
+
+/* Cells (heads x queries x keys) up to which a step without reductions takes its weights
+ * received from the matrix: 16 MiB of float, the cost of 4M additions. */
+#define SEQUENCE_MATRIX_CELLS (4u << 20)
 
 /* Ids as numbers are exact up to here: JSON reads every number as a double. */
 #define SEQUENCE_ID_NUMBER_MAX 9007199254740992.0 /* 2^53 */
@@ -60,6 +65,13 @@ int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err)
                                                  : "");
 }
 
+int sequence_step_no_mask(const sequence_ask *a, attn_error *err)
+{
+    return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->mask_field,
+                     "A sequence's step takes no mask: its queries see the cached keys by the "
+                     "causal rule, or all of them with causal false.");
+}
+
 int sequence_ask_check(const sequence_ask *a, attn_error *err)
 {
     if (!a->in_sequence && (a->start || a->end))
@@ -88,9 +100,7 @@ static int check_step(const attention_request *ar, const sequence_ask *a,
                          "A sequence's step attends over its own tokens, cached: it takes x "
                          "alone, no context.");
     if (model->has_mask)
-        return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", a->mask_field,
-                         "A sequence's step takes no mask: its queries see the cached keys by "
-                         "the causal rule, or all of them with causal false.");
+        return sequence_step_no_mask(a, err);
     if (j->batch != 1)
         return error_set(err, ERR_BAD_REQUEST, "invalid_shape", a->q_field,
                          "A sequence's step has one batch row; q has %zu.", j->batch);
@@ -177,11 +187,46 @@ int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequ
             j->causal = 1;
         /* else: the mask of sequence_step_load, when lq > 1 */
     }
-    /* the totals need every step's weights received */
-    ar->reduce.received = 1;
+    if ((rc = attention_request_check_pool(ar, err)) != 0 ||
+        (rc = attention_request_check_reduce(ar, err)) != 0)
+        return rc;
+    /* The totals need every step's weights received.  With no reduction asked, a step
+     * whose matrix is small sums its columns (sequence_step_answer): the reductions'
+     * sweep would compute every score a second time. */
+    st->attention_asked = j->want_attention;
     ar->reduce.query_offset = n - j->lq;
+    size_t cells = j->heads * j->lq * n;
+    /* (a job that skips the output forms no matrix either: the sweep it is) */
+    if (!attention_reduce_any(j->reduce) && j->pool == NULL && !j->skip_output &&
+        cells <= SEQUENCE_MATRIX_CELLS) {
+        j->want_attention = 1;
+        st->received_from_matrix = 1;
+        return 0;
+    }
+    ar->reduce.received = 1;
     j->reduce = &ar->reduce;
     return 0;
+}
+
+/* The weights each key received from the step's queries, heads x n, from the matrix. */
+static double *column_sums(const attn_job *j, const attn_result *result)
+{
+    size_t n = j->lk, m = j->lq;
+    double *sums = mem_calloc(j->heads * n > 0 ? j->heads * n : 1, sizeof(double));
+    if (sums == NULL)
+        return NULL;
+    for (size_t h = 0; h < j->heads; h++)
+        for (size_t i = 0; i < m; i++) {
+            double *row = sums + h * n;
+            size_t at = (h * m + i) * n;
+            if (result->attention_f32 != NULL)
+                for (size_t k = 0; k < n; k++)
+                    row[k] += result->attention_f32[at + k];
+            else
+                for (size_t k = 0; k < n; k++)
+                    row[k] += result->attention[at + k];
+        }
+    return sums;
 }
 
 size_t sequence_step_extra_elements(const attention_request *ar, const sequence_ask *a)
@@ -352,8 +397,8 @@ static int output_through_wo(sequence_step *st, attn_result *result, attn_error 
     return 0;
 }
 
-int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,
-                         attn_error *err)
+int sequence_step_answer(attention_request *ar, const sequence_ask *a, sequence_step *st,
+                         attn_result *result, attn_error *err)
 {
     if (st->seq == NULL)
         return 0;
@@ -363,10 +408,24 @@ int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *
         return rc;
     st->length = (int64_t)n;
     /* this step's weights received, for the commit; in the answer only when asked */
-    st->received = result->reduced.received;
-    st->received_owned = !a->received_asked;
-    if (st->received_owned)
-        result->reduced.received = NULL;
+    if (st->received_from_matrix) {
+        st->received = column_sums(&ar->job, result);
+        if (st->received == NULL)
+            return error_nomem(err);
+        st->received_owned = 1;
+        ar->job.want_attention = st->attention_asked;
+        if (!st->attention_asked) {
+            mem_free(result->attention);
+            mem_free(result->attention_f32);
+            result->attention = NULL;
+            result->attention_f32 = NULL;
+        }
+    } else {
+        st->received = result->reduced.received;
+        st->received_owned = !a->received_asked;
+        if (st->received_owned)
+            result->reduced.received = NULL;
+    }
     if (!a->received_total)
         return 0;
     st->received_total = mem_calloc(heads * n > 0 ? heads * n : 1, sizeof(double));

@@ -70,6 +70,8 @@ typedef struct sequence_step {
     double *output;             /* and its output through wo, when the set has one */
     float *output_f32;
     size_t rows;                /* the step's queries */
+    int received_from_matrix;   /* the weights received come from the matrix's columns */
+    int attention_asked;        /* the request asked for the matrix itself */
     size_t mask_reserved;       /* its bytes in the memory budget */
     int committed;
     int64_t length;             /* the answer's length: keys after the step */
@@ -90,6 +92,10 @@ int sequence_ask_id(sequence_ask *a, const scalar *v, const char *field, attn_er
  * "shutting_down" in err, returned; 0 to go on. */
 int sequence_step_draining(const sequence_ask *a, int draining, attn_error *err);
 
+/* The refusal of a mask input in a sequence (400 "conflicting_fields" at a->mask_field),
+ * for a decoder that meets the mask before the step is shaped. */
+int sequence_step_no_mask(const sequence_ask *a, attn_error *err);
+
 /* Checks what the flags need once all are read: start or end needs an id
  * (400 "missing_field" at id_field), received_total needs a sequence (400
  * "conflicting_fields" at received_total_field). */
@@ -103,7 +109,9 @@ int sequence_ask_check(const sequence_ask *a, attn_error *err);
  * keys after the step, the causal rule, and the reductions' received (for
  * the totals) and query position.  Whether the request named heads decides,
  * at the start, the answers' head axis for the sequence's life.  Without a
- * sequence it does nothing.  May wait for the sequence's other steps. */
+ * sequence it does nothing.  May wait for the sequence's other steps.  The
+ * pool's window and top-k are checked here against the keys after the step
+ * (attention_request_check_pool, _check_reduce). */
 int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequence_model *model,
                         sequence_step *st, attn_error *err);
 
@@ -124,8 +132,8 @@ int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_st
  * step's weights), and
  * keeps the step's weights received for the commit, taking them out of
  * result unless the request asked for the received reduction itself. */
-int sequence_step_answer(const sequence_ask *a, sequence_step *st, attn_result *result,
-                         attn_error *err);
+int sequence_step_answer(attention_request *ar, const sequence_ask *a, sequence_step *st,
+                         attn_result *result, attn_error *err);
 
 /* Once the answer is made: the step's keys become part of the sequence and
  * its weights are added to the totals. */

@@ -376,8 +376,12 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
     if (rc != 0)
         return rc;
     const json_t *jm = json_object_get(root, "mask");
+    if (jm != NULL && seq->in_sequence)
+        return sequence_step_no_mask(seq, err);
     if (jm != NULL && (rc = decode_mask(jm, &budget, req, err)) != 0)
         return rc;
+    if (seq->in_sequence)   /* against the whole cache, once the step is shaped */
+        return 0;
     if ((rc = attention_request_check_pool(req, err)) != 0)
         return rc;
     return attention_request_check_reduce(req, err);
@@ -526,7 +530,7 @@ static void encode_reductions(const attention_request *req, const attn_result *r
 {
     const attn_job *j = &req->job;
     const attn_reduced *r = &result->reduced;
-    size_t k = j->reduce->topk;
+    size_t k = j->reduce != NULL ? j->reduce->topk : 0;
     int first = 1;
     jw_raw(w, ",\"reductions\":{");
     encode_reduced(req, "entropy", r->entropy, NULL, j->lq, 0, &first, w);
@@ -595,11 +599,12 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
         jw_char(w, ']');
     if (j->want_attention || j->pool != NULL)
         encode_attention(req, result, w);
-    /* a sequence's step computes received for its totals, answered only when asked */
+    /* a sequence's step may compute received for its totals, answered only when asked */
+    const attn_reduce *rd = j->reduce;
     if (seq != NULL ? seq->ask->received_asked || seq->ask->received_total ||
-                          (j->reduce->entropy || j->reduce->max || j->reduce->want_sink ||
-                           j->reduce->want_local || j->reduce->topk > 0)
-                    : attention_reduce_any(j->reduce))
+                          (rd != NULL && (rd->entropy || rd->max || rd->want_sink ||
+                                          rd->want_local || rd->topk > 0))
+                    : attention_reduce_any(rd))
         encode_reductions(req, result, seq, w);
     if (seq != NULL)
         encode_sequence(seq, w);

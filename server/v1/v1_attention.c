@@ -121,7 +121,7 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
     sample->input = start - started;
     rc = admission_run(&ar->job, req->io_thread, &result, err);
     if (rc == 0)
-        rc = sequence_step_answer(seq, step, &result, err);
+        rc = sequence_step_answer(ar, seq, step, &result, err);
     if (rc != 0) {
         attention_result_free(&result);
         admission_release(reserved_bytes);
@@ -134,10 +134,12 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
     /* The computation's own time, without the wait for a compute slot. */
     attention_json_sequence in_seq = {seq, step};
     attention_json_encode(ar, &result, result.compute_ms, seq->in_sequence ? &in_seq : NULL, &w);
+    /* the answer is made: the step's keys join the sequence (its weights received may
+     * still be the result's) */
+    sequence_step_commit(step);
     attention_result_free(&result);
     admission_release(reserved_bytes);
     answer_jw(resp, 200, &w);
-    sequence_step_commit(step);
     sample->output = compute_now() - ran;
     sample->batch = ar->job.batch;
     return 0;

@@ -827,7 +827,7 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
         if (rc == 0) {
             double ran = compute_now();
             model_stats_computed(&sample, start, ran, result.compute_ms);
-            rc = sequence_step_answer(&st.seq, &st.step, &result, &err);
+            rc = sequence_step_answer(&st.ar, &st.seq, &st.step, &result, &err);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
                                    req->fields_only, &st.step.length, st.step.received_total};
