@@ -9,14 +9,19 @@ kept-alive HTTP connection to a build/attention-server started for the part on a
   step     A sequence started with 32,768 keys; then rounds of: three steps of one token (q, k,
            v of 1 x 64; the first steps after the start, one of which doubles the cache, are
            a warm-up), three empty requests (the floor: q, k, v of 1 x 64, no sequence, the
-           smallest request the attention route answers), one stateless request of the same
+           smallest request the attention route answers, which its I/O thread computes
+           itself), three of the floor on a worker (k and v of 8 x 64: a body past the
+           4 KiB of --inline-max-bytes, handed to a worker as a step is; their difference
+           is the hand-off), one stateless request of the same
            attention (the step's q and all n keys, causal false), and one stateless request
            that also asks for `received` (the reduction a step computes for received_total).
-           The kernel's time is the stateless request's own compute_ms (the answer's
-           parameters): the same attention, 1 query over n keys, without HTTP.  Target: the
-           step's median time within 2x of (kernel + floor).  The step's time is also split
-           by its Server-Timing phases (read, parse, queue, compute, encode), and the
-           received reduction's cost is the stateless compute_ms with and without it.
+           The kernel's time: build/bench/bench-kernel --case ...,1,64,0,0,N (attention_run
+           in the process, 1 query over N keys, FP32, output only, the server's compute
+           threads; the median of up to 100 runs), run before, amid and after the rounds,
+           the median of the three.  Target: the step's median time within 2x of (kernel +
+           floor).  The step's time is also split by its Server-Timing phases (read, parse,
+           queue, compute, encode) and set against its compute_ms, and the stateless
+           requests' compute_ms (with and without received) are shown beside.
   replay   An 8,192-token generation replayed step by step: a sequence of 8,192 one-token
            steps (each answer's output used as it comes), the total wall time of the loop;
            against stateless requests that send, at token i, the token's query and all i
@@ -38,7 +43,7 @@ failed check fails the step.  Writes table-sequences.tsv (run.sh's summary).  Lo
 bounded: a fixed count of requests, each with a timeout of 120 s.
 
 Usage: bench_sequences.py [--results DIR] [--quick] [--parts step,replay,memory]
-                          [--replay-whole] [--server PATH]
+                          [--replay-whole] [--server PATH] [--kernel PATH]
 Settings: BENCH_SEQ_ROUNDS (rounds of the step part, default 15; 3 with --quick),
 BENCH_SEQ_REPS (stateless requests per sampled length, default 5; 2 with --quick).
 """
@@ -188,6 +193,17 @@ class Part:
                                     rss, note]))
 
 
+def kernel_ms(args, n):
+    """bench-kernel's median ms of attention_run, 1 query over n keys, FP32, output only."""
+    with tempfile.TemporaryDirectory(prefix="attn-bench-seq-kernel-") as work:
+        p = subprocess.run([args.kernel, "--out", work, "--case",
+                            "seq-step,float32,1,1,1,%d,0,0,%d" % (D, n)],
+                           capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError("bench-kernel failed: " + p.stderr.strip()[-300:])
+    return float(p.stdout.strip().split("\n")[-1].split()[2])
+
+
 def part_step(args, out, rounds):
     rng = np.random.default_rng(1)
     total = STEP_KEYS + 3 * (rounds + 1) + 1
@@ -195,6 +211,8 @@ def part_step(args, out, rounds):
     V = rng.standard_normal((total, D)).astype(np.float32)
     Q = rng.standard_normal((total, D)).astype(np.float32)
     floor_body = body_of(Q[:1], K[:1], V[:1], {})
+    worker_body = body_of(Q[:1], K[:8], V[:8], {"causal": False})
+    assert len(worker_body[1]) > 4096
     sid = {"sequence_id": 51}
     with tempfile.TemporaryDirectory(prefix="attn-bench-seq-") as work:
         proc, port = start_server(args.server, work)
@@ -216,9 +234,12 @@ def part_step(args, out, rounds):
                 c.infer(floor_body)
                 n += 1
             first_n = n + 1
-            steps, floors, stateless = [], [], []
+            kernel = [kernel_ms(args, first_n)]
+            steps, floors, worker_floors, stateless = [], [], [], []
             step_phase, compute = {}, {"step": [], "stateless": [], "stateless_received": []}
             for r in range(rounds):
+                if r == rounds // 2:
+                    kernel.append(kernel_ms(args, n + 1))
                 for _ in range(3):
                     body = body_of(Q[n:n + 1], K[n:n + 1], V[n:n + 1], sid, ("output", "length"))
                     wall, head, outs, ph = c.infer(body)
@@ -232,6 +253,7 @@ def part_step(args, out, rounds):
                         want = reference(Q[n - 1], K[:n], V[:n])
                         out.check(agrees(outs["output"], want), "the step's output agrees with NumPy")
                     floors.append(c.infer(floor_body)[0])
+                    worker_floors.append(c.infer(worker_body)[0])
                 body = body_of(Q[n - 1:n], K[:n], V[:n], {"causal": False})
                 wall, head, outs, _ = c.infer(body)
                 stateless.append(wall)
@@ -247,33 +269,38 @@ def part_step(args, out, rounds):
                     out.check(abs(float(outs["received"].astype(np.float64).sum()) - 1) < 1e-3,
                               "received of one query sums to 1")
                 del body
+            kernel.append(kernel_ms(args, n))
         finally:
             stop_server(proc)
     step_ms, floor_ms, full_ms = median_ms(steps), median_ms(floors), median_ms(stateless)
-    kernel_ms = statistics.median(compute["stateless"])
+    kernel = statistics.median(kernel)
+    worker_ms = median_ms(worker_floors)
+    stateless_compute = statistics.median(compute["stateless"])
     step_compute = statistics.median(compute["step"])
     rcv_compute = statistics.median(compute["stateless_received"])
-    ratio = step_ms / (kernel_ms + floor_ms)
+    ratio = step_ms / (kernel + floor_ms)
     phases = ", ".join("%s %.3f" % (k, statistics.median(v)) for k, v in step_phase.items())
     phase_sum = sum(statistics.median(v) for v in step_phase.values())
     print("  one step at n = %d .. %d keys (d=64, one head, 1 query, FP32), medians of %d "
           "(%d rounds):" % (first_n, n, len(steps), rounds))
     print("    step (server wall, client's view)   %8.3f ms" % step_ms)
-    print("    kernel (stateless compute_ms)       %8.3f ms" % kernel_ms)
+    print("    kernel (bench-kernel, 1 x N keys)   %8.3f ms" % kernel)
     print("    empty-request floor                 %8.3f ms" % floor_ms)
+    print("    the floor on a worker (hand-off)    %8.3f ms" % worker_ms)
     print("    stateless with all keys             %8.3f ms" % full_ms)
     print("    step / (kernel + floor)             %8.2f   (target <= 2)" % ratio)
     print("    stateless / step                    %8.2f" % (full_ms / step_ms))
-    print("  the step's split: compute_ms %.3f (stateless with received: %.3f, without: %.3f);"
-          " Server-Timing medians (ms): %s; sum %.3f, the rest (HTTP, hand-off, client) %.3f"
-          % (step_compute, rcv_compute, kernel_ms, phases, phase_sum, step_ms - phase_sum),
-          flush=True)
-    out.row("one step at %d cached keys, 1 query d=64 FP32: step vs kernel (stateless "
-            "compute_ms) + empty-request floor" % STEP_KEYS, "%.3f" % step_ms,
-            "%.3f" % (kernel_ms + floor_ms), "ms", "<=2", "",
-            "kernel %.3f ms + floor %.3f ms; the step's compute_ms %.3f (the stateless with "
-            "received: %.3f); Server-Timing medians %s" % (kernel_ms, floor_ms, step_compute,
-                                                          rcv_compute, phases))
+    print("  the step's split: compute_ms %.3f (the stateless request's: %.3f, with received "
+          "%.3f); Server-Timing medians (ms): %s; sum %.3f, the rest (HTTP, hand-off, client) "
+          "%.3f" % (step_compute, stateless_compute, rcv_compute, phases, phase_sum,
+                    step_ms - phase_sum), flush=True)
+    out.row("one step at %d cached keys, 1 query d=64 FP32: step vs kernel (bench-kernel) + "
+            "empty-request floor" % STEP_KEYS, "%.3f" % step_ms,
+            "%.3f" % (kernel + floor_ms), "ms", "<=2", "",
+            "kernel %.3f ms + floor %.3f ms (on a worker: %.3f); the step's compute_ms %.3f, "
+            "the stateless request's %.3f (with received %.3f); the step's Server-Timing "
+            "medians (ms): %s" % (kernel, floor_ms, worker_ms, step_compute, stateless_compute,
+                                  rcv_compute, phases))
     out.row("one step at %d cached keys vs the stateless request with all keys (info)"
             % STEP_KEYS, "%.3f" % step_ms, "%.3f" % full_ms, "ms", "", "",
             "stateless body %d B" % (len(body_of(Q[:1], K[:n], V[:n], {})[1])))
@@ -392,6 +419,7 @@ def part_memory(args, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", default="build/attention-server")
+    ap.add_argument("--kernel", default="build/bench/bench-kernel")
     ap.add_argument("--results", default="build/bench/results")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--parts", default="step,replay,memory")
