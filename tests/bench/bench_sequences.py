@@ -325,10 +325,13 @@ def part_replay(args, out, reps):
         try:
             c = Client(port)
             rss_start = proc_status_mib(proc.pid, "VmRSS")
-            last = None
+            last, step_walls, computes, phase_sums = None, [], [], []
             t0 = time.perf_counter()
             for b in bodies:
                 last = c.infer(b)
+                step_walls.append(last[0])
+                computes.append(last[1]["parameters"]["compute_ms"])
+                phase_sums.append(sum(last[3].values()))
             seq_s = time.perf_counter() - t0
             peak = proc_status_mib(proc.pid, "VmHWM")
             out.check(agrees(last[2]["output"], reference(Q[N - 1], K, V)),
@@ -365,6 +368,11 @@ def part_replay(args, out, reps):
           "stateless %.1f s, ratio %.1fx (target >= 100x)" % (N, seq_s, seq_s * 1000 / N,
                                                               stateless_s, ratio))
     print("  %s" % how)
+    print("  the sequence's steps: wall per step median %.3f ms, compute_ms median %.3f, "
+          "Server-Timing sum median %.3f (the last 1,024 steps: %.3f, %.3f, %.3f)"
+          % (median_ms(step_walls), statistics.median(computes), statistics.median(phase_sums),
+             median_ms(step_walls[-1024:]), statistics.median(computes[-1024:]),
+             statistics.median(phase_sums[-1024:])))
     print("  server peak RSS after the sequence's replay (VmHWM) %.0f MiB (at start %.0f MiB)"
           % (peak, rss_start), flush=True)
     out.row("replay of an %d-token generation, d=64 FP32: sequence steps vs stateless "
