@@ -77,6 +77,18 @@ void metrics_sequence_refused(metrics_seq_limit which)
 
 static void put_ulong(jw_buf *w, unsigned long long v);
 
+/* One sample a label of a counter: head is the series' name and its label's opening. */
+static void put_labelled(jw_buf *w, const char *head, const char *const *labels,
+                         atomic_ulong *counts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        jw_raw(w, head);
+        jw_raw(w, labels[i]);
+        jw_raw(w, "\"} ");
+        put_ulong(w, atomic_load(&counts[i]));
+    }
+}
+
 /* The sequences' series. */
 static void render_sequences(jw_buf *w)
 {
@@ -93,20 +105,12 @@ static void render_sequences(jw_buf *w)
     jw_raw(w, "\n# HELP attn_sequences_dropped_total Sequences dropped without sequence_end: "
               "idle past --sequence-idle-timeout, or emptied by a sequence_start on their id.\n"
               "# TYPE attn_sequences_dropped_total counter");
-    for (int i = 0; i < METRICS_SEQ_DROP_COUNT; i++) {
-        jw_raw(w, "\nattn_sequences_dropped_total{reason=\"");
-        jw_raw(w, seq_drop_labels[i]);
-        jw_raw(w, "\"} ");
-        put_ulong(w, atomic_load(&seq_dropped[i]));
-    }
+    put_labelled(w, "\nattn_sequences_dropped_total{reason=\"", seq_drop_labels, seq_dropped,
+                 METRICS_SEQ_DROP_COUNT);
     jw_raw(w, "\n# HELP attn_sequence_refusals_total Sequence steps refused by a limit.\n"
               "# TYPE attn_sequence_refusals_total counter");
-    for (int i = 0; i < METRICS_SEQ_LIMIT_COUNT; i++) {
-        jw_raw(w, "\nattn_sequence_refusals_total{limit=\"");
-        jw_raw(w, seq_limit_labels[i]);
-        jw_raw(w, "\"} ");
-        put_ulong(w, atomic_load(&seq_refused[i]));
-    }
+    put_labelled(w, "\nattn_sequence_refusals_total{limit=\"", seq_limit_labels, seq_refused,
+                 METRICS_SEQ_LIMIT_COUNT);
 }
 
 void metrics_store_observe(int ok, size_t sets, size_t bytes)

@@ -4,7 +4,6 @@
  */
 #include "sequence_step.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -180,13 +179,11 @@ int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequ
                          "q has %zu rows but the sequence holds %zu keys with this step's; a "
                          "step's queries are its last positions, at most one a key.", j->lq, n);
     j->lk = n;
-    /* causal, bottom-right: with one query, or none before, the kernel's own rule */
-    j->causal = 0;
-    if (!a->causal_given || ar->job.causal) {
-        if (st->before == 0 && j->lq == n)
-            j->causal = 1;
-        /* else: the mask of sequence_step_load, when lq > 1 */
-    }
+    /* causal, bottom-right: on unless the request said false; where it matches the kernel's
+     * top-left rule (nothing before, as many queries as keys) the kernel's, else the mask
+     * of sequence_step_load when there is more than one query (one sees every key) */
+    st->causal = !a->causal_given || j->causal;
+    j->causal = st->causal && st->before == 0 && j->lq == n;
     if ((rc = attention_request_check_pool(ar, err)) != 0 ||
         (rc = attention_request_check_reduce(ar, err)) != 0)
         return rc;
@@ -234,13 +231,11 @@ size_t sequence_step_extra_elements(const attention_request *ar, const sequence_
     return a->in_sequence && a->received_total ? ar->job.heads * ar->job.lk : 0;
 }
 
-/* Whether the step needs the bottom-right mask: causal, more than one
- * query, and keys before it. */
-static int needs_mask(const attn_job *j, const sequence_ask *a, const sequence_step *st)
+/* Whether the step needs the bottom-right mask: causal, not the kernel's own rule, more
+ * than one query. */
+static int needs_mask(const attn_job *j, const sequence_step *st)
 {
-    (void)st;
-    int causal = !a->causal_given || j->causal;
-    return causal && !j->causal && j->lq > 1;
+    return st->causal && !j->causal && j->lq > 1;
 }
 
 /* Copies `rows` rows of `width` numbers from the request (as double or
@@ -280,13 +275,12 @@ static int project(const attn_weights *w, weights_part part, attn_dtype dtype, c
     return compute_stop_error(err) != 0 ? err->kind : error_nomem(err);
 }
 
-int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_step *st,
-                       attn_error *err)
+int sequence_step_load(attention_request *ar, sequence_step *st, attn_error *err)
 {
     if (st->seq == NULL)
         return 0;
     attn_job *j = &ar->job;
-    int causal_mask = needs_mask(j, a, st);
+    int causal_mask = needs_mask(j, st);
     size_t n = st->before + st->added;
     if (causal_mask) {
         size_t bytes = j->lq * n;

@@ -70,6 +70,7 @@ typedef struct sequence_step {
     double *output;             /* and its output through wo, when the set has one */
     float *output_f32;
     size_t rows;                /* the step's queries */
+    int causal;                 /* the bottom-right causal rule holds */
     int received_from_matrix;   /* the weights received come from the matrix's columns */
     int attention_asked;        /* the request asked for the matrix itself */
     size_t mask_reserved;       /* its bytes in the memory budget */
@@ -123,8 +124,7 @@ size_t sequence_step_extra_elements(const attention_request *ar, const sequence_
  * growing it (the limits of sequence_reserve), builds the causal mask when
  * the rule needs one, and points the job at them (a job of q, k and v: the
  * output projection is sequence_step_answer's). */
-int sequence_step_load(attention_request *ar, const sequence_ask *a, sequence_step *st,
-                       attn_error *err);
+int sequence_step_load(attention_request *ar, sequence_step *st, attn_error *err);
 
 /* After the computation worked: with a stored set that has wo, puts the
  * output through it (result's output replaced); fills st->length (the keys

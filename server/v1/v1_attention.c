@@ -112,7 +112,7 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
                              err);
     if (rc != 0)
         return rc;
-    if ((rc = sequence_step_load(ar, seq, step, err)) != 0) {
+    if ((rc = sequence_step_load(ar, step, err)) != 0) {
         admission_release(reserved_bytes);
         return rc;
     }

@@ -804,7 +804,7 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
     rc = infer_read(st, err);
     drop_header(st);
     if (rc == 0)
-        rc = sequence_step_load(&st->ar, &st->seq, &st->step, err);
+        rc = sequence_step_load(&st->ar, &st->step, err);
     return rc;
 }
 

@@ -420,8 +420,9 @@ static void run_endpoint_tests(const struct server *s)
     j = get_json(&t, s, "/v2/models/attention/versions/1/config", 200);
     expect_true(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
                    json_is_integer(json_object_get(j, "max_batch_size")), "max_batch_size");
-    /* output, attention and the eight reductions of the weights (kernel/attention_reduce.h) */
-    expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 10,
+    /* output, attention, the eight reductions of the weights (kernel/attention_reduce.h), and
+     * a sequence's received_total and length */
+    expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 12,
            "input/output lists");
     json_decref(j);
     test_end(&t);

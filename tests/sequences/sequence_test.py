@@ -5,8 +5,8 @@ HTTP binary tensors, gRPC ModelInfer and gRPC ModelStreamInfer (one stream carry
 of a sequence, as tritonclient's start_stream and async_stream_infer send it: sequence_id as
 int64_param or string_param, sequence_start and sequence_end as bool_param).
 
-- correct_*: random sequences (FP64 and FP32, no heads and 4 heads, causal by default and
-  causal false, a prompt of 7 rows, single steps, a step with m == t == 3 and one with
+- correct_*: random sequences (FP64 and FP32, no heads and 4 heads, causal by default,
+  causal true given and causal false, a prompt of 7 rows, single steps, a step with m == t == 3 and one with
   m < t), every step against a NumPy float64 reference that recomputes the whole prefix from
   scratch: output, attention, every reduction (local at query position n - m + i),
   received_total (the running sum over every step's queries), length.
@@ -27,6 +27,8 @@ int64_param or string_param, sequence_start and sequence_end as bool_param).
   abandoned, the gauges back to 0 and the resident size back where it was; the cached bytes
   of a 20,000-key sequence returned at its sequence_end.
 - metadata: GET /v2 and ServerMetadata list "sequence" and "sequence(string_id)".
+- drain: SIGTERM with live sequences: their steps are answered, a start and a request
+  outside a sequence are 503 shutting_down, and the process exits once they ended.
 
 A step the server refuses is taken back from its reference, so that one refusal is one
 failure and not the start of a run of them; each limits check has a server of its own for
@@ -47,6 +49,8 @@ import json
 import os
 import queue
 import re
+import signal
+import subprocess
 import sys
 import time
 
@@ -536,7 +540,7 @@ def rss_kib(srv):
 # (m, t) of each step: a prompt of 7 rows, single steps, m == t == 3, m < t; the last ends.
 PLAN = [(7, 7), (1, 1), (1, 1), (3, 3), (2, 3), (1, 1)]
 CASES = [(dtype, heads, causal) for dtype in ("float64", "float32") for heads in (None, 4)
-         for causal in (None, False)]
+         for causal in (None, True, False)]
 
 
 def dims(heads):
@@ -580,7 +584,8 @@ def check_correct(srv, wire):
             if wire == "stream" and causal is False:
                 sid = "stream-%d" % sid          # string_param on the stream
             tag = "correct/%s/%s/%s/%s" % (wire, dtype, "h4" if heads else "no heads",
-                                           "causal (default)" if causal is None else "causal false")
+                                           "causal (default)" if causal is None else
+                                           "causal true" if causal else "causal false")
             run_sequence(wire, srv, tag, sid, dtype, heads, causal, PLAN, rng, stream)
     finally:
         if stream:
@@ -1105,6 +1110,43 @@ def check_large(srv):
           m.get(CACHED))
 
 
+def check_drain(srv):
+    """SIGTERM with live sequences (--shutdown-grace 60): their steps are still answered,
+    right, on v1 and v2; a sequence_start and a request outside a sequence are 503
+    shutting_down; the process exits 0 once the last sequence ended, long before the grace
+    (it waits for them, not for the grace)."""
+    rng = np.random.default_rng(71)
+    unavailable = grpc.StatusCode.UNAVAILABLE
+    live = {}
+    for wire in ("v1", "v2json"):
+        sid = fresh_id()
+        live[wire] = (sid, start_tracked(wire, srv, rng, sid))
+    srv.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and srv.request("GET", "/readyz")[0] != 503:
+        time.sleep(0.05)
+    check("drain/readyz 503 after SIGTERM", srv.request("GET", "/readyz")[0] == 503)
+    for wire, (sid, ref) in live.items():
+        good_step(wire, srv, rng, ref, sid, "drain: a live sequence's step answered")
+    for wire in ("v1", "v2json"):
+        q, k, v = random_step(rng, 1, 1, 8, 6, "float64")
+        expect_error("drain/%s: a sequence_start is 503 shutting_down" % wire, wire,
+                     send(wire, srv, {"q": q, "k": k, "v": v, "sid": fresh_id(),
+                                      "start": True}), 503, "shutting_down", (), unavailable,
+                     words=("shutting down",))
+        expect_error("drain/%s: a request outside a sequence is 503 shutting_down" % wire, wire,
+                     send(wire, srv, {"q": q, "k": k, "v": v}), 503, "shutting_down", (),
+                     unavailable, words=("shutting down",))
+    check("drain/the process waits for the live sequences", srv.proc.poll() is None)
+    for wire, (sid, ref) in live.items():
+        good_step(wire, srv, rng, ref, sid, "drain: the last step, with sequence_end", end=True)
+    try:
+        rc = srv.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check("drain/exits 0 once the sequences ended, within 30 s of a 60 s grace", rc == 0, rc)
+
+
 def check_metadata(srv):
     status, body, _ = srv.request("GET", "/v2")
     ext = json.loads(body).get("extensions", []) if status == 200 else []
@@ -1151,6 +1193,8 @@ def main():
                 server_class=GrpcServer)
     harness.run(args.server, [guarded(c) for c in (check_keepalive, check_many, check_large)],
                 "--sequence-idle-timeout", "2", server_class=GrpcServer)
+    harness.run(args.server, [guarded(check_drain)], "--shutdown-grace", "60",
+                server_class=GrpcServer)
     return harness.summary()
 
 
