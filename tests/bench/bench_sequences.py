@@ -27,8 +27,8 @@ kept-alive HTTP connection to a build/attention-server started for the part on a
            against stateless requests that send, at token i, the token's query and all i
            keys.  The stateless replay is sampled, not run whole (it would move 17 GB over
            loopback): BENCH_SEQ_REPS requests at each of 9 lengths (1, 1024, ..., 8192) whose
-           medians are interpolated linearly over every length 1 .. 8,192 and summed; the
-           output says so.  --replay-whole runs all 8,192 instead.  Target: the sequence at
+           medians are interpolated linearly over every length 1 .. 8,192 and summed (the
+           time grows faster than the keys, so no line is fitted); the output says so.  --replay-whole runs all 8,192 instead.  Target: the sequence at
            least 100x faster in total.  Peak RSS: the server's VmHWM after the sequence's
            replay (it has done nothing else).
   memory   Bytes per cached key from attn_sequence_cached_bytes / the keys cached, and 100
@@ -45,7 +45,7 @@ bounded: a fixed count of requests, each with a timeout of 120 s.
 Usage: bench_sequences.py [--results DIR] [--quick] [--parts step,replay,memory]
                           [--replay-whole] [--server PATH] [--kernel PATH]
 Settings: BENCH_SEQ_ROUNDS (rounds of the step part, default 15; 3 with --quick),
-BENCH_SEQ_REPS (stateless requests per sampled length, default 5; 2 with --quick).
+BENCH_SEQ_REPS (stateless requests per sampled length, default 9; 2 with --quick).
 """
 import argparse
 import http.client
@@ -353,9 +353,9 @@ def part_replay(args, out, reps):
                         walls[L].append(c.infer(stateless_body(Q, K, V, L - 1))[0])
                 med = [statistics.median(walls[L]) for L in lengths]
                 stateless_s = float(np.interp(np.arange(1, N + 1), lengths, med).sum())
-                how = ("stateless total integrated: medians of %d requests at each of %d "
-                       "lengths (%s keys), interpolated linearly over 1 .. %d and summed; not "
-                       "run whole" % (reps, len(lengths), ", ".join(map(str, lengths)), N))
+                how = ("stateless total estimated, not run whole: medians of %d requests at "
+                       "each of %d lengths (%s keys), interpolated linearly over 1 .. %d keys "
+                       "and summed" % (reps, len(lengths), ", ".join(map(str, lengths)), N))
                 print("  stateless medians (ms) by keys: %s" % ", ".join(
                     "%d: %.2f" % (L, m * 1000) for L, m in zip(lengths, med)))
             whole = c.infer(stateless_body(Q, K, V, N - 1))
@@ -434,7 +434,7 @@ def main():
     ap.add_argument("--replay-whole", action="store_true")
     args = ap.parse_args()
     rounds = 3 if args.quick else int(os.environ.get("BENCH_SEQ_ROUNDS", "15"))
-    reps = 2 if args.quick else int(os.environ.get("BENCH_SEQ_REPS", "5"))
+    reps = 2 if args.quick else int(os.environ.get("BENCH_SEQ_REPS", "9"))
     os.makedirs(args.results, exist_ok=True)
     out = Part()
     parts = args.parts.split(",")
