@@ -25,12 +25,12 @@ kept-alive HTTP connection to a build/attention-server started for the part on a
   replay   An 8,192-token generation replayed step by step: a sequence of 8,192 one-token
            steps (each answer's output used as it comes), the total wall time of the loop;
            against stateless requests that send, at token i, the token's query and all i
-           keys.  The stateless replay is sampled, not run whole (it would move 17 GB over
-           loopback): BENCH_SEQ_REPS requests at each of 9 lengths (1, 1024, ..., 8192) whose
-           medians are interpolated linearly over every length 1 .. 8,192 and summed (the
-           time grows faster than the keys, so no line is fitted); the output says so.  --replay-whole runs all 8,192 instead.  Target: the sequence at
-           least 100x faster in total.  Peak RSS: the server's VmHWM after the sequence's
-           replay (it has done nothing else).
+           keys, all 8,192 of them (17 GB over loopback, about 30 s here), their times summed
+           (not the making of their bodies).  --replay-sample (and --quick) samples them
+           instead: BENCH_SEQ_REPS requests at each of 9 lengths (1, 1024, ..., 8192) whose
+           medians are interpolated linearly over every length 1 .. 8,192 and summed; the
+           output says which.  Target: the sequence at least 100x faster in total.  Peak RSS:
+           the server's VmHWM after the sequence's replay (it has done nothing else).
   memory   Bytes per cached key from attn_sequence_cached_bytes / the keys cached, and 100
            live sequences of 8,192 keys (each started with its 8,192 keys in one request):
            the server's VmRSS growth against the formula 100 x 8,192 x (dk + dv) x 4 + 8 per
@@ -43,7 +43,7 @@ failed check fails the step.  Writes table-sequences.tsv (run.sh's summary).  Lo
 bounded: a fixed count of requests, each with a timeout of 120 s.
 
 Usage: bench_sequences.py [--results DIR] [--quick] [--parts step,replay,memory]
-                          [--replay-whole] [--server PATH] [--kernel PATH]
+                          [--replay-sample] [--server PATH] [--kernel PATH]
 Settings: BENCH_SEQ_ROUNDS (rounds of the step part, default 15; 3 with --quick),
 BENCH_SEQ_REPS (stateless requests per sampled length, default 9; 2 with --quick).
 """
@@ -339,12 +339,10 @@ def part_replay(args, out, reps):
             out.check(c.metrics().get("attn_sequence_steps_total") == N,
                       "attn_sequence_steps_total = %d" % N)
             del bodies
-            if args.replay_whole:
-                t0 = time.perf_counter()
-                for i in range(N):
-                    c.infer(stateless_body(Q, K, V, i))
-                stateless_s = time.perf_counter() - t0
-                how = "all %d stateless requests run" % N
+            if not args.replay_sample:
+                stateless_s = sum(c.infer(stateless_body(Q, K, V, i))[0] for i in range(N))
+                how = ("all %d stateless requests run, their times summed (not the making of "
+                       "their bodies)" % N)
             else:
                 lengths = [1] + [1024 * j for j in range(1, N // 1024 + 1)]
                 walls = {L: [] for L in lengths}
@@ -378,8 +376,10 @@ def part_replay(args, out, reps):
     out.row("replay of an %d-token generation, d=64 FP32: sequence steps vs stateless "
             "requests, total" % N, "%.0f" % (seq_s * 1000), "%.0f" % (stateless_s * 1000),
             "ms", "100", "%.0f MiB" % peak,
-            "%s; peak RSS is the server's VmHWM after the sequence's replay (at start %.0f MiB)"
-            % (how, rss_start))
+            "%s; a step's median wall %.3f ms, compute_ms %.3f, Server-Timing %.3f; peak RSS "
+            "is the server's VmHWM after the sequence's replay (at start %.0f MiB)"
+            % (how, median_ms(step_walls), statistics.median(computes),
+               statistics.median(phase_sums), rss_start))
 
 
 def part_memory(args, out):
@@ -431,8 +431,9 @@ def main():
     ap.add_argument("--results", default="build/bench/results")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--parts", default="step,replay,memory")
-    ap.add_argument("--replay-whole", action="store_true")
+    ap.add_argument("--replay-sample", action="store_true")
     args = ap.parse_args()
+    args.replay_sample |= args.quick
     rounds = 3 if args.quick else int(os.environ.get("BENCH_SEQ_ROUNDS", "15"))
     reps = 2 if args.quick else int(os.environ.get("BENCH_SEQ_REPS", "9"))
     os.makedirs(args.results, exist_ok=True)
