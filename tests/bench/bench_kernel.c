@@ -30,6 +30,9 @@
  *
  * --case runs one shape of the caller's instead of the list above, with the
  * same timing and check file: the ONNX Runtime rows (bench_ort.sh) use it.
+ * Its optional last field gives the keys apart from the queries (LEN): one
+ * query over a sequence's 32,768 cached keys is "...,1,64,0,0,32768"
+ * (bench_sequences.py).
  *
  * The list first measures the machine's FMA peak (fma_peak.h) on the same
  * threads and prints each row's GFLOP/s as a share of the widest instruction
@@ -63,16 +66,17 @@ typedef struct bench_case {
     int causal;
     int want_attention;
     double target;          /* the target ratio NumPy/C, or 0 for none */
+    size_t keys;            /* keys per query row; 0: len */
 } bench_case;
 
 static const bench_case bench_cases[] = {
-    {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4},
-    {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0},
-    {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4},
-    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2},
-    {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0},
-    {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0},
-    {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0},
+    {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4, 0},
+    {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0, 0},
+    {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4, 0},
+    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2, 0},
+    {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0, 0},
+    {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0, 0},
+    {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0, 0},
 };
 #define CASE_COUNT (sizeof bench_cases / sizeof bench_cases[0])
 
@@ -184,11 +188,11 @@ static int write_check(const char *dir, const bench_case *c, const attn_job *job
         fprintf(stderr, "bench-kernel: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
-    size_t n_in = job->batch * job->lq * job->dk;
+    size_t n_in = job->batch * job->lq * job->dk, n_keys = job->batch * job->lk * job->dk;
     /* float32 numbers are widened here, so the file keeps one layout. */
     int failed = write_either(f, job->q, job->q32, n_in) ||
-                 write_either(f, job->k, job->k32, n_in) ||
-                 write_either(f, job->v, job->v32, n_in) ||
+                 write_either(f, job->k, job->k32, n_keys) ||
+                 write_either(f, job->v, job->v32, n_keys) ||
                  write_either(f, r->output, r->output_f32, n_in);
     for (size_t m = 0; r->attention != NULL && m < job->batch * job->heads; m++)
         failed |= write_doubles(f, r->attention + m * job->lq * job->lk, check_rows * job->lk);
@@ -218,17 +222,21 @@ static int server_compute_threads(void)
     return cfg.compute_threads > 0 ? (int)cfg.compute_threads : (int)compute_available_cpus();
 }
 
-/* Parses --case's "ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,ATTENTION" into
- * *c (DTYPE float32 or float64; ID is borrowed from text).  0, or -1 when the
- * text does not say all of that or a size is 0. */
+/* Parses --case's "ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,ATTENTION[,KEYS]"
+ * into *c (DTYPE float32 or float64; KEYS, the keys when they are not LEN; ID
+ * is borrowed from text).  0, or -1 when the text does not say all of that or
+ * a size is 0. */
 static int parse_case(char *text, bench_case *c)
 {
     char dtype[16];
     int id_len = 0;
     memset(c, 0, sizeof *c);
-    if (sscanf(text, "%*[^,]%n,%15[^,],%zu,%zu,%zu,%zu,%d,%d", &id_len, dtype, &c->batch,
-               &c->heads, &c->len, &c->head_dim, &c->causal, &c->want_attention) != 7 ||
-        c->batch * c->heads * c->len * c->head_dim == 0)
+    int got = sscanf(text, "%*[^,]%n,%15[^,],%zu,%zu,%zu,%zu,%d,%d,%zu", &id_len, dtype,
+                     &c->batch, &c->heads, &c->len, &c->head_dim, &c->causal,
+                     &c->want_attention, &c->keys);
+    if (got == 7)
+        c->keys = c->len;
+    if ((got != 7 && got != 8) || c->batch * c->heads * c->len * c->head_dim * c->keys == 0)
         return -1;
     if (strcmp(dtype, "float32") == 0)
         c->dtype = ATTN_FLOAT32;
@@ -247,8 +255,9 @@ static void usage(FILE *out)
                  "  --out DIR   where kernel.tsv and the check files go (build/bench/results)\n"
                  "  --quick     one timed run per case (a smoke test, not a measurement)\n"
                  "  --case SPEC only this case: ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,"
-                 "ATTENTION\n"
-                 "              (e.g. n4096-f32,float32,1,1,4096,64,0,0)\n");
+                 "ATTENTION[,KEYS]\n"
+                 "              (e.g. n4096-f32,float32,1,1,4096,64,0,0; KEYS: the keys when "
+                 "not LEN)\n");
 }
 
 int main(int argc, char **argv)
@@ -266,7 +275,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
             if (parse_case(argv[++i], &one_case) != 0) {
                 fprintf(stderr, "bench-kernel: --case %s is not ID,DTYPE,BATCH,HEADS,LEN,"
-                        "HEAD_DIM,CAUSAL,ATTENTION\n", argv[i]);
+                        "HEAD_DIM,CAUSAL,ATTENTION[,KEYS]\n", argv[i]);
                 return 2;
             }
             cases = &one_case;
@@ -336,12 +345,13 @@ int main(int argc, char **argv)
     for (size_t ci = 0; ci < case_count; ci++) {
         const bench_case *c = &cases[ci];
         size_t d = c->heads * c->head_dim;
-        size_t n_in = c->batch * c->len * d;
+        size_t keys = c->keys ? c->keys : c->len;
+        size_t n_in = c->batch * c->len * d, n_keys = c->batch * keys * d;
         rng_state = 0x9E3779B97F4A7C15ull + c->batch * 131 + c->len;
-        double *q = rnd_array(n_in), *k = rnd_array(n_in), *v = rnd_array(n_in);
+        double *q = rnd_array(n_in), *k = rnd_array(n_keys), *v = rnd_array(n_keys);
         run_ctx run;
         memset(&run, 0, sizeof run);
-        run.job = (attn_job){.batch = c->batch, .lq = c->len, .lk = c->len, .heads = c->heads,
+        run.job = (attn_job){.batch = c->batch, .lq = c->len, .lk = keys, .heads = c->heads,
                              .dk = d, .dv = d, .q = q, .k = k, .v = v, .causal = c->causal,
                              .scale = 1.0 / sqrt((double)c->head_dim), .dtype = c->dtype,
                              .want_attention = c->want_attention};
@@ -349,8 +359,8 @@ int main(int argc, char **argv)
         float *q32 = NULL, *k32 = NULL, *v32 = NULL;
         if (c->dtype == ATTN_FLOAT32) {
             q32 = to_floats(q, n_in);
-            k32 = to_floats(k, n_in);
-            v32 = to_floats(v, n_in);
+            k32 = to_floats(k, n_keys);
+            v32 = to_floats(v, n_keys);
             run.job.q = run.job.k = run.job.v = NULL;
             run.job.q32 = q32;
             run.job.k32 = k32;
@@ -360,7 +370,7 @@ int main(int argc, char **argv)
         int reps = 0;
         double ms = time_median_ms(&run, &policy, &reps);
         /* 4 n^2 d per head: two products of 2 n^2 d each; causal counts the same. */
-        double gflop = 4.0 * (double)(c->batch * c->heads) * (double)c->len * (double)c->len *
+        double gflop = 4.0 * (double)(c->batch * c->heads) * (double)c->len * (double)keys *
                        (double)c->head_dim * 1e-9;
         size_t check_rows = c->want_attention ? (c->len < ATTN_CHECK_ROWS ? c->len
                                                                           : ATTN_CHECK_ROWS) : 0;

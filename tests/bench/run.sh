@@ -19,6 +19,10 @@
 #   reductions  bench_reductions.py: the reductions of the weights (entropy, received, sink, local,
 #               top-8; no output) against the output alone, q, k, v of L x 64 causal binary v2,
 #               L = 16k, 32k, 128k on one server each, and the reductions' peak RSS
+#   sequences   bench_sequences.py: a sequence's step at 32,768 cached keys against the kernel's
+#               time plus the empty-request floor, and against the stateless request with all
+#               keys; an 8,192-token replay, sequence against stateless requests (sampled), peak
+#               RSS; bytes per cached key and 100 live sequences of 8,192 keys
 #   viz         viz_bench.mjs: the visualizer (GET /viz) in headless chromium, from request to
 #               painted heatmap for L = 512, 2048, 4096 (needs `make browser-deps`)
 #
@@ -77,6 +81,7 @@ step grpc bash tests/bench/bench_grpc.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
 step checkpoint bash tests/bench/bench_checkpoint.sh "$RESULTS" "${QUICK[@]}"
 step reductions "$BENCH_PYTHON" tests/bench/bench_reductions.py --results "$RESULTS" "${QUICK[@]}"
+step sequences "$BENCH_PYTHON" tests/bench/bench_sequences.py --results "$RESULTS" "${QUICK[@]}"
 step viz node tests/bench/viz_bench.mjs --server build/attention-server --out "$RESULTS" "${QUICK[@]}"
 
 # The store benchmark's TSV as a table row: ours = the binary file, peer = JSON.
@@ -102,6 +107,7 @@ fi
     echo "ours: build/attention-server and attention_run; peer: NumPy $("$BENCH_PYTHON" -c 'import numpy; print(numpy.__version__)') (kernel), jansson (JSON), Flask + gunicorn 2 workers (HTTP)"
     echo "gRPC rows: ours = gRPC (build/bench/grpc-load), peer = the kernel's compute_ms or HTTP v2 binary (wrk)"
     echo "checkpoint rows: ours = safetensors or gzip, peer = JSON or plain, both to our server"
+    echo "sequences rows: ours = sequence steps, peer = the kernel's compute_ms + the empty-request floor, or stateless requests"
     echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"
     echo
     "$BENCH_PYTHON" tests/bench/perf_table.py --results "$RESULTS" --print
