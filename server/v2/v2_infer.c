@@ -790,7 +790,8 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
         any_json |= !st->outs.binary[i];
     size_t result_elements = attention_request_result_elements(&st->ar);
     size_t extra = sequence_step_extra_elements(&st->ar, &st->seq);
-    if (result_elements != SIZE_MAX && __builtin_add_overflow(result_elements, extra, &result_elements))
+    if (result_elements != SIZE_MAX &&
+        __builtin_add_overflow(result_elements, extra, &result_elements))
         result_elements = SIZE_MAX;
     if (req->io_thread && (rc = admission_io_thread_fits(&st->ar.job, result_elements)) != 0)
         return rc;
