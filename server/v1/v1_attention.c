@@ -117,6 +117,7 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
         return rc;
     }
     attn_result result;
+    memset(&result, 0, sizeof result); /* untouched by a deferred run, freed on failure */
     double start = compute_now();
     sample->input = start - started;
     rc = admission_run(&ar->job, req->io_thread, &result, err);
