@@ -10,9 +10,10 @@ int64_param or string_param, sequence_start and sequence_end as bool_param).
   m < t), every step against a NumPy float64 reference that recomputes the whole prefix from
   scratch: output, attention, every reduction (local at query position n - m + i),
   received_total (the running sum over every step's queries), length.
-- more_queries_than_keys, weight_set, batch_one, no_sequence: m > n is 400 invalid_shape; a
-  sequence on a stored weight set (x projected once per step) and a step of it on another
-  model refused; inputs of rank 3 with batch 1; sequence_id 0 and "" (what Triton's clients send when no
+- more_queries_than_keys, weight_set, weight_set_wo, batch_one, no_sequence: m > n is 400
+  invalid_shape; a sequence on a stored weight set (x projected once per step) and a step of
+  it on another model refused; a decoder layer's set (2 heads, every bias, wo/bo) in float64
+  and float32 over v1, v2 binary, gRPC and a stream, output through wo/bo, received_total; inputs of rank 3 with batch 1; sequence_id 0 and "" (what Triton's clients send when no
   sequence is asked) make an ordinary request; a step with no outputs listed answers output,
   attention, length.
 - interleaved, mixed_wires: sequences stepped alternately stay apart (the number 7 and the
@@ -666,6 +667,61 @@ def check_weight_set(srv):
                              "parameters.sequence_id", grpc.StatusCode.INVALID_ARGUMENT)
 
 
+WEIGHTS_WO = {"wq": np.linspace(-1, 1, 5 * 4).reshape(5, 4).tolist(),
+              "wk": np.linspace(1, -0.5, 5 * 4).reshape(5, 4).tolist(),
+              "wv": np.cos(np.arange(5 * 6)).reshape(5, 6).tolist(),
+              "wo": np.sin(np.arange(6 * 3)).reshape(6, 3).tolist(),
+              "bq": [0.1, -0.2, 0.0, 0.3], "bk": [0.2, 0.1, -0.1, 0.0],
+              "bv": [0.5, -0.5, 0.25, 0.0, 1.0, -1.0], "bo": [1.0, -2.0, 0.5], "heads": 2}
+
+
+def check_weight_set_wo(srv):
+    """A decoder layer's attention with its cache: a stored set with 2 heads, every bias and
+    wo/bo, in float64 and float32 (FP32 x), on v1, v2 binary, gRPC and one stream: each
+    step's output is concat(heads) . Wo + bo of the reference over the projected prefix,
+    its attention per head, its received_total per head."""
+    body = {k: v for k, v in WEIGHTS_WO.items()}
+    status, text, _ = srv.request("PUT", "/v1/weight-sets/seqwo", json.dumps(body).encode(),
+                                  {"Content-Type": "application/json"})
+    check("weight set wo/stored", status in (200, 201), (status, text[:200]))
+    w = {n: np.array(v) for n, v in WEIGHTS_WO.items() if n != "heads"}
+    rng = np.random.default_rng(14)
+    for dtype in ("float64", "float32"):
+        stream = Stream(srv)
+        try:
+            for wire in ("v1", "v2bin", "grpc", "stream"):
+                sid = fresh_id()
+                ref = Reference(2, 4)
+                for i, m in enumerate((4, 1, 2, 1)):
+                    x = rng.standard_normal((m, 5))
+                    xr = x.astype(np.float32).astype(np.float64) if dtype == "float32" else x
+                    want = ref.step(xr @ w["wq"] + w["bq"], xr @ w["wk"] + w["bk"],
+                                    xr @ w["wv"] + w["bv"], True, {}, True)
+                    want = {"output": want["output"] @ w["wo"] + w["bo"],
+                            "attention": want["attention"], "length": want["length"],
+                            "received_total": want["received_total"], "_w": want["_w"],
+                            "_undo": want["_undo"]}
+                    if wire == "v1":
+                        seq = {"id": sid, "start": i == 0, "end": i == 3}
+                        ans = send_v1(srv, None, body={
+                            "x": x.tolist(), "weights": "seqwo", "sequence": seq, "dtype": dtype,
+                            "reductions": {"received_total": True}})
+                    else:
+                        dt = "FP64" if dtype == "float64" else "FP32"
+                        typed = x.astype(np.float64 if dtype == "float64" else np.float32)
+                        req = {"tensors": [("x", dt, [m, 5], typed.tobytes(),
+                                            typed.ravel().tolist())],
+                               "outputs": ["output", "attention", "length", "received_total"],
+                               "total": True, "sid": sid, "start": i == 0, "end": i == 3}
+                        ans = send_v2_http(srv, req, True, "seqwo") if wire == "v2bin" else \
+                            send_grpc(srv, req, "seqwo") if wire == "grpc" else \
+                            stream.send(req, "seqwo")
+                    check_step("weight set wo/%s/%s/step %d (m=%d)" % (wire, dtype, i, m), ans,
+                               want, {"dtype": dtype})
+        finally:
+            stream.close()
+
+
 def check_interleaved(srv):
     """Two sequences stepped alternately, the number 7 and the string "7", stay apart; on the
     stream both go through one call."""
@@ -1181,7 +1237,8 @@ def main():
     errors = [named("check_errors_" + w, lambda srv, w=w: check_errors(srv, w))
               for w in ("v1", "v2json", "v2bin", "grpc")]
     harness.run(args.server, [guarded(c) for c in [check_metadata] + per_wire +
-                [check_more_queries_than_keys, check_weight_set, check_interleaved, check_mixed_wires, check_batch_one,
+                [check_more_queries_than_keys, check_weight_set, check_weight_set_wo,
+                 check_interleaved, check_mixed_wires, check_batch_one,
                  check_no_sequence] + errors], server_class=GrpcServer)
     # a server per wire: a sequence one wire's failure leaves open must not fill another's
     # slots
