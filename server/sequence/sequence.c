@@ -7,9 +7,10 @@
  * condition variable) until that ticket is served, so the steps of a
  * sequence run in the order they arrived at the table, not in whatever
  * order a mutex would wake them.  A sequence removed from the table (ended,
- * started over under a new object never: a restart empties it in its turn,
- * expired) is freed by the last step that holds or waits for it; a step
- * that finds it removed when its turn comes answers sequence_unknown.
+ * expired, or a start that failed) is freed by the last step that holds or
+ * waits for it; a step that finds it removed when its turn comes answers
+ * sequence_unknown.  A start on a live id keeps the object and empties it in
+ * its turn, so the steps already waiting stay in order behind it.
  *
  * A cache grows by doubling its room (at most to --max-sequence-keys), so
  * appending a key costs O(d) amortised, and every byte of room is reserved
