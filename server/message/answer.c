@@ -116,6 +116,9 @@ void answer_error(api_response *resp, const attn_error *err)
     resp->status = error_http_status(err->kind);
     resp->content_type = "application/json";
     resp->inference_header_length = 0;
+    /* a server that drains is gone for longer than a busy one */
+    if (resp->retry_after == 0 && !strcmp(err->code, "shutting_down"))
+        resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
     if ((err->kind == ERR_UNAVAILABLE || err->kind == ERR_TOO_MANY) && resp->retry_after == 0)
         resp->retry_after = 1;
     resp->body = jw_finish(&w, &resp->body_len);

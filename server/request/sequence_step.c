@@ -184,9 +184,6 @@ int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequ
      * of sequence_step_load when there is more than one query (one sees every key) */
     st->causal = !a->causal_given || j->causal;
     j->causal = st->causal && st->before == 0 && j->lq == n;
-    if ((rc = attention_request_check_pool(ar, err)) != 0 ||
-        (rc = attention_request_check_reduce(ar, err)) != 0)
-        return rc;
     /* The totals need every step's weights received.  With no reduction asked, a step
      * whose matrix is small sums its columns (sequence_step_answer): the reductions'
      * sweep would compute every score a second time. */

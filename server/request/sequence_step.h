@@ -111,8 +111,8 @@ int sequence_ask_check(const sequence_ask *a, attn_error *err);
  * the totals) and query position.  Whether the request named heads decides,
  * at the start, the answers' head axis for the sequence's life.  Without a
  * sequence it does nothing.  May wait for the sequence's other steps.  The
- * pool's window and top-k are checked here against the keys after the step
- * (attention_request_check_pool, _check_reduce). */
+ * caller checks the pool's window and top-k after it, against the keys after
+ * the step (attention_request_check_pool, _check_reduce). */
 int sequence_step_begin(attention_request *ar, const sequence_ask *a, const sequence_model *model,
                         sequence_step *st, attn_error *err);
 

@@ -176,6 +176,9 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
         if (ar.x != NULL)
             seq.q_field = "x";
         rc = req->io_thread ? ADMISSION_DEFER : sequence_step_begin(&ar, &seq, &on, &step, &err);
+        /* the decoder left these to the step: they count the cache's keys */
+        if (rc == 0 && (rc = attention_request_check_pool(&ar, &err)) == 0)
+            rc = attention_request_check_reduce(&ar, &err);
     }
     if (rc == 0)
         rc = compute_and_answer(req, env->cfg, &ar, &seq, &step, started, &sample, resp, &err);
@@ -193,8 +196,6 @@ void v1_attention_handle(const api_request *req, const api_env *env, api_respons
     if (rc == ADMISSION_DEFER) {
         resp->deferred = 1;     /* for a worker */
     } else if (rc != 0) {
-        if (!strcmp(err.code, "shutting_down"))
-            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
     }
 }

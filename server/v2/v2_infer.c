@@ -860,8 +860,6 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
     if (rc == ADMISSION_DEFER) {
         resp->deferred = 1; /* for a worker */
     } else if (rc != 0) {
-        if (!strcmp(err.code, "shutting_down"))
-            resp->retry_after = ANSWER_DRAINING_RETRY_AFTER;
         answer_error(resp, &err);
     }
 }
