@@ -487,15 +487,28 @@ int attention_project(const attn_weights *w, weights_part part, attn_dtype dtype
         mem_free(bf);
         return rc;
     }
-    attn_weights wide;
-    memset(&wide, 0, sizeof wide);
+    /* a float32 set: this part and its bias widened (exact), not the whole set */
+    const double *wd = weights_array(w, part), *bd = weights_array(w, bias);
+    double *wide = NULL, *wide_b = NULL;
     if (weights_is_f32(w)) {
-        if (weights_widen(w, &wide) != 0)
+        const float *wf = weights_array_f32(w, part), *bf = weights_array_f32(w, bias);
+        wide = mem_malloc(d_in * d_out * sizeof(double));
+        wide_b = bf != NULL ? mem_malloc(d_out * sizeof(double)) : NULL;
+        if (wide == NULL || (bf != NULL && wide_b == NULL)) {
+            mem_free(wide);
+            mem_free(wide_b);
             return ERR_UNAVAILABLE;
-        w = &wide;
+        }
+        for (size_t i = 0; i < d_in * d_out; i++)
+            wide[i] = wf[i];
+        for (size_t i = 0; bf != NULL && i < d_out; i++)
+            wide_b[i] = bf[i];
+        wd = wide;
+        bd = wide_b;
     }
-    kernel_linear_d(rows, d_in, d_out, x, weights_array(w, part), weights_array(w, bias), out);
-    weights_free(&wide);
+    kernel_linear_d(rows, d_in, d_out, x, wd, bd, out);
+    mem_free(wide);
+    mem_free(wide_b);
     return compute_stopped()                  ? ERR_UNAVAILABLE
            : values_finite(out, rows * d_out) == 0 ? 0
                                               : KERNEL_NOT_FINITE;

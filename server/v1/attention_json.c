@@ -321,7 +321,6 @@ static int member_flag(const json_t *obj, const char *name, const char *field, i
 static int decode_sequence(const json_t *root, sequence_ask *a, attn_error *err)
 {
     static const char *const known[] = {"id", "start", "end"};
-    memset(a, 0, sizeof *a);
     *a = (sequence_ask){.id_field = "sequence.id", .start_field = "sequence.start",
                         .end_field = "sequence.end",
                         .received_total_field = "reductions.received_total",
