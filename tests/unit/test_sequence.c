@@ -10,7 +10,7 @@
 #include "core/compute.h"
 #include "sequence/sequence.h"
 
-static const sequence_shape shape_f64 = {ATTN_FLOAT64, 2, 4, 6, 1, 0.5, "attention", 0};
+static const sequence_shape shape_f64 = {ATTN_FLOAT64, 2, 4, 6, 1, 0.5, "attention", 0, {SEQUENCE_POLICY_FULL, 0, 0, 0, 0, 0, 0}};
 
 static sequence_id number_id(uint64_t n)
 {
@@ -58,7 +58,7 @@ void test_sequence_ids_and_limits(void)
     /* a start on a live id is no new sequence, and empties it */
     ASSERT_EQ(sequence_acquire(&seven, 1, &shape_f64, "id", &s, &err), 0);
     ASSERT_EQ(sequence_reserve(s, 3, &err), 0);
-    sequence_commit(s, 3, NULL);
+    sequence_commit(s, 3, NULL, NULL);
     sequence_release(s, 0);
     ASSERT_EQ(sequence_acquire(&seven, 1, &shape_f64, "id", &s, &err), 0);
     ASSERT_EQ(sequence_length(s), 0);
@@ -94,7 +94,7 @@ void test_sequence_cache_and_totals(void)
             received[j] = 1;
             received[(n + 3) + j] = (double)j;
         }
-        sequence_commit(s, 3, received);
+        sequence_commit(s, 3, received, NULL);
     }
     /* the committed rows survived every growth */
     const double *k = sequence_keys(s), *v = sequence_values(s);
@@ -128,12 +128,12 @@ void test_sequence_memory_budget(void)
     attn_error err;
     sequence *s = NULL;
     sequence_id id = number_id(3);
-    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125, "attention", 0};
+    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125, "attention", 0, {SEQUENCE_POLICY_FULL, 0, 0, 0, 0, 0, 0}};
     ASSERT_EQ(sequence_key_bytes(&wide), 64 * 8 * 2 + 8);
     ASSERT_EQ(sequence_acquire(&id, 1, &wide, "id", &s, &err), 0);
     /* 20 keys: room for 32, 33,024 bytes out of the 64 KiB budget */
     ASSERT_EQ(sequence_reserve(s, 20, &err), 0);
-    sequence_commit(s, 20, NULL);
+    sequence_commit(s, 20, NULL, NULL);
     ASSERT_EQ(budget_reserve(40000), -1);
     /* growing to 64 keys does not fit beside what is held: 503; the sequence as it was */
     ASSERT_EQ(sequence_reserve(s, 20, &err), ERR_UNAVAILABLE);
@@ -155,7 +155,7 @@ void test_sequence_idle_expiry(void)
     sequence_id idle = number_id(1), busy = number_id(2);
     ASSERT_EQ(sequence_acquire(&idle, 1, &shape_f64, "id", &s, &err), 0);
     ASSERT_EQ(sequence_reserve(s, 2, &err), 0);
-    sequence_commit(s, 2, NULL);
+    sequence_commit(s, 2, NULL, NULL);
     sequence_release(s, 0);
     ASSERT_EQ(sequence_acquire(&busy, 1, &shape_f64, "id", &held, &err), 0);
     double now = compute_now();
