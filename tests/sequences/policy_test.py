@@ -32,7 +32,8 @@ evicts beyond it, so that one near-tie is not the start of a run of false failur
 Tolerances: float32 within 1e-5 relative (floors 1e-6 absolute; 1e-5 for output_error, a
 ratio of two float32 differences); float64 within 1e-12 relative (floor 1e-13).
 
-Usage: policy_test.py --server PATH [--filter SUBSTR].  Prints "ok NAME" or "FAIL NAME" per
+Usage: policy_test.py --server PATH [--filter SUBSTR]; POLICY_STEPS sets the replays' length
+(2,000; the ASan build's suite replays 300, every policy still past its budget many times).  Prints "ok NAME" or "FAIL NAME" per
 check and "N passed, N failed" last.
 """
 import os
@@ -58,7 +59,7 @@ POLICIES = {
 DK = 8                      # per head
 LISTED = ["output", "attention", "received_total", "length", "kept_positions", "lost_mass",
           "output_error"]
-STEPS = 2000
+STEPS = int(os.environ.get("POLICY_STEPS", "2000"))    # policies-asan: fewer (tests/run.sh)
 
 
 class PolicySim:
