@@ -17,6 +17,8 @@ parameter.
   missing size, a budget below the recent or window size, an even pool, more queries than
   the step's keys, a policy's output on a sequence without one) over v1, v2 and gRPC: 400
   with the field, and no sequence left behind.
+- weight_set: h2o with compare_full on a stored set with 2 heads, biases and wo/bo, FP64 and
+  FP32 x over v2 binary and gRPC: the output through wo and bo, the damage per head.
 - ties: keys of zeros with causal false tie every score exactly: h2o and snapkv keep the
   earlier positions (the simulation is given no say of the server's here).
 - memory: attn_sequence_cached_bytes counts both caches (kept keys with their totals and
@@ -365,6 +367,46 @@ def check_ties(srv):
               "; ".join(bad[:3]))
 
 
+def check_weight_set(srv):
+    """A policy on a stored set with 2 heads, every bias and wo/bo (a decoder layer's
+    attention with its cache), FP64 and FP32 x over v2 binary and gRPC: the simulation runs
+    on the projected q, k and v; the answer's output is its output through wo and bo, while
+    lost_mass and output_error are each head's, before wo."""
+    status, text, _ = srv.request("PUT", "/v1/weight-sets/polwo",
+                                  st.json.dumps(st.WEIGHTS_WO).encode(),
+                                  {"Content-Type": "application/json"})
+    check("weight set/stored", status in (200, 201), (status, text[:200]))
+    w = {n: np.array(v) for n, v in st.WEIGHTS_WO.items() if n != "heads"}
+    rng = np.random.default_rng(58)
+    params = {"cache_policy": "h2o", "cache_budget": 8, "cache_recent": 2, "compare_full": True}
+    for dtype in ("float64", "float32"):
+        for wire in ("v2bin", "grpc"):
+            sim = PolicySim(params, 2, 4, 6, dtype)
+            sid, bad = fresh_id(), []
+            for i in range(31):
+                m = 12 if i == 0 else 1
+                x = rng.standard_normal((m, 5))
+                typed = x.astype(np.float64 if dtype == "float64" else np.float32)
+                xr = typed.astype(np.float64)
+                want = sim.step(xr @ w["wq"] + w["bq"], xr @ w["wk"] + w["bk"],
+                                xr @ w["wv"] + w["bv"])
+                want["output"] = want["output"] @ w["wo"] + w["bo"]
+                params_i = dict(params) if i == 0 else {}
+                params_i.update({"sequence_id": sid, "sequence_start": i == 0,
+                                 "sequence_end": i == 30, "received_total": True})
+                req = {"tensors": [("x", st.DATATYPE[dtype], [m, 5], typed.tobytes(),
+                                    typed.ravel().tolist())], "outputs": LISTED,
+                       "extra": params_i}
+                ans = st.send_v2_http(srv, req, True, "polwo") if wire == "v2bin" else \
+                    st.send_grpc(srv, req, "polwo")
+                if not ans.ok:
+                    bad.append("step %d: %r" % (i, ans))
+                    break
+                bad += ["step %d: %s" % (i, d) for d in differences(ans.outs, want, dtype)]
+            check("weight_set_%s_%s: h2o on a stored set with wo, 31 steps" % (wire, dtype),
+                  not bad, "; ".join(bad[:3]))
+
+
 def live(srv):
     return st.metrics(srv).get("attn_sequences_live")
 
@@ -492,6 +534,7 @@ def main():
     args = harness.arguments(__doc__)
     checks = [named("check_replays", check_replays), named("check_wires", check_wires),
               named("check_defaults", check_defaults), named("check_ties", check_ties),
+              named("check_weight_set", check_weight_set),
               named("check_memory", check_memory)]
     checks += [named("check_errors_" + w, lambda srv, w=w: check_errors(srv, w))
                for w in ("v1", "v2json", "grpc")]
