@@ -48,6 +48,7 @@ FIXTURES=${FIXTURES:-tests/fixtures}
 total_passed=0
 total_failed=0
 skipped=
+durations=
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 
@@ -56,8 +57,12 @@ run_suite() {
     local name=$1; shift
     local log="$log_dir/$name.log"
     echo "=== $name: $*"
+    local began=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    # each suite's wall time, listed longest first before the total: what to look at when
+    # make test nears its half hour
+    durations="$durations$((SECONDS - began)) s  $name"$'\n'
     local summary
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -z "$summary" ]; then
@@ -204,6 +209,8 @@ suite() {
 every_suite
 
 echo
+echo "The suites' wall times, longest first:"
+echo -n "$durations" | grep -v '^$' | sort -rn | head -n 12 | sed 's/^/  /'
 # Suites that could not run here say so with a "SKIPPED: NAME: why" line; they are named
 # again just before the total, so that a skip is never mistaken for a pass.
 echo -n "$skipped" | grep -v '^$'
