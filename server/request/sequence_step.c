@@ -121,7 +121,8 @@ int sequence_ask_policy(sequence_ask *a, const char *key, const scalar *v, attn_
                 a->policy.kind = (sequence_policy_kind)k;
                 return 0;
             }
-        return error_set(err, ERR_BAD_REQUEST, v->kind == SCALAR_STRING ? "invalid_value" : "wrong_type", field,
+        return error_set(err, ERR_BAD_REQUEST,
+                         v->kind == SCALAR_STRING ? "invalid_value" : "wrong_type", field,
                          "%s must be \"full\", \"window\", \"h2o\" or \"snapkv\"%s%s.", field,
                          v->kind == SCALAR_STRING ? "" : "; it is ",
                          v->kind == SCALAR_STRING ? "" : scalar_kind_words(v));
@@ -577,9 +578,10 @@ static int output_through_wo(sequence_step *st, attn_result *result, attn_error 
 
 /* The step's last `rows` queries over lk keys k and v (in the cache's precision) as a job
  * of their own that forms the matrix (out), causal as the step is, bottom-right; its mask
- * (*mask) and memory reserved in the budget (*reserved) for the caller to free. */
-static int run_matrix(const attn_job *step_job, const sequence_step *st, size_t rows,
-                      const void *k, const void *v, size_t lk, attn_result *out,
+ * (*mask) and memory reserved in the budget (*reserved) for the caller to free.  what: the
+ * pass, as refusals name it. */
+static int run_matrix(const attn_job *step_job, const sequence_step *st, const char *what,
+                      size_t rows, const void *k, const void *v, size_t lk, attn_result *out,
                       unsigned char **mask, size_t *reserved, attn_error *err)
 {
     attn_job j = *step_job;
@@ -610,8 +612,8 @@ static int run_matrix(const attn_job *step_job, const sequence_step *st, size_t 
     }
     if (attention_job_bytes(&j, &bytes) != 0)
         return error_set(err, ERR_TOO_LARGE, "request_too_large", NULL,
-                         "The step's comparison with its full cache is too large to compute.");
-    if ((rc = reserve(bytes, "comparison with its full cache", reserved, err)) != 0)
+                         "The step's %s is too large to compute.", what);
+    if ((rc = reserve(bytes, what, reserved, err)) != 0)
         return rc;
     return attention_run(&j, out, err);
 }
@@ -630,8 +632,9 @@ static int compare_full(const attention_request *ar, sequence_step *st,
     memset(&fr, 0, sizeof fr);
     unsigned char *mask = NULL, *seen = NULL;
     size_t reserved = 0;
-    int rc = run_matrix(&ar->job, st, m, sequence_full_keys(st->seq),
-                        sequence_full_values(st->seq), full_n, &fr, &mask, &reserved, err);
+    int rc = run_matrix(&ar->job, st, "comparison with its full cache", m,
+                        sequence_full_keys(st->seq), sequence_full_values(st->seq), full_n, &fr,
+                        &mask, &reserved, err);
     if (rc == 0 && (seen = mem_malloc(full_n ? full_n : 1)) == NULL)
         rc = error_nomem(err);
     for (size_t h = 0; rc == 0 && h < heads; h++) {
@@ -676,8 +679,8 @@ static int observe(const attention_request *ar, sequence_step *st, double *score
     memset(&r, 0, sizeof r);
     unsigned char *mask = NULL;
     size_t reserved = 0;
-    int rc = run_matrix(&ar->job, st, w, sequence_keys(st->seq), sequence_values(st->seq), n,
-                        &r, &mask, &reserved, err);
+    int rc = run_matrix(&ar->job, st, "observation window (SnapKV)", w, sequence_keys(st->seq),
+                        sequence_values(st->seq), n, &r, &mask, &reserved, err);
     for (size_t h = 0; rc == 0 && h < heads; h++)
         for (size_t q = 0; q < w; q++)
             for (size_t j = 0; j < n; j++) {

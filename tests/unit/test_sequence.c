@@ -130,7 +130,8 @@ void test_sequence_memory_budget(void)
     attn_error err;
     sequence *s = NULL;
     sequence_id id = number_id(3);
-    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125, "attention", 0, {SEQUENCE_POLICY_FULL, 0, 0, 0, 0, 0, 0}};
+    sequence_shape wide = {ATTN_FLOAT64, 1, 64, 64, 0, 0.125, "attention", 0,
+                           {SEQUENCE_POLICY_FULL, 0, 0, 0, 0, 0, 0}};
     ASSERT_EQ(sequence_key_bytes(&wide), 64 * 8 * 2 + 8);
     ASSERT_EQ(sequence_acquire(&id, 1, &wide, "id", &s, &err), 0);
     /* 20 keys: room for 32, 33,024 bytes out of the 64 KiB budget */
