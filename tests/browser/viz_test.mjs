@@ -61,7 +61,7 @@ function close(a, b, tol, what) {
 function startServer() {
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir, { recursive: true });
-  server = spawn(SERVER, ['--port', '0', '--host', '127.0.0.1', '--data-dir', dataDir, '--quiet'],
+  server = spawn(SERVER, ['--port', '0', '--grpc-port', '0', '--host', '127.0.0.1', '--data-dir', dataDir, '--quiet'],
     { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let out = '';
@@ -658,6 +658,30 @@ for (const [policy, opts, controls] of [
     await checkPolicyCensus(page, answers, cap);
   });
 }
+
+// The capture at src without its layer.L.v tensors (their bytes stay, unnamed), written to dst.
+function dropV(src, dst) {
+  const b = fs.readFileSync(src), n = Number(b.readBigUInt64LE(0)), header = JSON.parse(b.subarray(8, 8 + n).toString());
+  for (const name of Object.keys(header)) if (/\.v$/.test(name)) delete header[name];
+  const text = Buffer.from(JSON.stringify(header)), len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(text.length));
+  fs.writeFileSync(dst, Buffer.concat([len, text, b.subarray(8 + n)]));
+  return dst;
+}
+
+test('generation: a capture without v says the replay needs it, and its policy census is computed all the same', async (page) => {
+  const cap = makeCapture('gen-no-v', { layers: 2, heads: 2, dim: 16, tokens: 40, 'cache-policy': 'h2o', 'cache-budget': 8, 'cache-recent': 4 });
+  await openView(page, 'view=generation');
+  await genControls(page, { policy: 'h2o', budget: 8, recent: 4 });
+  await (await page.$('#gen-file')).uploadFile(dropV(cap.path, path.join(tmp, 'gen-no-v', 'no-v.safetensors')));
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.generation));
+  const note = await page.$eval('#gen-note', (e) => e.textContent);
+  assert(note.includes('has no layer.L.v') && note.includes('policy census'), 'note: ' + note);
+  await page.click('#gen-census');
+  await genWait(page, 'genCensus', 'gen-census-note');
+  for (const c of await page.$$eval('#gen-census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head, v: Number(td.dataset.v) }))))
+    close(c.v, cap.ref.generation.layers[c.L][c.h].mean_lost_mass, GEN_TOL, `layer ${c.L} head ${c.h}: mean lost_mass against NumPy`);
+});
 
 test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {
   await openView(page, 'example=seed004_toy&view=values');
