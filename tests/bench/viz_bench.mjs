@@ -91,6 +91,14 @@ function writeCapture(file, { layers, heads, tokens, dim }) {
   fs.writeFileSync(file, Buffer.concat([len, Buffer.from(text), ...blobs]));
 }
 
+// A census that ended in an error: the row says why (the note at selector `note`).
+async function censusFailed(page, name, note, what) {
+  failed = true;
+  const why = await page.$eval(note, (e) => e.textContent);
+  console.log(`${name}: FAILED: ${why}`);
+  rows.push(['viz', what, '', '', 'ms', '', '', '', '', 'failed: ' + why.slice(0, 200)]);
+}
+
 // The census of CENSUS from the file's choice to the last cell painted (the page's own
 // measure: viz_census.js times compute to the frame after the last cell).
 async function benchCensus(page, base) {
@@ -104,13 +112,7 @@ async function benchCensus(page, base) {
   const wall = Date.now() - t0;
   const state = await page.$eval('body', (b) => b.dataset.census);
   const what = `visualizer census ${c.layers} x ${c.heads} heads of ${c.tokens} tokens (head_dim ${c.dim}), capture chosen to painted`;
-  if (state !== 'ready') {
-    failed = true;
-    const why = await page.$eval('#census-note', (e) => e.textContent);
-    console.log('census: FAILED: ' + why);
-    rows.push(['viz', what, '', '', 'ms', '', '', '', '', 'failed: ' + why.slice(0, 200)]);
-    return;
-  }
+  if (state !== 'ready') { await censusFailed(page, 'census', '#census-note', what); return; }
   const ms = await page.evaluate(() => window.vizCensus.census.ms);
   const cells = await page.$$eval('#census-table td[data-v]', (tds) => tds.length);
   if (cells !== c.layers * c.heads) { failed = true; console.log(`census: FAILED: ${cells} cells painted`); return; }
@@ -140,13 +142,7 @@ async function benchPolicyCensus(page, base) {
   const what = `visualizer policy census ${c.layers} x ${c.heads} heads of ${c.tokens} tokens (head_dim ${c.dim}), ` +
     `h2o budget ${c.policy.budget}, token by token, capture chosen to last cell`;
   const state = await page.$eval('body', (b) => b.dataset.genCensus);
-  if (state !== 'ready') {
-    failed = true;
-    const why = await page.$eval('#gen-census-note', (e) => e.textContent);
-    console.log('policy census: FAILED: ' + why);
-    rows.push(['viz', what, '', '', 'ms', '', '', '', '', 'failed: ' + why.slice(0, 200)]);
-    return;
-  }
+  if (state !== 'ready') { await censusFailed(page, 'policy census', '#gen-census-note', what); return; }
   const cells = await page.$$eval('#gen-census-table td[data-v]', (tds) => tds.length);
   if (cells !== c.layers * c.heads) { failed = true; console.log(`policy census: FAILED: ${cells} cells painted`); return; }
   const requests = c.layers * c.tokens;
