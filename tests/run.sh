@@ -27,7 +27,7 @@
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
 #   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*,
-#   overflow, sequences*
+#   overflow, sequences*, policies*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -143,6 +143,9 @@ every_suite() {
     # AddressSanitizer's shadow and quarantine swamp it, and LeakSanitizer checks the leaks
     suite sequences /usr/bin/python3 tests/sequences/sequence_test.py --server build/attention-server
     suite sequences-asan /usr/bin/python3 tests/sequences/sequence_test.py \
+        --server build/asan/attention-server
+    suite policies /usr/bin/python3 tests/sequences/policy_test.py --server build/attention-server
+    suite policies-asan /usr/bin/python3 tests/sequences/policy_test.py \
         --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
