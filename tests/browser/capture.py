@@ -22,11 +22,15 @@ Two uses:
   capture.py [--filter SUBSTR]           the checks above, "ok NAME"/"FAIL NAME: why" and
                                          "N passed, N failed" (a suite of `make test`)
   capture.py --write DIR [--layers N --heads H --tokens T --dim D --kv-heads K --seed S
-             --sink S --local W --no-causal --no-reference]
+             --sink S --local W --no-causal --no-reference
+             --cache-policy P [--cache-budget B ... --prompt N]]
                                          writes DIR/capture.safetensors by the document's
                                          lines and DIR/reference.json: per layer and head the
                                          census statistics computed here in float64 NumPy from
-                                         the file's FP16 q and k (the browser test's reference)
+                                         the file's FP16 q and k (the browser test's reference);
+                                         with --cache-policy also each head replayed through
+                                         that cache policy (replay_reference), its kept
+                                         positions, lost_mass and output_error at every step
 """
 import argparse
 import json
@@ -194,14 +198,14 @@ def read_safetensors(path):
 
 
 def own_projections(model, ids):
-    """{"layer.L.q"/"k": [heads or kv_heads, tokens, head_dim]} by a forward pass of ours."""
+    """{"layer.L.q"/"k"/"v": [heads or kv_heads, tokens, head_dim]} by a forward pass of ours."""
     out = {}
     with torch.no_grad():
         x = model.model.embed_tokens(ids)
         for L, layer in enumerate(model.model.layers):
             a = layer.self_attn
             y = layer.norm(x)[0]
-            for key, proj in (("q", a.q_proj), ("k", a.k_proj)):
+            for key, proj in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj)):
                 t = proj(y)
                 out["layer.%d.%s" % (L, key)] = t.reshape(t.shape[0], -1, a.head_dim).transpose(0, 1).numpy()
             x = layer(x)
@@ -238,6 +242,98 @@ def census_reference(tensors, sink, local, causal):
                 "max": float(w.max(axis=1).mean()),
                 "received": w.sum(axis=0).tolist(),
             })
+        layers.append(rows)
+        L += 1
+    return layers
+
+
+# ---------------------------------------------------------------- the cache policies' reference
+
+def top_keep(scores, want):
+    """Indices (ascending) of the `want` highest scores; of equal ones the earlier stays."""
+    order = sorted(range(len(scores)), key=lambda j: (-scores[j], j))
+    return sorted(order[:want])
+
+
+def policy_keep(policy, positions, scores, appended, prompt, boundary):
+    """The rules of a cache policy (docs/contract.md, Sequences), written here from their
+    text: which of the cached keys (positions, ascending; scores: each key's H2O total, or
+    SnapKV's observation at its prompt) stay after a step that brought the keys up to
+    `appended`.  Returns the kept positions."""
+    n, kind = len(positions), policy["cache_policy"]
+    if kind == "full":
+        return list(positions)
+    if kind == "window":
+        return [p for p in positions if p < policy["cache_sink"] or p >= appended - policy["cache_window"]]
+    if kind == "h2o":
+        budget, recent = policy["cache_budget"], policy["cache_recent"]
+        c = n - min(n, recent)                      # the last `recent` keys always stay
+        if n <= budget:
+            return list(positions)
+        return [positions[j] for j in top_keep(scores[:c], budget - recent)] + list(positions[c:])
+    if kind == "snapkv":
+        if not prompt:
+            return [p for p in positions if p < boundary or p >= appended - policy["cache_window"]]
+        c = sum(1 for p in positions if p < boundary)
+        half = policy["cache_pool"] // 2
+        pooled = [max(scores[max(0, j - half):min(c, j + half + 1)]) for j in range(c)]
+        return [positions[j] for j in top_keep(pooled, policy["cache_budget"] - policy["cache_window"])] + list(positions[c:])
+    raise ValueError("no policy %r" % kind)
+
+
+def replay_reference(q, k, v, policy, prompt):
+    """One head replayed as the Generation view replays it: the first `prompt` tokens as the
+    sequence's first step, then one token a step, causal; the policy's cache beside the full
+    one, in float64 from the file's FP16 numbers.  Returns per step {kept: positions after
+    the trim, lost_mass and output_error: per query of the step}."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    t, d = q.shape
+    scale = 1 / math.sqrt(d)
+    cache, totals, steps = [], {}, []
+    boundary = max(prompt - policy.get("cache_window", 0), 0)
+    starts = [0] + list(range(prompt, t))
+    for s, a in enumerate(starts):
+        b = prompt if s == 0 else a + 1
+        seen = cache + list(range(a, b))
+        lost, err, weights = [], [], np.zeros(len(seen))
+        observe = np.zeros(len(seen))
+        for i in range(a, b):
+            cols = [p for p in seen if p <= i]
+            sc = q[i] @ k[cols].T * scale
+            w = np.exp(sc - sc.max()); w /= w.sum()
+            full = q[i] @ k[:i + 1].T * scale
+            wf = np.exp(full - full.max()); wf /= wf.sum()
+            o, of = w @ v[cols], wf @ v[:i + 1]
+            kept = set(cols)
+            lost.append(float(sum(wf[p] for p in range(i + 1) if p not in kept)))
+            norm = np.linalg.norm(of)
+            err.append(float(np.linalg.norm(o - of) / norm if norm > 0 else np.linalg.norm(o - of)))
+            at = [seen.index(p) for p in cols]
+            weights[at] += w
+            if i >= b - min(policy.get("cache_window", 0), b - a):
+                observe[at] += w                       # SnapKV's observation window: the last queries
+        for p, x in zip(seen, weights):
+            totals[p] = totals.get(p, 0.0) + x
+        kind = policy["cache_policy"]
+        scores = list(observe) if kind == "snapkv" else [totals[p] for p in seen]
+        cache = policy_keep(policy, seen, scores, b, s == 0, boundary)
+        totals = {p: totals[p] for p in cache}
+        steps.append({"kept": cache, "lost_mass": lost, "output_error": err})
+    return steps
+
+
+def generation_reference(tensors, policy, prompt):
+    """Per layer a list per head of replay_reference, and the policy census's cell: the mean
+    lost_mass over the queries of the steps after the first."""
+    layers, L = [], 0
+    while "layer.%d.q" % L in tensors:
+        q, k, v = (tensors["layer.%d.%s" % (L, x)] for x in "qkv")
+        rep = q.shape[0] // k.shape[0]
+        rows = []
+        for h in range(q.shape[0]):
+            steps = replay_reference(q[h], k[h // rep], v[h // rep], policy, prompt)
+            later = [x for st in steps[1:] for x in st["lost_mass"]]
+            rows.append({"steps": steps, "mean_lost_mass": float(np.mean(later)) if later else 0.0})
         layers.append(rows)
         L += 1
     return layers
@@ -301,6 +397,24 @@ def check_reference_rules():
     assert np.allclose(got["received"], [1 + w1[0] + w2[0], w1[1] + w2[1], w2[2]], rtol=0, atol=1e-12)
 
 
+def check_policy_rules():
+    """The policies' reference on cases worked by hand: ties, the window, H2O's totals."""
+    assert top_keep([1, 2, 2, 1], 1) == [1], "of equal scores the earlier stays"
+    assert top_keep([3, 1, 1, 3], 2) == [0, 3]
+    assert policy_keep({"cache_policy": "window", "cache_sink": 1, "cache_window": 2},
+                       [0, 1, 2, 3, 4], None, 5, False, 0) == [0, 3, 4]
+    # SnapKV at its prompt: pooled over 3, key 1's 0.9 lifts keys 0 to 2; keys 4, 5 observed
+    snap = {"cache_policy": "snapkv", "cache_window": 2, "cache_budget": 4, "cache_pool": 3}
+    assert policy_keep(snap, [0, 1, 2, 3, 4, 5], [0, .9, 0, .5, 0, 0], 6, True, 4) == [0, 1, 4, 5]
+    assert policy_keep(snap, [0, 1, 4, 5, 6], None, 7, False, 4) == [0, 1, 5, 6]
+    # q = 0: every query spreads evenly, so a key's total is sum over i >= p of 1/(i+1)
+    q, k, v = np.zeros((5, 2)), np.eye(5, 2), np.arange(10.0).reshape(5, 2)
+    steps = replay_reference(q, k, v, {"cache_policy": "h2o", "cache_budget": 3, "cache_recent": 1}, 1)
+    assert [s["kept"] for s in steps] == [[0], [0, 1], [0, 1, 2], [0, 1, 3], [0, 1, 4]], steps
+    # step 3 (query 3) saw keys 0, 1, 2, 3 of the full 0..3: nothing lost yet; query 4 lost key 2
+    assert steps[3]["lost_mass"] == [0.0] and abs(steps[4]["lost_mass"][0] - 0.2) < 1e-12
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--filter", default="")
@@ -315,6 +429,13 @@ def main():
     ap.add_argument("--local", type=int, default=16)
     ap.add_argument("--no-causal", action="store_true")
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--cache-policy", help="also replay every head through this policy (reference.json's generation)")
+    ap.add_argument("--cache-sink", type=int, default=4)
+    ap.add_argument("--cache-window", type=int, default=8)
+    ap.add_argument("--cache-budget", type=int, default=16)
+    ap.add_argument("--cache-recent", type=int, default=8)
+    ap.add_argument("--cache-pool", type=int, default=7)
+    ap.add_argument("--prompt", type=int, default=1, help="tokens of the replay's first step")
     a = ap.parse_args()
     torch.set_num_threads(2)
     if a.write:
@@ -325,15 +446,22 @@ def main():
             _, tensors = read_safetensors(path)
             ref = {"tokens": words, "sink": a.sink, "local": a.local, "causal": not a.no_causal,
                    "layers": census_reference(tensors, a.sink, a.local, not a.no_causal)}
+            if a.cache_policy:
+                names = {"window": ("cache_sink", "cache_window"), "h2o": ("cache_budget", "cache_recent"),
+                         "snapkv": ("cache_window", "cache_budget", "cache_pool"), "full": ()}[a.cache_policy]
+                policy = {"cache_policy": a.cache_policy, **{n: getattr(a, n) for n in names}}
+                ref["generation"] = {"policy": policy, "prompt": a.prompt,
+                                     "layers": generation_reference(tensors, policy, a.prompt)}
             with open(os.path.join(a.write, "reference.json"), "w") as f:
                 json.dump(ref, f)
         print(path)
         return 0
-    check("capture/the document's lines write every layer's q and k, FP16, tokens in the metadata",
+    check("capture/the document's lines write every layer's q, k and v, FP16, tokens in the metadata",
           check_capture(3, 4, 4, 32, 40), a.filter)
-    check("capture/grouped-query attention: k with fewer heads than q",
+    check("capture/grouped-query attention: k and v with fewer heads than q",
           check_capture(2, 4, 2, 32, 24), a.filter)
     check("capture/the census reference on a case worked by hand", check_reference_rules, a.filter)
+    check("capture/the cache policies' reference on cases worked by hand", check_policy_rules, a.filter)
     print("%d passed, %d failed" % (RESULTS["passed"], RESULTS["failed"]))
     return 1 if RESULTS["failed"] else 0
 

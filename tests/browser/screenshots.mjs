@@ -6,7 +6,8 @@
 // viz-heatmap.png, viz-lines.png, viz-grid.png, viz-values.png, viz-error.png, and the views
 // past BertViz: viz-selection.png, viz-compare.png, viz-neuron.png, viz-model.png and
 // viz-share.png, viz-long.png (16384 tokens pooled by the server), and viz-census.png (the
-// heads census of a capture tests/browser/capture.py writes from a small random model); stops
+// heads census of a capture tests/browser/capture.py writes from a small random model) and
+// viz-generation.png (that capture's Generation view and policy census); stops
 // the server by its PID.  `make viz-screenshots` runs it.
 
 import { spawn, execFileSync } from 'node:child_process';
@@ -33,7 +34,7 @@ const TOKENS = 'the cat that the dog chased ran up the oak tree .';
 const REQUEST = { q: matrix(12, 16, 1), k: matrix(12, 16, 2), v: matrix(12, 8, 3), heads: 4, causal: true, scale: 1 };
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'viz-shots-'));
-const server = spawn(SERVER, ['--port', '0', '--host', '127.0.0.1', '--data-dir', path.join(tmp, 'data'), '--quiet'],
+const server = spawn(SERVER, ['--port', '0', '--grpc-port', '0', '--host', '127.0.0.1', '--data-dir', path.join(tmp, 'data'), '--quiet'],
   { stdio: ['ignore', 'pipe', 'ignore'] });
 let browser = null;
 try {
@@ -152,6 +153,21 @@ try {
   await page.click('#census-table td[data-layer="1"][data-head="2"]');
   await page.waitForSelector('body[data-census-heatmap="ready"]');
   await page.screenshot({ path: path.join(OUT, 'viz-census.png'), fullPage: true });
+  // the Generation view: head 1 of layer 1 of the same capture under h2o, budget 64, and the
+  // policy census of its 4 x 4 heads
+  await page.goto(base + '/viz#view=generation');
+  await page.reload();
+  await page.waitForSelector('body[data-generation="idle"]');
+  await page.select('#gen-policy', 'h2o');
+  await page.$eval('#gen-budget', (e) => { e.value = '64'; });
+  await page.$eval('#gen-recent', (e) => { e.value = '32'; });
+  await (await page.$('#gen-file')).uploadFile(path.join(capDir, 'capture.safetensors'));
+  await page.waitForSelector('body[data-generation="ready"]');
+  await page.click('#gen-census');
+  await page.waitForSelector('body[data-gen-census="ready"]');
+  await page.click('#gen-census-table td[data-layer="1"][data-head="1"]');
+  await page.waitForFunction(() => window.vizGeneration.replay.L === 1 && document.body.dataset.generation === 'ready');
+  await page.screenshot({ path: path.join(OUT, 'viz-generation.png'), fullPage: true });
   console.log('screenshots in ' + OUT);
 } finally {
   if (browser) await browser.close();

@@ -61,7 +61,7 @@ function close(a, b, tol, what) {
 function startServer() {
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir, { recursive: true });
-  server = spawn(SERVER, ['--port', '0', '--host', '127.0.0.1', '--data-dir', dataDir, '--quiet'],
+  server = spawn(SERVER, ['--port', '0', '--grpc-port', '0', '--host', '127.0.0.1', '--data-dir', dataDir, '--quiet'],
     { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let out = '';
@@ -519,6 +519,168 @@ test('census: the capture reader rounds F32 and BF16 to FP16 as the server would
   assert(await openCapture(page, trunc) === 'error', 'a truncated file was accepted');
   const note = await page.$eval('#census-note', (e) => e.textContent);
   assert(note.includes('header length is 200 bytes, past the end of the file'), 'note: ' + note);
+});
+
+// ---------------------------------------------------------------- the Generation view
+
+// Every v2 answer the page receives, decoded here from its bytes independently of the page,
+// by the id the page gave its request: {id: {name: number[]}}.
+function recordAnswers(page) {
+  const answers = {};
+  page.on('response', async (r) => {
+    if (!r.url().endsWith('/v2/models/attention/infer') || r.request().method() !== 'POST') return;
+    const buf = await r.buffer().catch(() => null);
+    if (!buf) return;
+    const hlen = Number(r.headers()['inference-header-content-length'] || buf.length);
+    const header = JSON.parse(buf.subarray(0, hlen).toString());
+    if (!header.id) return;
+    const out = {};
+    let off = hlen;
+    for (const o of header.outputs || []) {
+      const size = o.parameters.binary_data_size, b = buf.subarray(off, off + size);
+      out[o.name] = o.datatype === 'INT64' ? Array.from({ length: size / 8 }, (_, i) => Number(b.readBigInt64LE(8 * i)))
+        : Array.from({ length: size / 4 }, (_, i) => b.readFloatLE(4 * i));
+      off += size;
+    }
+    answers[header.id] = out;
+  });
+  return answers;
+}
+
+// Sets the Generation view's controls: {policy, sink, window, budget, recent, pool, prompt}.
+async function genControls(page, c) {
+  await page.select('#gen-policy', c.policy);
+  for (const k of ['sink', 'window', 'budget', 'recent', 'pool', 'prompt'])
+    if (c[k] != null) await page.$eval('#gen-' + k, (e, v) => { e.value = v; }, String(c[k]));
+}
+
+async function genWait(page, key, note) {
+  await page.waitForFunction((k) => ['ready', 'error'].includes(document.body.dataset[k]), { timeout: 25000 }, key);
+  assert(await page.$eval('body', (b, k) => b.dataset[k], key) === 'ready', await page.$eval('#' + note, (e) => e.textContent));
+}
+
+// The page's answers of the replay of run `run` (ids gen:RUN:L:h:s), in step order.
+function replayAnswers(answers, run, L, h, steps) {
+  return Array.from({ length: steps }, (_, s) => {
+    const a = answers[`gen:${run}:${L}:${h}:${s}`];
+    assert(a, `no answer recorded for step ${s} of layer ${L} head ${h}`);
+    return a;
+  });
+}
+
+const GEN_TOL = 1e-5;   // the server's float32 contract, against float64 (docs/contract.md)
+
+// Replays head h of layer L under the capture's policy and checks, step by step, the page's
+// plotted values against the answers received, and those against the NumPy reference.
+async function checkReplay(page, answers, cap, L, h) {
+  await page.select('#gen-layer', String(L));
+  await page.select('#gen-head', String(h));
+  await page.click('#gen-replay');
+  await page.waitForFunction((L, h) => { const r = window.vizGeneration.replay; return r && r.L === L && r.h === h; }, {}, L, h);
+  await genWait(page, 'generation', 'gen-note');
+  const ref = cap.ref.generation, want = ref.layers[L][h].steps, T = cap.ref.tokens.length, P = ref.prompt;
+  const got = await page.evaluate(() => {
+    const r = window.vizGeneration.replay;
+    return { run: r.run, steps: r.steps, kept: r.kept.map((k) => Array.from(k)), lost: Array.from(r.lost), error: Array.from(r.error),
+      rows: r.rows.map((x) => Array.from(x)), received: Array.from(r.received), lostMax: Number(document.getElementById('gen-lost').dataset.max) };
+  });
+  assert(got.steps === want.length, `${got.steps} steps, the reference has ${want.length}`);
+  const ans = replayAnswers(answers, got.run, L, h, got.steps);
+  let prev = [];
+  for (let s = 0; s < got.steps; s++) {
+    const a = ans[s], from = s === 0 ? 0 : P + s - 1, to = s === 0 ? P : from + 1;
+    const kept = a.kept_positions;
+    assert(JSON.stringify(kept) === JSON.stringify(want[s].kept), `step ${s}: kept ${kept}, NumPy keeps ${want[s].kept}`);
+    assert(JSON.stringify(got.kept[s]) === JSON.stringify(kept), `step ${s}: the page drew kept ${got.kept[s]}, the answer says ${kept}`);
+    const seen = [...prev, ...Array.from({ length: to - from }, (_, i) => from + i)];
+    for (let i = from; i < to; i++) {
+      assert(got.lost[i] === a.lost_mass[i - from] && got.error[i] === a.output_error[i - from],
+        `token ${i}: plotted lost_mass ${got.lost[i]} and output_error ${got.error[i]}, answered ${a.lost_mass[i - from]} ${a.output_error[i - from]}`);
+      close(a.lost_mass[i - from], want[s].lost_mass[i - from], GEN_TOL, `token ${i}: lost_mass against NumPy`);
+      close(a.output_error[i - from], want[s].output_error[i - from], GEN_TOL, `token ${i}: output_error against NumPy`);
+      const row = a.attention.slice((i - from) * seen.length, (i - from + 1) * seen.length);
+      assert(JSON.stringify(got.rows[i]) === JSON.stringify(row), `token ${i}: the triangle's row is not the answer's`);
+    }
+    prev = kept;
+  }
+  assert(JSON.stringify(got.received) === JSON.stringify(ans[got.steps - 1].received_total), 'the strip is not the last received_total');
+  assert(got.lostMax === Math.max(...got.lost), `the lost_mass plot spans to ${got.lostMax}`);
+  // pixels: T tokens on 360 pixels, the centre of each cell
+  const cell = (cv, i, j, rows) => pixel(page, cv, (j + 0.5) * 360 / T, (i + 0.5) * 360 / rows);
+  for (const s of [got.steps - 1, Math.floor(got.steps / 2)]) {
+    const keptSet = new Set(got.kept[s]), appended = s === 0 ? P : P + s;
+    for (const p of [0, 3, appended - 1, Math.floor(appended / 2)])
+      sameColour(await cell('gen-kept', s, p, got.steps), keptSet.has(p) ? [38, 50, 56] : [236, 239, 241], `kept map step ${s} position ${p}`);
+  }
+  const i = T - 1, seenLast = [...got.kept[got.steps - 2], T - 1];
+  for (const p of [0, 5, T - 1, Math.floor(T / 2)]) {
+    const at = seenLast.indexOf(p);
+    sameColour(await cell('gen-triangle', i, p, T), at >= 0 ? viridis(got.rows[i][at]) : [200, 200, 200], `triangle token ${i} position ${p}`);
+  }
+  return got;
+}
+
+// The policy census against the mean lost_mass of the answers received and the reference.
+async function checkPolicyCensus(page, answers, cap) {
+  await page.click('#gen-census');
+  await genWait(page, 'genCensus', 'gen-census-note');
+  const run = await page.evaluate(() => window.vizGeneration.census.run), ref = cap.ref.generation;
+  const T = cap.ref.tokens.length, steps = 1 + T - ref.prompt;
+  const cells = await page.$$eval('#gen-census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head, v: Number(td.dataset.v) })));
+  assert(cells.length === ref.layers.length * ref.layers[0].length, `${cells.length} cells`);
+  for (const c of cells) {
+    let sum = 0;
+    for (let s = 1; s < steps; s++) {
+      const a = answers[`gen-census:${run}:${c.L}:${s}`];
+      assert(a, `no answer recorded for step ${s} of layer ${c.L}`);
+      sum += a.lost_mass[c.h];
+    }
+    close(c.v, sum / (steps - 1), 1e-12, `layer ${c.L} head ${c.h}: the cell against the answers' mean`);
+    close(c.v, ref.layers[c.L][c.h].mean_lost_mass, GEN_TOL, `layer ${c.L} head ${c.h}: mean lost_mass against NumPy`);
+  }
+}
+
+for (const [policy, opts, controls] of [
+  ['h2o', { 'cache-budget': 16, 'cache-recent': 8 }, { budget: 16, recent: 8, prompt: 1 }],
+  ['window', { 'cache-sink': 4, 'cache-window': 12 }, { sink: 4, window: 12, prompt: 1 }],
+  ['snapkv', { 'cache-budget': 16, 'cache-window': 8, 'cache-pool': 7, prompt: 32 }, { budget: 16, window: 8, pool: 7, prompt: 32 }],
+]) {
+  test(`generation: ${policy} replayed token by token, plotted as answered, kept positions, lost_mass and output_error as NumPy's; the policy census`, async (page) => {
+    const cap = makeCapture('gen-' + policy, { layers: 2, heads: 4, 'kv-heads': 2, dim: 32, tokens: 64, 'cache-policy': policy, ...opts });
+    const answers = recordAnswers(page);
+    await openView(page, 'view=generation');
+    await genControls(page, { policy, ...controls });
+    await (await page.$('#gen-file')).uploadFile(cap.path);
+    await genWait(page, 'generation', 'gen-note');
+    await page.$eval('#gen-prompt', (e, v) => { e.value = v; }, String(controls.prompt));   // the policy's default was set on opening
+    const got = await checkReplay(page, answers, cap, 1, 3);
+    assert(got.kept.some((k, s) => k.length < (s === 0 ? controls.prompt : controls.prompt + s)), 'the policy never evicted: a weak test');
+    await checkPolicyCensus(page, answers, cap);
+  });
+}
+
+// The capture at src without its layer.L.v tensors (their bytes stay, unnamed), written to dst.
+function dropV(src, dst) {
+  const b = fs.readFileSync(src), n = Number(b.readBigUInt64LE(0)), header = JSON.parse(b.subarray(8, 8 + n).toString());
+  for (const name of Object.keys(header)) if (/\.v$/.test(name)) delete header[name];
+  const text = Buffer.from(JSON.stringify(header)), len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(text.length));
+  fs.writeFileSync(dst, Buffer.concat([len, text, b.subarray(8 + n)]));
+  return dst;
+}
+
+test('generation: a capture without v says the replay needs it, and its policy census is computed all the same', async (page) => {
+  const cap = makeCapture('gen-no-v', { layers: 2, heads: 2, dim: 16, tokens: 40, 'cache-policy': 'h2o', 'cache-budget': 8, 'cache-recent': 4 });
+  await openView(page, 'view=generation');
+  await genControls(page, { policy: 'h2o', budget: 8, recent: 4 });
+  await (await page.$('#gen-file')).uploadFile(dropV(cap.path, path.join(tmp, 'gen-no-v', 'no-v.safetensors')));
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.generation));
+  const note = await page.$eval('#gen-note', (e) => e.textContent);
+  assert(note.includes('has no layer.L.v') && note.includes('policy census'), 'note: ' + note);
+  await page.click('#gen-census');
+  await genWait(page, 'genCensus', 'gen-census-note');
+  for (const c of await page.$$eval('#gen-census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head, v: Number(td.dataset.v) }))))
+    close(c.v, cap.ref.generation.layers[c.L][c.h].mean_lost_mass, GEN_TOL, `layer ${c.L} head ${c.h}: mean lost_mass against NumPy`);
 });
 
 test('timings: the server\'s phases of the last request beside the page\'s own', async (page) => {

@@ -20,7 +20,9 @@
  *            (drawn by viz_neuron.js from the q and k the server returns with return_qk);
  *   census   a layer x head grid of statistics of a model's heads, from q and k captured
  *            from the model, or from the layers held here (viz_census.js; it keeps its own
- *            data, not this one).
+ *            data, not this one);
+ *   generation  a capture replayed token by token through a sequence under a cache policy,
+ *            and the policy census of its heads (viz_generation.js, with its own data too).
  * Several query tokens can be selected (`select=`): the heatmap and lines views then show
  * their attention combined, summed or averaged.  A request typed into the editor travels in
  * the link as `req=` (viz_share.js), so a link reproduces any view.
@@ -32,7 +34,7 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron', 'census'];
+  const VIEWS = ['heatmap', 'lines', 'grid', 'values', 'compare', 'model', 'neuron', 'census', 'generation'];
   const SELECTION_TABLE_KEYS = 64;    /* keys listed with numbers under the heatmap */
   /* Requests whose attention has at least this many weights use the binary v2 form when
    * the server offers it: below it JSON is as fast and keeps the response readable. */
@@ -1814,6 +1816,7 @@
     setupHeatmapInteraction();
     setupLinesInteraction();
     window.vizCensus.init({ lut: LUT, drawPooled, pool: () => state.pool, layers: censusLayers });
+    window.vizGeneration.init({ lut: LUT });
     window.addEventListener('hashchange', applyHash);
     $('compare').add(new Option('(nothing)', ''));
     $('compare').add(new Option(compareLabel('causal'), 'causal'));

@@ -1,5 +1,5 @@
 /*
- * viz_capture.js - q and k captured from a model, read from a safetensors file in the page.
+ * viz_capture.js - q, k and v captured from a model, read from a safetensors file in the page.
  *
  * The capture (docs/visualizer.md gives the Python that writes one) is a safetensors file:
  * an 8-byte little-endian header length, a JSON header, then the data.  It holds a tensor
@@ -7,20 +7,23 @@
  * (F32, F16 or BF16), and its `__metadata__` has `tokens`: a JSON array of the token strings,
  * as text (safetensors metadata values are strings).  A model whose k has fewer heads than its
  * q (grouped-query attention) is read too: q head h uses k head h / (heads of q / heads of k).
+ * A capture may also hold `layer.L.v` [heads of k, tokens, v's head_dim] for every layer: the
+ * census does without it (it asks for reductions of the weights only), the Generation view
+ * (viz_generation.js) needs it, since a cache policy's damage to the output is measured on v.
  *
  * The file is checked by the rules the server applies to the safetensors it stores
  * (server/checkpoint/safetensors.c): the header is a JSON object without duplicate keys,
  * `__metadata__` an object of strings, every tensor's dtype, shape and data_offsets agree with
  * its bytes, which lie inside the data and overlap no other tensor's.  The file is read here
- * and nothing of it is sent but the q and k of the head being computed, as FP16.
+ * and nothing of it is sent but the q and k (and v) of the head being computed, as FP16.
  *
- * Loaded before viz_census.js, which calls window.vizCapture.
+ * Loaded before viz_census.js and viz_generation.js, which call window.vizCapture.
  */
 'use strict';
 
 (function () {
   const SIZES = { F64: 8, F32: 4, F16: 2, BF16: 2 };
-  const NAME = /^layer\.(0|[1-9][0-9]*)\.(q|k)$/;
+  const NAME = /^layer\.(0|[1-9][0-9]*)\.(q|k|v)$/;
 
   /* FP16 bits -> float, all 65536 of them (exact: every half is a float32). */
   const HALF = (function () {
@@ -61,18 +64,20 @@
 
   /* Opens a capture (a File): reads and checks its header, then reads the layers' q and k in
    * the background, layer by layer, so that a census can start on the first layers while the
-   * rest is read.  Returns {name, file, tokens, T, layers: [{q, k}], ready(L), close()}: each
+   * rest is read.  Returns {name, file, tokens, T, hasV, layers: [{q, k, v}], ready(L), close()}
+   * (v null in a capture without v, and then in every layer); v's bytes are read only when
+   * opts.v is true (the census has no use for them): each
    * tensor {name, dtype, H, T, D, offset (its first byte in the file), size (bytes), bytes
    * (a Uint8Array of them, once read)}; ready(L) a promise that layer L's bytes are read;
    * close() stops the reading.  Throws an Error saying what is wrong with the file. */
-  async function open(file) {
+  async function open(file, opts = {}) {
     if (file.size < 8) fail(`the file has ${file.size} bytes, fewer than the 8 of a safetensors header length`);
     const n = Number(new DataView(await file.slice(0, 8).arrayBuffer()).getBigUint64(0, true));
     if (n > file.size - 8) fail(`the header length is ${n} bytes, past the end of the file: it is truncated or not safetensors`);
     const cap = parseHeader(await file.slice(8, 8 + n).arrayBuffer(), file.size);
     let closed = false, chain = Promise.resolve();
     const ready = cap.layers.map((l) => (chain = chain.then(async () => {
-      for (const t of [l.q, l.k]) {
+      for (const t of opts.v && l.v ? [l.q, l.k, l.v] : [l.q, l.k]) {
         if (closed) throw new Error('capture: closed');
         t.bytes = new Uint8Array(await file.slice(t.offset, t.offset + t.size).arrayBuffer());
         if (t.bytes.byteLength !== t.size) fail(`tensor "${t.name}" could not be read whole: the file changed`);
@@ -105,7 +110,7 @@
       const m = NAME.exec(name);
       if (!m) continue;                             /* other tensors may travel along */
       if (t.shape.length !== 3) fail(`tensor "${name}" has shape [${t.shape}]; it must be [heads, tokens, head_dim]`);
-      if (!(t.dtype in { F32: 1, F16: 1, BF16: 1 })) fail(`tensor "${name}" is ${t.dtype}; q and k must be F32, F16 or BF16`);
+      if (!(t.dtype in { F32: 1, F16: 1, BF16: 1 })) fail(`tensor "${name}" is ${t.dtype}; q, k and v must be F32, F16 or BF16`);
       const L = Number(m[1]);
       layers[L] = layers[L] || {};
       layers[L][m[2]] = { name, dtype: t.dtype, H: t.shape[0], T: t.shape[1], D: t.shape[2],
@@ -126,6 +131,10 @@
       if (l.q.D !== l.k.D) fail(`layer ${L}: q has head_dim ${l.q.D} and k ${l.k.D}`);
       if (l.k.H < 1 || l.q.H % l.k.H) fail(`layer ${L}: q has ${l.q.H} heads, not a multiple of k's ${l.k.H}`);
       if (l.q.D < 1 || l.q.T < 1) fail(`layer ${L} has no tokens or no head dimensions`);
+      if (!l.v !== !layers[0].v) fail(`layer ${L} ${l.v ? 'has' : 'has no'} tensor "layer.${L}.v" and layer 0 ${l.v ? 'has not' : 'has'}: v is in every layer or in none`);
+      if (l.v && (l.v.T !== l.q.T || l.v.H !== l.k.H || l.v.D < 1))
+        fail(`layer ${L}: v has shape [${l.v.H}, ${l.v.T}, ${l.v.D}]; it must be [${l.k.H} (k's heads), ${l.q.T}, head_dim]`);
+      l.v = l.v || null;
     }
     let tokens = null;
     if (meta && meta.tokens !== undefined) {
@@ -134,7 +143,7 @@
         fail('"__metadata__" "tokens" must be a JSON array of strings, written as a string');
       if (tokens.length !== layers[0].q.T) fail(`"tokens" has ${tokens.length} strings for ${layers[0].q.T} tokens`);
     }
-    return { tokens, T: layers[0].q.T, layers };
+    return { tokens, T: layers[0].q.T, hasV: !!layers[0].v, layers };
   }
 
   /* Fails on a key written twice in one object of the header (JSON.parse keeps the last).

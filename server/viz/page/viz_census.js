@@ -505,6 +505,8 @@
 
   window.vizCensus = {
     init, offer, STATS,
+    /* the values of a v2 answer's output, for viz_generation.js */
+    outputValues,
     /* for tests: the heads' numbers, and the strip's pixels of the selected head */
     get census() { return census; },
     strip: () => (selected && census.heads[selected.L][selected.h].received ? drawStrip().map((p) => [p.k0, p.k1, p.v]) : null),
