@@ -27,7 +27,7 @@
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
 #   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*,
-#   overflow, sequences*
+#   overflow, sequences*, policies*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -48,6 +48,7 @@ FIXTURES=${FIXTURES:-tests/fixtures}
 total_passed=0
 total_failed=0
 skipped=
+durations=
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 
@@ -56,8 +57,12 @@ run_suite() {
     local name=$1; shift
     local log="$log_dir/$name.log"
     echo "=== $name: $*"
+    local began=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    # each suite's wall time, listed longest first before the total: what to look at when
+    # make test nears its half hour
+    durations="$durations$((SECONDS - began)) s  $name"$'\n'
     local summary
     summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -z "$summary" ]; then
@@ -144,6 +149,11 @@ every_suite() {
     suite sequences /usr/bin/python3 tests/sequences/sequence_test.py --server build/attention-server
     suite sequences-asan /usr/bin/python3 tests/sequences/sequence_test.py \
         --server build/asan/attention-server
+    suite policies /usr/bin/python3 tests/sequences/policy_test.py --server build/attention-server
+    # policies-asan replays 300 steps, not 2,000: the trims are the same code a step after
+    # the budget is reached, and ASan's slowdown would cost half a minute
+    suite policies-asan env POLICY_STEPS=300 /usr/bin/python3 tests/sequences/policy_test.py \
+        --server build/asan/attention-server
     suite crash build/crashtest --server build/attention-server
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server
@@ -199,6 +209,8 @@ suite() {
 every_suite
 
 echo
+echo "The suites' wall times, longest first:"
+echo -n "$durations" | grep -v '^$' | sort -rn | head -n 12 | sed 's/^/  /'
 # Suites that could not run here say so with a "SKIPPED: NAME: why" line; they are named
 # again just before the total, so that a skip is never mistaken for a pass.
 echo -n "$skipped" | grep -v '^$'

@@ -19,7 +19,7 @@
 
 #include "core/scalar.h"
 
-#define API_INFER_MAX_OUTPUTS 14 /* as many as v2 has (v2_internal.h) */
+#define API_INFER_MAX_OUTPUTS 17 /* as many as v2 has (v2_internal.h) */
 #define API_INFER_MAX_INPUTS 6   /* as many input names as v2's models take (v2_infer.c) */
 #define API_INFER_MAX_RANK 4
 

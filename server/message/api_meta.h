@@ -19,7 +19,7 @@
 #include "metrics/model_stats.h"
 
 #define API_META_MAX_INPUTS 4
-#define API_META_MAX_OUTPUTS 12
+#define API_META_MAX_OUTPUTS 15
 #define API_META_MAX_RANK 3
 
 /* One tensor a model takes or answers: dims[i] < 0 is variable. */

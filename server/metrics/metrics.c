@@ -43,7 +43,7 @@ static unsigned long long store_sync_errors;
 
 static atomic_long seq_live;
 static atomic_llong seq_bytes;
-static atomic_ulong seq_steps;
+static atomic_ulong seq_steps, seq_evicted;
 static atomic_ulong seq_dropped[METRICS_SEQ_DROP_COUNT];
 static atomic_ulong seq_refused[METRICS_SEQ_LIMIT_COUNT];
 static const char *const seq_drop_labels[METRICS_SEQ_DROP_COUNT] = {"idle_timeout", "restarted"};
@@ -63,6 +63,11 @@ void metrics_sequence_bytes(long long delta)
 void metrics_sequence_step(void)
 {
     atomic_fetch_add(&seq_steps, 1);
+}
+
+void metrics_sequence_evicted(size_t keys)
+{
+    atomic_fetch_add(&seq_evicted, keys);
 }
 
 void metrics_sequence_dropped(metrics_seq_drop why)
@@ -102,6 +107,10 @@ static void render_sequences(jw_buf *w)
     jw_raw(w, "\n# HELP attn_sequence_steps_total Sequence steps computed and kept.\n"
               "# TYPE attn_sequence_steps_total counter\nattn_sequence_steps_total ");
     put_ulong(w, atomic_load(&seq_steps));
+    jw_raw(w, "\n# HELP attn_sequence_evicted_keys_total Keys the sequences' cache policies "
+              "evicted (a key counts once in all its heads).\n"
+              "# TYPE attn_sequence_evicted_keys_total counter\nattn_sequence_evicted_keys_total ");
+    put_ulong(w, atomic_load(&seq_evicted));
     jw_raw(w, "\n# HELP attn_sequences_dropped_total Sequences dropped without sequence_end: "
               "idle past --sequence-idle-timeout, or emptied by a sequence_start on their id.\n"
               "# TYPE attn_sequences_dropped_total counter");

@@ -58,8 +58,8 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes);
 
 /* The sequences' caches (sequence/sequence.h): live sequences and the bytes
  * their committed keys hold (deltas), steps committed, sequences dropped
- * (by idle timeout, or emptied by a start over) and steps refused by a
- * limit. */
+ * (by idle timeout, or emptied by a start over), steps refused by a
+ * limit, and keys a cache policy evicted. */
 typedef enum { METRICS_SEQ_IDLE, METRICS_SEQ_RESTARTED, METRICS_SEQ_DROP_COUNT } metrics_seq_drop;
 typedef enum {
     METRICS_SEQ_LIMIT_SEQUENCES, METRICS_SEQ_LIMIT_KEYS, METRICS_SEQ_LIMIT_MEMORY,
@@ -68,6 +68,7 @@ typedef enum {
 void metrics_sequences_live(long delta);
 void metrics_sequence_bytes(long long delta);
 void metrics_sequence_step(void);
+void metrics_sequence_evicted(size_t keys);
 void metrics_sequence_dropped(metrics_seq_drop why);
 void metrics_sequence_refused(metrics_seq_limit which);
 

@@ -14,8 +14,11 @@
  *
  * A cache grows by doubling its room (at most to --max-sequence-keys), so
  * appending a key costs O(d) amortised, and every byte of room is reserved
- * in the memory budget before it is allocated.  The attention totals are
- * kept [key][head], so that growing moves nothing but the realloc's copy.
+ * in the memory budget before it is allocated.  The attention totals (and
+ * the positions, under a policy) are kept [key][head], so that growing
+ * moves nothing but the copy.  A policy's trim (policy.h) moves each head's
+ * kept keys down its own columns, in place; the full cache kept beside for
+ * compare_full only grows.
  */
 #include "sequence.h"
 
@@ -29,12 +32,21 @@
 #include "core/mem.h"
 #include "metrics/metrics.h"
 
+/* Keys and values, and for the policy's cache their totals and positions. */
+typedef struct kv_cache {
+    size_t length, room;        /* keys committed; keys the arrays hold */
+    void *keys, *values;        /* room x dk and room x dv, float or double */
+    double *received;           /* room x heads, [key][head]; the full cache: NULL */
+    int64_t *positions;         /* room x heads, [key][head], under an evicting policy */
+} kv_cache;
+
 struct sequence {
     sequence_id id;
     sequence_shape shape;
-    size_t length, room;        /* keys committed; keys the arrays hold */
-    void *keys, *values;        /* room x dk and room x dv, float or double */
-    double *received;           /* room x heads, [key][head] */
+    kv_cache cache;             /* what the steps' queries see */
+    kv_cache full;              /* every key, beside an evicting policy's with compare_full */
+    int64_t appended;           /* keys ever committed: the next key's position */
+    int64_t snap_boundary;      /* SnapKV's, set by the prompt's commit */
     size_t reserved;            /* bytes reserved in the budget for the arrays */
     unsigned long next_ticket, serving;
     int users;                  /* steps holding or waiting for a turn */
@@ -55,10 +67,22 @@ static struct {
 } table = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
            {1024, 300, 1 << 20}, NULL, 0, 0, 0, 0};
 
-size_t sequence_key_bytes(const sequence_shape *shape)
+size_t sequence_full_key_bytes(const sequence_shape *shape)
 {
     size_t esize = shape->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
-    return (shape->dk + shape->dv) * esize + shape->heads * sizeof(double);
+    return (shape->dk + shape->dv) * esize;
+}
+
+size_t sequence_key_bytes(const sequence_shape *shape)
+{
+    return sequence_full_key_bytes(shape) + shape->heads * sizeof(double) +
+           (sequence_policy_evicts(&shape->policy) ? shape->heads * sizeof(int64_t) : 0);
+}
+
+/* Whether s keeps a full cache beside its policy's. */
+static int has_full(const sequence *s)
+{
+    return sequence_policy_evicts(&s->shape.policy) && s->shape.policy.compare_full;
 }
 
 static int same_id(const sequence_id *a, const sequence_id *b)
@@ -79,15 +103,19 @@ void sequence_id_words(const sequence_id *id, char *buf, size_t len)
  * follow.  With the table lock held or with s out of every other hand. */
 static void empty_cache(sequence *s)
 {
-    mem_free(s->keys);
-    mem_free(s->values);
-    mem_free(s->received);
-    s->keys = s->values = NULL;
-    s->received = NULL;
-    metrics_sequence_bytes(-(long long)(s->length * sequence_key_bytes(&s->shape)));
+    metrics_sequence_bytes(-(long long)(s->cache.length * sequence_key_bytes(&s->shape) +
+                                        s->full.length * sequence_full_key_bytes(&s->shape)));
+    kv_cache *caches[2] = {&s->cache, &s->full};
+    for (int i = 0; i < 2; i++) {
+        mem_free(caches[i]->keys);
+        mem_free(caches[i]->values);
+        mem_free(caches[i]->received);
+        mem_free(caches[i]->positions);
+        memset(caches[i], 0, sizeof *caches[i]);
+    }
     budget_release(s->reserved);
     s->reserved = 0;
-    s->length = s->room = 0;
+    s->appended = s->snap_boundary = 0;
 }
 
 /* Takes s out of the table (lock held); its last user frees it. */
@@ -264,7 +292,7 @@ int sequence_acquire(const sequence_id *id, int start, const sequence_shape *sha
             free_sequence(s);
         return unknown(id, id_field, err);
     }
-    if (start && (s->length > 0 || s->room > 0)) {
+    if (start && (s->cache.length > 0 || s->cache.room > 0 || s->full.room > 0)) {
         /* started over: the cache goes, the new shape holds */
         empty_cache(s);
         metrics_sequence_dropped(METRICS_SEQ_RESTARTED);
@@ -299,7 +327,22 @@ const sequence_shape *sequence_shape_of(const sequence *s)
 
 size_t sequence_length(const sequence *s)
 {
-    return s->length;
+    return s->cache.length;
+}
+
+int64_t sequence_appended(const sequence *s)
+{
+    return s->appended;
+}
+
+size_t sequence_full_length(const sequence *s)
+{
+    return s->full.length;
+}
+
+int64_t sequence_snap_boundary(const sequence *s)
+{
+    return s->snap_boundary;
 }
 
 /* Grows an array of `room` rows of `row` bytes to `grown` rows, keeping
@@ -316,85 +359,173 @@ static int grow(void **a, size_t used, size_t row, size_t grown)
     return 0;
 }
 
-int sequence_reserve(sequence *s, size_t t, attn_error *err)
+/* Grows c to `room` keys (the arrays of s's shape it has: totals and positions where
+ * `scored`), keeping what is committed.  Returns 0, or -1 with c as it was: an array
+ * that grew before another failed keeps its larger room unused (and uncounted) until
+ * the sequence goes, every array still holding the committed keys. */
+static int grow_cache(kv_cache *c, const sequence_shape *sh, int scored, size_t room)
 {
-    size_t max = table.limits.max_keys;
-    if (t > max || s->length > max - t) {
-        metrics_sequence_refused(METRICS_SEQ_LIMIT_KEYS);
-        return error_set(err, ERR_TOO_LARGE, "sequence_too_long", NULL,
-                         "The sequence would cache %zu keys, more than the server's limit of %zu "
-                         "(--max-sequence-keys); end it, or start it again with fewer.",
-                         s->length + (t > max ? max : t), max);
-    }
-    size_t need = s->length + t;
-    if (need <= s->room)
-        return 0;
-    size_t room = s->room < 16 ? 16 : s->room;
+    size_t esize = sh->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
+    int rc = grow(&c->keys, c->length, sh->dk * esize, room);
+    if (rc == 0)
+        rc = grow(&c->values, c->length, sh->dv * esize, room);
+    if (rc == 0 && scored)
+        rc = grow((void **)&c->received, c->length, sh->heads * sizeof(double), room);
+    if (rc == 0 && scored && sequence_policy_evicts(&sh->policy))
+        rc = grow((void **)&c->positions, c->length, sh->heads * sizeof(int64_t), room);
+    if (rc == 0)
+        c->room = room;
+    return rc;
+}
+
+/* The room that holds need keys: the old room doubled as often as it takes, at most max. */
+static size_t room_for(size_t room, size_t need, size_t max)
+{
+    room = room < 16 ? 16 : room;
     while (room < need)
         room = room > max / 2 ? max : room * 2;
-    size_t per_key = sequence_key_bytes(&s->shape);
-    size_t more = (room - s->room) * per_key;
+    return room;
+}
+
+/* Grows c (scored: the policy's cache) to hold need keys, the growth reserved in the
+ * budget first.  Returns 0 or a negative ERR_* code with err filled, c as it was. */
+static int reserve_cache(sequence *s, kv_cache *c, int scored, size_t need, attn_error *err)
+{
+    if (need <= c->room)
+        return 0;
+    size_t room = room_for(c->room, need, table.limits.max_keys);
+    size_t more = (room - c->room) * (scored ? sequence_key_bytes(&s->shape)
+                                             : sequence_full_key_bytes(&s->shape));
     if (budget_reserve(more) != 0) {
         int later = budget_could_fit(more);
         metrics_sequence_refused(METRICS_SEQ_LIMIT_MEMORY);
         return error_set(err, later ? ERR_UNAVAILABLE : ERR_TOO_LARGE,
                          later ? "overloaded" : "request_too_large", NULL,
-                         "Growing the sequence's cache to %zu keys needs %zu MiB more, more than "
-                         "the server's memory budget (--max-memory) %s.", room, more >> 20,
+                         "Growing the sequence's %scache to %zu keys needs %zu MiB more, more "
+                         "than the server's memory budget (--max-memory) %s.",
+                         scored ? "" : "full ", room, more >> 20,
                          later ? "has free now; retry shortly" : "holds");
     }
-    size_t esize = s->shape.dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
-    /* each array keeps what is committed; rows past it are the step's to write */
-    void *keys = s->keys, *values = s->values, *received = s->received;
-    int rc = grow(&keys, s->length, s->shape.dk * esize, room);
-    if (rc == 0)
-        rc = grow(&values, s->length, s->shape.dv * esize, room);
-    if (rc == 0)
-        rc = grow(&received, s->length, s->shape.heads * sizeof(double), room);
-    s->keys = keys;
-    s->values = values;
-    s->received = received;
-    if (rc != 0) {
-        /* an array that grew before another failed keeps its room unused (and
-         * uncounted) until the sequence goes: every array still holds the
-         * committed keys, and the room stays what all of them have */
+    if (grow_cache(c, &s->shape, scored, room) != 0) {
         budget_release(more);
         return error_nomem(err);
     }
-    s->room = room;
     s->reserved += more;
     return 0;
 }
 
+int sequence_reserve(sequence *s, size_t t, attn_error *err)
+{
+    size_t max = table.limits.max_keys;
+    int full = has_full(s);
+    size_t longest = full ? s->full.length : s->cache.length;
+    if (t > max || longest > max - t) {
+        metrics_sequence_refused(METRICS_SEQ_LIMIT_KEYS);
+        return error_set(err, ERR_TOO_LARGE, "sequence_too_long", NULL,
+                         "The sequence would %s %zu keys, more than the server's limit of %zu "
+                         "(--max-sequence-keys); end it, or start it again with fewer.",
+                         full ? "hold (in its full cache, for compare_full)" : "cache",
+                         longest + (t > max ? max : t), max);
+    }
+    int rc = reserve_cache(s, &s->cache, 1, s->cache.length + t, err);
+    if (rc == 0 && full)
+        rc = reserve_cache(s, &s->full, 0, s->full.length + t, err);
+    return rc;
+}
+
 void *sequence_keys(sequence *s)
 {
-    return s->keys;
+    return s->cache.keys;
 }
 
 void *sequence_values(sequence *s)
 {
-    return s->values;
+    return s->cache.values;
 }
 
-void sequence_commit(sequence *s, size_t t, const double *received)
+void *sequence_full_keys(sequence *s)
 {
-    size_t h = s->shape.heads, n = s->length + t;
-    for (size_t j = s->length; j < n; j++)
-        for (size_t c = 0; c < h; c++)
-            s->received[j * h + c] = 0;
+    return has_full(s) ? s->full.keys : NULL;
+}
+
+void *sequence_full_values(sequence *s)
+{
+    return has_full(s) ? s->full.values : NULL;
+}
+
+void sequence_positions(const sequence *s, size_t t, int64_t *out)
+{
+    size_t h = s->shape.heads, len = s->cache.length, n = len + t;
+    for (size_t c = 0; c < h; c++) {
+        for (size_t j = 0; j < len; j++)
+            out[c * n + j] = s->cache.positions != NULL ? s->cache.positions[j * h + c]
+                                                        : (int64_t)j;
+        for (size_t j = 0; j < t; j++)
+            out[c * n + len + j] = s->appended + (int64_t)j;
+    }
+}
+
+/* Keeps in each head's columns of c only the keys keep marks ([head][key], n keys),
+ * moved down in order; returns how many stay. */
+static size_t trim(kv_cache *c, const sequence_shape *sh, size_t n, const unsigned char *keep)
+{
+    size_t esize = sh->dtype == ATTN_FLOAT32 ? sizeof(float) : sizeof(double);
+    size_t h = sh->heads, kw = sh->dk / h * esize, vw = sh->dv / h * esize, kept = 0;
+    unsigned char *keys = c->keys, *values = c->values;
+    for (size_t head = 0; head < h; head++) {
+        size_t to = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (!keep[head * n + j])
+                continue;
+            if (to != j) {
+                memcpy(keys + to * sh->dk * esize + head * kw,
+                       keys + j * sh->dk * esize + head * kw, kw);
+                memcpy(values + to * sh->dv * esize + head * vw,
+                       values + j * sh->dv * esize + head * vw, vw);
+                c->received[to * h + head] = c->received[j * h + head];
+                c->positions[to * h + head] = c->positions[j * h + head];
+            }
+            to++;
+        }
+        kept = to;
+    }
+    return kept;
+}
+
+void sequence_commit(sequence *s, size_t t, const double *received, const unsigned char *keep)
+{
+    kv_cache *c = &s->cache;
+    size_t h = s->shape.heads, n = c->length + t;
+    for (size_t j = c->length; j < n; j++)
+        for (size_t head = 0; head < h; head++) {
+            c->received[j * h + head] = 0;
+            if (c->positions != NULL)
+                c->positions[j * h + head] = s->appended + (int64_t)(j - c->length);
+        }
     if (received != NULL)
-        for (size_t c = 0; c < h; c++)
+        for (size_t head = 0; head < h; head++)
             for (size_t j = 0; j < n; j++)
-                s->received[j * h + c] += received[c * n + j];
-    s->length = n;
-    metrics_sequence_bytes((long long)(t * sequence_key_bytes(&s->shape)));
+                c->received[j * h + head] += received[head * n + j];
+    if (s->appended == 0 && s->shape.policy.kind == SEQUENCE_POLICY_SNAPKV)
+        s->snap_boundary = sequence_policy_snap_boundary(&s->shape.policy, n);
+    s->appended += (int64_t)t;
+    size_t before = c->length;
+    c->length = keep != NULL && c->positions != NULL ? trim(c, &s->shape, n, keep) : n;
+    if (has_full(s))
+        s->full.length += t;
+    metrics_sequence_bytes(((long long)c->length - (long long)before) *
+                               (long long)sequence_key_bytes(&s->shape) +
+                           (has_full(s) ? (long long)(t * sequence_full_key_bytes(&s->shape))
+                                        : 0));
+    if (n > c->length)
+        metrics_sequence_evicted(n - c->length);
     metrics_sequence_step();
 }
 
 void sequence_received_total(const sequence *s, double *out, size_t stride)
 {
-    size_t h = s->shape.heads, n = s->length;
+    size_t h = s->shape.heads, n = s->cache.length;
     for (size_t c = 0; c < h; c++)
         for (size_t j = 0; j < n; j++)
-            out[c * stride + j] = s->received[j * h + c];
+            out[c * stride + j] = s->cache.received[j * h + c];
 }

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "kernel/attention.h"
+#include "policy.h"
 
 /* Longest string id, in bytes (Triton's sequence(string_id)). */
 #define SEQUENCE_ID_MAX 128
@@ -43,6 +44,7 @@ typedef struct sequence_shape {
     double scale;
     char model[WEIGHTS_NAME_MAX + 1]; /* the model it runs on: "attention" or a stored set */
     uint64_t generation;        /* the stored set's generation at the start; 0: none */
+    sequence_policy policy;     /* what the cache keeps (policy.h) */
 } sequence_shape;
 
 typedef struct sequence_limits {
@@ -91,31 +93,57 @@ void sequence_release(sequence *s, int drop);
 
 const sequence_shape *sequence_shape_of(const sequence *s);
 
-/* Keys cached (committed steps only). */
+/* Keys cached (committed steps only; under a policy, those it kept). */
 size_t sequence_length(const sequence *s);
 
-/* Makes room for t keys past the length: 413 sequence_too_long past
- * --max-sequence-keys; the growth reserved in the memory budget (503
- * overloaded when it does not fit now, 413 request_too_large when it never
- * could).  The length is unchanged. */
+/* Keys ever appended (committed steps only): the position the next one takes. */
+int64_t sequence_appended(const sequence *s);
+
+/* Under an evicting policy, the keys the full cache holds beside (with
+ * compare_full: every key appended, by position), else 0. */
+size_t sequence_full_length(const sequence *s);
+
+/* SnapKV: the positions below which the keys chosen from the prompt stay
+ * (policy.h); 0 before the prompt and under other policies. */
+int64_t sequence_snap_boundary(const sequence *s);
+
+/* Makes room for t keys past the length (and past the full cache's, when it
+ * has one): 413 sequence_too_long past --max-sequence-keys; the growth
+ * reserved in the memory budget (503 overloaded when it does not fit now,
+ * 413 request_too_large when it never could).  The lengths are unchanged. */
 int sequence_reserve(sequence *s, size_t t, attn_error *err);
 
 /* The cache: keys length x dk and values length x dv, row-major, as float
  * (float32 sequences) or double; room for the keys sequence_reserve made
- * past the length.  Valid during the turn, until the next reserve. */
+ * past the length.  Under a policy, row j of head h (its dk / heads
+ * columns) is the key of position sequence_positions's [h][j]: each head
+ * keeps its own keys.  Valid during the turn, until the next reserve. */
 void *sequence_keys(sequence *s);
 void *sequence_values(sequence *s);
 
-/* Makes t keys written past the length part of the sequence, adding each
- * head's weights received (heads x (length + t), [head][key], NULL: none)
- * to the keys' running totals. */
-void sequence_commit(sequence *s, size_t t, const double *received);
+/* The full cache beside (sequence_full_length), laid out as the cache and
+ * with the same room; NULL without one. */
+void *sequence_full_keys(sequence *s);
+void *sequence_full_values(sequence *s);
+
+/* The positions of the cached keys and of t keys past them (the step's, the
+ * next positions) into out, [head][key], heads x (length + t). */
+void sequence_positions(const sequence *s, size_t t, int64_t *out);
+
+/* Makes t keys written past the length (and past the full cache's) part of
+ * the sequence, adding each head's weights received (heads x (length + t),
+ * [head][key], NULL: none) to the keys' running totals; then, keep non-NULL
+ * ([head][key], as many kept in every head: policy.h), only the keys it
+ * marks stay, in order. */
+void sequence_commit(sequence *s, size_t t, const double *received, const unsigned char *keep);
 
 /* The totals received by every key into out, [head][key], a head's row
  * every `stride` numbers (stride >= the length). */
 void sequence_received_total(const sequence *s, double *out, size_t stride);
 
-/* Bytes one cached key takes (its key, its value and its totals). */
+/* Bytes one cached key takes (its key, its value, its totals and, under an
+ * evicting policy, its positions); and one key of the full cache beside. */
 size_t sequence_key_bytes(const sequence_shape *shape);
+size_t sequence_full_key_bytes(const sequence_shape *shape);
 
 #endif

@@ -323,17 +323,20 @@ static int member_flag(const json_t *obj, const char *name, const char *field, i
                      "%s is %s; it must be true or false.", field, json_in_kind(v));
 }
 
-/* "sequence": {"id", "start", "end"} and reductions.received_total, by
- * request/sequence_step.h's rules, with v1's places for its faults. */
+/* "sequence": {"id", "start", "end", and a start's cache policy} and
+ * reductions.received_total, by request/sequence_step.h's rules, with v1's places for its
+ * faults. */
 static int decode_sequence(const json_t *root, sequence_ask *a, attn_error *err)
 {
-    static const char *const known[] = {"id", "start", "end"};
+    static const char *const known[3 + SEQUENCE_POLICY_PARAMS] = {
+        "id", "start", "end", "cache_policy", "cache_sink", "cache_window", "cache_budget",
+        "cache_recent", "cache_pool", "compare_full"};
     *a = (sequence_ask){.id_field = "sequence.id", .start_field = "sequence.start",
                         .end_field = "sequence.end",
                         .received_total_field = "reductions.received_total",
                         .heads_field = "heads", .scale_field = "scale", .dtype_field = "dtype",
                         .mask_field = "mask", .context_field = "context", .q_field = "q",
-                        .k_field = "k", .v_field = "v"};
+                        .k_field = "k", .v_field = "v", .policy_prefix = "sequence."};
     a->causal_given = json_object_get(root, "causal") != NULL;
     const json_t *jr = json_object_get(root, "reductions");
     int rc;
@@ -348,12 +351,18 @@ static int decode_sequence(const json_t *root, sequence_ask *a, attn_error *err)
                              "sequence is %s; it must be an object such as {\"id\": 7, "
                              "\"start\": true}.", json_in_kind(js));
         scalar id = json_in_scalar(json_object_get(js, "id"));
-        if ((rc = json_in_check_fields(js, "sequence", known, 3, err)) != 0 ||
+        if ((rc = json_in_check_fields(js, "sequence", known, 3 + SEQUENCE_POLICY_PARAMS,
+                                       err)) != 0 ||
             (rc = sequence_ask_id(a, &id, "sequence.id", err)) != 0)
             return rc;
         if ((rc = member_flag(js, "start", a->start_field, &a->start, err)) != 0 ||
             (rc = member_flag(js, "end", a->end_field, &a->end, err)) != 0)
             return rc;
+        for (int i = 0; i < SEQUENCE_POLICY_PARAMS; i++) {
+            scalar v = json_in_scalar(json_object_get(js, sequence_policy_params[i]));
+            if ((rc = sequence_ask_policy(a, sequence_policy_params[i], &v, err)) != 0)
+                return rc;
+        }
     }
     return sequence_ask_check(a, err);
 }
@@ -548,8 +557,8 @@ static void encode_reductions(const attention_request *req, const attn_result *r
     encode_reduced(req, "topk_indices", NULL, r->topk_indices, j->lq, k, &first, w);
     encode_reduced(req, "topk_weights", r->topk_weights, NULL, j->lq, k, &first, w);
     if (seq != NULL)
-        encode_reduced(req, "received_total", seq->step->received_total, NULL, j->lk, 0, &first,
-                       w);
+        encode_reduced(req, "received_total", seq->step->received_total, NULL,
+                       (size_t)seq->step->length, 0, &first, w);
     jw_char(w, '}');
 }
 
@@ -574,7 +583,8 @@ static void encode_tokens(const attention_request *req, const char *name, const 
 }
 
 /* "sequence": the id of a sequence's step and its keys cached after it. */
-static void encode_sequence(const attention_json_sequence *seq, jw_buf *w)
+static void encode_sequence(const attention_request *req, const attention_json_sequence *seq,
+                            jw_buf *w)
 {
     const sequence_id *id = &seq->ask->id;
     jw_raw(w, ",\"sequence\":{\"id\":");
@@ -584,6 +594,13 @@ static void encode_sequence(const attention_json_sequence *seq, jw_buf *w)
         jw_size(w, (size_t)id->number);
     jw_raw(w, ",\"length\":");
     jw_size(w, (size_t)seq->step->length);
+    /* under a cache policy: shaped like the reductions, the keys' or the queries' axis last */
+    int first = 0;
+    const sequence_step *st = seq->step;
+    encode_reduced(req, "kept_positions", NULL, st->kept_positions, (size_t)st->length, 0,
+                   &first, w);
+    encode_reduced(req, "lost_mass", st->lost_mass, NULL, req->job.lq, 0, &first, w);
+    encode_reduced(req, "output_error", st->output_error, NULL, req->job.lq, 0, &first, w);
     jw_char(w, '}');
 }
 
@@ -613,7 +630,7 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
                     : attention_reduce_any(rd))
         encode_reductions(req, result, seq, w);
     if (seq != NULL)
-        encode_sequence(seq, w);
+        encode_sequence(req, seq, w);
     if (j->want_qk) {
         encode_tokens(req, "q", result->q, j->lq, w);
         encode_tokens(req, "k", result->k, j->lk, w);

@@ -102,7 +102,7 @@ static int compute_and_answer(const api_request *req, const server_config *cfg,
     size_t result_elements = attention_request_result_elements(ar), response_bytes = 0;
     size_t reserved_bytes = 0;
     if (result_elements != SIZE_MAX &&
-        __builtin_add_overflow(result_elements, sequence_step_extra_elements(ar, seq),
+        __builtin_add_overflow(result_elements, sequence_step_extra_elements(ar, seq, step),
                                &result_elements))
         result_elements = SIZE_MAX;
     if (req->io_thread && admission_io_thread_fits(&ar->job, result_elements) != 0)

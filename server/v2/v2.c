@@ -55,8 +55,8 @@ void v2_model_close(v2_model *m)
 
 /* The reductions of the weights (kernel/attention_reduce.h), answered when the request's
  * parameters ask for them: per query (received: per key), top-k k per query; with the head
- * axis `heads` in front when a set has one (0: none); then a sequence's received_total and
- * length.  Written from out[n]; returns the new count. */
+ * axis `heads` in front when a set has one (0: none); then a sequence's outputs.  Written
+ * from out[n]; returns the new count. */
 static size_t reduction_tensors(api_meta_tensor *out, size_t n, long heads)
 {
     static const char *const names[] = {"entropy", "max_weight", "argmax", "received",
@@ -72,12 +72,19 @@ static size_t reduction_tensors(api_meta_tensor *out, size_t n, long heads)
         }
         out[n++] = t;
     }
-    /* a sequence's step (request/sequence_step.h): the totals per cached key, the length */
-    api_meta_tensor total = {"received_total", "FP32", 1, {-1, 0, 0}, 0};
-    if (heads > 0)
-        total = (api_meta_tensor){"received_total", "FP32", 2, {heads, -1, 0}, 0};
-    out[n++] = total;
-    out[n++] = (api_meta_tensor){"length", "INT64", 1, {1, 0, 0}, 0};
+    /* a sequence's step (request/sequence_step.h): the totals per cached key, the length;
+     * under a cache policy the kept keys' positions, with compare_full per query the weight
+     * the full cache puts on the evicted keys and the output's error */
+    static const char *const seq_names[] = {"received_total", "kept_positions", "lost_mass",
+                                            "output_error"};
+    for (size_t i = 0; i < sizeof seq_names / sizeof seq_names[0]; i++) {
+        api_meta_tensor t = {seq_names[i], i == 1 ? "INT64" : "FP32", 1, {-1, 0, 0}, 0};
+        if (heads > 0)
+            t = (api_meta_tensor){seq_names[i], t.datatype, 2, {heads, -1, 0}, 0};
+        out[n++] = t;
+        if (i == 0)
+            out[n++] = (api_meta_tensor){"length", "INT64", 1, {1, 0, 0}, 0};
+    }
     return n;
 }
 

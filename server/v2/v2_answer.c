@@ -25,13 +25,14 @@
 
 const char *const v2_output_names[V2_OUT_COUNT] = {
     "output", "attention", "q", "k", "entropy", "max_weight", "argmax", "received", "sink",
-    "local", "topk_indices", "topk_weights", "length", "received_total"};
+    "local", "topk_indices", "topk_weights", "length", "received_total", "kept_positions",
+    "lost_mass", "output_error"};
 
 const char *v2_output_parameter(int which)
 {
     static const char *const params[V2_OUT_COUNT] = {
         NULL, NULL, NULL, NULL, "entropy", "max", "max", "received", "sink", "local", "topk",
-        "topk", NULL, "received_total"};
+        "topk", NULL, "received_total", "cache_policy", "compare_full", "compare_full"};
     return which >= 0 && which < V2_OUT_COUNT ? params[which] : NULL;
 }
 
@@ -62,7 +63,8 @@ int v2_output_asked(const attn_reduce *r, int which)
 /* Whether output `which` is written as INT64 (key indices), not in the inputs' type. */
 static int output_int64(int which)
 {
-    return which == V2_OUT_ARGMAX || which == V2_OUT_TOPK_INDICES || which == V2_OUT_LENGTH;
+    return which == V2_OUT_ARGMAX || which == V2_OUT_TOPK_INDICES || which == V2_OUT_LENGTH ||
+           which == V2_OUT_KEPT_POSITIONS;
 }
 
 static const char *output_datatype(const v2_answer_head *head, int which)
@@ -76,8 +78,8 @@ static size_t output_esize(const v2_answer_head *head, int which)
 }
 
 /* Shape of an output as written in the answer; returns its rank. */
-static size_t output_shape(const attention_request *ar, const attn_result *res, int which,
-                           size_t dims[4])
+static size_t output_shape(const v2_answer_head *head, const attention_request *ar,
+                           const attn_result *res, int which, size_t dims[4])
 {
     const attn_job *j = &ar->job;
     size_t r = 0;
@@ -97,7 +99,9 @@ static size_t output_shape(const attention_request *ar, const attn_result *res, 
         /* a reduction: the attention's axes with its last reduced (received: the queries) */
         if (ar->heads_given)
             dims[r++] = j->heads;
-        dims[r++] = which == V2_OUT_RECEIVED || which == V2_OUT_RECEIVED_TOTAL ? j->lk : j->lq;
+        dims[r++] = which == V2_OUT_RECEIVED_TOTAL || which == V2_OUT_KEPT_POSITIONS
+                        ? (size_t)head->step->length
+                    : which == V2_OUT_RECEIVED ? j->lk : j->lq;
         if (which == V2_OUT_TOPK_INDICES || which == V2_OUT_TOPK_WEIGHTS)
             dims[r++] = j->reduce->topk;
     } else {
@@ -122,7 +126,13 @@ static v2_numbers output_numbers(const v2_answer_head *head, const attn_result *
     v2_numbers x = {NULL, NULL, n};
     switch (which) {
     case V2_OUT_RECEIVED_TOTAL:
-        x.f64 = head->received_total;
+        x.f64 = head->step->received_total;
+        break;
+    case V2_OUT_LOST_MASS:
+        x.f64 = head->step->lost_mass;
+        break;
+    case V2_OUT_OUTPUT_ERROR:
+        x.f64 = head->step->output_error;
         break;
     case V2_OUT_OUTPUT:
         x.f32 = res->output_f32;
@@ -164,7 +174,9 @@ static const int64_t *output_data_i64(const v2_answer_head *head, const attn_res
                                       int which)
 {
     if (which == V2_OUT_LENGTH)
-        return head->length;
+        return &head->step->length;
+    if (which == V2_OUT_KEPT_POSITIONS)
+        return head->step->kept_positions;
     return which == V2_OUT_ARGMAX ? res->reduced.argmax : res->reduced.topk_indices;
 }
 
@@ -242,7 +254,7 @@ static size_t write_output(jw_buf *w, const v2_answer_head *head, const attentio
                            const attn_result *res, size_t i, attn_error *err)
 {
     int which = head->outs->which[i];
-    size_t dims[4], rank = output_shape(ar, res, which, dims), n = 1;
+    size_t dims[4], rank = output_shape(head, ar, res, which, dims), n = 1;
     for (size_t d = 0; d < rank; d++)
         n *= dims[d];
     jw_raw(w, i ? ",{\"name\":" : "{\"name\":");
@@ -335,7 +347,7 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
         size_t n = 1;
         a->outputs[i].name = v2_output_names[which];
         a->outputs[i].datatype = output_datatype(head, which);
-        a->outputs[i].rank = output_shape(ar, res, which, a->outputs[i].dims);
+        a->outputs[i].rank = output_shape(head, ar, res, which, a->outputs[i].dims);
         for (size_t d = 0; d < a->outputs[i].rank; d++)
             n *= a->outputs[i].dims[d];
         a->outputs[i].bytes = n * output_esize(head, which);

@@ -111,8 +111,9 @@ static int decode_outputs(const api_infer_request *r, int binary_default, v2_out
                          "outputs must be an array of 1 to %d objects naming \"output\", "
                          "\"attention\", \"q\", \"k\" or a reduction (\"entropy\", "
                          "\"max_weight\", \"argmax\", \"received\", \"sink\", \"local\", "
-                         "\"topk_indices\", \"topk_weights\"), or in a sequence \"length\" or "
-                         "\"received_total\".", V2_OUT_COUNT);
+                         "\"topk_indices\", \"topk_weights\"), or in a sequence \"length\", "
+                         "\"received_total\", \"kept_positions\", \"lost_mass\" or "
+                         "\"output_error\".", V2_OUT_COUNT);
     for (size_t i = 0; i < r->n_outputs; i++) {
         const api_infer_output *e = &r->output[i];
         char field[64]; /* formatted on the error paths only */
@@ -129,8 +130,9 @@ static int decode_outputs(const api_infer_request *r, int binary_default, v2_out
                              "%s must be \"output\", \"attention\", \"q\", \"k\" or a "
                              "reduction: \"entropy\", \"max_weight\", \"argmax\", "
                              "\"received\", \"sink\", \"local\", \"topk_indices\" or "
-                             "\"topk_weights\"; in a sequence also \"length\" or "
-                             "\"received_total\" (got %s%.40s%s).", field,
+                             "\"topk_weights\"; in a sequence also \"length\", "
+                             "\"received_total\", \"kept_positions\", \"lost_mass\" or "
+                             "\"output_error\" (got %s%.40s%s).", field,
                              is_string ? "\"" : "", is_string ? s : scalar_kind_words(name),
                              is_string ? "\"" : "");
         for (size_t j = 0; j < o->n; j++)
@@ -226,8 +228,13 @@ static int decode_sequence_parameters(v2_infer *st, attn_error *err)
     a->received_total_field = "parameters.received_total";
     a->heads_field = "parameters.heads";
     a->scale_field = "parameters.scale";
+    a->policy_prefix = "parameters.";
     a->causal_given = param(st, "causal") != NULL;
     int rc;
+    for (int i = 0; i < SEQUENCE_POLICY_PARAMS; i++)
+        if ((rc = sequence_ask_policy(a, sequence_policy_params[i],
+                                      param(st, sequence_policy_params[i]), err)) != 0)
+            return rc;
     if ((rc = sequence_ask_id(a, param(st, "sequence_id"), "parameters.sequence_id", err)) != 0 ||
         (rc = get_bool(param(st, "sequence_start"), a->start_field, 0, &a->start, err)) != 0 ||
         (rc = get_bool(param(st, "sequence_end"), a->end_field, 0, &a->end, err)) != 0 ||
@@ -313,7 +320,7 @@ static int match_reductions(const api_infer_request *req, v2_outputs *o,
         named[w] = 1;
         /* a sequence's outputs are match_sequence_outputs' */
         if (v2_output_parameter(w) == NULL || v2_output_asked(r, w) ||
-            w == V2_OUT_LENGTH || w == V2_OUT_RECEIVED_TOTAL)
+            w >= V2_OUT_LENGTH)
             continue;
         char field[ATTENTION_FIELD_MAX];
         snprintf(field, sizeof field, "parameters.%s", v2_output_parameter(w));
@@ -363,7 +370,7 @@ static int match_sequence_outputs(const api_infer_request *req, v2_outputs *o,
     for (size_t i = 0; i < o->n; i++) {
         int w = o->which[i];
         named_total |= w == V2_OUT_RECEIVED_TOTAL;
-        if ((w == V2_OUT_LENGTH || w == V2_OUT_RECEIVED_TOTAL) && !a->in_sequence)
+        if (w >= V2_OUT_LENGTH && !a->in_sequence)
             return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
                              "parameters.sequence_id",
                              "outputs[%zu] names \"%s\", which a sequence's step answers; name "
@@ -378,6 +385,37 @@ static int match_sequence_outputs(const api_infer_request *req, v2_outputs *o,
         return error_set(err, ERR_BAD_REQUEST, "conflicting_fields", "parameters.received_total",
                          "parameters.received_total asks for the \"received_total\" output, "
                          "which outputs does not name.");
+    return 0;
+}
+
+/* The outputs of a cache policy, once the step knows its sequence's policy: with no outputs
+ * listed, kept_positions follows under an evicting policy, lost_mass and output_error with
+ * compare_full; listed, each needs them (400 conflicting_fields at parameters.sequence_id). */
+static int match_policy_outputs(const api_infer_request *req, v2_outputs *o,
+                                const sequence_step *step, attn_error *err)
+{
+    const sequence_policy *p = &sequence_shape_of(step->seq)->policy;
+    int has[V2_OUT_COUNT] = {0};
+    has[V2_OUT_KEPT_POSITIONS] = sequence_policy_evicts(p);
+    has[V2_OUT_LOST_MASS] = has[V2_OUT_OUTPUT_ERROR] = p->compare_full;
+    if (req->outputs.kind == SCALAR_ABSENT) {
+        for (int w = V2_OUT_KEPT_POSITIONS; w <= V2_OUT_OUTPUT_ERROR; w++)
+            if (has[w]) {
+                o->which[o->n] = w;
+                o->binary[o->n++] = o->binary[0];
+            }
+        return 0;
+    }
+    for (size_t i = 0; i < o->n; i++)
+        if (o->which[i] >= V2_OUT_KEPT_POSITIONS && !has[o->which[i]])
+            return error_set(err, ERR_BAD_REQUEST, "conflicting_fields",
+                             "parameters.sequence_id",
+                             "outputs[%zu] names \"%s\", which a sequence answers when its "
+                             "start chose %s; this sequence's did not.", i,
+                             v2_output_names[o->which[i]],
+                             o->which[i] == V2_OUT_KEPT_POSITIONS
+                                 ? "a cache_policy that evicts (window, h2o or snapkv)"
+                                 : "compare_full: true with such a policy");
     return 0;
 }
 
@@ -629,7 +667,8 @@ static int begin_step(const api_request *req, v2_infer *st, attn_error *err)
     a->received_asked = st->ar.reduce.received;
     sequence_model on = {st->model.name, builtin ? 0 : st->model.set->generation,
                          st->have[IN_MASK], st->have[IN_CONTEXT], 0};
-    return sequence_step_begin(&st->ar, a, &on, &st->step, err);
+    int rc = sequence_step_begin(&st->ar, a, &on, &st->step, err);
+    return rc != 0 ? rc : match_policy_outputs(st->r, &st->outs, &st->step, err);
 }
 
 /* Describes the inputs and checks shapes and parameters into st->ar (no
@@ -799,7 +838,7 @@ static int infer_prepare(const api_request *req, const api_env *env, v2_infer *s
     for (size_t i = 0; i < st->outs.n; i++)
         any_json |= !st->outs.binary[i];
     size_t result_elements = attention_request_result_elements(&st->ar);
-    size_t extra = sequence_step_extra_elements(&st->ar, &st->seq);
+    size_t extra = sequence_step_extra_elements(&st->ar, &st->seq, &st->step);
     if (result_elements != SIZE_MAX &&
         __builtin_add_overflow(result_elements, extra, &result_elements))
         result_elements = SIZE_MAX;
@@ -841,7 +880,7 @@ void v2_handle_infer(const api_request *req, const api_env *env, api_response *r
             rc = sequence_step_answer(&st.ar, &st.seq, &st.step, &result, &err);
             /* The computation's own time, without the wait for a compute slot. */
             v2_answer_head head = {st.model.name, st.has_id ? st.id : NULL, st.dtype, &st.outs,
-                                   req->fields_only, &st.step.length, st.step.received_total};
+                                   req->fields_only, st.seq.in_sequence ? &st.step : NULL};
             if (rc == 0)
                 rc = v2_answer_infer(&head, &st.ar, &result, result.compute_ms,
                                      response_bytes / 2, resp, &err);

@@ -15,6 +15,7 @@
 #include "message/api_message.h"
 #include "kernel/attention.h"
 #include "request/attention_request.h"
+#include "request/sequence_step.h"
 #include "core/error.h"
 #include "json/jsonw.h"
 #include "store/store.h"
@@ -51,8 +52,10 @@ enum {
     V2_OUT_OUTPUT, V2_OUT_ATTENTION, V2_OUT_Q, V2_OUT_K,
     V2_OUT_ENTROPY, V2_OUT_MAX_WEIGHT, V2_OUT_ARGMAX, V2_OUT_RECEIVED, V2_OUT_SINK, V2_OUT_LOCAL,
     V2_OUT_TOPK_INDICES, V2_OUT_TOPK_WEIGHTS,
-    /* a sequence's step (request/sequence_step.h): the keys cached, and their totals */
-    V2_OUT_LENGTH, V2_OUT_RECEIVED_TOTAL, V2_OUT_COUNT
+    /* a sequence's step (request/sequence_step.h): the keys cached, and their totals; under
+     * a cache policy, their positions and, with compare_full, the damage */
+    V2_OUT_LENGTH, V2_OUT_RECEIVED_TOTAL, V2_OUT_KEPT_POSITIONS, V2_OUT_LOST_MASS,
+    V2_OUT_OUTPUT_ERROR, V2_OUT_COUNT
 };
 
 /* The outputs' names, by V2_OUT_*. */
@@ -78,8 +81,7 @@ typedef struct v2_answer_head {
     v2_datatype dtype;      /* of every float output (output_datatype) */
     const v2_outputs *outs;
     int fields_only;        /* api_request.fields_only */
-    const int64_t *length;  /* a sequence's step: the keys cached after it, else NULL */
-    const double *received_total; /* its totals (heads x length) when asked, else NULL */
+    const sequence_step *step; /* a sequence's step (its outputs), else NULL */
 } v2_answer_head;
 
 /* Writes the 200 answer of an inference into resp: the JSON header with the

@@ -31,6 +31,17 @@ kept-alive HTTP connection to a build/attention-server started for the part on a
            medians are interpolated linearly over every length 1 .. 8,192 and summed; the
            output says which.  Target: the sequence at least 100x faster in total.  Peak RSS:
            the server's VmHWM after the sequence's replay (it has done nothing else).
+  policy   Cache policies (docs/contract.md, Cache policies) with a budget of 1,024 keys
+           against the full cache, 12 heads of 64 (a BERT-base or GPT-2 layer; one head's
+           step is mostly the HTTP floor either way): a sequence of each (full; h2o with cache_budget 1024;
+           window with 4 sinks and 1,020 newest; snapkv with cache_budget 1024) started with a
+           prompt of 32,768 keys and one query, its last (and h2o's also with 2,048, for the
+           flatness; snapkv's observation window is then that one query), then rounds
+           of one-token steps, their median wall time.  Target: the policy's step at least 10x
+           faster than the full one at 32,768 keys, and flat as the generation grows (h2o
+           after 2,048 and after 32,768 tokens within 1.5x).  Each step's output is checked
+           against NumPy, head by head, over the previous step's kept_positions and its own
+           key.
   memory   Bytes per cached key from attn_sequence_cached_bytes / the keys cached, and 100
            live sequences of 8,192 keys (each started with its 8,192 keys in one request):
            the server's VmRSS growth against the formula 100 x 8,192 x (dk + dv) x 4 + 8 per
@@ -42,7 +53,7 @@ magnitude, the sequence's length is what was sent, and the gauges say what was c
 failed check fails the step.  Writes table-sequences.tsv (run.sh's summary).  Loops are
 bounded: a fixed count of requests, each with a timeout of 120 s.
 
-Usage: bench_sequences.py [--results DIR] [--quick] [--parts step,replay,memory]
+Usage: bench_sequences.py [--results DIR] [--quick] [--parts step,replay,policy,memory]
                           [--replay-sample] [--server PATH] [--kernel PATH]
 Settings: BENCH_SEQ_ROUNDS (rounds of the step part, default 15; 3 with --quick),
 BENCH_SEQ_REPS (stateless requests per sampled length, default 9; 2 with --quick).
@@ -424,13 +435,91 @@ def part_memory(args, out):
             "attn_sequence_cached_bytes %.0f" % (grown / (MEMORY_SEQUENCES * N), cached))
 
 
+POLICY_BUDGET = 1024
+POLICIES = (("full", {}, STEP_KEYS),
+            ("h2o", {"cache_policy": "h2o", "cache_budget": POLICY_BUDGET}, 2048),
+            ("h2o", {"cache_policy": "h2o", "cache_budget": POLICY_BUDGET}, STEP_KEYS),
+            ("window", {"cache_policy": "window", "cache_sink": 4,
+                        "cache_window": POLICY_BUDGET - 4}, STEP_KEYS),
+            ("snapkv", {"cache_policy": "snapkv", "cache_budget": POLICY_BUDGET}, STEP_KEYS))
+
+
+POLICY_HEADS = 12
+
+
+def heads_reference(q, K, V, kept):
+    """One query over each head's kept keys (kept: [heads, n] positions), float64."""
+    out = []
+    for h, pos in enumerate(kept):
+        cols = slice(h * D, (h + 1) * D)
+        out.append(reference(q[cols], K[pos][:, cols], V[pos][:, cols]))
+    return np.concatenate(out)
+
+
+def part_policy(args, out, rounds):
+    rng = np.random.default_rng(4)
+    steps = WARMUP_STEPS + 3 * rounds
+    total = STEP_KEYS + steps
+    W = D * POLICY_HEADS
+    K, V, Q = (rng.standard_normal((total, W)).astype(np.float32) for _ in range(3))
+    times = {}
+    with tempfile.TemporaryDirectory(prefix="attn-bench-seq-") as work:
+        proc, port = start_server(args.server, work)
+        try:
+            c = Client(port)
+            for sid, (name, params, prompt) in enumerate(POLICIES, 1):
+                seq = {"sequence_id": 600 + sid, "heads": POLICY_HEADS}
+                outs_named = ("output", "length") + (("kept_positions",) if params else ())
+                # the prompt's keys with one query (its last), as the step part starts
+                _, _, outs, _ = c.infer(body_of(Q[prompt - 1:prompt], K[:prompt], V[:prompt],
+                                                dict(seq, sequence_start=True, **params),
+                                                outs_named))
+                every = np.tile(np.arange(prompt), (POLICY_HEADS, 1))
+                kept = outs["kept_positions"] if params else every
+                walls, good = [], True
+                for i in range(steps):
+                    at = prompt + i
+                    wall, _, outs, _ = c.infer(body_of(Q[at:at + 1], K[at:at + 1],
+                                                       V[at:at + 1], seq, outs_named))
+                    seen = np.hstack([kept, np.full((POLICY_HEADS, 1), at)])
+                    if i % 8 == 0 or i == steps - 1:    # NumPy over 32,768 keys is slow
+                        good &= agrees(outs["output"], heads_reference(Q[at], K, V, seen))
+                    kept = outs["kept_positions"] if params else seen
+                    if i >= WARMUP_STEPS:
+                        walls.append(wall)
+                want = min(prompt + steps, POLICY_BUDGET) if params else prompt + steps
+                out.check(good and int(outs["length"][0]) == want,
+                          "%s after %d: outputs agree with NumPy, %d keys" % (name, prompt,
+                                                                             want))
+                times[(name, prompt)] = median_ms(walls)
+        finally:
+            stop_server(proc)
+    full = times[("full", STEP_KEYS)]
+    print("  one-token steps, %d heads of 64, FP32, medians of %d:" % (POLICY_HEADS, 3 * rounds))
+    for name, params, prompt in POLICIES:
+        t = times[(name, prompt)]
+        print("    %-7s after %6d tokens %8.3f ms   full / this %6.1f" % (
+            name, prompt, t, full / t))
+    flat = times[("h2o", STEP_KEYS)] / times[("h2o", 2048)]
+    print("    h2o after 32,768 / after 2,048       %8.2f   (target <= 1.5)" % flat,
+          flush=True)
+    for name, params, prompt in POLICIES[2:]:
+        out.row("a %s step, budget %d, after %d tokens vs a full step at %d keys (12 heads "
+                "of 64, FP32, 1 query)" % (name, POLICY_BUDGET, prompt, STEP_KEYS),
+                "%.3f" % times[(name, prompt)], "%.3f" % full, "ms", ">=10x", "",
+                "full / %s = %.1f" % (name, full / times[(name, prompt)]))
+    out.row("h2o step with budget %d: after %d tokens vs after 2048 (flat as it grows)" %
+            (POLICY_BUDGET, STEP_KEYS), "%.3f" % times[("h2o", STEP_KEYS)],
+            "%.3f" % times[("h2o", 2048)], "ms", "<=1.5", "", "ratio %.2f" % flat)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", default="build/attention-server")
     ap.add_argument("--kernel", default="build/bench/bench-kernel")
     ap.add_argument("--results", default="build/bench/results")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--parts", default="step,replay,memory")
+    ap.add_argument("--parts", default="step,replay,policy,memory")
     ap.add_argument("--replay-sample", action="store_true")
     args = ap.parse_args()
     args.replay_sample |= args.quick
@@ -441,6 +530,7 @@ def main():
     parts = args.parts.split(",")
     for name, run in (("step", lambda: part_step(args, out, rounds)),
                       ("replay", lambda: part_replay(args, out, reps)),
+                      ("policy", lambda: part_policy(args, out, rounds)),
                       ("memory", lambda: part_memory(args, out))):
         if name in parts:
             print("%s:" % name, flush=True)

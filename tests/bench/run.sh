@@ -22,7 +22,8 @@
 #   sequences   bench_sequences.py: a sequence's step at 32,768 cached keys against the kernel's
 #               time plus the empty-request floor, and against the stateless request with all
 #               keys; an 8,192-token replay, sequence against stateless requests (sampled), peak
-#               RSS; bytes per cached key and 100 live sequences of 8,192 keys
+#               RSS; the cache policies' steps at a budget of 1,024 against a full step at
+#               32,768 keys; bytes per cached key and 100 live sequences of 8,192 keys
 #   viz         viz_bench.mjs: the visualizer (GET /viz) in headless chromium, from request to
 #               painted heatmap for L = 512, 2048, 4096 (needs `make browser-deps`)
 #

@@ -511,11 +511,11 @@ def check_decoder_bounds(srv):
           code == grpc.StatusCode.INVALID_ARGUMENT and "inputs has more than 6" in words,
           (code, words))
     many = infer_request("attention", SEED)
-    for i in range(15):
+    for i in range(18):
         many.outputs.add(name="output")
     code, words = rpc_error(s.ModelInfer, many)
     check("more outputs than there are: INVALID_ARGUMENT naming outputs",
-          code == grpc.StatusCode.INVALID_ARGUMENT and "outputs has more than 14" in words,
+          code == grpc.StatusCode.INVALID_ARGUMENT and "outputs has more than 17" in words,
           (code, words))
     # a packed int64 of one byte unpacks to eight: past four times the wire
     wide = infer_request("attention", SEED)

@@ -421,8 +421,8 @@ static void run_endpoint_tests(const struct server *s)
     expect_true(&t, json_integer_value(json_object_get(j, "max_batch_size")) == 0 &&
                    json_is_integer(json_object_get(j, "max_batch_size")), "max_batch_size");
     /* output, attention, the eight reductions of the weights (kernel/attention_reduce.h), and
-     * a sequence's received_total and length */
-    expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 12,
+     * a sequence's received_total, length, kept_positions, lost_mass and output_error */
+    expect_true(&t, json_array_size(json_object_get(j, "input")) == 4 && json_array_size(json_object_get(j, "output")) == 15,
            "input/output lists");
     json_decref(j);
     test_end(&t);
@@ -1230,10 +1230,22 @@ static void run_drain_test(void)
                                 .curl_args = slow};
     struct client_pending p;
     client_http_start(s.base_url, g_tmpdir, &rq, &p);
-    client_sleep_ms(300);
+    /* SIGTERM once the server holds the upload (a server with nothing in flight exits at
+     * once): /metrics counts it beside the metrics request itself.  Asked for at most 10 s:
+     * a loaded machine may start curl late. */
+    struct client_response r;
+    double by = client_now_seconds() + 10.0;
+    for (;;) {
+        get(&s, "/metrics", &r);
+        const char *at = r.body != NULL ? strstr(r.body, "\nattn_http_inflight_requests ") : NULL;
+        long inflight = at != NULL ? strtol(at + 29, NULL, 10) : 0;
+        client_response_free(&r);
+        if (inflight >= 2 || client_now_seconds() > by)
+            break;
+        client_sleep_ms(20);
+    }
     kill(s.pid, SIGTERM);
     struct test t;
-    struct client_response r;
     test_begin(&t, "drain/v2-ready-503");
     /* Readiness turns 503 once the signal is handled: asked until then, for
      * at most 3 s (the slow upload keeps the server draining for longer). */

@@ -373,6 +373,9 @@ def send_v1(srv, req, body=None):
     if isinstance(seq, dict):
         if "length" in seq:
             outs["length"] = np.array([seq["length"]], np.int64)
+        for name in ("kept_positions", "lost_mass", "output_error"):    # under a cache policy
+            if name in seq:
+                outs[name] = np.array(seq[name], np.int64 if name == "kept_positions" else float)
         outs["sequence.id"] = seq.get("id")
     return Answer(True, 200, outs, headers=headers)
 

@@ -312,7 +312,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(sequence_ids_and_limits)          \
     X(sequence_cache_and_totals)        \
     X(sequence_memory_budget)           \
-    X(sequence_idle_expiry)
+    X(sequence_idle_expiry)             \
+    X(sequence_policy_rules)            \
+    X(sequence_policy_trim)
 
 #define DECLARE_TEST(name) void test_##name(void);
 UNIT_TESTS(DECLARE_TEST)
