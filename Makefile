@@ -137,6 +137,8 @@ EXTRA_http_body := -fvect-cost-model=dynamic
 # a * b + c into an FMA is what the kernel is written for.
 FUSED_FLAGS := -O3 -ffp-contract=fast
 EXTRA_attention_fused_avx512 := $(FUSED_FLAGS) -mavx512f -mfma
+EXTRA_attention_fused_avx512_bf16 := $(FUSED_FLAGS) -mavx512f -mfma -mavx512bf16
+EXTRA_attention_fused_amx := $(FUSED_FLAGS) -mavx512f -mfma -mavx512bf16 -mamx-tile -mamx-bf16
 EXTRA_attention_fused_avx2 := $(FUSED_FLAGS) -mavx2 -mfma
 EXTRA_attention_fused_portable := $(FUSED_FLAGS)
 # The unit tests' avx512-on-avx2: the avx512 path's source at its widths, built for AVX2

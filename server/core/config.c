@@ -96,8 +96,9 @@ static const config_option config_table[] = {
     {"compute-threads", "ATTN_COMPUTE_THREADS", OPT_LONG, OFF(compute_threads), 0, "0", 0, 1024,
      "threads that compute at once, over all requests; 0: one per available CPU"},
     {"kernel", "ATTN_KERNEL", OPT_STRING, OFF(kernel), LEN(kernel), "auto", 0, 0,
-     "instruction set of the attention kernel: auto (the widest this CPU runs), avx512, avx2 "
-     "or portable; a path the CPU cannot run stops the server at start-up"},
+     "instruction set of the attention kernel: auto (the widest this CPU runs), amx_bf16, "
+     "avx512_bf16, avx512, avx2 or portable (the _bf16 paths differ in compute_precision "
+     "bfloat16 only); a path the CPU cannot run stops the server at start-up"},
     {"shutdown-grace", "ATTN_SHUTDOWN_GRACE", OPT_LONG, OFF(shutdown_grace), 0, "10", 0, 3600,
      "seconds in-flight requests may finish after SIGTERM"},
     {"max-sequences", "ATTN_MAX_SEQUENCES", OPT_LONG, OFF(max_sequences), 0, "1024", 0, 1000000,

@@ -25,7 +25,8 @@ typedef struct server_config {
     long max_connections;
     long timeout;               /* seconds */
     long compute_threads;       /* 0: one per available CPU */
-    char kernel[16];            /* attention kernel path: auto, avx512, avx2, portable */
+    char kernel[16];            /* attention kernel path: auto, amx_bf16, avx512_bf16, avx512,
+                                 * avx2, portable */
     long shutdown_grace;        /* seconds */
     long max_sequences;         /* live sequences (sequence/sequence.h); 0: none */
     long sequence_idle_timeout; /* seconds */

@@ -33,6 +33,7 @@
 #include "attention_reduce.h"
 #include "attention_fused.h"
 #include "core/compute.h"
+#include "core/half.h"
 #include "core/mem.h"
 #ifdef ATTN_TESTING
 #include "core/test_hooks.h"
@@ -92,6 +93,11 @@ typedef struct sdpa_plan {
     size_t fq;                  /* query rows per sub-block (attn_fused_block_rows) */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
     size_t packed;              /* numbers of the packed K and V of the job */
+    /* bfloat16 products (attn_job.bf16): kt_size and pack_stride count bfloat16 numbers
+     * (K by pairs of dims, ATTN_FUSED_BF16_KT), packed still counts floats; each slot's
+     * scratch ends with the task's rows of q in bfloat16 (q16_rows of hdk rounded up to
+     * even, whole register groups), from number q16_at of the stride. */
+    size_t q16_rows, q16_at;
     /* The pack before the tasks (qblocks > 1) splits each head's keys into this many
      * pieces of whole tiles: packing in pieces keeps every slot busy when there are fewer
      * heads than slots, where one slot would pack a head while the others waited. */
@@ -135,15 +141,22 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         size_t tiles = (job->lk + ATTN_FUSED_BK - 1) / ATTN_FUSED_BK;
         p->fused = 1;
         p->hdv_pad = attn_fused_vpad(job->dv / job->heads, size);
-        p->kt_size = tiles * ATTN_FUSED_BK * (job->dk / job->heads);
+        size_t hdk = job->dk / job->heads, kt_key = job->bf16 ? ATTN_FUSED_BF16_KT(hdk) : hdk;
+        p->kt_size = tiles * ATTN_FUSED_BK * kt_key;
         p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
-        p->packed = heads * p->pack_stride;
+        /* bfloat16: two to a float */
+        p->packed = job->bf16 ? (heads * p->pack_stride + 1) / 2 : heads * p->pack_stride;
         /* A task's rows in whole register groups bound the sub-block (and its scratch). */
         size_t task_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
         p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);
         if (p->fq > task_rows)
             p->fq = task_rows;
         p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->fq, p->hdv_pad);
+        if (job->bf16) {
+            p->q16_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
+            p->q16_at = p->stride;
+            p->stride += (p->q16_rows * kt_key + 1) / 2;
+        }
         p->pack_pieces = heads >= p->slots ? 1 : (p->slots + heads - 1) / heads;
         if (p->pack_pieces > tiles)
             p->pack_pieces = tiles;
@@ -209,7 +222,9 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
 #define EXPMV attention_exp_shift_masked_f
 #define FUSED_BLOCK block_f
 #define FUSED_PACK pack_f
+#define BF16_PRODUCTS 1
 #include "attention_kernels.inc"
+#undef BF16_PRODUCTS
 #undef REAL
 #undef SFX
 #undef GEMM
@@ -359,13 +374,23 @@ static int values_finite_f(const float *a, size_t n)
 
 /* in32, when the job gives the input as float; else a float copy of in
  * (attention_floats_from),
- * owned by *copy for the caller to free. */
-static const float *float_input(const float *in32, const double *in, size_t n, float **copy,
-                                int *fail)
+ * owned by *copy for the caller to free.  With bf16 (attn_job.bf16), always a copy,
+ * rounded to bfloat16. */
+static const float *float_input(const float *in32, const double *in, size_t n, int bf16,
+                                float **copy, int *fail)
 {
-    if (in32 != NULL)
+    if (in32 != NULL && !bf16)
         return in32;
-    *copy = attention_floats_from(in, n, fail);
+    if (in32 != NULL) {
+        if (n > 0 && (*copy = mem_malloc(n * sizeof(float))) == NULL)
+            *fail = 1;
+        else if (n > 0)
+            memcpy(*copy, in32, n * sizeof(float));
+    } else {
+        *copy = attention_floats_from(in, n, fail);
+    }
+    if (bf16 && *copy != NULL)
+        attention_floats_round_bf16(*copy, n);
     return *copy;
 }
 
@@ -378,9 +403,9 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, flo
     int fail = 0, rc = ERR_UNAVAILABLE;
     float *copies[5] = {0}, *wf[WEIGHTS_COUNT] = {0}, *fout = NULL;
     float *x = attention_floats_from(job->x, s->x, &fail), *ctx = attention_floats_from(job->context, s->context, &fail);
-    const float *q = float_input(job->q32, job->q, s->q, &copies[0], &fail);
-    const float *k = float_input(job->k32, job->k, s->k, &copies[1], &fail);
-    const float *v = float_input(job->v32, job->v, s->v, &copies[2], &fail);
+    const float *q = float_input(job->q32, job->q, s->q, job->bf16, &copies[0], &fail);
+    const float *k = float_input(job->k32, job->k, s->k, job->bf16, &copies[1], &fail);
+    const float *v = float_input(job->v32, job->v, s->v, job->bf16, &copies[2], &fail);
     copies[3] = x;
     copies[4] = ctx;
     /* a float32 set's arrays are used as they are; wf holds only the copies made here */
@@ -560,7 +585,7 @@ int attention_run(const attn_job *job, attn_result *result, attn_error *err)
         attention_result_free(result);
         return error_set(err, ERR_BAD_REQUEST, "not_finite", NULL,
                          "The result overflowed to infinity: the inputs are too large for %s "
-                         "arithmetic; %s.", job->dtype == ATTN_FLOAT32 ? "float32" : "float64",
+                         "arithmetic; %s.", attention_precision_name(job),
                          job->dtype == ATTN_FLOAT32 ? "scale them down or use float64"
                                                     : "scale them down or lower scale");
     }

@@ -48,6 +48,12 @@ typedef struct attn_job {
     int causal;                 /* query i attends only to keys j <= i */
     double scale;               /* multiplies q k^T */
     attn_dtype dtype;
+    /* compute_precision bfloat16, on a float32 job: Q.K^T and P.V of the attention as
+     * products of bfloat16 numbers summed in float32, q, k and v (after any projection)
+     * rounded to bfloat16 once and the weights P before P.V; the softmax, its maxima and
+     * sums, the projections, the pooled weights and the reductions stay float32
+     * (docs/numbers.md gives the error).  0 for float64 jobs. */
+    int bf16;
     int want_attention;         /* fill result->attention */
     /* A float32 job's output goes to result->output_f32 as the kernels formed it,
      * rather than widened to result->output: for answers sent as float32 anyway. */
@@ -129,6 +135,13 @@ static inline size_t attention_float_qk_count(const attn_job *job)
     return job->dtype == ATTN_FLOAT32 ? job->batch * (job->lq + job->lk) * job->dk : 0;
 }
 
+/* The precision job computes in, as requests name it (compute_precision): "float64",
+ * "float32" or "bfloat16". */
+static inline const char *attention_precision_name(const attn_job *job)
+{
+    return job->dtype == ATTN_FLOAT64 ? "float64" : job->bf16 ? "bfloat16" : "float32";
+}
+
 /* Floating-point operations of job: the projections, the scores and their
  * weighted sum (half of both when causal), and the output projection.  An
  * estimate from the shapes alone, for deciding where a job runs. */
@@ -174,7 +187,7 @@ void attention_blas_describe(char *config, size_t config_len, char *core, size_t
                              int *threads);
 
 /* Chooses the instruction-set path of the attention kernel: "auto" (the
- * widest this CPU runs), "avx512", "avx2" or "portable".  Call once at
+ * widest this CPU runs), "amx_bf16", "avx512_bf16", "avx512", "avx2" or "portable".  Call once at
  * start-up, before any computation.  Returns 0, or -1 with a message in err
  * (an unknown name, or a path this CPU cannot run), the choice unchanged. */
 int attention_kernel_select(const char *name, char *err, size_t errlen);

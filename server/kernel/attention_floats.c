@@ -1,5 +1,6 @@
 /*
- * attention_floats.c - float copies of double arrays (attention_floats.h).
+ * attention_floats.c - float copies of double arrays, and floats rounded to bfloat16
+ * (attention_floats.h).
  *
  * Built with the full vectoriser cost model (the Makefile's EXTRA_attention_floats, as
  * attention.c, where these loops were): -O2's cheapest one leaves a loop whose trip count
@@ -8,6 +9,7 @@
  */
 #include "attention_floats.h"
 
+#include "core/half.h"
 #include "core/mem.h"
 
 float *attention_floats_from(const double *a, size_t n, int *fail)
@@ -34,4 +36,12 @@ float *attention_floats_pair(const double *a, size_t na, const double *b, size_t
     for (size_t i = 0; i < nb; i++)
         f[na + i] = (float)b[i];
     return f;
+}
+
+void attention_floats_round_bf16(float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)half_bf16_from_float(a[i]) << 16;
+        memcpy(&a[i], &u, sizeof u);
+    }
 }

@@ -17,4 +17,8 @@ float *attention_floats_from(const double *a, size_t n, int *fail);
  * mem_free.  NULL when memory ran out. */
 float *attention_floats_pair(const double *a, size_t na, const double *b, size_t nb);
 
+/* Rounds a[0..n) to the nearest bfloat16 numbers, ties to even (half_bf16_from_float), in
+ * place, as floats: the inputs of a job that computes in bfloat16 (attn_job.bf16). */
+void attention_floats_round_bf16(float *a, size_t n);
+
 #endif

@@ -7,15 +7,18 @@
  * at start-up, before any request is computed; the unit tests change it
  * between tests to run every path, and add one the server does not have
  * (tests/unit/kernel_avx512_on_avx2.c).  Also the rows per sub-block, from
- * the CPU's second-level cache.
+ * the CPU's second-level cache, and whether the AMX tiles may be used.
  */
+#define _DEFAULT_SOURCE /* syscall, for arch_prctl (Linux) */
 #include "attention_fused.h"
 
 #include "attention.h"
 
+#include <cpuid.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifdef ATTN_TESTING
@@ -23,6 +26,8 @@
 #endif
 
 static const attn_kernel_path *all_paths[] = {
+    &attn_kernel_amx_bf16,
+    &attn_kernel_avx512_bf16,
     &attn_kernel_avx512,
     &attn_kernel_avx2,
     &attn_kernel_portable,
@@ -70,7 +75,7 @@ int attn_kernel_select(const char *name, char *err, size_t errlen)
         if (strcmp(all_paths[i]->name, name) != 0)
             continue;
         if (!all_paths[i]->supported()) {
-            char names[64] = "";
+            char names[96] = "";
             for (size_t j = 0; j < path_count(); j++)
                 if (all_paths[j]->supported())
                     snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
@@ -83,7 +88,7 @@ int attn_kernel_select(const char *name, char *err, size_t errlen)
         atomic_store(&chosen, all_paths[i]);
         return 0;
     }
-    snprintf(err, errlen, "unknown kernel path \"%s\" (auto, avx512, avx2 or portable)", name);
+    snprintf(err, errlen, "unknown kernel path \"%s\" (auto, amx_bf16, avx512_bf16, avx512, avx2 or portable)", name);
     return -1;
 }
 
@@ -106,6 +111,44 @@ size_t attn_kernel_available(const attn_kernel_path **paths, size_t max)
         if (n < max && all_paths[i]->supported())
             paths[n++] = all_paths[i];
     return n;
+}
+
+/* Linux's request for a process's permission to use an extended state component
+ * (asm/prctl.h), and the component of the AMX tiles' data (XFEATURE_XTILEDATA). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* 1 usable, 2 not, 0 not asked yet. */
+static _Atomic int amx_state;
+
+static int amx_ask(void)
+{
+    unsigned a, b, c, d;
+    /* cpuid 7.0: EDX bit 22 AMX-BF16, bit 24 AMX-TILE; 1: ECX bit 27 OSXSAVE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & 1u << 22) || !(d & 1u << 24))
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & 1u << 27))
+        return 0;
+    /* XCR0 bits 17 and 18: the operating system saves the tile configuration and data */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 3u << 17) != 3u << 17)
+        return 0;
+    /* Linux arms the tiles per process, on request; a kernel without the request (before
+     * 5.16) or one that refuses it leaves them off, and the first tile instruction would
+     * fault. */
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int attn_fused_amx_usable(void)
+{
+    int state = atomic_load_explicit(&amx_state, memory_order_relaxed);
+    if (state == 0) {
+        /* Every thread that gets here asks the same; granting twice is harmless. */
+        state = amx_ask() ? 1 : 2;
+        atomic_store_explicit(&amx_state, state, memory_order_relaxed);
+    }
+    return state == 1;
 }
 
 size_t attn_fused_rows_for_cache(size_t l2, size_t hdk, size_t hdv_pad, size_t size)

@@ -27,15 +27,23 @@
  *       ATTN_FUSED_VPAD_BYTES, by panels of columns), the padding columns
  *       zero, no rows past lk (P.V reads none).
  *
- * Paths: "avx512" (AVX-512F), "avx2" (AVX2 + FMA) and "portable" (baseline
- * x86-64, SSE2).  One source (attention_fused_impl.inc) is compiled once per
- * path with that path's -m flags (Makefile); the choice is made once, at
- * start-up, from cpuid, and may be forced (--kernel, ATTN_KERNEL).
+ * Paths: "amx_bf16" (AVX-512 with AMX-BF16 tiles), "avx512_bf16" (AVX-512 with
+ * AVX512_BF16's vdpbf16ps), "avx512" (AVX-512F), "avx2" (AVX2 + FMA) and
+ * "portable" (baseline x86-64, SSE2).  One source (attention_fused_impl.inc) is
+ * compiled once per path with that path's -m flags (Makefile); the choice is made
+ * once, at start-up, from cpuid, and may be forced (--kernel, ATTN_KERNEL).  The
+ * two _bf16 paths differ from avx512 only in the bfloat16 products of a request
+ * that asks for them (compute_precision bfloat16: block_b, pack_b); every path
+ * has those products, the others by widening bfloat16 to float with shifts, with
+ * the same rounding of the inputs and of the weights
+ * (attention_fused_bf16.inc), so that every CPU answers within the bound of
+ * docs/numbers.md.
  */
 #ifndef ATTN_ATTENTION_FUSED_H
 #define ATTN_ATTENTION_FUSED_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Keys per tile, query rows per register group, and the alignment of a
  * packed V row.  A tile's softmax bookkeeping (the rows' maxima, the
@@ -102,7 +110,7 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
  * (the row maximum, or less by at most ATTN_FUSED_SLACK ln 2; -Inf when no
  * key counts) and in run_sum the sum; attention_kernels.inc computes again
  * the rows that overflowed on the way. */
-#define ATTN_FUSED_ARGS(REAL, SFX)                                                                 \
+#define ATTN_FUSED_ARGS(REAL, SFX, BF16_FIELDS)                                                    \
     typedef struct attn_fused_##SFX {                                                              \
         size_t nq, i0;              /* rows, and the query index of the first */                   \
         const REAL *q;              /* row i0 of this head's q; rows ldq apart */                  \
@@ -118,10 +126,16 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
         size_t fq;                  /* rows per sub-block: a multiple of MR, <= FQ_MAX */          \
         REAL *obuf;                 /* fq x hdv_pad scratch */                                     \
         REAL *sbuf;                 /* ATTN_FUSED_MR x ATTN_FUSED_BK scratch */                    \
+        BF16_FIELDS                                                                                \
     } attn_fused_##SFX;
 
-ATTN_FUSED_ARGS(double, d)
-ATTN_FUSED_ARGS(float, f)
+/* The bfloat16 products (block_b, pack_b) take a float block whose q, kt and vp are
+ * bfloat16 instead (attention_fused_bf16.inc): q16 row i0 of this head's q rounded to
+ * bfloat16, rows ldq16 apart, each row hdk rounded up to even numbers (the last one zero
+ * for an odd hdk), and as many rows past nq as make whole register groups, zero; kt16
+ * and vp16 packed by pack_b.  The float kernel (block_f) ignores them. */
+ATTN_FUSED_ARGS(double, d, )
+ATTN_FUSED_ARGS(float, f, const uint16_t *q16; size_t ldq16; const uint16_t *kt16; const uint16_t *vp16;)
 
 /* What a block reports (attn_kernel_path.block_d and block_f). */
 #define ATTN_FUSED_NOT_FINITE 1
@@ -173,6 +187,15 @@ typedef struct attn_kernel_path {
                    size_t hdk, size_t hdv, size_t hdv_pad, double *kt, double *vp);
     void (*pack_f)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
                    size_t hdk, size_t hdv, size_t hdv_pad, float *kt, float *vp);
+    /* The bfloat16 products (compute_precision bfloat16): block_f's block and result
+     * with Q.K^T and P.V as products of bfloat16 numbers summed in float (the softmax
+     * in float, as block_f's), on a->q16, kt16 and vp16.  pack_b packs K and V as
+     * pack_f does, each number rounded to bfloat16 (ties to even), K by pairs of dims
+     * (ATTN_FUSED_BF16_KT) and V by pairs of keys, V's rows zero from lk to the end of
+     * its tile. */
+    int (*block_b)(const attn_fused_f *a);
+    void (*pack_b)(const float *k, size_t ldk, const float *v, size_t ldv, size_t lk,
+                   size_t hdk, size_t hdv, size_t hdv_pad, uint16_t *kt, uint16_t *vp);
     /* x[i] = exp(x[i]) by the kernel's polynomial, for x[i] <= 0 (or -Inf);
      * exposed so that tests can hold it to exp and expf (the softmax itself
      * takes exp2 below, on the same polynomial). */
@@ -210,7 +233,17 @@ typedef struct attn_kernel_path {
     size_t (*reduce_above_f)(const float *s, size_t from, size_t n, float thr);
 } attn_kernel_path;
 
-extern const attn_kernel_path attn_kernel_avx512, attn_kernel_avx2, attn_kernel_portable;
+/* Numbers of packed bfloat16 K per key for heads of hdk: pack_b's pairs of dims. */
+#define ATTN_FUSED_BF16_KT(hdk) (((hdk) + 1) / 2 * 2)
+
+extern const attn_kernel_path attn_kernel_amx_bf16, attn_kernel_avx512_bf16, attn_kernel_avx512,
+    attn_kernel_avx2, attn_kernel_portable;
+
+/* Whether this CPU has AMX-BF16 tiles and Linux lets this process use them: cpuid, the
+ * operating system's saving of the tile state (XCR0) and the permission asked once with
+ * arch_prctl(ARCH_REQ_XCOMP_PERM).  0 where any is missing or refused: the amx_bf16 path
+ * is then not run, and the auto choice falls back to the next path. */
+int attn_fused_amx_usable(void);
 
 /* Chooses the path: "auto" or NULL for the widest this CPU runs, or a path
  * by name.  Returns 0, or -1 with a message in err (unknown name, or a path

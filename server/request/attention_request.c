@@ -68,6 +68,25 @@ int attention_request_set_scale(attention_request *req, const char *not_number, 
     return 0;
 }
 
+int attention_request_set_precision(attention_request *req, const char *not_string,
+                                    const char *value, const char *field, attn_error *err)
+{
+    static const char *const names[] = {"float64", "float32", "bfloat16"};
+    if (not_string != NULL)
+        return error_set(err, ERR_BAD_REQUEST, "wrong_type", field,
+                         "compute_precision is %s; it must be \"float64\", \"float32\" or "
+                         "\"bfloat16\".", not_string);
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(value, names[i])) {
+            req->job.dtype = i == 0 ? ATTN_FLOAT64 : ATTN_FLOAT32;
+            req->job.bf16 = i == 2;
+            return 0;
+        }
+    return error_set(err, ERR_BAD_REQUEST, "invalid_value", field,
+                     "compute_precision is \"%.20s\"; it must be \"float64\", \"float32\" or "
+                     "\"bfloat16\".", value);
+}
+
 int attention_request_check_batch(const attention_input *t, const attention_input *ref,
                                   attn_error *err)
 {

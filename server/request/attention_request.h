@@ -94,6 +94,15 @@ void attention_request_free(attention_request *req);
 int attention_request_set_scale(attention_request *req, const char *not_number, double value,
                                 const char *field, attn_error *err);
 
+/* Sets the precision the job computes in from compute_precision, given at `field`: value
+ * the string the wire held, or NULL with not_string what it held instead ("a number":
+ * 400 "wrong_type"); "float64", "float32" or "bfloat16" (attn_job.bf16, a float32 job
+ * with bfloat16 products), anything else 400 "invalid_value".  Called after the
+ * precision the inputs imply (v1's dtype, v2's datatype) is set, which it overrides;
+ * not called when the field is absent.  The job is unchanged on failure. */
+int attention_request_set_precision(attention_request *req, const char *not_string,
+                                    const char *value, const char *field, attn_error *err);
+
 /* Reads one side of the pooled attention (rows or cols), given at `field`, into *out:
  * not_number as for attention_request_set_scale (400 "wrong_type"); a value that is not a
  * whole number from 1 to ATTN_POOL_MAX_SIDE is 400 "invalid_value". */

@@ -41,6 +41,13 @@ static int decode_scalars(const json_t *root, attention_request *req, attn_error
     req->out_in = wlayout == 1;
     req->weights_layout_given = json_object_get(root, "weights_layout") != NULL;
     job->dtype = dtype == 1 ? ATTN_FLOAT32 : ATTN_FLOAT64;
+    const json_t *precision = json_object_get(root, "compute_precision");
+    if (precision != NULL &&
+        (rc = attention_request_set_precision(req, json_is_string(precision) ? NULL
+                                                   : json_in_kind(precision),
+                                              json_string_value(precision),
+                                              "compute_precision", err)) != 0)
+        return rc;
     job->causal = causal;
     job->want_attention = want_attention;
     size_t heads;
@@ -368,7 +375,7 @@ static int decode_into(const json_t *root, const attention_json_limits *limits,
                                         "causal", "mask", "scale", "layout", "weights_layout",
                                         "dtype", "return_attention", "weights_generation",
                                         "attention_pool", "return_qk", "reductions",
-                                        "sequence"};
+                                        "sequence", "compute_precision"};
     int rc, qkv;
     if (!json_is_object(root))
         return error_set(err, ERR_BAD_REQUEST, "invalid_json", NULL,
@@ -630,6 +637,10 @@ void attention_json_encode(const attention_request *req, const attn_result *resu
     }
     jw_raw(w, ",\"meta\":{\"dtype\":");
     jw_string(w, f32 ? "float32" : "float64");
+    jw_raw(w, ",\"compute_precision\":");
+    jw_string(w, attention_precision_name(j));
+    jw_raw(w, ",\"kernel\":");
+    jw_string(w, attention_kernel_path());
     jw_raw(w, ",\"scale\":");
     jw_double(w, j->scale);
     jw_raw(w, ",\"layout\":");

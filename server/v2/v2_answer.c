@@ -219,6 +219,10 @@ static void write_head(jw_buf *w, const v2_answer_head *head, const attention_re
     jw_double(w, ar->job.scale);
     jw_raw(w, ",\"heads\":");
     jw_size(w, ar->job.heads);
+    jw_raw(w, ",\"compute_precision\":");
+    jw_string(w, attention_precision_name(&ar->job));
+    jw_raw(w, ",\"kernel\":");
+    jw_string(w, attention_kernel_path());
     if (ar->job.pool != NULL) {
         size_t br, bc, gr, gc;
         attention_pool_grid(ar->job.pool, ar->job.lq, ar->job.lk, &br, &bc, &gr, &gc);

@@ -573,7 +573,8 @@ static attention_input input_of(const v2_infer *st, int s)
 
 /* Checks that the model's required inputs are there and that the numeric
  * ones agree in datatype and rank; sets the job's precision: float64 for FP64
- * inputs, float32 for the others (FP16 and BF16 widen exactly to float32).  The
+ * inputs, float32 for the others (FP16 and BF16 widen exactly to float32), unless
+ * parameters.compute_precision names one (attention_request_set_precision).  The
  * outputs are by default in the precision of the computation, as the metadata
  * declares them (FP32; FP64 for FP64 inputs): a 16-bit answer is asked for with
  * output_datatype, never a rounding the client did not ask for. */
@@ -594,10 +595,18 @@ static int check_inputs(v2_infer *st, attn_error *err)
     for (int s = 0; s < IN_MASK; s++)
         if (st->have[s] && (rc = check_numeric(&st->in[s], ref, err)) != 0)
             return rc;
-    int f64 = ref->datatype == V2_FP64;
+    st->ar.job.dtype = ref->datatype == V2_FP64 ? ATTN_FLOAT64 : ATTN_FLOAT32;
+    const scalar *precision = st->r->parameters.kind == SCALAR_OBJECT
+                                  ? param(st, "compute_precision") : NULL;
+    if (precision != NULL &&
+        (rc = attention_request_set_precision(&st->ar, precision->kind == SCALAR_STRING ? NULL
+                                                       : scalar_kind_words(precision),
+                                              precision->string,
+                                              "parameters.compute_precision", err)) != 0)
+        return rc;
+    int f64 = st->ar.job.dtype == ATTN_FLOAT64;
     if (!st->dtype_given)
         st->dtype = f64 ? V2_FP64 : V2_FP32;
-    st->ar.job.dtype = f64 ? ATTN_FLOAT64 : ATTN_FLOAT32;
     /* a float32 job's outputs reach the encoder as the kernels formed them (v2_answer.c) */
     st->ar.job.output_f32 = !f64;
     return 0;
@@ -692,13 +701,13 @@ static int read_input(const v2_tensor *t, double **out, attn_error *err)
     return v2_tensor_read_numbers(t, *out, err);
 }
 
-/* Reads q, k or v: binary FP32, FP16 or BF16 data as float into *f32 (a float32 job
- * then computes on it as it came, 16-bit numbers widened), anything else as double into
- * *f64; the job points at the one read. */
-static int read_qkv(const v2_tensor *t, double **f64, float **f32, const double **job64,
-                    const float **job32, attn_error *err)
+/* Reads q, k or v: binary FP32, FP16 or BF16 data as float into *f32 for a job that is
+ * not float64 (f64_job 0; the job then computes on it as it came, 16-bit numbers
+ * widened), anything else as double into *f64; the job points at the one read. */
+static int read_qkv(const v2_tensor *t, int f64_job, double **f64, float **f32,
+                    const double **job64, const float **job32, attn_error *err)
 {
-    if (t->bytes == NULL || t->datatype == V2_FP64) {
+    if (t->bytes == NULL || t->datatype == V2_FP64 || f64_job) {
         int rc = read_input(t, f64, err);
         *job64 = *f64;
         return rc;
@@ -721,9 +730,10 @@ static int infer_read(v2_infer *st, attn_error *err)
     attn_job *job = &ar->job;
     int rc;
     if (st->model.set == NULL) {
-        if ((rc = read_qkv(&st->in[IN_Q], &ar->q, &ar->q32, &job->q, &job->q32, err)) != 0 ||
-            (rc = read_qkv(&st->in[IN_K], &ar->k, &ar->k32, &job->k, &job->k32, err)) != 0 ||
-            (rc = read_qkv(&st->in[IN_V], &ar->v, &ar->v32, &job->v, &job->v32, err)) != 0)
+        int f64 = job->dtype == ATTN_FLOAT64;
+        if ((rc = read_qkv(&st->in[IN_Q], f64, &ar->q, &ar->q32, &job->q, &job->q32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_K], f64, &ar->k, &ar->k32, &job->k, &job->k32, err)) != 0 ||
+            (rc = read_qkv(&st->in[IN_V], f64, &ar->v, &ar->v32, &job->v, &job->v32, err)) != 0)
             return rc;
     } else {
         if ((rc = read_input(&st->in[IN_X], &ar->x, err)) != 0)

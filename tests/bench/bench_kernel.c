@@ -67,16 +67,17 @@ typedef struct bench_case {
     int want_attention;
     double target;          /* the target ratio NumPy/C, or 0 for none */
     size_t keys;            /* keys per query row; 0: len */
+    int bf16;               /* compute_precision bfloat16 (dtype float32) */
 } bench_case;
 
 static const bench_case bench_cases[] = {
-    {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4, 0},
-    {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0, 0},
-    {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4, 0},
-    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2, 0},
-    {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0, 0},
-    {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0, 0},
-    {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0, 0},
+    {"n4096-f64", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 0, 4, 0, 0},
+    {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0, 0, 0},
+    {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4, 0, 0},
+    {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2, 0, 0},
+    {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0, 0, 0},
+    {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0, 0, 0},
+    {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0, 0, 0},
 };
 #define CASE_COUNT (sizeof bench_cases / sizeof bench_cases[0])
 
@@ -223,7 +224,7 @@ static int server_compute_threads(void)
 }
 
 /* Parses --case's "ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,ATTENTION[,KEYS]"
- * into *c (DTYPE float32 or float64; KEYS, the keys when they are not LEN; ID
+ * into *c (DTYPE float32, bfloat16 or float64; KEYS, the keys when they are not LEN; ID
  * is borrowed from text).  0, or -1 when the text does not say all of that or
  * a size is 0. */
 static int parse_case(char *text, bench_case *c)
@@ -238,12 +239,13 @@ static int parse_case(char *text, bench_case *c)
         c->keys = c->len;
     if ((got != 7 && got != 8) || c->batch * c->heads * c->len * c->head_dim * c->keys == 0)
         return -1;
-    if (strcmp(dtype, "float32") == 0)
+    if (strcmp(dtype, "float32") == 0 || strcmp(dtype, "bfloat16") == 0)
         c->dtype = ATTN_FLOAT32;
     else if (strcmp(dtype, "float64") == 0)
         c->dtype = ATTN_FLOAT64;
     else
         return -1;
+    c->bf16 = strcmp(dtype, "bfloat16") == 0;
     text[id_len] = '\0';
     c->id = text;
     return 0;
@@ -354,7 +356,7 @@ int main(int argc, char **argv)
         run.job = (attn_job){.batch = c->batch, .lq = c->len, .lk = keys, .heads = c->heads,
                              .dk = d, .dv = d, .q = q, .k = k, .v = v, .causal = c->causal,
                              .scale = 1.0 / sqrt((double)c->head_dim), .dtype = c->dtype,
-                             .want_attention = c->want_attention};
+                             .want_attention = c->want_attention, .bf16 = c->bf16};
         /* float32 in and out, as the v2 path runs a request of binary FP32 tensors */
         float *q32 = NULL, *k32 = NULL, *v32 = NULL;
         if (c->dtype == ATTN_FLOAT32) {

@@ -133,6 +133,12 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_large_logits)            \
     X(kernel_paths_on_pool)                 \
     X(kernel_paths_overflow_reported)       \
+    X(kernel_bf16_plain)                    \
+    X(kernel_bf16_masked_causal)            \
+    X(kernel_bf16_with_attention)           \
+    X(kernel_bf16_large_logits)             \
+    X(kernel_bf16_long_rows)                \
+    X(kernel_bf16_reductions_float32)       \
     X(kernel_overflow_every_score_reported) \
     X(kernel_overflow_some_scores_exact)    \
     X(kernel_paths_float_output_not_finite) \

@@ -30,7 +30,7 @@
 
 static uint64_t paths_rng = 0x13198A2E03707344ull;
 
-#define MAX_PATHS 4     /* avx512, avx2, portable and the tests' avx512-on-avx2 */
+#define MAX_PATHS 6     /* amx_bf16, avx512_bf16, avx512, avx2, portable and the tests' avx512-on-avx2 */
 
 /* The paths this CPU runs, widest first: the ones to test. */
 static size_t paths_available(const attn_kernel_path **paths)
