@@ -13,8 +13,9 @@
  * This is a benchmark of the BLAS itself, hence cblas.h here and not through
  * the attention module.
  *
- * Output: "peak <isa> <threads> <float32 GFLOP/s> <float64 GFLOP/s>" per
- * instruction set, widest first (none on a CPU without FMA); then, unless
+ * Output: "peak <isa> <threads> <float32 GFLOP/s> <float64 GFLOP/s> <bfloat16
+ * GFLOP/s>" per instruction set, widest first (none on a CPU without FMA; the
+ * bfloat16 figure 0 where the CPU lacks AVX512_BF16); then, unless
  * --peak-only, a line "core <name> threads <n>" and one line per precision,
  * "dgemm <GFLOP/s> <median ms> <runs>" (then sgemm).  The peak runs on the
  * compute threads the server would start (one per available CPU) or
@@ -89,7 +90,8 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < npeaks; i++)
-        printf("peak %s %d %.1f %.1f\n", peaks[i].isa, threads, peaks[i].f32, peaks[i].f64);
+        printf("peak %s %d %.1f %.1f %.1f\n", peaks[i].isa, threads, peaks[i].f32, peaks[i].f64,
+               peaks[i].bf16);
     fflush(stdout);
     if (peak_only)
         return 0;

@@ -4,7 +4,8 @@
  * The headline case is one head of n = 4096 queries and keys with d = 64, in
  * float64 and in float32, timed with want_attention = 0 (the output only) and
  * separately with want_attention = 1.  A causal variant and a batch x heads
- * variant (batch 4, 8 heads, L = 512) are there for information.  The
+ * variant (batch 4, 8 heads, L = 512) are there for information, and so is
+ * n = 4096 in float32 with compute_precision bfloat16 (attn_job.bf16).  The
  * competing implementation is NumPy (bench_numpy.py), which reads the list of
  * cases from kernel.tsv, so that the two programs cannot drift apart.
  *
@@ -37,7 +38,8 @@
  * The list first measures the machine's FMA peak (fma_peak.h) on the same
  * threads and prints each row's GFLOP/s as a share of the widest instruction
  * set's peak of its precision; --case leaves that to its caller (bench_ort.sh
- * takes the peak from bench-gemm once for all its rows).
+ * takes the peak from bench-gemm once for all its rows).  A bfloat16 row's share
+ * is of the bfloat16 peak (vdpbf16ps), where the CPU has one.
  */
 #include <errno.h>
 #include <math.h>
@@ -75,6 +77,7 @@ static const bench_case bench_cases[] = {
     {"n4096-f64-attn", ATTN_FLOAT64, 1, 1, 4096, 64, 0, 1, 0, 0, 0},
     {"n4096-f32", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 4, 0, 0},
     {"n4096-f32-attn", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 1, 2, 0, 0},
+    {"n4096-bf16", ATTN_FLOAT32, 1, 1, 4096, 64, 0, 0, 0, 0, 1},
     {"n4096-f64-causal", ATTN_FLOAT64, 1, 1, 4096, 64, 1, 0, 0, 0, 0},
     {"b4h8n512-f64", ATTN_FLOAT64, 4, 8, 512, 64, 0, 0, 0, 0, 0},
     {"b4h8n512-f32", ATTN_FLOAT32, 4, 8, 512, 64, 0, 0, 0, 0, 0},
@@ -308,7 +311,7 @@ int main(int argc, char **argv)
                             &blas_threads);
 
     /* The ceiling of the rows below, on their threads: the widest instruction set's. */
-    fma_peak peak = {"none", 0, 0};
+    fma_peak peak = {"none", 0, 0, 0};
     if (cases == bench_cases) {
         fma_peak peaks[4];
         int npeaks = fma_peak_measure(threads, policy.min_reps == 1, peaks, 4);
@@ -320,6 +323,11 @@ int main(int argc, char **argv)
             peak = peaks[0];
         printf("FMA peak (%s, %d thread%s): float32 %.1f GFLOP/s, float64 %.1f GFLOP/s\n",
                peak.isa, threads, threads == 1 ? "" : "s", peak.f32, peak.f64);
+        if (peak.bf16 > 0)
+            printf("BF16 peak (vdpbf16ps, %d thread%s): %.1f GFLOP/s\n", threads,
+                   threads == 1 ? "" : "s", peak.bf16);
+        else
+            printf("BF16 peak: not measured, this CPU lacks avx512_bf16\n");
     }
 
     char path[1100];
@@ -330,7 +338,7 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(tsv, "id\tdtype\tbatch\theads\tlen\thead_dim\tcausal\tattention\ttarget\treps\tc_ms\t"
-                 "gflop\tcheck_rows\tthreads\n");
+                 "gflop\tcheck_rows\tthreads\tcompute\n");
     printf("attention_run; kernel path %s; BLAS: %s, core %s, %d thread%s per product; "
            "%d compute thread%s as the server starts them\n", attention_kernel_path(),
            blas_config, blas_core, blas_threads, blas_threads == 1 ? "" : "s", threads,
@@ -380,16 +388,16 @@ int main(int argc, char **argv)
             failures++;
         } else {
             /* A causal row counts the whole n^2, so its share would be overstated: none. */
-            double ceiling = c->dtype == ATTN_FLOAT32 ? peak.f32 : peak.f64;
+            double ceiling = c->bf16 ? peak.bf16 : c->dtype == ATTN_FLOAT32 ? peak.f32 : peak.f64;
             char share[16] = "-";
             if (ceiling > 0 && !c->causal)
                 snprintf(share, sizeof share, "%.0f%%", 100 * gflop / ms * 1e3 / ceiling);
             printf("%-18s %5d %10.3f %9.1f %7s\n", c->id, reps, ms, gflop / ms * 1e3, share);
             fflush(stdout);
-            fprintf(tsv, "%s\t%s\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%g\t%d\t%.6f\t%.6f\t%zu\t%d\n",
+            fprintf(tsv, "%s\t%s\t%zu\t%zu\t%zu\t%zu\t%d\t%d\t%g\t%d\t%.6f\t%.6f\t%zu\t%d\t%s\n",
                     c->id, c->dtype == ATTN_FLOAT64 ? "float64" : "float32", c->batch, c->heads,
                     c->len, c->head_dim, c->causal, c->want_attention, c->target, reps, ms,
-                    gflop, check_rows, threads);
+                    gflop, check_rows, threads, attention_precision_name(&run.job));
         }
         attention_result_free(&run.result);
         free(q);

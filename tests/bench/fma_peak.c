@@ -24,10 +24,10 @@
 /* acc = acc * a + b on PEAK_ACC vectors, iters times; returns the sum of
  * the lanes so that the compiler cannot drop the work.  a slightly below 1
  * and b small keep every value normal (no overflow, no subnormal slowdown). */
-#define PEAK_LOOP(NAME, TARGET, VT, SET1, FMA, REAL)                                              \
+#define PEAK_LOOP(NAME, TARGET, VT, SET1, OPERAND, FMA, REAL)                                     \
     __attribute__((target(TARGET), noinline)) static double NAME(long iters)                      \
     {                                                                                             \
-        VT acc[PEAK_ACC], a = SET1((REAL)0.9999), b = SET1((REAL)1e-3);                           \
+        VT acc[PEAK_ACC], a = OPERAND((REAL)0.9999), b = OPERAND((REAL)1e-3);                     \
         for (int i = 0; i < PEAK_ACC; i++)                                                        \
             acc[i] = SET1((REAL)i);                                                               \
         for (long it = 0; it < iters; it++) {                                                     \
@@ -44,16 +44,27 @@
         return sum;                                                                               \
     }
 
-PEAK_LOOP(loop_avx512_f32, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, float)
-PEAK_LOOP(loop_avx512_f64, "avx512f", __m512d, _mm512_set1_pd, _mm512_fmadd_pd, double)
-PEAK_LOOP(loop_avx2_f32, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, float)
-PEAK_LOOP(loop_avx2_f64, "avx2,fma", __m256d, _mm256_set1_pd, _mm256_fmadd_pd, double)
+PEAK_LOOP(loop_avx512_f32, "avx512f", __m512, _mm512_set1_ps, _mm512_set1_ps, _mm512_fmadd_ps,
+          float)
+PEAK_LOOP(loop_avx512_f64, "avx512f", __m512d, _mm512_set1_pd, _mm512_set1_pd, _mm512_fmadd_pd,
+          double)
+PEAK_LOOP(loop_avx2_f32, "avx2,fma", __m256, _mm256_set1_ps, _mm256_set1_ps, _mm256_fmadd_ps, float)
+PEAK_LOOP(loop_avx2_f64, "avx2,fma", __m256d, _mm256_set1_pd, _mm256_set1_pd, _mm256_fmadd_pd,
+          double)
+
+/* The bfloat16 loop: acc += a0 b0 + a1 b1 per float lane (vdpbf16ps), a and b 32 bfloat16
+ * numbers each, so 64 FLOPs an instruction (2 per bfloat16 pair, counted as 32 lanes).  acc
+ * grows by 2e-3 a step, so it stays finite and normal. */
+#define BF16_PAIRS(x) ((__m512)_mm512_cvtne2ps_pbh(_mm512_set1_ps(x), _mm512_set1_ps(x)))
+#define BF16_DOT(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
+PEAK_LOOP(loop_avx512_bf16, "avx512f,avx512bf16", __m512, _mm512_set1_ps, BF16_PAIRS, BF16_DOT,
+          float)
 
 typedef struct peak_loop {
     const char *isa;
     int supported;
-    double (*loop[2])(long iters);  /* float32, float64 */
-    int lanes[2];
+    double (*loop[3])(long iters);  /* float32, float64, bfloat16 (NULL: none) */
+    int lanes[3];
 } peak_loop;
 
 typedef struct peak_run {
@@ -108,9 +119,11 @@ int fma_peak_measure(int threads, int quick, fma_peak *out, int max)
 {
     __builtin_cpu_init();
     peak_loop loops[] = {
-        {"avx512", __builtin_cpu_supports("avx512f"), {loop_avx512_f32, loop_avx512_f64}, {16, 8}},
+        {"avx512", __builtin_cpu_supports("avx512f"),
+         {loop_avx512_f32, loop_avx512_f64,
+          __builtin_cpu_supports("avx512bf16") ? loop_avx512_bf16 : NULL}, {16, 8, 32}},
         {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-         {loop_avx2_f32, loop_avx2_f64}, {8, 4}},
+         {loop_avx2_f32, loop_avx2_f64, NULL}, {8, 4, 0}},
     };
     if (threads < 1)
         threads = 1;
@@ -125,8 +138,8 @@ int fma_peak_measure(int threads, int quick, fma_peak *out, int max)
     for (size_t l = 0; l < sizeof loops / sizeof loops[0] && n < max; l++) {
         if (!loops[l].supported)
             continue;
-        double gflops[2];
-        for (int p = 0; p < 2; p++) {
+        double gflops[3] = {0, 0, 0};
+        for (int p = 0; p < 3 && loops[l].loop[p] != NULL; p++) {
             /* Iterations for about 50 ms a run (5 ms with quick), from a first short run. */
             double t0 = now_s();
             loops[l].loop[p](1L << 16);
@@ -146,7 +159,8 @@ int fma_peak_measure(int threads, int quick, fma_peak *out, int max)
             qsort(rates, (size_t)reps, sizeof rates[0], compare_doubles);
             gflops[p] = reps % 2 ? rates[reps / 2] : (rates[reps / 2 - 1] + rates[reps / 2]) / 2;
         }
-        out[n++] = (fma_peak){.isa = loops[l].isa, .f32 = gflops[0], .f64 = gflops[1]};
+        out[n++] = (fma_peak){.isa = loops[l].isa, .f32 = gflops[0], .f64 = gflops[1],
+                              .bf16 = gflops[2]};
     }
     free(runs);
     free(ids);

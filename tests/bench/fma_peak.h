@@ -11,7 +11,9 @@
  * the time from their common start to the last one's end, the median of
  * repeated runs.  No memory is touched, so this is the arithmetic limit of
  * the cores as the scheduler gives them to us, at the clock the vector width
- * runs at.
+ * runs at.  Where the CPU has AVX512_BF16, the avx512 entry also measures the
+ * bfloat16 peak: the same loop of vdpbf16ps (a pair of bfloat16 products summed
+ * into each float lane), the ceiling of compute_precision bfloat16.
  */
 #ifndef BENCH_FMA_PEAK_H
 #define BENCH_FMA_PEAK_H
@@ -20,6 +22,8 @@
 typedef struct fma_peak {
     const char *isa;         /* "avx512" or "avx2" */
     double f32, f64;         /* GFLOP/s, every thread together */
+    double bf16;             /* vdpbf16ps (avx512 with AVX512_BF16), 2 FLOPs per bfloat16
+                              * pair; 0 where the CPU lacks it */
 } fma_peak;
 
 /* Measures the instruction sets this CPU runs, widest first, into out (at
