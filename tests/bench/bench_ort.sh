@@ -7,6 +7,14 @@
 # binary v2 request against the kernel's own time.  Issue 34's targets are printed as met or
 # MISSED, never as a failure.
 #
+# The bfloat16 rows give float32 inputs to our kernel with compute_precision bfloat16 and the same
+# inputs to ONNX Runtime in float32; ours is checked against the float64 result within the bound
+# of docs/numbers.md (bf16_bound.py) and ONNX Runtime's against ours within that bound plus
+# float32's tolerance (ort_bench.mjs --bound).  Their speed-up is over our float32 row of the same
+# shape in this run, and their share is of the BF16 peak (vdpbf16ps, measured with the FMA peak;
+# none where the CPU lacks avx512_bf16).  The AMX rows (ATTN_KERNEL=amx_bf16) run only where the
+# CPU reports amx_bf16; elsewhere the table says they were not run.
+#
 # Each row: build/bench/bench-kernel --case times ours and writes the inputs and its answer to a
 # check file; ort_bench.mjs reads the same inputs, fails the row unless ONNX Runtime's answer
 # agrees, then times it.  Medians of bounded repetitions on both sides, the two taking turns in
@@ -42,7 +50,8 @@ grep '^peak ' "$work/gemm" | head -1 >"$work/peaks"
 
 # The rows: id dtype batch heads len head_dim causal attention ORT-op targets
 #   targets, comma-separated: "xN": ORT/ours >= N;  "%N": ours at >= N% of the FMA peak of its
-#   precision;  "-": none.
+#   precision;  "fN": our float32 row of the same shape (the ID with -bf16 as -f32, less -amx)
+#   over ours >= N;  "-": none.  An ID ending in -amx runs on the amx_bf16 path.
 ROWS="n1024-f32      float32 1 1 1024  64 0 0 mha         -
 n4096-f32      float32 1 1 4096  64 0 0 mha         x1.05,%80
 n16384-f32     float32 1 1 16384 64 0 0 mha         x1.05,%80
@@ -51,7 +60,11 @@ n1024-f64      float64 1 1 1024  64 0 0 attention23 -
 n4096-f64      float64 1 1 4096  64 0 0 attention23 %80
 n4096-f32-causal float32 1 1 4096 64 1 0 mha        x1.5
 n4096-f32-attn float32 1 1 4096  64 0 1 attention23 x2.0
-b4h8n512-f32   float32 4 8 512   64 0 0 mha         x1.2"
+b4h8n512-f32   float32 4 8 512   64 0 0 mha         x1.2
+n4096-bf16     bfloat16 1 1 4096 64 0 0 mha         f1.6
+n16384-bf16    bfloat16 1 1 16384 64 0 0 mha        f1.6
+n4096-bf16-causal bfloat16 1 1 4096 64 1 0 mha      f1.6
+n4096-bf16-amx bfloat16 1 1 4096 64 0 0 mha         f4"
 
 # One line per row measured, "ID OP DTYPE OURS_MS GFLOP TARGETS CAUSAL ORT-JSON", made into the
 # table once the second reading of the peak is in.
@@ -65,20 +78,39 @@ ROUNDS=3
 
 while read -r id dtype batch heads len hd causal attn op target; do
     check_rows=$(( attn ? (len < 64 ? len : 64) : 0 ))
+    kernel=${ATTN_KERNEL:-}
+    if [ "${id%-amx}" != "$id" ]; then
+        if ! grep -qw amx_bf16 /proc/cpuinfo; then
+            echo "$id: not run, this CPU lacks amx_bf16"
+            echo "| $id ($dtype) | $op | not run: this CPU lacks amx_bf16 | | | | | - | |" \
+                >>"$work/not-run"
+            continue
+        fi
+        kernel=amx_bf16
+    fi
+    ort_dtype=$dtype bound=()
+    [ "$dtype" = bfloat16 ] && ort_dtype=float32 bound=(--bound "$work/bound-$id.bin")
     : >"$work/rounds"
     status=0
     for round in $(seq "$ROUNDS"); do
-        build/bench/bench-kernel --out "$work" --case "$id,$dtype,$batch,$heads,$len,$hd,$causal,$attn" \
-            $QUICK >/dev/null || { echo "bench_ort.sh: $id: bench-kernel failed" >&2; status=2; break; }
+        env ${kernel:+ATTN_KERNEL=$kernel} build/bench/bench-kernel --out "$work" \
+            --case "$id,$dtype,$batch,$heads,$len,$hd,$causal,$attn" $QUICK >/dev/null ||
+            { echo "bench_ort.sh: $id: bench-kernel failed" >&2; status=2; break; }
         read -r ours_ms gflop <<<"$(awk -F'\t' 'NR == 2 { print $11, $12 }' "$work/kernel.tsv")"
         if [ "$check_rows" != "$(awk -F'\t' 'NR == 2 { print $13 }' "$work/kernel.tsv")" ]; then
             echo "bench_ort.sh: $id: bench-kernel wrote other check rows than expected" >&2
             status=2; break
         fi
         # every round's answer is checked again: the same inputs, a new run of each side
-        ort=$(node tests/bench/ort_bench.mjs --check "$work/check-$id.bin" --op "$op" --dtype "$dtype" \
-            --batch "$batch" --heads "$heads" --len "$len" --head-dim "$hd" --causal "$causal" \
-            --attention "$attn" --check-rows "$check_rows" $QUICK) || status=1
+        if [ "$dtype" = bfloat16 ] && ! "$BENCH_PYTHON" tests/bench/bf16_bound.py \
+            --check "$work/check-$id.bin" --batch "$batch" --heads "$heads" --len "$len" \
+            --head-dim "$hd" --causal "$causal" --out "$work/bound-$id.bin"; then
+            echo "bench_ort.sh: $id: ours is past the bfloat16 bound" >&2; status=2; break
+        fi
+        ort=$(node tests/bench/ort_bench.mjs --check "$work/check-$id.bin" --op "$op" \
+            --dtype "$ort_dtype" --batch "$batch" --heads "$heads" --len "$len" --head-dim "$hd" \
+            --causal "$causal" --attention "$attn" --check-rows "$check_rows" "${bound[@]}" \
+            $QUICK) || status=1
         echo "$id round $round: ours $ours_ms ms; ORT $op: $ort"
         [ $status -eq 0 ] || break
         echo "$ours_ms $ort" >>"$work/rounds"
@@ -87,7 +119,7 @@ while read -r id dtype batch heads len hd causal attn op target; do
     if [ "$id" = n4096-f32 ] && [ $status -eq 0 ]; then # kept for the end-to-end row below
         mv "$work/check-$id.bin" "$work/e2e.check"
     fi
-    rm -f "$work/check-$id.bin"
+    rm -f "$work/check-$id.bin" "$work/bound-$id.bin"
     if [ $status -ne 0 ]; then
         echo "bench_ort.sh: $id: ONNX Runtime failed or disagreed" >&2; failed=1; continue
     fi
@@ -111,43 +143,57 @@ done <<<"$ROWS"
 build/bench/bench-gemm --peak-only $QUICK >"$work/peak2" ||
     { echo "bench_ort.sh: bench-gemm --peak-only failed" >&2; exit 1; }
 cat "$work/peak2"
-read -r isa peak_threads peak32 peak64 <<<"$(cat "$work/peaks" <(head -1 "$work/peak2") | awk '
-    $1 == "peak" { isa = $2; t = $3; if ($4 > f) f = $4; if ($5 > d) d = $5 }
-    END { if (isa == "") print "none", 0, 0, 0; else print isa, t, f, d }')"
+read -r isa peak_threads peak32 peak64 peak16 <<<"$(cat "$work/peaks" <(head -1 "$work/peak2") | awk '
+    $1 == "peak" { isa = $2; t = $3; if ($4 > f) f = $4; if ($5 > d) d = $5; if ($6 > b) b = $6 }
+    END { if (isa == "") print "none", 0, 0, 0, 0; else print isa, t, f, d, b + 0 }')"
 
 printf '%s\n' "| row | ORT op | ours ms | ORT ms | ORT/ours (>1: ours faster) | ours GFLOP/s (% of FMA peak) | ORT GFLOP/s (% of FMA peak) | target | max diff / max |" >"$work/table"
 printf '%s\n' "|---|---|---|---|---|---|---|---|---|" >>"$work/table"
 node -e '
     const [peak32, peak64] = process.argv.slice(1).map(Number);
+    const peak16 = Number(process.argv[8]);
     const lines = require("fs").readFileSync(0, "utf8").split("\n").filter((l) => l);
+    const oursOf = Object.fromEntries(lines.map((l) => [l.split(" ")[0], Number(l.split(" ")[3])]));
     for (const line of lines) {
         const [id, op, dtype, ours, gflop, targets, causal] = line.split(" ", 7);
         const ort = JSON.parse(line.split(" ").slice(7).join(" "));
         const oursMs = Number(ours), g = Number(gflop);
-        const peak = dtype === "float32" ? peak32 : peak64;
+        const peak = dtype === "bfloat16" ? peak16 : dtype === "float32" ? peak32 : peak64;
         const rate = (ms) => g / ms * 1e3;
         // A causal row counts the whole n^2 (as bench-kernel does), so a share of the peak
         // would overstate it: none is printed there.
         const pct = (ms) => 100 * rate(ms) / peak;
-        const share = (ms) => causal === "1" ? "causal" : peak > 0 ? pct(ms).toFixed(0) + "%" : "no peak";
+        const share = (ms, p = peak) => causal === "1" ? "causal" :
+            p > 0 ? (100 * rate(ms) / p).toFixed(0) + "%" : "no peak";
         const ratio = ort.ms / oursMs;
         const verdicts = targets === "-" ? ["-"] : targets.split(",").map((t) => {
             const n = Number(t.slice(1));
             if (t.startsWith("x"))
                 return `ORT/ours >= ${n}: ` + (ratio >= n ? "met" : "MISSED");
+            if (t.startsWith("f")) {
+                const twin = id.replace("-bf16", "-f32").replace(/-amx$/, "");
+                const f = oursOf[twin] / oursMs;
+                return `${twin}/ours >= ${n}: ` + (f >= n ? `met (${f.toFixed(2)})` :
+                    oursOf[twin] ? `MISSED (${f.toFixed(2)})` : `MISSED (no ${twin} row)`);
+            }
             return `>= ${n}% of the FMA peak: ` + (peak > 0 && pct(oursMs) >= n ? "met" : "MISSED");
         });
         console.log(`| ${id} (${dtype}) | ${op} | ${oursMs.toFixed(2)} | ${ort.ms.toFixed(2)} | ` +
             `${ratio.toFixed(2)} | ${rate(oursMs).toFixed(0)} (${share(oursMs)}) | ` +
-            `${rate(ort.ms).toFixed(0)} (${share(ort.ms)}) | ${verdicts.join("; ")} | ` +
+            `${rate(ort.ms).toFixed(0)} (${share(ort.ms, dtype === "bfloat16" ? peak32 : peak)}) | ` +
+            `${verdicts.join("; ")} | ` +
             `${(ort.max_diff / ort.scale).toExponential(1)} |`);
     }
-    // The BLAS rows: what OpenBLAS reaches on the same peak (2 n^3 per product, every core).
+    // The rows not run (AMX on a CPU without it), then the BLAS rows: what OpenBLAS reaches on the same peak (2 n^3 per product, every core).
+    const notRun = require("fs").existsSync(process.argv[9]) ?
+        require("fs").readFileSync(process.argv[9], "utf8") : "";
+    if (notRun) process.stdout.write(notRun);
     for (const [name, gf, ms, peak] of [["sgemm", process.argv[3], process.argv[4], peak32],
                                         ["dgemm", process.argv[5], process.argv[6], peak64]])
         console.log(`| OpenBLAS ${name} 4096³ (core ${process.argv[7]}) | - | ${Number(ms).toFixed(2)} | - | - | ` +
             `${Number(gf).toFixed(0)} (${peak > 0 ? (100 * gf / peak).toFixed(0) + "%" : "no peak"}) | - | - | - |`);
-' "$peak32" "$peak64" "$sgemm" "$sgemm_ms" "$dgemm" "$dgemm_ms" "$core" <"$work/measured" >>"$work/table"
+' "$peak32" "$peak64" "$sgemm" "$sgemm_ms" "$dgemm" "$dgemm_ms" "$core" "$peak16" \
+    "$work/not-run" <"$work/measured" >>"$work/table"
 
 # End to end: the n4096-f32 inputs as one binary v2 request (FP32, output only) to the server on
 # loopback, answered within 1.3 times the kernel's own time.  The kernel (bench-kernel, the same
@@ -229,6 +275,11 @@ e2e_row || { echo "bench_ort.sh: the end-to-end row failed" >&2; failed=1; }
 {
     echo "ours (attention_run, as the server runs it) against ONNX Runtime $(node -p "require('./tests/bench/ort/node_modules/onnxruntime-node/package.json').version") (CPU, 2 intra-op threads);"
     echo "ceiling in this run: the FMA peak ($isa, $peak_threads threads, register-only FMA loop; the higher of a reading before and one after the rows): float32 $peak32 GFLOP/s, float64 $peak64 GFLOP/s;"
+    if awk -v b="$peak16" 'BEGIN { exit !(b > 0) }'; then
+        echo "BF16 peak (vdpbf16ps, the same loop and threads): $peak16 GFLOP/s, the ceiling of the bfloat16 rows (ours: float32 in, bfloat16 products; ONNX Runtime: float32, its share of the float32 peak);"
+    else
+        echo "no BF16 peak: this CPU lacks avx512_bf16, so the bfloat16 rows have no share of one;"
+    fi
     echo "OpenBLAS (core $core, all cores): sgemm 4096^3 $sgemm GFLOP/s, dgemm $dgemm GFLOP/s;"
     echo "GFLOP/s count 4 n^2 d per head (causal too); medians; ORT/ours > 1 means ours is faster."
     echo

@@ -54,8 +54,13 @@ def bound(q, k, v, heads=1, scale=None):
 
 def check(q, k, v, ours, heads=1, causal=False):
     """(worst error over its bound, the bound): ours against the float64 result of q, k, v."""
-    ref, _ = npattn.sdpa(q, k, v, heads=heads if heads > 1 else None, causal=causal,
-                         dtype=np.float64, return_attention=False)
+    lq, lk = q.shape[-2], k.shape[-2]
+    ref = np.empty(np.shape(ours))
+    for r0 in range(0, lq, ROWS_AT_ONCE):  # a chunk of query rows at a time, for memory
+        rows = slice(r0, min(r0 + ROWS_AT_ONCE, lq))
+        mask = np.arange(lk)[None, :] <= np.arange(lq)[rows, None] if causal else None
+        ref[..., rows, :], _ = npattn.sdpa(q[..., rows, :], k, v, heads=heads if heads > 1 else None,
+                                           mask=mask, dtype=np.float64, return_attention=False)
     b = bound(q, k, v, heads)
     return float(np.max(np.abs(np.asarray(ours, dtype=np.float64) - ref) / b)), b
 

@@ -8,10 +8,12 @@
 //
 // Usage: node ort_bench.mjs --check FILE --op mha|attention23 --dtype float32|float64
 //          --batch B --heads H --len L --head-dim D --causal 0|1 --attention 0|1
-//          --check-rows R [--quick]
+//          --check-rows R [--bound FILE] [--quick]
 // Prints one JSON line {ms, reps, max_diff, scale, tolerance}; exit status 0, or 1 when the
 // answers disagree (max |ours - ORT| > tolerance x max |ours|: 1e-4 in float32, 1e-6 in float64)
-// or ONNX Runtime fails.
+// or ONNX Runtime fails.  With --bound (our side computed in bfloat16, ONNX Runtime's in float32),
+// FILE holds the bound of each of our output numbers against the float64 result (little-endian
+// doubles, bf16_bound.py), and each |ours - ORT| may be that plus float32's tolerance x max |ours|.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { attentionModel } from './onnx_model.mjs';
@@ -82,12 +84,21 @@ async function main() {
       scale = Math.max(scale, p.scale);
     }
   }
-  result = null;
   const tolerance = TOLERANCE[a.dtype];
-  if (!(diff <= tolerance * scale)) {
+  let pastBound = false;
+  if (a.bound) {
+    const b = readFileSync(a.bound);
+    const bound = new Float64Array(b.buffer, b.byteOffset, b.byteLength / 8);
+    if (bound.length !== count) throw new Error(`--bound: ${bound.length} numbers, not ${count}`);
+    for (let i = 0; i < count && !pastBound; i++)
+      pastBound = !(Math.abs(result.output.data[i] - doubles[3 * count + i]) <=
+                    bound[i] + tolerance * scale);
+  }
+  if (pastBound || !(a.bound || diff <= tolerance * scale)) {
     console.log(JSON.stringify({ error: 'answers disagree', max_diff: diff, scale, tolerance }));
     process.exit(1);
   }
+  result = null;
 
   const times = [];
   let spent = 0;
