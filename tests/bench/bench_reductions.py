@@ -3,7 +3,9 @@
 output alone, on the same server (make bench's `reductions` step).
 
 For each L (16384, 32768, 131072): q, k, v of L x 64, one head, causal, as binary v2 tensors of
-BENCH_REDUCE_DATATYPE (default FP16; FP32 or FP64), sent to a
+BENCH_REDUCE_DATATYPE (default FP16; FP32 or FP64), with the parameter compute_precision
+BENCH_REDUCE_PRECISION when that is set (float64, float32 or bfloat16; else none, so float32 for
+16- and 32-bit inputs), sent to a
 freshly started build/attention-server on a free 127.0.0.1 port:
   reductions  parameters entropy, received, sink 4, local 16, topk 8; outputs those (no output)
   output      the same inputs, outputs ["output"] alone
@@ -34,6 +36,7 @@ import urllib.request
 import numpy as np
 
 DATATYPE = os.environ.get("BENCH_REDUCE_DATATYPE", "FP16")
+PRECISION = os.environ.get("BENCH_REDUCE_PRECISION", "")
 NP = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "INT64": np.int64}
 D = 64
 
@@ -80,7 +83,8 @@ def body_of(q, k, v, params, outputs):
     head = {"inputs": [{"name": n, "datatype": DATATYPE, "shape": list(a.shape),
                         "parameters": {"binary_data_size": len(b)}}
                        for n, a, b in zip("qkv", (q, k, v), blobs)],
-            "parameters": dict(params, causal=True, binary_data_output=True),
+            "parameters": dict(params, causal=True, binary_data_output=True,
+                               **({"compute_precision": PRECISION} if PRECISION else {})),
             "outputs": [{"name": o} for o in outputs]}
     text = json.dumps(head).encode()
     return text, b"".join([text] + blobs)
@@ -130,8 +134,10 @@ def main():
     rows, failed = [], False
     red = {"entropy": True, "received": True, "sink": 4, "local": 16, "topk": 8}
     red_outs = ["entropy", "received", "sink", "local", "topk_indices", "topk_weights"]
+    precision = ", compute_precision " + PRECISION if PRECISION else ""
+    what = DATATYPE + precision
     print("L\treductions_ms\toutput_ms\tratio\treductions_cpu_s\toutput_cpu_s\tcpu_ratio"
-          "\tpeak_rss_MiB (%s inputs, %d reps, medians)" % (DATATYPE, reps))
+          "\tpeak_rss_MiB (%s inputs%s, %d reps, medians)" % (DATATYPE, precision, reps))
     for L in [int(x) for x in args.sizes.split(",")]:
         rng = np.random.default_rng(L)
         q, k, v = (rng.standard_normal((L, D)) for _ in range(3))
@@ -161,7 +167,7 @@ def main():
               flush=True)
         rows.append("reductions\tL=%d x 64 causal %s: reductions vs output alone\t%.0f\t%.0f\tms"
                     "\t<=1.6\t\t\t%.0f MiB\treductions: entropy, received, sink 4, local 16, "
-                    "top-8, no output; peak RSS is the reductions'" % (L, DATATYPE, rm, om, rss))
+                    "top-8, no output; peak RSS is the reductions'" % (L, what, rm, om, rss))
         if L >= 131072:
             rows.append("reductions\tL=%d: peak RSS of the reductions request\t\t\tMiB\t<512 MiB"
                         "\t\t\t%.0f MiB\t" % (L, rss))
