@@ -27,7 +27,7 @@
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
 #   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*,
-#   overflow, sequences*, policies*
+#   overflow, bf16, sequences*, policies*
 #                                      the name of the check function (check_bad_files,
 #                                      check_torch_mha/mha.kdim, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
@@ -144,6 +144,7 @@ every_suite() {
     suite reductions-asan /usr/bin/python3 tests/reductions/reductions_test.py \
         --server build/asan/attention-server
     suite overflow /usr/bin/python3 tests/numbers/overflow_test.py --server build/attention-server
+    suite bf16 /usr/bin/python3 tests/numbers/bf16_test.py --server build/attention-server
     # sequences-asan leaves out the resident-size comparison (it prints SKIPPED for it):
     # AddressSanitizer's shadow and quarantine swamp it, and LeakSanitizer checks the leaks
     suite sequences /usr/bin/python3 tests/sequences/sequence_test.py --server build/attention-server

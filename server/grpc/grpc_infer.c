@@ -288,7 +288,10 @@ static void answer_response(const api_response *resp, int stream, grpc_answer *o
         inference__infer_parameter__init(p);
         e->key = (char *)a->params[i].key;
         e->value = p;
-        if (a->params[i].is_integer) {
+        if (a->params[i].string != NULL) {
+            p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+            p->string_param = (char *)a->params[i].string;
+        } else if (a->params[i].is_integer) {
             p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
             p->int64_param = a->params[i].integer;
         } else {

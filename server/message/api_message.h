@@ -89,7 +89,7 @@ typedef enum api_phase {
  * the answer's JSON part back: filled by v2's answer writer when every
  * output is binary.  Strings are static or copied here; an output's bytes
  * are the next `bytes` of the body's binary section, in order. */
-#define API_INFER_MAX_PARAMS 5
+#define API_INFER_MAX_PARAMS 7
 typedef struct api_infer_answer {
     int set;                    /* 0: not a binary v2 inference answer */
     char model_name[72];        /* a set name is at most 64 bytes (weights.h) */
@@ -98,6 +98,7 @@ typedef struct api_infer_answer {
     size_t n_params;            /* in the order of the JSON part's "parameters" */
     struct {
         const char *key;
+        const char *string;     /* a string (static), or NULL for a number: */
         int is_integer;         /* integer (a JSON integer) or real */
         long long integer;
         double real;

@@ -317,6 +317,7 @@ static void infer_param(api_infer_answer *a, const char *key, int is_integer, lo
                         double r)
 {
     a->params[a->n_params].key = key;
+    a->params[a->n_params].string = NULL;
     a->params[a->n_params].is_integer = is_integer;
     a->params[a->n_params].integer = i;
     a->params[a->n_params].real = r;
@@ -335,6 +336,10 @@ static void infer_fields(api_infer_answer *a, const v2_answer_head *head,
         snprintf(a->id, sizeof a->id, "%s", head->id);
     infer_param(a, "scale", 0, 0, ar->job.scale);
     infer_param(a, "heads", 1, (long long)ar->job.heads, 0);
+    infer_param(a, "compute_precision", 0, 0, 0);
+    a->params[a->n_params - 1].string = attention_precision_name(&ar->job);
+    infer_param(a, "kernel", 0, 0, 0);
+    a->params[a->n_params - 1].string = attention_kernel_path();
     if (ar->job.pool != NULL) {
         size_t br, bc, gr, gc;
         attention_pool_grid(ar->job.pool, ar->job.lq, ar->job.lk, &br, &bc, &gr, &gc);
