@@ -184,7 +184,8 @@ node -e '
             `${verdicts.join("; ")} | ` +
             `${(ort.max_diff / ort.scale).toExponential(1)} |`);
     }
-    // The rows not run (AMX on a CPU without it), then the BLAS rows: what OpenBLAS reaches on the same peak (2 n^3 per product, every core).
+    // The rows not run (AMX on a CPU without it), then the BLAS rows: what OpenBLAS reaches
+    // on the same peak (2 n^3 per product, every core).
     const notRun = require("fs").existsSync(process.argv[9]) ?
         require("fs").readFileSync(process.argv[9], "utf8") : "";
     if (notRun) process.stdout.write(notRun);

@@ -59,8 +59,9 @@ def check(q, k, v, ours, heads=1, causal=False):
     for r0 in range(0, lq, ROWS_AT_ONCE):  # a chunk of query rows at a time, for memory
         rows = slice(r0, min(r0 + ROWS_AT_ONCE, lq))
         mask = np.arange(lk)[None, :] <= np.arange(lq)[rows, None] if causal else None
-        ref[..., rows, :], _ = npattn.sdpa(q[..., rows, :], k, v, heads=heads if heads > 1 else None,
-                                           mask=mask, dtype=np.float64, return_attention=False)
+        ref[..., rows, :], _ = npattn.sdpa(q[..., rows, :], k, v,
+                                           heads=heads if heads > 1 else None, mask=mask,
+                                           dtype=np.float64, return_attention=False)
     b = bound(q, k, v, heads)
     return float(np.max(np.abs(np.asarray(ours, dtype=np.float64) - ref) / b)), b
 
