@@ -50,8 +50,10 @@ grep '^peak ' "$work/gemm" | head -1 >"$work/peaks"
 
 # The rows: id dtype batch heads len head_dim causal attention ORT-op targets
 #   targets, comma-separated: "xN": ORT/ours >= N;  "%N": ours at >= N% of the FMA peak of its
-#   precision;  "fN": our float32 row of the same shape (the ID with -bf16 as -f32, less -amx)
-#   over ours >= N;  "-": none.  An ID ending in -amx runs on the amx_bf16 path.
+#   precision;  "fN": our float32 kernel on the same shape over ours >= N (the float32 twin is
+#   timed in the same rounds, just before ours, and the ratio is the median of the rounds'
+#   ratios: this machine's speed can change between rows);  "-": none.  An ID ending in -amx
+#   runs on the amx_bf16 path.
 ROWS="n1024-f32      float32 1 1 1024  64 0 0 mha         -
 n4096-f32      float32 1 1 4096  64 0 0 mha         x1.05,%80
 n16384-f32     float32 1 1 16384 64 0 0 mha         x1.05,%80
@@ -67,8 +69,10 @@ n4096-bf16-causal bfloat16 1 1 4096 64 1 0 mha      f1.6
 n4096-bf16-amx bfloat16 1 1 4096 64 0 0 mha         f4"
 
 # One line per row measured, "ID OP DTYPE OURS_MS GFLOP TARGETS CAUSAL ORT-JSON", made into the
-# table once the second reading of the peak is in.
+# table once the second reading of the peak is in; per row with an "fN" target, "ID RATIO
+# TWIN_MS" in twins.
 : >"$work/measured"
+: >"$work/twins"
 
 # The two sides take turns, ROUNDS times per row, and each side's time is the median of its
 # rounds' medians: on a shared machine the load moves within seconds, and a row measured all of
@@ -91,8 +95,15 @@ while read -r id dtype batch heads len hd causal attn op target; do
     ort_dtype=$dtype bound=()
     [ "$dtype" = bfloat16 ] && ort_dtype=float32 bound=(--bound "$work/bound-$id.bin")
     : >"$work/rounds"
+    : >"$work/twin-rounds"
     status=0
     for round in $(seq "$ROUNDS"); do
+        if [ "${target#*f}" != "$target" ]; then # the float32 twin, in this round
+            build/bench/bench-kernel --out "$work/twin" \
+                --case "twin,float32,$batch,$heads,$len,$hd,$causal,$attn" $QUICK >/dev/null ||
+                { echo "bench_ort.sh: $id: bench-kernel (float32 twin) failed" >&2; status=2; break; }
+            awk -F'\t' 'NR == 2 { printf "%s ", $11 }' "$work/twin/kernel.tsv" >>"$work/twin-rounds"
+        fi
         env ${kernel:+ATTN_KERNEL=$kernel} build/bench/bench-kernel --out "$work" \
             --case "$id,$dtype,$batch,$heads,$len,$hd,$causal,$attn" $QUICK >/dev/null ||
             { echo "bench_ort.sh: $id: bench-kernel failed" >&2; status=2; break; }
@@ -114,6 +125,7 @@ while read -r id dtype batch heads len hd causal attn op target; do
         echo "$id round $round: ours $ours_ms ms; ORT $op: $ort"
         [ $status -eq 0 ] || break
         echo "$ours_ms $ort" >>"$work/rounds"
+        [ -s "$work/twin-rounds" ] && echo "$ours_ms" >>"$work/twin-rounds"
     done
     [ $status -eq 2 ] && { failed=1; continue; }
     if [ "$id" = n4096-f32 ] && [ $status -eq 0 ]; then # kept for the end-to-end row below
@@ -136,6 +148,12 @@ while read -r id dtype batch heads len hd causal attn op target; do
         console.log(med(ours), JSON.stringify(ort));
     ' "$work/rounds")"
     echo "$id: ours $ours_ms ms; ORT $op: $ort (medians of $ROUNDS rounds)"
+    if [ -s "$work/twin-rounds" ]; then
+        twin_ratio=$(awk '{ print $1 / $2 }' "$work/twin-rounds" | bench_median %.3f)
+        twin_ms=$(awk '{ print $1 }' "$work/twin-rounds" | bench_median %.3f)
+        echo "$id: float32 twin $twin_ms ms; float32 / ours $twin_ratio (median of the rounds' ratios)"
+        echo "$id $twin_ratio $twin_ms" >>"$work/twins"
+    fi
     echo "$id $op $dtype $ours_ms $gflop $target $causal $ort" >>"$work/measured"
 done <<<"$ROWS"
 
@@ -153,7 +171,8 @@ node -e '
     const [peak32, peak64] = process.argv.slice(1).map(Number);
     const peak16 = Number(process.argv[8]);
     const lines = require("fs").readFileSync(0, "utf8").split("\n").filter((l) => l);
-    const oursOf = Object.fromEntries(lines.map((l) => [l.split(" ")[0], Number(l.split(" ")[3])]));
+    const twins = Object.fromEntries(require("fs").readFileSync(process.argv[10], "utf8")
+        .split("\n").filter((l) => l).map((l) => [l.split(" ")[0], l.split(" ").map(Number)]));
     for (const line of lines) {
         const [id, op, dtype, ours, gflop, targets, causal] = line.split(" ", 7);
         const ort = JSON.parse(line.split(" ").slice(7).join(" "));
@@ -171,10 +190,10 @@ node -e '
             if (t.startsWith("x"))
                 return `ORT/ours >= ${n}: ` + (ratio >= n ? "met" : "MISSED");
             if (t.startsWith("f")) {
-                const twin = id.replace("-bf16", "-f32").replace(/-amx$/, "");
-                const f = oursOf[twin] / oursMs;
-                return `${twin}/ours >= ${n}: ` + (f >= n ? `met (${f.toFixed(2)})` :
-                    oursOf[twin] ? `MISSED (${f.toFixed(2)})` : `MISSED (no ${twin} row)`);
+                if (!twins[id]) return `float32 kernel/ours >= ${n}: MISSED (no float32 twin)`;
+                const [, f, twinMs] = twins[id];
+                return `float32 kernel (${twinMs.toFixed(2)} ms)/ours >= ${n}: ` +
+                    (f >= n ? "met" : "MISSED") + ` (${f.toFixed(2)})`;
             }
             return `>= ${n}% of the FMA peak: ` + (peak > 0 && pct(oursMs) >= n ? "met" : "MISSED");
         });
@@ -194,7 +213,7 @@ node -e '
         console.log(`| OpenBLAS ${name} 4096³ (core ${process.argv[7]}) | - | ${Number(ms).toFixed(2)} | - | - | ` +
             `${Number(gf).toFixed(0)} (${peak > 0 ? (100 * gf / peak).toFixed(0) + "%" : "no peak"}) | - | - | - |`);
 ' "$peak32" "$peak64" "$sgemm" "$sgemm_ms" "$dgemm" "$dgemm_ms" "$core" "$peak16" \
-    "$work/not-run" <"$work/measured" >>"$work/table"
+    "$work/not-run" "$work/twins" <"$work/measured" >>"$work/table"
 
 # End to end: the n4096-f32 inputs as one binary v2 request (FP32, output only) to the server on
 # loopback, answered within 1.3 times the kernel's own time.  The kernel (bench-kernel, the same
