@@ -25,7 +25,6 @@ Usage: bf16_test.py --server PATH [--filter SUBSTR].
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -33,25 +32,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "grpc"))
+sys.path.insert(0, os.path.join(HERE, "..", "reductions"))
 import harness  # noqa: E402
 from harness import check, named  # noqa: E402
 import grpc  # noqa: E402  (Debian's python3-grpcio)
 from grpc_test import GrpcServer, infer_request  # noqa: E402
+from reductions_test import kernel_paths  # noqa: E402
 
 U = 2.0 ** -9
-
-
-def kernel_paths():
-    """The --kernel paths this CPU runs, the bfloat16 one first."""
-    flags = open("/proc/cpuinfo").read().split()
-    paths = ["portable"]
-    if "avx2" in flags and "fma" in flags:
-        paths.insert(0, "avx2")
-    if "avx512f" in flags:
-        paths.insert(0, "avx512")
-    if "avx512_bf16" in flags:
-        paths.insert(0, "avx512_bf16")
-    return paths
 
 
 def f32(a):
@@ -280,7 +268,7 @@ def check_errors(srv):
 
 def main():
     args = harness.arguments(__doc__)
-    for path in kernel_paths():
+    for path in kernel_paths(with_bf16=True):
         harness.run(args.server, [named("check_" + path, lambda srv, p=path: check_path(srv, p))],
                     "--kernel", path, server_class=GrpcServer)
     harness.run(args.server, [check_errors], server_class=GrpcServer)

@@ -409,13 +409,17 @@ def check_memory_estimate(srv):
           answers[0][0] == 200 and answers[1][0] == 413, answers)
 
 
-def kernel_paths():
+def kernel_paths(with_bf16=False):
+    """The --kernel paths this CPU runs, widest first; with_bf16: avx512_bf16 first where
+    the CPU has it (a path that differs from avx512 in compute_precision bfloat16 only)."""
     flags = open("/proc/cpuinfo").read().split()
     paths = ["portable"]
     if "avx2" in flags and "fma" in flags:
         paths.insert(0, "avx2")
     if "avx512f" in flags:
         paths.insert(0, "avx512")
+    if with_bf16 and "avx512_bf16" in flags:
+        paths.insert(0, "avx512_bf16")
     return paths
 
 
