@@ -173,6 +173,10 @@ static inline size_t attn_fused_vpad(size_t hdv, size_t size)
 typedef struct attn_kernel_path {
     const char *name;
     int (*supported)(void);                         /* can this CPU run it */
+    /* 1: its float and double kernels are another path's source (avx512's) built with a
+     * bfloat16 instruction set too, so it differs in compute_precision bfloat16 only; the
+     * tests of the float kernels leave it to that path. */
+    int bf16_variant;
     /* The block described by a; returns ATTN_FUSED_NOT_FINITE when a row
      * maximum was not finite (an overflowing score: not_finite), plus
      * ATTN_FUSED_ROW_OVERFLOW when an output row came out not finite (to be

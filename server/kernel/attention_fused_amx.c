@@ -9,6 +9,7 @@
 #define ATTN_FUSED_AMX 1
 #define PATH amx_bf16
 #define PATH_NAME "amx_bf16"
+#define PATH_BF16_VARIANT 1
 #define PATH_TARGET "avx512f,fma,avx512bf16,amx-tile,amx-bf16"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx512f") && \
                         __builtin_cpu_supports("avx512bf16") && attn_fused_amx_usable())

@@ -8,6 +8,7 @@
  */
 #define PATH avx512_bf16
 #define PATH_NAME "avx512_bf16"
+#define PATH_BF16_VARIANT 1
 #define PATH_TARGET "avx512f,fma,avx512bf16"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"))
 #include "attention_fused_avx512.c"

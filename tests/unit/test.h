@@ -16,8 +16,23 @@
 #include <string.h>
 
 #include "kernel/attention.h"
+#include "kernel/attention_fused.h"
 
 extern int test_failed;
+
+/* The kernel paths this CPU runs whose float and double kernels are their own, widest
+ * first, at most max: the paths the tests of those kernels hold to the reference.  The
+ * bfloat16 variants (attn_kernel_path.bf16_variant) are the avx512 path's float code
+ * again; the bfloat16 tests (test_kernel_bf16.c) take every path. */
+static inline size_t test_float_paths(const attn_kernel_path **paths, size_t max)
+{
+    const attn_kernel_path *all[8];
+    size_t n = attn_kernel_available(all, 8), kept = 0;
+    for (size_t i = 0; i < n && kept < max; i++)
+        if (!all[i]->bf16_variant)
+            paths[kept++] = all[i];
+    return kept;
+}
 
 #define FAIL_AT(...)                                                        \
     do {                                                                    \

@@ -139,7 +139,7 @@ static const pool_case POOL_CASES[] = {
 void test_attention_pool_matches_reference(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     for (size_t p = 0; p < npaths; p++) {
         char err[128];
         ASSERT_EQ(attn_kernel_select(paths[p]->name, err, sizeof err), 0);

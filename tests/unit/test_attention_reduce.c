@@ -164,7 +164,7 @@ static int run_case(const reduce_case *rc, int f32, double *q, double *k, double
 void test_attention_reduce_matches_reference(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     char err[128];
     for (size_t c = 0; c < sizeof REDUCE_CASES / sizeof REDUCE_CASES[0]; c++) {
         const reduce_case *rc = &REDUCE_CASES[c];
@@ -264,7 +264,7 @@ static void helper_row(double *s, size_t n, int hidden)
 void test_attention_reduce_row_passes(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     double s[HELPER_MAX + 1], p[HELPER_MAX + 1], acc[HELPER_MAX + 1];
     float sf[HELPER_MAX + 1], pf[HELPER_MAX + 1], accf[HELPER_MAX + 1];
     for (size_t p_ = 0; p_ < npaths; p_++)
@@ -325,7 +325,7 @@ void test_attention_reduce_row_passes(void)
 void test_attention_reduce_row_max(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     double s[HELPER_MAX];
     float sf[HELPER_MAX];
     for (size_t p = 0; p < npaths; p++)
@@ -356,7 +356,7 @@ void test_attention_reduce_row_max(void)
 void test_attention_reduce_above(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     double s[HELPER_MAX];
     float sf[HELPER_MAX];
     const double thresholds[] = {-INFINITY, -30, -4.9, 0, 2.4, 9.99, 20};
@@ -391,7 +391,7 @@ void test_attention_reduce_above(void)
 void test_attention_reduce_score_tiles(void)
 {
     const attn_kernel_path *paths[4];
-    size_t npaths = attn_kernel_available(paths, 4);
+    size_t npaths = test_float_paths(paths, 4);
     enum { LDS = 2 * ATTN_FUSED_BK + 32, ROWS = 70, LK = ATTN_FUSED_BK * 3 / 2 + 4, DMAX = 100,
            LD = DMAX + 3 };
     const size_t dims[] = {1, 3, 8, 64, 100}, nqs[] = {1, 5, 6, 7, 13, 64},

@@ -149,7 +149,7 @@ static void inputs_fill(overflow_inputs *in, int f32)
 static void each_setting(void (*check)(const char *path, int f32, int threads))
 {
     const attn_kernel_path *paths[4];
-    size_t n = attn_kernel_available(paths, 4);
+    size_t n = test_float_paths(paths, 4);
     char why[200];
     for (size_t p = 0; p < n && !test_failed; p++) {
         if (attn_kernel_select(paths[p]->name, why, sizeof why) != 0)

@@ -30,12 +30,12 @@
 
 static uint64_t paths_rng = 0x13198A2E03707344ull;
 
-#define MAX_PATHS 6     /* amx_bf16, avx512_bf16, avx512, avx2, portable and the tests' avx512-on-avx2 */
+#define MAX_PATHS 4     /* avx512, avx2, portable and the tests' avx512-on-avx2 */
 
-/* The paths this CPU runs, widest first: the ones to test. */
+/* The paths this CPU runs, widest first, but the bfloat16 variants: the ones to test. */
 static size_t paths_available(const attn_kernel_path **paths)
 {
-    return attn_kernel_available(paths, MAX_PATHS);
+    return test_float_paths(paths, MAX_PATHS);
 }
 
 /* Relative error of out against ref: the largest difference over the
@@ -604,8 +604,9 @@ void test_kernel_paths_exp2_accuracy(void)
  * an unknown name (errors that say why, the choice unchanged). */
 void test_kernel_paths_select(void)
 {
-    const attn_kernel_path *paths[MAX_PATHS];
-    size_t n = paths_available(paths);
+    /* every path, the bfloat16 variants included: auto takes the widest */
+    const attn_kernel_path *paths[8];
+    size_t n = attn_kernel_available(paths, 8);
     char err[200] = "";
     ASSERT(n >= 1);
     /* portable runs on every CPU: the last of the server's paths (main.c adds the tests'
