@@ -42,7 +42,7 @@
 # check-api-answers, lint-k8s, test-browser) install nothing a second time.
 
 CC      ?= cc
-PKGS    := libmicrohttpd jansson openblas zlib grpc libprotobuf-c
+PKGS    := libmicrohttpd jansson openblas zlib grpc libprotobuf-c libcurl expat libcrypto
 PROVISION := bash scripts/provision.sh
 
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L

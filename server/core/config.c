@@ -117,12 +117,26 @@ static const config_option config_table[] = {
      (double)(1ULL << 50), "all stored weight sets together; 413 past it"},
     {"store-sync-interval", "ATTN_STORE_SYNC_INTERVAL", OPT_LONG, OFF(store_sync_interval), 0,
      "1000", 10, 3600000,
-     "milliseconds between rescans of --data-dir for sets other replicas wrote or deleted; "
+     "milliseconds between rescans of --data-dir for sets other replicas wrote or deleted "
+     "(with --store-url, 5000 unless given: each rescan is a listing request); "
      "/readyz answers 503 when three intervals pass without a good rescan"},
     {"store-temp-max-age", "ATTN_STORE_TEMP_MAX_AGE", OPT_LONG, OFF(store_temp_max_age), 0,
      "3600", 0, 31536000,
      "seconds after which another server's temporary file in --data-dir counts as abandoned "
      "and is removed at start-up; 0: never"},
+    {"store-url", "ATTN_STORE_URL", OPT_TEXT, OFF(store_url), LEN(store_url), "", 0, 0,
+     "s3://BUCKET or s3://BUCKET/PREFIX: keep the weight sets in an S3-compatible object store "
+     "(one object PREFIX/NAME.wset a set) instead of --data-dir; credentials from "
+     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN) or a credentials file "
+     "(AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE), never from a flag"},
+    {"s3-endpoint", "ATTN_S3_ENDPOINT", OPT_TEXT, OFF(s3_endpoint), LEN(s3_endpoint), "", 0, 0,
+     "http(s)://HOST:PORT of a self-hosted S3 store (MinIO, radosgw, Swift), addressed "
+     "path-style; empty: AWS S3 in --s3-region"},
+    {"s3-region", "ATTN_S3_REGION", OPT_STRING, OFF(s3_region), LEN(s3_region), "us-east-1", 0,
+     0, "the region requests are signed for (AWS Signature Version 4)"},
+    {"s3-ca-file", "ATTN_S3_CA_FILE", OPT_TEXT, OFF(s3_ca_file), LEN(s3_ca_file), "", 0, 0,
+     "PEM file of the certificate authorities an https --s3-endpoint is checked against; "
+     "empty: the system's"},
     {"quiet", "ATTN_QUIET", OPT_BOOL, OFF(quiet), 0, "false", 0, 1,
      "no access log on stderr"},
     {"log-format", "ATTN_LOG_FORMAT", OPT_STRING, OFF(log_format), LEN(log_format), "text", 0,

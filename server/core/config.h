@@ -34,8 +34,12 @@ typedef struct server_config {
     char data_dir[1024];
     size_t max_set_bytes;       /* one stored weight set */
     size_t max_store_bytes;     /* all stored weight sets */
-    long store_sync_interval;   /* milliseconds between rescans of data_dir */
+    long store_sync_interval;   /* milliseconds between rescans of data_dir or the bucket */
     long store_temp_max_age;    /* seconds after which anyone's temporary file is abandoned */
+    char store_url[600];        /* "s3://BUCKET[/PREFIX]": sets in an object store; "": data_dir */
+    char s3_endpoint[512];      /* "": AWS; else path-style requests to this URL */
+    char s3_region[64];
+    char s3_ca_file[1024];      /* "": the system's certificates */
     long quiet;                 /* 1: no access log */
     /* Who may reach the server (guard.c) and over what (http.c). */
     char allowed_hosts[1024];   /* Host allow-list; "" automatic, "*" any */

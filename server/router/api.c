@@ -15,6 +15,7 @@
 #include "api.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "message/answer.h"
@@ -23,6 +24,9 @@
 #include "v1/v1.h"
 #include "v2/v2.h"
 #include "viz/viz_page.h"
+
+/* --store-sync-interval's default with --store-url. */
+#define API_S3_SYNC_INTERVAL_MS 5000
 
 static const server_config *api_cfg;
 static weight_store *api_store;
@@ -35,12 +39,28 @@ int api_init(const server_config *cfg, attn_error *err)
     /* A damaged file is quarantined when it is still damaged three sync
      * intervals later: a version another replica is renaming into place
      * loads well long before that. */
+    int s3 = cfg->store_url[0] != '\0';
+    /* An object store is listed by a request a sync: a slower default than a
+     * directory's, which read-your-writes (weights_generation) does not wait for. */
+    long interval = s3 && config_source(cfg, "store-sync-interval") == CONFIG_FROM_DEFAULT
+                        ? API_S3_SYNC_INTERVAL_MS
+                        : cfg->store_sync_interval;
     store_limits limits = {cfg->max_set_bytes, cfg->max_store_bytes, cfg->store_temp_max_age,
-                           3 * cfg->store_sync_interval};
-    api_store = store_open(cfg->data_dir, &limits, err);
+                           3 * interval};
+    if (s3) {
+        s3_config s3cfg = {0};
+        if (s3_parse_url(cfg->store_url, &s3cfg, err) != 0)
+            return err->kind;
+        snprintf(s3cfg.endpoint, sizeof s3cfg.endpoint, "%s", cfg->s3_endpoint);
+        snprintf(s3cfg.region, sizeof s3cfg.region, "%s", cfg->s3_region);
+        snprintf(s3cfg.ca_file, sizeof s3cfg.ca_file, "%s", cfg->s3_ca_file);
+        api_store = store_open_s3(&s3cfg, &limits, err);
+    } else {
+        api_store = store_open(cfg->data_dir, &limits, err);
+    }
     if (api_store == NULL)
         return err->kind ? err->kind : ERR_INTERNAL;
-    if (store_sync_start(api_store, cfg->store_sync_interval, err) != 0) {
+    if (store_sync_start(api_store, interval, err) != 0) {
         store_close(api_store);
         api_store = NULL;
         return err->kind;

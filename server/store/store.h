@@ -1,11 +1,14 @@
 /*
- * store.h - named weight sets kept in a data directory.
+ * store.h - named weight sets kept in a data directory or an S3 bucket.
  *
  * A weight set is an attn_weights (in_out form) with its default heads and
  * the weights_layout it was uploaded in.  Each set is one file
  * <name>.wset in the data directory (its format: store_format.c and
- * docs/weight-sets.md).  The store's own files are listed in
- * store_internal.h.
+ * docs/weight-sets.md), or one object PREFIX/<name>.wset of the same bytes
+ * in a bucket (store_open_s3; docs/store-backends.md).  What follows is said
+ * of the directory; every promise holds for the bucket too, with an object's
+ * ETag for a file's identity and one PUT for the rename.  The store's own
+ * files are listed in store_internal.h.
  * Writes are durable before they are acknowledged: temporary file, fsync,
  * rename over the old file, fsync of the directory; so after a crash a set
  * is either wholly there or not at all.  At start-up every file is loaded;
@@ -33,6 +36,7 @@
 
 #include "core/error.h"
 #include "kernel/weights.h"
+#include "s3/s3.h"
 
 typedef struct weight_set {
     char name[WEIGHTS_NAME_MAX + 1];
@@ -72,6 +76,25 @@ typedef struct store_status {
  * when the directory itself is unusable (500) or memory runs out (503; good
  * files are never quarantined for that). */
 weight_store *store_open(const char *dir, const store_limits *limits, attn_error *err);
+
+/* Opens the bucket and prefix of cfg (borrowed, copied) as store_open opens
+ * a directory: every set is loaded, damaged objects are skipped.  Returns the
+ * store, or NULL with err filled when the credentials are missing, the
+ * object store cannot be listed (the message names the endpoint and the S3
+ * error code: a wrong secret, a missing bucket, a clock skew), or memory
+ * runs out. */
+weight_store *store_open_s3(const s3_config *cfg, const store_limits *limits, attn_error *err);
+
+/* Where the sets are kept, for /v1/info; every string is borrowed from the
+ * store (or static). */
+typedef struct store_info {
+    const char *backend;            /* "directory", "s3" */
+    const char *location;           /* the directory, or "s3://BUCKET/PREFIX" */
+    const char *conditional_writes; /* "supported", "not_supported", "unknown"
+                                     * (nothing written yet), "not_needed" (a
+                                     * directory: rename is atomic) */
+} store_info;
+void store_get_info(weight_store *store, store_info *info);
 
 /* Frees the store (NULL is fine), stopping its background sync first; sets
  * still referenced stay valid until released. */

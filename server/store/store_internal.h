@@ -2,27 +2,37 @@
  * store_internal.h - what the pieces of the weight-set store share; not for
  * the rest of the server, which sees only store.h.
  *
- * The store is six files, one concern each, each using only those above it
- * in this list but for store.c, which opens and closes it all:
- *   store.c             opening and closing a store: the data directory,
- *                       the locks, the first scan
+ * The store is split by concern, each file using only those above it in
+ * this list but for store.c, which opens and closes it all:
+ *   store.c             opening and closing a store: the backend, the locks,
+ *                       the first scan
  *   store_format.c      the file format, bytes in and bytes out: encoding a
  *                       set, decoding and checking a header, the checksum
- *   store_io.c          the file-system steps: loading a set file, the durable
- *                       write and the delete, file paths and identities, and
- *                       temporary files (naming and clean-up)
+ *   store_io.c          reading a set from its bytes (a file or a buffer),
+ *                       and the file-system steps: the durable write and the
+ *                       delete, file identities, temporary files
+ *   store_fs.c          the directory backend (store_backend, below) over
+ *                       store_io.c: one NAME.wset file a set
+ *   store_s3.c          the object-store backend over s3/s3.h: one object
+ *                       PREFIX/NAME.wset a set, the same bytes
  *   store_table.c       the in-memory table: reference-counted sets (built
  *                       from a loaded file too), get, put, delete, list,
  *                       generations
- *   store_quarantine.c  files that fail to load: reported once, moved to
- *                       quarantine/ when they stay damaged
+ *   store_quarantine.c  sets that fail to load: reported once, set aside by
+ *                       the backend when they stay damaged
  *   store_sync.c        the rescan that follows what other replicas wrote,
  *                       and the background thread that runs it
  *
+ * The table, the sync and quarantine see the place where sets are kept only
+ * through store->backend (store_backend): list, load, head, write, remove,
+ * set aside.  So every rule above the backend (generations, If-Match, pins,
+ * the sync's swap, quarantine's delay) is the same for every backend.
+ *
  * Locking: sync_lock lets one scan run at a time; write_lock serialises puts,
- * deletes and the short apply step of a scan (file work included); map_lock
- * guards the in-memory table and is held only for lookups and swaps.
- * Computation never holds any: it holds a reference to an immutable set.
+ * deletes and the short apply step of a scan (backend work included);
+ * map_lock guards the in-memory table and is held only for lookups and
+ * swaps.  Computation never holds any: it holds a reference to an immutable
+ * set.
  */
 #ifndef ATTN_STORE_INTERNAL_H
 #define ATTN_STORE_INTERNAL_H
@@ -36,12 +46,17 @@
 /* Temporary files are ".tmp.HOST.PID.COUNTER" (store_tmp_name_parse). */
 #define STORE_TMP_PREFIX ".tmp."
 
-/* What identifies one version of a file: a rename puts a new inode in place,
- * and a rewrite in place changes the size or the mtime. */
+/* What identifies one version of a stored set.  A file: a rename puts a new
+ * inode in place, and a rewrite in place changes the size or the mtime.  An
+ * object: its ETag and size (dev, ino and mtime_ns stay 0). */
 typedef struct file_sig {
     uint64_t dev, ino;
     int64_t size, mtime_ns;
+    char etag[80];          /* without quotes; "" for a file */
 } file_sig;
+
+typedef struct store_backend store_backend;
+typedef struct store_s3 store_s3;
 
 /* A file that failed to load: kept here until it loads, disappears,
  * changes, or has stayed damaged long enough to be quarantined. */
@@ -62,8 +77,10 @@ typedef struct pin_sync {
 } pin_sync;
 
 struct weight_store {
-    char dir[1024];
-    char host[64];          /* this host's name, as temporary files carry it */
+    const store_backend *backend;
+    char dir[1024];         /* the data directory; the object store's s3:// URL */
+    char host[64];          /* this host's name, as temporary and quarantined files carry it */
+    store_s3 *s3;           /* the object-store backend's state (store_s3.c), or NULL */
     store_limits limits;
     pthread_mutex_t write_lock;
     pthread_mutex_t map_lock;
@@ -81,10 +98,11 @@ struct weight_store {
     int stop;
     long interval_ms;
     int64_t last_ok_ms;     /* monotonic time of the last successful scan */
-    /* The directory's identity before the last full scan read its entries,
-     * when it can be trusted to change with the next entry added, renamed
-     * or removed (dir_sig_settled), and when that scan was (monotonic):
-     * store_sync_if_changed (store_sync.c).  Guarded by sync_lock. */
+    /* The listing's identity (the directory's) before the last full scan
+     * read its entries, when it can be trusted to change with the next entry
+     * added, renamed or removed (dir_sig_settled; never for an object store),
+     * and when that scan was (monotonic): store_sync_if_changed
+     * (store_sync.c).  Guarded by sync_lock. */
     file_sig dir_sig;
     int dir_sig_settled;
     int64_t dir_full_ms;
@@ -186,14 +204,31 @@ typedef struct store_loaded {
     attn_weights w;
     file_sig sig;
 } store_loaded;
-/* Reads the set file open on fd, which should hold the set called name,
- * and checks it whole (the descriptor stays open).  Returns 0 with *out
- * filled, or -1 with the reason in why, *nomem set when memory ran out
- * rather than the file being bad, or *newer set when the file is of a
+/* The bytes of one stored version, wherever they are: size of them, and
+ * read_at, which reads n of them at offset at into buf (0, or -1 when they
+ * cannot be read). */
+typedef struct store_source {
+    uint64_t size;
+    int (*read_at)(void *ctx, void *buf, size_t n, uint64_t at);
+    void *ctx;
+} store_source;
+/* A source over the file open on fd (its size from fstat): 0, or -1 with
+ * errno set. */
+int store_source_fd(int *fd, store_source *src);
+/* Bytes in memory (borrowed), and a source over them, which borrows span. */
+typedef struct store_span {
+    const unsigned char *bytes;
+    size_t len;
+} store_span;
+void store_source_mem(store_span *span, store_source *src);
+/* Reads the set in src, which should be the set called name, and checks it
+ * whole.  Returns 0 with *out filled (out->sig left zero: the caller knows
+ * the identity), or -1 with the reason in why, *nomem set when memory ran
+ * out rather than the bytes being bad, or *newer set when they are of a
  * later format version than this server reads (another server's, not
  * damage); out then holds nothing. */
-int store_io_load(int fd, const char *name, store_loaded *out, char *why, size_t why_len,
-                  int *nomem, int *newer);
+int store_io_load(const store_source *src, const char *name, store_loaded *out, char *why,
+                  size_t why_len, int *nomem, int *newer);
 /* The generation in the header of the file at path, or 0 when there is no
  * readable set file there. */
 uint64_t store_io_generation(const char *path);
@@ -210,6 +245,84 @@ int store_io_make_dirs(const char *dir);
 void store_io_host_label(char *out, size_t len);
 /* Removes the temporary files in the directory that are certainly abandoned. */
 void store_io_clean_temporaries(weight_store *store);
+
+/* ---- the backends: store_fs.c, store_s3.c ---- */
+
+/* One stored set as a backend's listing found it. */
+typedef struct store_entry {
+    const char *file;       /* NAME.wset */
+    file_sig sig;
+    int unreadable;         /* listed but its identity could not be read: keep what is loaded */
+    int fd;                 /* store_fs.c: the file, open for load; -1 otherwise */
+} store_entry;
+
+/* What a backend has under one name now (store_backend.head). */
+typedef struct store_version {
+    int exists;             /* a file or object is there */
+    uint64_t generation;    /* its set's generation when asked for; 0: none, or not readable */
+    file_sig sig;
+} store_version;
+
+/* What store_backend.write and .remove answer besides 0 and ERR_*. */
+#define STORE_CONFLICT 1    /* write: another write of the name came first; read head again */
+#define STORE_NOT_SYNCED 2  /* done, but may not survive a crash (err says why): the table
+                             * follows it and the caller reports err */
+
+/* The operations of one backend; store->backend points at one of these. */
+struct store_backend {
+    const char *kind;       /* "directory", "s3": /v1/info's store.backend */
+    /* Calls each(store, arg, entry, err) for every NAME.wset stored, and
+     * fills *listing with an identity of the listing taken before it was read
+     * and *settled with whether that identity can be trusted to change with
+     * the next set written or removed (0 when the backend has none).  Returns
+     * 0; each's non-zero code, which stops the listing; or ERR_INTERNAL /
+     * ERR_UNAVAILABLE with err filled ("store_unreachable") when the store
+     * cannot be listed. */
+    int (*list)(weight_store *store, int (*each)(weight_store *store, void *arg,
+                                                 const store_entry *e, attn_error *err),
+                void *arg, file_sig *listing, int *settled, attn_error *err);
+    /* Whether the listing's identity is still *listing: 1 when it is, 0 when
+     * the store must be listed again, or an ERR_* code with err filled.  NULL
+     * when the backend has no such identity (every scan lists). */
+    int (*unchanged)(weight_store *store, const file_sig *listing, attn_error *err);
+    /* Reads and checks the version of entry e (the set called name), as
+     * store_io_load; *gone set (and -1) when it vanished or was replaced
+     * since the listing, which is no damage. */
+    int (*load)(weight_store *store, const store_entry *e, const char *name, store_loaded *out,
+                char *why, size_t why_len, int *nomem, int *newer, int *gone);
+    /* The version under name now, with its generation when with_generation.
+     * 0 with *v filled, or an ERR_* code with err filled. */
+    int (*head)(weight_store *store, const char *name, int with_generation, store_version *v,
+                attn_error *err);
+    /* Publishes set under its name, durably, in place of the version over
+     * (head's, with its generation), and fills *sig with the new version's
+     * identity.  0; STORE_CONFLICT; STORE_NOT_SYNCED; or an ERR_* code with
+     * err filled and nothing changed. */
+    int (*write)(weight_store *store, const weight_set *set, const store_version *over,
+                 file_sig *sig, attn_error *err);
+    /* Removes the set of name.  0 (also when it was not there);
+     * STORE_NOT_SYNCED; or an ERR_* code with err filled and nothing changed. */
+    int (*remove)(weight_store *store, const char *name, attn_error *err);
+    /* Sets the damaged version sig of file aside (kept for inspection, never
+     * loaded again) if it is still that version.  0 when it was moved. */
+    int (*set_aside)(weight_store *store, const char *file, const file_sig *sig);
+    /* What the store says of itself for /v1/info (store_info), beyond the
+     * kind and location: whether writes are conditional.  NULL: "not_needed". */
+    const char *(*conditional_writes)(weight_store *store);
+    /* Frees the backend's state (store_close). */
+    void (*close)(weight_store *store);
+};
+
+extern const store_backend store_fs_backend;
+extern const store_backend store_s3_backend;
+
+/* Opens the bucket and prefix of cfg for store (fills store->dir with its
+ * s3:// URL and store->s3).  0, or an ERR_* code with err filled. */
+int store_s3_open(weight_store *store, const s3_config *cfg, attn_error *err);
+
+/* Opens the data directory dir for store (fills store->dir, cleans abandoned
+ * temporary files).  0, or ERR_INTERNAL with err filled (field "data-dir"). */
+int store_fs_open(weight_store *store, const char *dir, attn_error *err);
 
 /* ---- store_table.c ---- */
 

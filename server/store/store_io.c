@@ -1,8 +1,10 @@
 /*
- * store_io.c - the file-system steps of the weight-set store: loading a set
- * file, the durable write of one, the delete, the directory fsync, file
- * identities, and the temporary files (their names and their clean-up at
- * start-up).  What the bytes mean is store_format.c's business.
+ * store_io.c - reading a stored set from its bytes, wherever they are (a
+ * store_source: a file, or an object's body in memory), and the file-system
+ * steps of the directory backend: the durable write of a set file, the
+ * delete, the directory fsync, file identities, and the temporary files
+ * (their names and their clean-up at start-up).  What the bytes mean is
+ * store_format.c's business.
  *
  * A write goes to ".tmp.HOST.PID.COUNTER", is fsynced and renamed over the
  * set's file, and the directory is fsynced after: so after a crash a set is
@@ -218,6 +220,7 @@ int store_io_write_set(weight_store *store, const weight_set *set, const char *f
 
 void store_sig_of(const struct stat *st, file_sig *sig)
 {
+    memset(sig, 0, sizeof *sig);
     sig->dev = (uint64_t)st->st_dev;
     sig->ino = (uint64_t)st->st_ino;
     sig->size = (int64_t)st->st_size;
@@ -227,56 +230,85 @@ void store_sig_of(const struct stat *st, file_sig *sig)
 int store_sig_equal(const file_sig *a, const file_sig *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_ns == b->mtime_ns;
+           a->mtime_ns == b->mtime_ns && strcmp(a->etag, b->etag) == 0;
 }
 
-/* Reads n bytes from fd; 0, or -1 on an error or a short file. */
-static int read_all(int fd, void *data, size_t n)
+/* Reads n bytes from fd at offset at; 0, or -1 on an error or a short file. */
+static int pread_all(int fd, void *data, size_t n, uint64_t at)
 {
     char *p = data;
     while (n > 0) {
-        ssize_t done = read(fd, p, n);
+        ssize_t done = pread(fd, p, n, (off_t)at);
         if (done < 0 && errno == EINTR)
             continue;
         if (done <= 0)
             return -1;
         p += done;
         n -= (size_t)done;
+        at += (uint64_t)done;
     }
     return 0;
 }
 
-/* 1 when the last bytes of the file open on fd (of size file_size) are the
- * checksum of all the bytes before them, as in every version of the format,
- * else 0. */
-static int whole_file_checks(int fd, uint64_t file_size)
+static int fd_read_at(void *ctx, void *buf, size_t n, uint64_t at)
+{
+    return pread_all(*(int *)ctx, buf, n, at);
+}
+
+int store_source_fd(int *fd, store_source *src)
+{
+    struct stat st;
+    if (fstat(*fd, &st) != 0)
+        return -1;
+    *src = (store_source){(uint64_t)st.st_size, fd_read_at, fd};
+    return 0;
+}
+
+static int span_read_at(void *ctx, void *buf, size_t n, uint64_t at)
+{
+    const store_span *m = ctx;
+    if (at > m->len || n > m->len - at)
+        return -1;
+    memcpy(buf, m->bytes + at, n);
+    return 0;
+}
+
+void store_source_mem(store_span *span, store_source *src)
+{
+    *src = (store_source){span->len, span_read_at, span};
+}
+
+/* 1 when the last bytes of src are the checksum of all the bytes before
+ * them, as in every version of the format, else 0. */
+static int whole_file_checks(const store_source *src)
 {
     enum { CHUNK = 1 << 20 };   /* a multiple of 8, so chunks checksum as one run */
-    if (file_size < STORE_CHECKSUM_BYTES || lseek(fd, 0, SEEK_SET) != 0)
+    if (src->size < STORE_CHECKSUM_BYTES)
         return 0;
     unsigned char *buf = mem_malloc(CHUNK);
     if (buf == NULL)
         return 0;
-    uint64_t h = STORE_CHECKSUM_SEED;
-    uint64_t left = file_size - STORE_CHECKSUM_BYTES;
+    uint64_t h = STORE_CHECKSUM_SEED, at = 0;
+    uint64_t left = src->size - STORE_CHECKSUM_BYTES;
     int ok = 1;
     while (ok && left > 0) {
         size_t n = left < CHUNK ? (size_t)left : CHUNK;
-        ok = read_all(fd, buf, n) == 0;
+        ok = src->read_at(src->ctx, buf, n, at) == 0;
         h = store_format_checksum(h, buf, n);
         left -= n;
+        at += n;
     }
-    ok = ok && read_all(fd, buf, STORE_CHECKSUM_BYTES) == 0 &&
+    ok = ok && src->read_at(src->ctx, buf, STORE_CHECKSUM_BYTES, at) == 0 &&
          store_format_get_checksum(buf) == h;
     mem_free(buf);
     return ok;
 }
 
-/* Reads the arrays h names into w (dimensions set), folding them into the
- * checksum *sum.  0, or -1 with the reason in why and *nomem set when
- * memory ran out; arrays read so far stay in w. */
-static int read_arrays(int fd, const store_header *h, attn_weights *w, uint64_t *sum, char *why,
-                       size_t why_len, int *nomem)
+/* Reads the arrays h names from src, from offset *at on, into w (dimensions
+ * set), folding them into the checksum *sum.  0, or -1 with the reason in
+ * why and *nomem set when memory ran out; arrays read so far stay in w. */
+static int read_arrays(const store_source *src, uint64_t *at, const store_header *h,
+                       attn_weights *w, uint64_t *sum, char *why, size_t why_len, int *nomem)
 {
     for (int p = 0; p < WEIGHTS_COUNT; p++) {
         if (!(h->present & (1u << p)))
@@ -288,32 +320,28 @@ static int read_arrays(int fd, const store_header *h, attn_weights *w, uint64_t 
             *nomem = 1;
             return snprintf(why, why_len, "out of memory loading it"), -1;
         }
-        if (read_all(fd, a, n) != 0)
+        if (src->read_at(src->ctx, a, n, *at) != 0)
             return snprintf(why, why_len, "read failed"), -1;
+        *at += n;
         *sum = store_format_checksum(*sum, a, n);
     }
     return 0;
 }
 
-int store_io_load(int fd, const char *name, store_loaded *out, char *why, size_t why_len,
-                  int *nomem, int *newer)
+int store_io_load(const store_source *src, const char *name, store_loaded *out, char *why,
+                  size_t why_len, int *nomem, int *newer)
 {
     *nomem = 0;
     *newer = 0;
     memset(out, 0, sizeof *out);
-    struct stat st;
     unsigned char head[STORE_FORMAT_HEAD_MAX];
-    if (fstat(fd, &st) != 0) {
-        snprintf(why, why_len, "shorter than a header (truncated)");
-        return -1;
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size = src->size;
     size_t have = size < sizeof head ? (size_t)size : sizeof head;
-    if (read_all(fd, head, have) != 0)
+    if (src->read_at(src->ctx, head, have, 0) != 0)
         have = 0;
     int rc = store_format_decode_header(head, have, size, name, &out->h, why, why_len);
     if (rc == STORE_FORMAT_NEWER) {
-        *newer = whole_file_checks(fd, size);
+        *newer = whole_file_checks(src);
         store_format_newer_why(out->h.version, *newer, why, why_len);
         return -1;
     }
@@ -321,18 +349,15 @@ int store_io_load(int fd, const char *name, store_loaded *out, char *why, size_t
         return -1;
     out->w = out->h.dims;
     uint64_t sum = store_format_checksum(STORE_CHECKSUM_SEED, head, out->h.arrays_at);
+    uint64_t at = out->h.arrays_at;
     unsigned char tail[STORE_CHECKSUM_BYTES];
-    if (lseek(fd, (off_t)out->h.arrays_at, SEEK_SET) != (off_t)out->h.arrays_at) {
-        snprintf(why, why_len, "read failed");
+    if (read_arrays(src, &at, &out->h, &out->w, &sum, why, why_len, nomem) != 0)
         goto fail;
-    }
-    if (read_arrays(fd, &out->h, &out->w, &sum, why, why_len, nomem) != 0)
-        goto fail;
-    if (read_all(fd, tail, sizeof tail) != 0 || store_format_get_checksum(tail) != sum) {
+    if (src->read_at(src->ctx, tail, sizeof tail, at) != 0 ||
+        store_format_get_checksum(tail) != sum) {
         snprintf(why, why_len, "checksum mismatch (damaged file)");
         goto fail;
     }
-    store_sig_of(&st, &out->sig);
     return 0;
 fail:
     weights_free(&out->w);

@@ -1,53 +1,35 @@
 /*
- * store_sync.c - keeping the table in line with the shared directory.
+ * store_sync.c - keeping the table in line with the backend that replicas share.
  *
- * Any number of servers may use one data directory at once.  Each one
- * rescans it (store_sync: every --store-sync-interval from a background
- * thread, and at once when a request asks for a generation it has not seen)
- * and swaps in new and replaced files and drops deleted ones.  A file is
- * reloaded only when its identity (device, inode, size, mtime) changes;
- * opening it before looking (close-to-open) makes NFS revalidate what it
- * cached.  Files that fail to load go to store_quarantine.c.
+ * Any number of servers may use one data directory, or one bucket and prefix, at once.
+ * Each one rescans it (store_sync: every --store-sync-interval from a background thread,
+ * and at once when a request asks for a generation it has not seen) and swaps in new and
+ * replaced sets and drops deleted ones.  A set is reloaded only when its identity (a
+ * file's device, inode, size and mtime; an object's ETag and size) changes.  Sets that fail
+ * to load go to store_quarantine.c.
  *
- * A scan reads and loads with no table lock held, then applies what it
- * found under write_lock, skipping every change that a local put or delete
- * made stale meanwhile.
+ * A scan reads and loads with no table lock held, then applies what it found under
+ * write_lock, skipping every change that a local put or delete made stale meanwhile.
  *
- * The background thread first compares the directory's own identity
- * (device, inode, size, mtime in nanoseconds, from an fstat of the opened
- * directory) with the one taken before the last full scan read the
- * entries: adding, renaming or removing an entry, which is how every
- * server publishes and deletes a set, changes the directory's mtime.  When
- * it is the same, the entries are not read, so an idle server's cost does
- * not grow with the sets (10,000 sets: 22% of a core at a scan a second
- * before, nothing measurable now).  The identity is trusted only once its
- * mtime is STORE_DIR_SETTLE_MS older than this host's clock: a change made
- * within the same timestamp tick as an earlier one (coarse file-system
- * clocks, another replica's write landing just after our look) leaves the
- * mtime as it was, so until then every scan is a full one.  The margin also
- * absorbs a small skew between this clock and a file server's.  A full scan
- * runs at least every STORE_FULL_SCAN_MS all the same, for what leaves the
- * directory alone: a file rewritten in place by hand, or an attribute cache
- * that hid a change.  inotify is not used: it does not see other NFS
- * clients' writes, which is the case that matters.
+ * The background thread first asks the backend whether its listing's identity is the one
+ * taken before the last full scan read the entries (the directory's: store_fs.c says when
+ * it can be trusted).  When it is the same, the entries are not read, so an idle server's
+ * cost does not grow with the sets (10,000 sets: 22% of a core at a scan a second before,
+ * nothing measurable now).  A backend without such an identity (an object store) is listed
+ * every time: one request per 1,000 sets, and nothing more for the sets whose ETag did not
+ * change.  A full scan runs at least every STORE_FULL_SCAN_MS all the same, for what
+ * leaves the directory alone: a file rewritten in place by hand, or an attribute cache that
+ * hid a change.
  */
 #include "store_internal.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/compute.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
 
-/* How old the directory's mtime must be before its identity is trusted to
- * change with the next entry (see the top of the file). */
-#define STORE_DIR_SETTLE_MS 2000
 /* The longest the background thread goes without reading every entry. */
 #define STORE_FULL_SCAN_MS 60000
 
@@ -65,6 +47,7 @@ typedef struct scan_state {
     scan_change *changes;
     size_t change_count, change_cap;
     suspect_list damaged;   /* files damaged in this scan */
+    int initial;            /* store_open's scan: nothing quarantined */
 } scan_state;
 
 static void scan_free(scan_state *sc)
@@ -113,63 +96,52 @@ static int scan_note_change(scan_state *sc, const char *name, weight_set *before
     return 0;
 }
 
-/* Looks at one set file of the directory (file is NAME.wset, n its length):
+/* Looks at one stored set as the backend listed it (e->file is NAME.wset):
  * loads it when its identity differs from that of the table's version, and
- * notes it when it is damaged.  Returns 0, or ERR_UNAVAILABLE with err
- * filled when memory runs out. */
-static int scan_file(weight_store *store, scan_state *sc, const char *file, size_t n, int initial,
-                     attn_error *err)
+ * notes it when it is damaged.  The backend's list callback; arg is the
+ * scan.  Returns 0, or ERR_UNAVAILABLE with err filled when memory runs out. */
+static int scan_entry(weight_store *store, void *arg, const store_entry *e, attn_error *err)
 {
-    char name[256], path[1400], why[200];
-    snprintf(name, sizeof name, "%.*s", (int)(n - 5), file);
-    snprintf(path, sizeof path, "%s/%s", store->dir, file);
-    /* Opening first makes an NFS client revalidate its cached attributes. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        int saved = errno;
-        if (fd >= 0)
-            close(fd);
-        if (saved == ENOENT)
-            return 0; /* gone since the listing: a delete, not damage */
-        fprintf(stderr, "store: cannot read %s: %s\n", path, strerror(saved));
-        long i = snap_find(sc, name);
+    scan_state *sc = arg;
+    char name[256], why[200];
+    size_t n = strlen(e->file);
+    snprintf(name, sizeof name, "%.*s", (int)(n - 5), e->file);
+    long i = weights_valid_name(name) ? snap_find(sc, name) : -1;
+    if (e->unreadable) {
         if (i >= 0)
             sc->seen[i] = 1; /* keep what we have */
         return 0;
     }
-    file_sig sig;
-    store_sig_of(&st, &sig);
-    long i = weights_valid_name(name) ? snap_find(sc, name) : -1;
     if (i >= 0) {
         sc->seen[i] = 1;
-        if (store_sig_equal(store_set_sig(sc->snap[i]), &sig)) {
-            close(fd);
+        if (store_sig_equal(store_set_sig(sc->snap[i]), &e->sig))
             return 0;
-        }
     }
     weight_set *set = NULL;
-    int nomem = 0, newer = 0;
+    int nomem = 0, newer = 0, gone = 0;
     store_loaded loaded;
     if (!weights_valid_name(name)) {
         snprintf(why, sizeof why, "the file name is not a valid set name");
-    } else if (store_io_load(fd, name, &loaded, why, sizeof why, &nomem, &newer) == 0) {
+    } else if (store->backend->load(store, e, name, &loaded, why, sizeof why, &nomem, &newer,
+                                    &gone) == 0) {
         set = store_table_set_loaded(name, &loaded);
         if (set == NULL) {
             snprintf(why, sizeof why, "out of memory loading it");
             nomem = 1;
         }
     }
-    close(fd);
     if (nomem) {
-        fprintf(stderr, "store: out of memory loading %s\n", path);
+        fprintf(stderr, "store: out of memory loading %s/%s\n", store->dir, e->file);
         return error_nomem(err);
     }
+    if (gone)
+        return 0; /* replaced or deleted since the listing: the next scan sees it */
     /* A file of a later format version is a newer server's (a rolling upgrade
      * of replicas sharing the directory): reported once like damage, never
      * quarantined, as the first scan's are not. */
     if (set == NULL)
-        return store_quarantine_note(store, &sc->damaged, file, &sig, why, initial || newer) != 0
+        return store_quarantine_note(store, &sc->damaged, e->file, &e->sig, why,
+                                     sc->initial || newer) != 0
                    ? error_nomem(err) : 0;
     if (i >= 0 && sc->snap[i]->generation == set->generation &&
         sc->snap[i]->size_bytes == set->size_bytes) {
@@ -177,7 +149,7 @@ static int scan_file(weight_store *store, scan_state *sc, const char *file, size
          * set, note the file. */
         weightset_release(set);
         pthread_mutex_lock(&store->map_lock);
-        *store_set_sig(sc->snap[i]) = sig;
+        *store_set_sig(sc->snap[i]) = e->sig;
         pthread_mutex_unlock(&store->map_lock);
         return 0;
     }
@@ -185,67 +157,14 @@ static int scan_file(weight_store *store, scan_state *sc, const char *file, size
     return scan_note_change(sc, set->name, i >= 0 ? sc->snap[i] : NULL, set, err);
 }
 
-/* Fills err for a data directory that cannot be read (errnum) and returns
- * its kind: the one wording of store_unreachable. */
-static int dir_unreachable(const weight_store *store, int errnum, attn_error *err)
+/* Lists the store into sc: loads every set whose identity differs from the
+ * table's, notes damaged ones, and notes the sets that are gone; *listing
+ * and *settled are the backend's (store_backend.list).  No table lock is
+ * held. */
+static int scan_store(weight_store *store, scan_state *sc, file_sig *listing, int *settled,
+                      attn_error *err)
 {
-    return error_set(err, ERR_INTERNAL, "store_unreachable", NULL,
-                     "Cannot read the data directory %s: %s.", store->dir, strerror(errnum));
-}
-
-/* Opens the data directory and fills *sig with its identity.  Returns the
- * descriptor, or -1 with err filled ("store_unreachable"). */
-static int open_directory(weight_store *store, file_sig *sig, attn_error *err)
-{
-    /* Opening first makes an NFS client revalidate what it cached, as for
-     * the files. */
-    int fd = open(store->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0) {
-        store_sig_of(&st, sig);
-        return fd;
-    }
-    int saved = errno;
-    if (fd >= 0)
-        close(fd);
-    dir_unreachable(store, saved, err);
-    return -1;
-}
-
-/* Whether a directory identity can be trusted to change with the next
- * entry: its mtime is STORE_DIR_SETTLE_MS behind the clock (not ahead). */
-static int dir_sig_settled(const file_sig *sig)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    return now_ns - sig->mtime_ns > (int64_t)STORE_DIR_SETTLE_MS * 1000000;
-}
-
-/* Reads the directory into sc: loads every set file whose identity differs
- * from the table's, notes damaged files, and notes the sets whose file is
- * gone; *dir_sig is the directory's identity before its entries were read.
- * No table lock is held. */
-static int scan_directory(weight_store *store, scan_state *sc, int initial, file_sig *dir_sig,
-                          attn_error *err)
-{
-    int fd = open_directory(store, dir_sig, err);
-    if (fd < 0)
-        return err->kind;
-    DIR *d = fdopendir(fd);
-    if (d == NULL) {
-        int saved = errno;
-        close(fd);
-        return dir_unreachable(store, saved, err);
-    }
-    struct dirent *e;
-    int rc = 0;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n > 5 && strcmp(e->d_name + n - 5, ".wset") == 0)
-            rc = scan_file(store, sc, e->d_name, n, initial, err);
-    }
-    closedir(d);
+    int rc = store->backend->list(store, scan_entry, sc, listing, settled, err);
     for (size_t i = 0; rc == 0 && i < sc->snap_count; i++)
         if (!sc->seen[i])
             rc = scan_note_change(sc, sc->snap[i]->name, sc->snap[i], NULL, err);
@@ -263,15 +182,12 @@ static int scan_apply(weight_store *store, scan_state *sc)
     pthread_mutex_lock(&store->write_lock);
     for (size_t k = 0; k < sc->change_count; k++) {
         scan_change *c = &sc->changes[k];
-        char path[1400];
-        store_path_of(store, c->name, path, sizeof path);
-        struct stat st;
-        file_sig now;
-        int exists = stat(path, &st) == 0;
-        if (exists)
-            store_sig_of(&st, &now);
-        if (c->after != NULL ? !exists || !store_sig_equal(&now, store_set_sig(c->after))
-                             : exists || errno != ENOENT)
+        store_version now;
+        attn_error ignored;
+        if (store->backend->head(store, c->name, 0, &now, &ignored) != 0)
+            continue; /* not known now: the next scan looks again */
+        if (c->after != NULL ? !now.exists || !store_sig_equal(&now.sig, store_set_sig(c->after))
+                             : now.exists)
             continue;
         pthread_mutex_lock(&store->map_lock);
         long i = store_table_find(store, c->name);
@@ -325,13 +241,15 @@ int store_sync_once(weight_store *store, int initial, attn_error *err)
 {
     scan_state sc;
     memset(&sc, 0, sizeof sc);
-    file_sig dir_sig;
+    sc.initial = initial;
+    file_sig listing;
+    int settled = 0;
     pthread_mutex_lock(&store->sync_lock);
     int rc = store_list(store, &sc.snap, &sc.snap_count, err);
     if (rc == 0 && sc.snap_count != 0 && (sc.seen = mem_calloc(sc.snap_count, 1)) == NULL)
         rc = error_nomem(err);
     if (rc == 0)
-        rc = scan_directory(store, &sc, initial, &dir_sig, err);
+        rc = scan_store(store, &sc, &listing, &settled, err);
     if (rc == 0 && scan_apply(store, &sc) != 0)
         rc = error_nomem(err);
     if (rc == 0) {
@@ -341,8 +259,8 @@ int store_sync_once(weight_store *store, int initial, attn_error *err)
         sc.damaged.items = NULL;
         /* the identity taken before the entries were read: a change made
          * while they were read shows as a different one next time */
-        store->dir_sig = dir_sig;
-        store->dir_sig_settled = dir_sig_settled(&dir_sig);
+        store->dir_sig = listing;
+        store->dir_sig_settled = settled;
         store->dir_full_ms = store_monotonic_ms();
     } else {
         store->dir_sig_settled = 0;
@@ -363,20 +281,18 @@ int store_sync(weight_store *store, attn_error *err)
 int store_sync_if_changed(weight_store *store, attn_error *err)
 {
     pthread_mutex_lock(&store->sync_lock);
-    if (!store->dir_sig_settled || store->suspect_count != 0 ||
+    if (store->backend->unchanged == NULL || !store->dir_sig_settled ||
+        store->suspect_count != 0 ||
         store_monotonic_ms() - store->dir_full_ms >= STORE_FULL_SCAN_MS) {
         pthread_mutex_unlock(&store->sync_lock);
         return store_sync(store, err);
     }
-    file_sig now;
-    int fd = open_directory(store, &now, err);
-    if (fd >= 0)
-        close(fd);
-    if (fd >= 0 && !store_sig_equal(&now, &store->dir_sig)) {
+    int unchanged = store->backend->unchanged(store, &store->dir_sig, err);
+    if (unchanged == 0) {
         pthread_mutex_unlock(&store->sync_lock);
         return store_sync(store, err);
     }
-    int rc = fd >= 0 ? 0 : err->kind;
+    int rc = unchanged == 1 ? 0 : unchanged;
     scan_count(store, rc);
     pthread_mutex_unlock(&store->sync_lock);
     scan_report(store, rc);
@@ -406,9 +322,11 @@ static int pin_sync_allowed(weight_store *store, const char *name, uint64_t want
 int store_sync_for_pin(weight_store *store, const char *name, uint64_t want, uint64_t *on_disk,
                        attn_error *err)
 {
-    char path[1400];
-    store_path_of(store, name, path, sizeof path);
-    *on_disk = store_io_generation(path);
+    store_version v;
+    int rc = store->backend->head(store, name, 1, &v, err);
+    *on_disk = rc == 0 ? v.generation : 0;
+    if (rc != 0)
+        return rc;
     if (*on_disk != want || !pin_sync_allowed(store, name, want))
         return 0;
     return store_sync(store, err);

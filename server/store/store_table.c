@@ -5,10 +5,10 @@
  *
  * Sets are immutable once in the table; a reader takes a reference under
  * map_lock and computes without any lock.  A put or delete first changes
- * the file (store_io.c), then the table follows it, under write_lock, so
- * the table and the directory never disagree for long.  Every stored
- * version has a generation that grows with each write of the name, also
- * across servers sharing the directory.
+ * the backend's copy (store->backend: a file, an object), then the table
+ * follows it, under write_lock, so the table and the backend never disagree
+ * for long.  Every stored version has a generation that grows with each
+ * write of the name, also across servers sharing the backend.
  */
 #include "store_internal.h"
 
@@ -21,6 +21,11 @@
 #include "core/compute.h"
 #include "core/mem.h"
 #include "metrics/metrics.h"
+
+/* How many times a put reads the version in place and writes over it when
+ * other servers' writes of the same name keep coming first (conditional
+ * writes only): past it the client is told to retry (503 store_busy). */
+#define STORE_PUT_ATTEMPTS 8
 
 /* The reference count and the file identity live beside the public struct. */
 typedef struct weight_set_box {
@@ -161,22 +166,19 @@ static int put_admit(weight_store *store, const weight_set *set, attn_error *err
     return room ? 0 : error_nomem(err);
 }
 
-/* The generation for a new version of the file at path: above whatever
- * version is in place now, ours or another server's, and following the
- * clock (now, in microseconds) when that is ahead.  *file_existed tells
- * whether a readable set file was there, perhaps another server's that is
- * not loaded here yet.  Caller holds write_lock. */
-static uint64_t put_generation(weight_store *store, const char *name, const char *path,
-                               uint64_t now_us, int *file_existed)
+/* The generation for a new version of the set name: above the version
+ * stored now (on_store, ours or another server's) and the table's, and
+ * following the clock (now, in microseconds) when that is ahead.  Caller
+ * holds write_lock. */
+static uint64_t put_generation(weight_store *store, const char *name, uint64_t on_store,
+                               uint64_t now_us)
 {
-    uint64_t on_disk = store_io_generation(path);
-    *file_existed = on_disk != 0;
     pthread_mutex_lock(&store->map_lock);
     long old = store_table_find(store, name);
-    if (old >= 0 && store->sets[old]->generation > on_disk)
-        on_disk = store->sets[old]->generation;
+    if (old >= 0 && store->sets[old]->generation > on_store)
+        on_store = store->sets[old]->generation;
     pthread_mutex_unlock(&store->map_lock);
-    return now_us > on_disk ? now_us : on_disk + 1;
+    return now_us > on_store ? now_us : on_store + 1;
 }
 
 /* Puts set (the table takes the caller's reference) in place of the set of
@@ -222,32 +224,35 @@ static int put_set(weight_store *store, weight_set *set, int *created, int resto
     int rc = put_admit(store, set, err);
     if (rc != 0)
         goto done;
-    char final[1400];
-    store_path_of(store, set->name, final, sizeof final);
+    /* Read the version in place, give the set the generation after it, and
+     * write over exactly that version; a backend with conditional writes
+     * answers STORE_CONFLICT when another server wrote first, and the loop
+     * reads again, so concurrent writers get increasing generations. */
+    uint64_t now_us = (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000;
     int file_existed = 1;
-    if (!restore)
-        set->generation = put_generation(store, set->name, final,
-                                         (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000,
-                                         &file_existed);
-    if (store_io_write_set(store, set, final, store_set_sig(set)) != 0) {
-        /* A full disk or quota is the operator's to fix, not a fault of the
-         * server: its own code and status (507), so that a client or a
-         * balancer can tell it from a bug. */
-        int full = errno == ENOSPC || errno == EDQUOT;
-        rc = error_set(err, full ? ERR_NO_SPACE : ERR_INTERNAL,
-                       full ? "insufficient_storage" : "internal", NULL,
-                       "The weight set could not be stored: %s. Nothing was changed.",
-                       strerror(errno));
+    for (int attempt = 1;; attempt++) {
+        store_version over;
+        rc = store->backend->head(store, set->name, 1, &over, err);
+        if (rc != 0)
+            goto done;
+        if (!restore) {
+            file_existed = over.generation != 0;
+            set->generation = put_generation(store, set->name, over.generation, now_us);
+        }
+        rc = store->backend->write(store, set, &over, store_set_sig(set), err);
+        if (rc != STORE_CONFLICT)
+            break;
+        if (attempt == STORE_PUT_ATTEMPTS) {
+            rc = error_set(err, ERR_UNAVAILABLE, "store_busy", NULL,
+                           "Other servers kept writing the weight set \"%s\" while this one "
+                           "tried %d times; nothing was changed, retry.", set->name, attempt);
+            goto done;
+        }
+    }
+    if (rc < 0)
         goto done;
-    }
-    if (store_io_fsync_dir(store->dir) != 0) {
-        /* The new file is in place but the rename may not survive a crash:
-         * report failure so the client retries; the in-memory table follows
-         * the file, which is what a restart would most likely see. */
-        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
-                       "The weight set was written but the directory could not be synced (%s); "
-                       "retry the upload.", strerror(errno));
-    }
+    if (rc == STORE_NOT_SYNCED)
+        rc = err->kind;
     int replaced = table_swap_in(store, set);
     set = NULL; /* the table owns it now */
     if (created != NULL)
@@ -273,27 +278,20 @@ int store_delete(weight_store *store, const char *name, attn_error *err)
     pthread_mutex_lock(&store->write_lock);
     int rc = 0;
     weight_set *gone = store_get(store, name);
-    char path[1400];
-    store_path_of(store, name, path, sizeof path);
-    struct stat st;
-    if (gone == NULL && stat(path, &st) != 0) {
+    store_version v = {0};
+    if (gone == NULL && (rc = store->backend->head(store, name, 0, &v, err)) != 0)
+        goto done;
+    if (gone == NULL && !v.exists) {
         /* Neither loaded here nor written meanwhile by another server. */
         rc = error_set(err, ERR_NOT_FOUND, "unknown_weight_set", "name",
                        "There is no stored weight set named \"%s\".", name);
         goto done;
     }
-    if (store_io_unlink(path) != 0) {
-        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
-                       "The weight set could not be deleted: %s. Nothing was changed.",
-                       strerror(errno));
+    rc = store->backend->remove(store, name, err);
+    if (rc < 0)
         goto done;
-    }
-    if (store_io_fsync_dir(store->dir) != 0) {
-        /* The file is gone; as in store_put, the table follows the file. */
-        rc = error_set(err, ERR_INTERNAL, "internal", NULL,
-                       "The weight set was deleted but the directory could not be synced (%s).",
-                       strerror(errno));
-    }
+    if (rc == STORE_NOT_SYNCED)
+        rc = err->kind;
     pthread_mutex_lock(&store->map_lock);
     long i = store_table_find(store, name);
     if (i >= 0) {

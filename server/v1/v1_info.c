@@ -36,10 +36,12 @@ void v1_probe_readyz(const api_request *req, const api_env *env, api_response *r
     if (st.interval_ms > 0 && (st.last_ok_age_ms < 0 || st.last_ok_age_ms > 3LL * st.interval_ms)) {
         attn_error err;
         resp->retry_after = (int)(st.interval_ms / 1000) + 1;
+        store_info where;
+        store_get_info(env->store, &where);
         error_set(&err, ERR_UNAVAILABLE, "store_unreachable", NULL,
-                  "The weight-set directory %s has not been read for %lld ms (more than "
+                  "The weight-set store %s has not been read for %lld ms (more than "
                   "three --store-sync-interval); sets written elsewhere may be missing here.",
-                  env->cfg->data_dir, st.last_ok_age_ms);
+                  where.location, st.last_ok_age_ms);
         answer_error(resp, &err);
         return;
     }
@@ -99,6 +101,12 @@ void v1_info_handle(const api_request *req, const api_env *env, api_response *re
         "max_connections", (json_int_t)cfg->max_connections,
         "grpc", "port", (json_int_t)(cfg->grpc_port > 0 ? cfg->grpc_port : 0));
     json_object_set_new(info, "sizing", sizing_json());
+    store_info where;
+    store_get_info(env->store, &where);
+    json_object_set_new(info, "store",
+                        json_pack("{s:s, s:s, s:s}", "backend", where.backend, "location",
+                                  where.location, "conditional_writes",
+                                  where.conditional_writes));
     answer_json(resp, 200, info);
 }
 
