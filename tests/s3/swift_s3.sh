@@ -38,7 +38,7 @@
 set -u
 PY=/usr/bin/python3          # Debian's python: the swift package is not on another python's path
 ACCESS_KEY=test:tester        # tempauth's account "test", user "tester"
-SECRET=${SWIFT_S3_SECRET:-testing}   # a test may choose one it can look for in logs
+SECRET=${SWIFT_S3_SECRET:-testing}   # start's; a test may choose one it can look for in logs
 REGION=us-east-1
 MARKER=.swift_s3_harness      # written into DIR by start: stop refuses a DIR without it
 
@@ -93,15 +93,24 @@ ours() {
 # port_of NAME: the port recorded for proxy, account, container, object or memcached.
 port_of() { sed -n "s/^$1=//p" "$DIR/run/ports"; }
 
-free_ports() {  # five distinct free loopback ports, held together while they are chosen
+# free_ports: five distinct free loopback ports below the kernel's ephemeral range.  Not in
+# it: while the proxy is stopped, the kernel could hand its port to any outgoing connection
+# (or to a server bound to port 0), and start-proxy could not bind it again.
+free_ports() {
     $PY - <<'EOF'
-import socket
-held = []
-for _ in range(5):
+import random, socket
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+held, tries = [], 0
+while len(held) < 5 and tries < 1000:
+    tries += 1
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    held.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in held))
+    try:
+        s.bind(("127.0.0.1", random.randrange(10000, max(low, 10001))))
+        held.append(s)
+    except OSError:
+        s.close()
+print(" ".join(str(s.getsockname()[1]) for s in held) if len(held) == 5 else "")
 EOF
 }
 
@@ -126,11 +135,10 @@ launch_swift() {  # launch KIND-server
 # signed_ok: true when a signed ListBuckets is answered 200 (curl signs with SigV4; the key
 # id's colon goes in the URL encoded, or curl would split the user name there).
 signed_ok() {
-    local code
-    code=$(curl -s -m 3 -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:$REGION:s3" \
+    LAST_CODE=$(curl -s -m 3 -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:$REGION:s3" \
         -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
         "http://${ACCESS_KEY/:/%3A}:$SECRET@127.0.0.1:$(port_of proxy)/")
-    [ "$code" = 200 ]
+    [ "$LAST_CODE" = 200 ]
 }
 
 # wait_ready WHAT NAMES...: waits, up to SWIFT_S3_TIMEOUT seconds, until every NAMES process
@@ -149,9 +157,10 @@ wait_ready() {
         done
         signed_ok && break
         if (( $(date +%s) >= deadline )); then
-            say "no signed request answered within ${SWIFT_S3_TIMEOUT:-90} s of $what; the end of $DIR/log/swift.log:"
-            tail -n 20 "$DIR/log/swift.log" >&2
-            tail -n 5 "$DIR"/log/*.out >&2
+            say "no signed request answered 200 within ${SWIFT_S3_TIMEOUT:-90} s of $what (the last: ${LAST_CODE:-none}); the ends of the logs in $DIR/log:"
+            for name in "$@"; do tail -n 5 "$DIR/log/$name.out" >&2; done
+            tail -n 10 "$DIR/log/swift.log" >&2
+            ss -Htanp "( sport = :$(port_of proxy) or dport = :$(port_of proxy) )" >&2
             return 1
         fi
         sleep 0.1
@@ -314,7 +323,9 @@ cmd_start() {
         die "DIR $DIR is not empty and not one of this script's"
     fi
     : > "$DIR/$MARKER"
-    if [ "$port" = 0 ]; then ports=$(free_ports) || die "could not find free ports"
+    if [ "$port" = 0 ]; then
+        ports=$(free_ports)
+        [ -n "$ports" ] || die "could not find five free ports below the ephemeral range"
     else ports="$port $((port + 1)) $((port + 2)) $((port + 3)) $((port + 4))"; fi
     # shellcheck disable=SC2086  # five words, the ports
     set -- $ports
@@ -322,6 +333,14 @@ cmd_start() {
     mkdir -p "$DIR/run"
     printf 'proxy=%s\naccount=%s\ncontainer=%s\nobject=%s\nmemcached=%s\n' "$@" > "$DIR/run/ports"
     write_files
+    # what start prints, kept for the later commands (start-proxy signs with this secret)
+    (umask 077 && cat > "$DIR/etc/s3.env" <<EOF
+S3_ENDPOINT=http://127.0.0.1:$(port_of proxy)
+AWS_ACCESS_KEY_ID=$ACCESS_KEY
+AWS_SECRET_ACCESS_KEY=$SECRET
+AWS_DEFAULT_REGION=$REGION
+EOF
+    )
     local sock=$DIR/log/dev-log
     (( ${#sock} < 100 )) || die "DIR is too long for a unix socket path ($sock)"
 
@@ -354,12 +373,7 @@ EOF
         die "Swift did not start (logs in $DIR/log)"
     fi
     say "ready on http://127.0.0.1:$(port_of proxy) after $(since "$began") s in all"
-    cat <<EOF
-S3_ENDPOINT=http://127.0.0.1:$(port_of proxy)
-AWS_ACCESS_KEY_ID=$ACCESS_KEY
-AWS_SECRET_ACCESS_KEY=$SECRET
-AWS_DEFAULT_REGION=$REGION
-EOF
+    cat "$DIR/etc/s3.env"
 }
 
 # stop_named NAME...: SIGTERM to each that is ours, up to 10 s for them to end, then SIGKILL.
@@ -422,6 +436,9 @@ cmd_signal_proxy() {  # SIG WORD
 
 [ $# -ge 2 ] || die "usage: $0 start DIR PORT | stop DIR | stop-proxy DIR | start-proxy DIR | suspend DIR | resume DIR"
 DIR=$(check_dir "$2") || exit 1
+if [ "$1" != start ] && [ -f "$DIR/etc/s3.env" ]; then
+    SECRET=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' "$DIR/etc/s3.env")
+fi
 case $1 in
     start) [ $# = 3 ] || die "usage: $0 start DIR PORT"; cmd_start "$3" ;;
     stop) [ -e "$DIR/$MARKER" ] || die "$DIR was not set up by this script"; cmd_stop ;;
