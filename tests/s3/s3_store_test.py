@@ -253,7 +253,7 @@ class Replica:
             self.kill()
             self.proc = None            # nothing left to stop or to report
             raise RuntimeError("replica %s did not start (%r): %s" % (
-                self.label, line[:200], self.stderr()[-600:]))
+                self.label, line[:200], " | ".join(self.stderr().splitlines()[-2:])))
         self.base = line.split("listening on ")[1].strip()
         return self
 
@@ -786,7 +786,7 @@ def check_wrong_secret(run):
             check("wrong_secret/%s: exits non-zero at start-up, stderr naming %s and %s (the code "
                   "awscli gets)" % (what, host, code),
                   isinstance(status, int) and status != 0 and code and host in text
-                  and code in text, (status, text[-500:]))
+                  and code in text, (status, " | ".join(text.splitlines()[-2:])))
             check("wrong_secret/%s: the secret is not in its output" % what,
                   secret not in text + out, (text + out)[-300:])
     finally:
@@ -874,6 +874,9 @@ def main():
     why = missing()
     if why:
         print("SKIPPED: s3-store: " + why)
+        return harness.summary()
+    if not os.access(args.server, os.X_OK):
+        check("server/%s is there" % args.server, False, "build it first (make)")
         return harness.summary()
     p = subprocess.run([args.server, "--help"], capture_output=True, text=True, timeout=30)
     check("server/--help names --store-url and --s3-endpoint",
