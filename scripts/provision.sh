@@ -7,13 +7,14 @@
 #
 # Profiles (each includes the ones it names):
 #   build       the compiler, pkg-config and the -dev packages: what `make` and `make run` need
-#   test        build, curl, valgrind, openssl, checkpoint, browser, api, prism and k8s: what
-#               `make test` needs
+#   test        build, curl, valgrind, openssl, checkpoint, browser, api, prism, k8s and s3:
+#               what `make test` needs
 #   bench       test, ort, and the Debian packages the benchmark scripts use (python3-flask,
 #               gunicorn, wrk, gzip): what `make bench` needs
 #   container   jq, curl and docker.io (the swarm suite), and podman with its helpers when no
 #               Docker engine answers
 #   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint and viz-capture suites)
+#   s3          OpenStack Swift with its S3 middleware, memcached and awscli (the s3-store suite)
 #   browser     checkpoint, chromium and the pinned puppeteer-core of tests/browser/
 #   api         the pinned OpenAPI linter (Spectral) of api/
 #   prism       the pinned validating proxy (Stoplight Prism) of tests/prism/
@@ -38,15 +39,19 @@ set -eu
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: scripts/provision.sh PROFILE... (build test bench container checkpoint browser api" \
-        "prism k8s ort podman)" >&2
+    echo "usage: scripts/provision.sh PROFILE... (build test bench container checkpoint s3 browser" \
+        "api prism k8s ort podman)" >&2
     exit 2
 }
 
 # The gRPC front-end (server/grpc/) is built on gRPC's C core and protobuf-c, whose
-# compiler generates the message code from api/grpc/*.proto at build time.
+# compiler generates the message code from api/grpc/*.proto at build time.  The S3 weight-set
+# backend speaks HTTP through libcurl (which also signs its requests, AWS Signature Version 4),
+# reads the ListObjectsV2 answers with expat, and hashes each body with OpenSSL's SHA-256 for
+# the x-amz-content-sha256 header that S3 servers require.
 BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev zlib1g-dev
-            libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
+            libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+            libcurl4-openssl-dev libexpat1-dev libssl-dev"
 # The grpc suite generates its Python stubs from api/grpc/*.proto with protoc and
 # grpc_python_plugin and speaks through Debian's grpcio and protobuf; its FP16 and BF16
 # checks, and the reductions suite's reference (tests/reductions/), are NumPy's.  The
@@ -57,6 +62,13 @@ TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compil
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
 CHECKPOINT_DEBS="python3-torch python3-numpy"
+# The s3-store suite (tests/s3/) runs a single-node OpenStack Swift, whose s3api middleware is
+# an S3 server that checks every request's signature: its proxy (the S3 endpoint), account,
+# container and object servers, and the Python package they share; memcached, without which
+# Swift's tempauth refuses every request; and awscli, the independent S3 client that creates
+# the buckets and reads and writes objects behind the server's back.
+S3_DEBS="swift swift-proxy swift-account swift-container swift-object python3-swift memcached
+         awscli"
 # What the benchmark scripts (tests/bench/run.sh and the scripts it runs) install for themselves
 # when they are run alone: installed here with the rest, they find it there.
 BENCH_DEBS="python3-numpy python3-flask gunicorn wrk curl gzip"
@@ -87,7 +99,7 @@ add() {
         test)
             add build
             debs="$debs $TEST_DEBS"
-            add checkpoint; add browser; add api; add prism; add k8s ;;
+            add checkpoint; add s3; add browser; add api; add prism; add k8s ;;
         bench)
             add test; add ort
             debs="$debs $BENCH_DEBS" ;;
@@ -99,6 +111,7 @@ add() {
                 add podman
             fi ;;
         checkpoint) debs="$debs $CHECKPOINT_DEBS" ;;
+        s3) debs="$debs $S3_DEBS" ;;
         browser)
             # the census test writes its capture with PyTorch (tests/browser/capture.py)
             add checkpoint

@@ -27,9 +27,9 @@
 #                                      the filter says; a test that later ones build on
 #                                      runs, unreported, when one of them is chosen
 #   checkpoints*, compression-asan, triton-asan, operations-asan, grpc*, reductions*,
-#   overflow, bf16, sequences*, policies*
+#   overflow, bf16, sequences*, policies*, s3-store
 #                                      the name of the check function (check_bad_files,
-#                                      check_torch_mha/mha.kdim, ...)
+#                                      check_torch_mha/mha.kdim, check_visible, ...)
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
 #                                      environment variable TEST_FILTER
 #   openapi-lint                       its one check, "openapi-lint"
@@ -159,6 +159,9 @@ every_suite() {
     suite hostile build/hostile --server build/attention-server
     suite crash-asan build/crashtest --server build/asan/attention-server
     suite shared-store build/sharetest --server build/attention-server
+    # the shared-store scenarios on an S3 bucket: a single-node Swift (tests/s3/swift_s3.sh)
+    # started once, three replicas sharing only the bucket, awscli as the independent client
+    suite s3-store /usr/bin/python3 tests/s3/s3_store_test.py --server build/attention-server
     suite openapi-lint bash tests/lint-api.sh
     FILTER_FLAG=env suite openapi-answers make --no-print-directory check-api-answers
     suite container bash tests/container/image.sh
