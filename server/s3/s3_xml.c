@@ -87,7 +87,7 @@ static void on_end(void *arg, const XML_Char *name)
             r->size = strtoull(r->text, NULL, 10);
     } else if (r->is_list && r->in_contents && r->depth == 2) {
         r->in_contents = 0;
-        if (r->key[0] != '\0' && r->each_rc == 0) {
+        if (r->key[0] != '\0' && r->each != NULL && r->each_rc == 0) {
             s3_entry e = {r->key, r->etag, r->size};
             r->each_rc = r->each(r->arg, &e);
             if (r->each_rc != 0)

@@ -271,6 +271,7 @@ static void fs_close(weight_store *store)
 
 const store_backend store_fs_backend = {
     .kind = "directory",
+    .recheck_before_apply = 1,
     .list = fs_list,
     .unchanged = fs_unchanged,
     .load = fs_load,

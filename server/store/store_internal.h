@@ -271,6 +271,12 @@ typedef struct store_version {
 /* The operations of one backend; store->backend points at one of these. */
 struct store_backend {
     const char *kind;       /* "directory", "s3": /v1/info's store.backend */
+    /* Whether a scan asks head again, before swapping a set in or out, that
+     * the version it read is still the one in place.  A stat is cheap; for
+     * an object store it would be a request per changed set (a thousand at
+     * a start-up), and a version replaced meanwhile differs from the one the
+     * table then holds, so the next listing brings it in anyway. */
+    int recheck_before_apply;
     /* Calls each(store, arg, entry, err) for every NAME.wset stored, and
      * fills *listing with an identity of the listing taken before it was read
      * and *settled with whether that identity can be trusted to change with

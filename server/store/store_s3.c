@@ -306,6 +306,7 @@ static void s3b_close(weight_store *store)
 
 const store_backend store_s3_backend = {
     .kind = "s3",
+    .recheck_before_apply = 0,
     .list = s3b_list,
     .unchanged = NULL,
     .load = s3b_load,

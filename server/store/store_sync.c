@@ -173,7 +173,8 @@ static int scan_store(weight_store *store, scan_state *sc, file_sig *listing, in
 
 /* Applies the changes of a scan that still hold: a name a local put or
  * delete touched meanwhile is left alone (the next scan sees it again), and
- * a change is applied only if the file is still the one that was read.
+ * a change is applied only if the file is still the one that was read (when
+ * the backend rechecks: store_backend.recheck_before_apply).
  * Returns -1 when memory ran out for the table (the table is then as it
  * was for that name). */
 static int scan_apply(weight_store *store, scan_state *sc)
@@ -184,11 +185,14 @@ static int scan_apply(weight_store *store, scan_state *sc)
         scan_change *c = &sc->changes[k];
         store_version now;
         attn_error ignored;
-        if (store->backend->head(store, c->name, 0, &now, &ignored) != 0)
-            continue; /* not known now: the next scan looks again */
-        if (c->after != NULL ? !now.exists || !store_sig_equal(&now.sig, store_set_sig(c->after))
-                             : now.exists)
-            continue;
+        if (store->backend->recheck_before_apply) {
+            if (store->backend->head(store, c->name, 0, &now, &ignored) != 0)
+                continue; /* not known now: the next scan looks again */
+            if (c->after != NULL
+                    ? !now.exists || !store_sig_equal(&now.sig, store_set_sig(c->after))
+                    : now.exists)
+                continue;
+        }
         pthread_mutex_lock(&store->map_lock);
         long i = store_table_find(store, c->name);
         weight_set *current = i >= 0 ? store->sets[i] : NULL, *dropped = NULL;

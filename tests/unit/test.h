@@ -283,6 +283,10 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_version2_file_loads)            \
     X(store_float32_damage_refused)         \
     X(store_tmp_names)                      \
+    X(s3_parse_url)                         \
+    X(s3_xml_list)                          \
+    X(s3_xml_error)                         \
+    X(s3_credentials)                       \
     X(store_removes_tmp_leftovers)          \
     X(store_put_io_faults)                  \
     X(store_delete_io_faults)               \
