@@ -163,10 +163,28 @@ static attn_job case_job(const paths_case *c)
                       .dk = c->heads * c->hd, .dv = c->heads * c->hd, .causal = c->causal};
 }
 
-/* Builds the inputs of c, computes the reference and runs every path.
+/* The inputs of one case and their reference, made once and run on every path (and, for
+ * the block-rows test, at every sub-block size). */
+typedef struct case_inputs {
+    double *q, *k, *v, *ref, *ref_attn;
+    unsigned char *mask;
+    attn_job job;
+} case_inputs;
+
+static void case_free(case_inputs *in)
+{
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->ref);
+    free(in->ref_attn);
+    free(in->mask);
+}
+
+/* Builds the inputs of c and computes the reference into *in.
  * The keys grow along the sequence so that the running maximum climbs tile
  * after tile and the sums are rescaled; scores reach about +-logit. */
-static int run_case(const paths_case *c)
+static void case_build(const paths_case *c, case_inputs *in)
 {
     size_t dk = c->heads * c->hd, nq = c->batch * c->lq * dk, nk = c->batch * c->lk * dk;
     double *q = malloc(nq * sizeof(double)), *k = malloc(nk * sizeof(double));
@@ -197,20 +215,22 @@ static int run_case(const paths_case *c)
     double scale = 1 / sqrt((double)c->hd);
     ref_sdpa(c->batch, c->heads, c->lq, c->lk, c->hd, c->hd, q, k, v, mask, c->causal, scale,
              ref, ref_attn);
-    attn_job job = case_job(c);
-    job.q = q;
-    job.k = k;
-    job.v = v;
-    job.mask = mask;
-    job.mask_batched = 1;
-    job.scale = scale;
-    int rc = run_paths(c, &job, ref);
-    free(q);
-    free(k);
-    free(v);
-    free(ref);
-    free(ref_attn);
-    free(mask);
+    *in = (case_inputs){q, k, v, ref, ref_attn, mask, case_job(c)};
+    in->job.q = q;
+    in->job.k = k;
+    in->job.v = v;
+    in->job.mask = mask;
+    in->job.mask_batched = 1;
+    in->job.scale = scale;
+}
+
+/* Builds the inputs of c, computes the reference and runs every path. */
+static int run_case(const paths_case *c)
+{
+    case_inputs in;
+    case_build(c, &in);
+    int rc = run_paths(c, &in.job, in.ref);
+    case_free(&in);
     return rc;
 }
 
@@ -316,16 +336,22 @@ void test_kernel_paths_block_rows(void)
         {1, 1, 700, 400, 32, 1, 0, 5},
         {2, 1, 400, 130, 100, 1, 1, 12},
     };
-    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        attn_fused_rows_for_testing(rows[r]);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            if (run_case(&cases[i]) != 0) {
-                attn_fused_rows_for_testing(0);
+    /* each case's inputs and reference once, for every sub-block size */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        case_inputs in;
+        case_build(&cases[i], &in);
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            attn_fused_rows_for_testing(rows[r]);
+            int rc = run_paths(&cases[i], &in.job, in.ref);
+            attn_fused_rows_for_testing(0);
+            if (rc != 0) {
+                case_free(&in);
                 FAIL_AT("sub-blocks of %zu rows disagree with the reference (see above)",
                         rows[r]);
             }
+        }
+        case_free(&in);
     }
-    attn_fused_rows_for_testing(0);
 }
 
 /* The rule that sizes the sub-blocks by the second-level cache
