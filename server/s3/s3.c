@@ -264,7 +264,11 @@ static size_t on_body(char *data, size_t size, size_t count, void *arg)
         return 0;               /* stops the transfer: CURLE_WRITE_ERROR */
     }
     if (x->body_len + n > x->body_cap) {
-        size_t cap = x->body_cap ? x->body_cap : 16384;
+        /* the announced length at once, so a large object is not copied as it doubles */
+        size_t cap = x->body_cap     ? x->body_cap
+                     : x->have_length && x->obj.size > 0 && x->obj.size <= x->body_max
+                         ? (size_t)x->obj.size
+                         : 16384;
         while (cap < x->body_len + n)
             cap *= 2;
         if (cap > x->body_max)

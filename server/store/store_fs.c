@@ -150,9 +150,11 @@ static int fs_unchanged(weight_store *store, const file_sig *listing, attn_error
 }
 
 static int fs_load(weight_store *store, const store_entry *e, const char *name,
-                   store_loaded *out, char *why, size_t why_len, int *nomem, int *newer, int *gone)
+                   store_loaded *out, char *why, size_t why_len, int *nomem, int *newer, int *gone,
+                   attn_error *err)
 {
     (void)store;
+    (void)err;  /* a file open on a descriptor either reads or is damaged */
     *gone = 0;
     int fd = e->fd;
     store_source src;

@@ -267,6 +267,7 @@ typedef struct store_version {
 #define STORE_CONFLICT 1    /* write: another write of the name came first; read head again */
 #define STORE_NOT_SYNCED 2  /* done, but may not survive a crash (err says why): the table
                              * follows it and the caller reports err */
+#define STORE_LOAD_FAILED 3 /* load: the store did not give the bytes (err says why) */
 
 /* The operations of one backend; store->backend points at one of these. */
 struct store_backend {
@@ -293,9 +294,10 @@ struct store_backend {
     int (*unchanged)(weight_store *store, const file_sig *listing, attn_error *err);
     /* Reads and checks the version of entry e (the set called name), as
      * store_io_load; *gone set (and -1) when it vanished or was replaced
-     * since the listing, which is no damage. */
+     * since the listing, which is no damage; STORE_LOAD_FAILED with err
+     * filled when the store failed to give it (the scan fails). */
     int (*load)(weight_store *store, const store_entry *e, const char *name, store_loaded *out,
-                char *why, size_t why_len, int *nomem, int *newer, int *gone);
+                char *why, size_t why_len, int *nomem, int *newer, int *gone, attn_error *err);
     /* The version under name now, with its generation when with_generation.
      * 0 with *v filled, or an ERR_* code with err filled. */
     int (*head)(weight_store *store, const char *name, int with_generation, store_version *v,

@@ -116,7 +116,7 @@ static int s3b_list(weight_store *store,
 
 static int s3b_load(weight_store *store, const store_entry *e, const char *name,
                     store_loaded *out, char *why, size_t why_len, int *nomem, int *newer,
-                    int *gone)
+                    int *gone, attn_error *err)
 {
     *nomem = *newer = *gone = 0;
     memset(out, 0, sizeof *out);
@@ -132,18 +132,13 @@ static int s3b_load(weight_store *store, const store_entry *e, const char *name,
     quoted_etag(&e->sig, etag, sizeof etag);
     s3_body body = {0};
     s3_object obj;
-    attn_error err;
-    int rc = s3_get(store->s3->client, key, etag, store->limits.max_set_bytes, &body, &obj, &err);
+    int rc = s3_get(store->s3->client, key, etag, store->limits.max_set_bytes, &body, &obj, err);
     if (rc == S3_MISSING || rc == S3_CONFLICT) {
         *gone = 1;
         return -1;
     }
-    if (rc != 0) {
-        /* the store, not the set: reported, and the set is not quarantined for it */
-        fprintf(stderr, "store: %s\n", err.message);
-        *gone = 1;
-        return -1;
-    }
+    if (rc != 0)
+        return STORE_LOAD_FAILED; /* the store, not the set: never quarantined for it */
     store_span span = {body.data, body.len};
     store_source src;
     store_source_mem(&span, &src);
@@ -156,15 +151,17 @@ static int s3b_load(weight_store *store, const store_entry *e, const char *name,
 }
 
 /* The generation in the header of key's object, by a ranged GET of its first bytes: for
- * an object written without the metadata (by another tool).  0 when there is none. */
-static uint64_t header_generation(weight_store *store, const char *key, attn_error *err)
+ * an object written without the metadata (by another tool).  0 with *generation 0 when
+ * there is none, or an ERR_* code with err filled when the store failed. */
+static int header_generation(weight_store *store, const char *key, uint64_t *generation,
+                             attn_error *err)
 {
     s3_body body = {0};
     s3_object obj;
     int rc = s3_get_range(store->s3->client, key, STORE_FORMAT_HEAD_MAX, &body, &obj, err);
-    uint64_t g = rc == 0 ? store_format_generation(body.data, body.len) : 0;
+    *generation = rc == 0 ? store_format_generation(body.data, body.len) : 0;
     s3_body_free(&body);
-    return g;
+    return rc < 0 ? rc : 0;   /* gone meanwhile: no generation */
 }
 
 static int s3b_head(weight_store *store, const char *name, int with_generation, store_version *v,
@@ -182,8 +179,9 @@ static int s3b_head(weight_store *store, const char *name, int with_generation, 
         return rc;
     v->exists = 1;
     sig_of(obj.etag, obj.size, &v->sig);
-    if (with_generation)
-        v->generation = obj.generation != 0 ? obj.generation : header_generation(store, key, err);
+    v->generation = obj.generation;
+    if (with_generation && obj.generation == 0)
+        return header_generation(store, key, &v->generation, err);
     return 0;
 }
 

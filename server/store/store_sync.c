@@ -118,18 +118,20 @@ static int scan_entry(weight_store *store, void *arg, const store_entry *e, attn
             return 0;
     }
     weight_set *set = NULL;
-    int nomem = 0, newer = 0, gone = 0;
+    int nomem = 0, newer = 0, gone = 0, rc = -1;
     store_loaded loaded;
     if (!weights_valid_name(name)) {
         snprintf(why, sizeof why, "the file name is not a valid set name");
-    } else if (store->backend->load(store, e, name, &loaded, why, sizeof why, &nomem, &newer,
-                                    &gone) == 0) {
+    } else if ((rc = store->backend->load(store, e, name, &loaded, why, sizeof why, &nomem,
+                                          &newer, &gone, err)) == 0) {
         set = store_table_set_loaded(name, &loaded);
         if (set == NULL) {
             snprintf(why, sizeof why, "out of memory loading it");
             nomem = 1;
         }
     }
+    if (rc == STORE_LOAD_FAILED)
+        return err->kind; /* the store, not the set: this scan fails */
     if (nomem) {
         fprintf(stderr, "store: out of memory loading %s/%s\n", store->dir, e->file);
         return error_nomem(err);
