@@ -10,6 +10,16 @@
 // replicas share the directory), and that the Service and the HorizontalPodAutoscaler point
 // at the Deployment.
 //
+// A Deployment that keeps its weight sets in a bucket (ATTN_STORE_URL s3://..., as a value or
+// from a ConfigMap of the folder) needs no volume: its rules are instead that the store's
+// credentials come from a Secret (secretKeyRef) and that no PersistentVolumeClaim is mounted
+// for the weight sets.  No container may carry AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN as
+// a literal value.
+//
+// A variant folder (s3/: the Deployment of replicas that share only a bucket) is not a
+// second set of objects: it is checked as the folder above with some files replaced or left
+// out (variants, below), so its Deployment meets the same Service, HPA and operators' objects.
+//
 // The subfolders hold the manifests of operators a cluster may lack (keda/: a KEDA
 // ScaledObject; monitoring/: a prometheus-operator ServiceMonitor), validated against the
 // schemas of @kubernetes-models/keda and @kubernetes-models/prometheus-operator and checked
@@ -40,10 +50,18 @@ function yamlFiles(dir) {
     return readdirSync(dir, { recursive: true }).filter((f) => f.endsWith(".yaml")).sort();
 }
 
-// Reads every *.yaml document under DIR as [{file, doc}].
-function readManifests(dir) {
+// The variant folders of the good folder: each is checked as the folder with the files of
+// `replaces` taken from the variant, those of `drops` left out, and the variant's other files
+// added (docs/deployment.md says how each is applied).
+const variants = [
+    { dir: "s3", replaces: ["deployment.yaml"], drops: ["pvc.yaml"] },
+];
+const inVariant = (file) => variants.some((v) => file.startsWith(`${v.dir}/`));
+
+// Reads every *.yaml document under DIR as [{file, doc}] (keep: which files to read).
+function readManifests(dir, keep = () => true) {
     const out = [];
-    for (const file of yamlFiles(dir)) {
+    for (const file of yamlFiles(dir).filter(keep)) {
         for (const d of parseAllDocuments(readFileSync(join(dir, file), "utf8"))) {
             if (d.errors.length) throw new Error(`${file}: ${d.errors[0].message}`);
             const doc = d.toJSON();
@@ -106,15 +124,29 @@ function policyErrors(docs) {
     if (!(sc.runAsNonRoot ?? psc.runAsNonRoot)) errors.push("runAsNonRoot is not set");
     if ((sc.runAsUser ?? psc.runAsUser) === 0) errors.push("runAsUser is 0");
     if (sc.readOnlyRootFilesystem !== true) errors.push("the root filesystem is not read-only");
+    const env = c.env ?? [];
+    for (const e of env)
+        if (["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"].includes(e.name) && e.value !== undefined)
+            errors.push(`${e.name} is written in the manifest: take it from a Secret (secretKeyRef)`);
     const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === "/var/lib/attention");
     const volume = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
-    if (!volume)
-        errors.push("no volume is mounted on /var/lib/attention for the weight sets");
-    const claimName = volume?.persistentVolumeClaim?.claimName;
-    const claim = byKind("PersistentVolumeClaim").find((p) => p.metadata?.name === claimName);
-    if (volume && (dep.spec?.replicas ?? 1) > 1 &&
-        !(claim?.spec?.accessModes ?? []).includes("ReadWriteMany"))
-        errors.push("the replicas do not share the weight sets: mount a ReadWriteMany PersistentVolumeClaim of this folder");
+    if (storeUrl(env, byKind("ConfigMap")).startsWith("s3://")) {
+        // The replicas share the bucket: the credentials must come from a Secret, and a
+        // claim would only tie the pods to a node for nothing.
+        for (const name of ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"])
+            if (!env.find((e) => e.name === name)?.valueFrom?.secretKeyRef?.name)
+                errors.push(`${name} does not come from a Secret (secretKeyRef)`);
+        if (volume?.persistentVolumeClaim)
+            errors.push("a PersistentVolumeClaim is mounted for the weight sets, which are in the bucket");
+    } else {
+        if (!volume)
+            errors.push("no volume is mounted on /var/lib/attention for the weight sets");
+        const claimName = volume?.persistentVolumeClaim?.claimName;
+        const claim = byKind("PersistentVolumeClaim").find((p) => p.metadata?.name === claimName);
+        if (volume && (dep.spec?.replicas ?? 1) > 1 &&
+            !(claim?.spec?.accessModes ?? []).includes("ReadWriteMany"))
+            errors.push("the replicas do not share the weight sets: mount a ReadWriteMany PersistentVolumeClaim of this folder");
+    }
     const grace = Number((c.args ?? [])[(c.args ?? []).indexOf("--shutdown-grace") + 1] ?? 10);
     if ((pod.terminationGracePeriodSeconds ?? 30) <= grace)
         errors.push("terminationGracePeriodSeconds leaves no time after --shutdown-grace");
@@ -129,6 +161,16 @@ function policyErrors(docs) {
     for (const so of byKind("ScaledObject")) errors.push(...scaledObjectErrors(so, dep, hpas[0]));
     for (const sm of byKind("ServiceMonitor")) errors.push(...serviceMonitorErrors(sm, services[0]));
     return errors;
+}
+
+// ATTN_STORE_URL of the container's env: its value, or the key of a ConfigMap of the folder
+// it refers to; "" when there is none.
+function storeUrl(env, configMaps) {
+    const e = env.find((x) => x.name === "ATTN_STORE_URL");
+    if (e?.value !== undefined) return String(e.value);
+    const ref = e?.valueFrom?.configMapKeyRef;
+    const map = ref && configMaps.find((m) => m.metadata?.name === ref.name);
+    return String(map?.data?.[ref?.key] ?? "");
 }
 
 // The rules of a KEDA ScaledObject: it scales the Deployment, adopts the HPA (two
@@ -194,10 +236,21 @@ async function checkFolder(dir, report) {
         if (err) note(name, err);
         else if (report) ok(name);
     }
-    if (report && !selected(`rules ${dir}`)) return problems;
-    const before = problems;
-    for (const why of policyErrors(docs.map((d) => d.doc))) note(`rules ${dir}`, why);
-    if (report && problems === before) ok(`rules ${dir}`);
+    // The folder itself, then each variant of it that is there.
+    const sets = [{ label: `rules ${dir}`, docs: docs.filter((d) => !inVariant(d.file)) }];
+    for (const v of variants) {
+        const own = docs.filter((d) => d.file.startsWith(`${v.dir}/`));
+        if (!own.length) continue;
+        const left = [...v.replaces, ...v.drops];
+        sets.push({ label: `rules ${dir} with ${v.dir}/`,
+                    docs: [...sets[0].docs.filter((d) => !left.includes(d.file)), ...own] });
+    }
+    for (const set of sets) {
+        if (report && !selected(set.label)) continue;
+        const before = problems;
+        for (const why of policyErrors(set.docs.map((d) => d.doc))) note(set.label, why);
+        if (report && problems === before) ok(set.label);
+    }
     return problems;
 }
 
