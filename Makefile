@@ -79,7 +79,7 @@ LIB_OBJS := $(LIB_SRCS:server/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/viz_assets.o $(
 # The unit tests and the fuzzers use a test build of the library: the modules that define
 # test hooks (server/core/test_hooks.h) are compiled again with -DATTN_TESTING into
 # $(BUILD)/obj/testing/.  The server links none of them.
-HOOKED := core/mem json/json_fast store/store_io kernel/attention kernel/attention_fused
+HOOKED := core/mem json/json_fast store/store store/store_io kernel/attention kernel/attention_fused
 TEST_LIB_OBJS := $(filter-out $(HOOKED:%=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
                  $(HOOKED:%=$(BUILD)/obj/testing/%.o)
 UNIT_SRCS := $(wildcard tests/unit/*.c) tests/ref/reference.c tests/integration/case_body.c

@@ -18,6 +18,8 @@
 
 #include <stddef.h>
 
+#include "error.h"
+
 /* mem.c: after n more successful allocations every allocation fails, until
  * mem_fail_reset().  n < 0 disables failure injection.  Thread-safe. */
 void mem_fail_after(long n);
@@ -33,6 +35,15 @@ long mem_fail_live(void);
  * fail with EIO (0 = the first step; -1 turns failure injection off).  The
  * steps are open, each write, fsync, rename, unlink and directory fsync. */
 void store_fail_io_after(int n);
+
+/* store.c: a store on the backend given (store_internal.h's store_backend), as
+ * store_open opens one on a directory, for the unit tests of what lies above
+ * the backend (a put's conditional writes, which no real server in the tests
+ * refuses with 412). */
+struct store_backend;
+struct store_limits;
+struct weight_store *store_open_on_backend(const struct store_backend *backend,
+                                           const struct store_limits *limits, attn_error *err);
 
 /* attention_fused.c: one more path of the fused kernel, listed after the
  * others (attn_kernel_available, attn_kernel_select), for the unit tests

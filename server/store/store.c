@@ -77,6 +77,20 @@ weight_store *store_open_s3(const s3_config *cfg, const store_limits *limits, at
     return store_first_scan(store, "store-url", err);
 }
 
+#ifdef ATTN_TESTING
+#include "core/test_hooks.h"
+
+weight_store *store_open_on_backend(const store_backend *backend, const store_limits *limits,
+                                    attn_error *err)
+{
+    weight_store *store = store_new(backend, limits, err);
+    if (store == NULL)
+        return NULL;
+    snprintf(store->dir, sizeof store->dir, "test:%s", backend->kind);
+    return store_first_scan(store, "data-dir", err);
+}
+#endif
+
 void store_get_info(weight_store *store, store_info *info)
 {
     info->backend = store->backend->kind;

@@ -283,6 +283,9 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(store_version2_file_loads)            \
     X(store_float32_damage_refused)         \
     X(store_tmp_names)                      \
+    X(store_backend_put_after_conflicts)    \
+    X(store_backend_put_gives_up)           \
+    X(store_backend_put_not_synced)         \
     X(s3_parse_url)                         \
     X(s3_xml_list)                          \
     X(s3_xml_error)                         \
