@@ -93,13 +93,14 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # FILTER_FLAG names another flag (one ending in "=" takes the pattern in the same word, as
 # make's T=SUBSTR), and FILTER_FLAG=env passes it as TEST_FILTER in the environment.
 every_suite() {
-    suite unit build/unit-tests
-    suite unit-asan build/asan/unit-tests
-    # Under valgrind the kernel tests run the server's paths only: with two paths they took
-    # 235 s there, and the tests' avx512-on-avx2 (tests/unit/kernel_avx512_on_avx2.c) would
-    # add half as much again; unit-asan runs it.  Two valgrind processes share the list
-    # (valgrind runs one thread of a process at a time, so one left the second core idle).
-    suite unit-valgrind bash tests/unit/valgrind_shards.sh --shards 2
+    # Two processes share each list (tests/unit/shards.sh): most unit tests run on one
+    # thread, and one process left the second core idle.  Under valgrind the kernel tests run
+    # the server's paths only: with two paths they took 235 s there, and the tests'
+    # avx512-on-avx2 (tests/unit/kernel_avx512_on_avx2.c) would add half as much again;
+    # unit-asan runs it.
+    suite unit bash tests/unit/shards.sh --build plain
+    suite unit-asan bash tests/unit/shards.sh --build asan
+    suite unit-valgrind bash tests/unit/shards.sh --build valgrind
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
     suite perf-table /usr/bin/python3 tests/bench/perf_table_test.py
