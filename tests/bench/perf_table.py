@@ -26,8 +26,8 @@ import re
 import sys
 
 # The steps whose rows make the table, in the order of the table (run.sh runs them so).
-STEPS = ("kernel", "json", "http", "grpc", "store", "checkpoint", "reductions", "sequences",
-         "viz")
+STEPS = ("kernel", "json", "http", "grpc", "store", "s3store", "checkpoint", "reductions",
+         "sequences", "viz")
 FIELDS = 10
 BEGIN = "<!-- perf-table: begin"
 END = "<!-- perf-table: end -->"

@@ -78,7 +78,7 @@ def main():
         rc, out, err = run("--results", FIXTURE, "--print")
         rows = [line for line in out.split("\n") if line.startswith("| ")]
         check("perf-table/print-is-the-block's-table",
-              rc == 0 and len(rows) == 12 and all(row in expected.split("\n") for row in rows), "rc %d, %s" % (rc, err.strip()))
+              rc == 0 and len(rows) == 13 and all(row in expected.split("\n") for row in rows), "rc %d, %s" % (rc, err.strip()))
 
         def remove_viz(folder):
             os.remove(os.path.join(folder, "table-viz.tsv"))

@@ -14,6 +14,9 @@
 #   grpc        bench_grpc.sh: the gRPC front-end (build/bench/grpc-load) against the kernel's
 #               own time and against HTTP v2 binary under wrk, same bytes, same server
 #   store-load  build/bench/bench-store-load: a 4096 x 4096 weight set, binary file vs JSON
+#   s3-store    bench_store_s3.py: 1,000 small sets on the S3 store (a single-node Swift on
+#               loopback, tests/s3/swift_s3.sh) against the same on the directory store:
+#               start-up, one sync's CPU and requests, PUT to visible on another replica
 #   checkpoint  bench_checkpoint.sh: PUT of a 100 MiB float32 safetensors checkpoint vs the same
 #               weights as JSON (time, peak RSS), and the 512 x 64 request gzip'd vs plain
 #   reductions  bench_reductions.py: the reductions of the weights (entropy, received, sink, local,
@@ -59,7 +62,8 @@ for bin in build/attention-server build/bench/bench-kernel build/bench/bench-jso
     build/bench/bench-store-load build/bench/bench-gemm build/bench/grpc-load; do
     [ -x "$bin" ] || { echo "run.sh: $bin is missing; run \`make bench\`" >&2; exit 1; }
 done
-bench_need_debs python3-numpy python3-flask gunicorn wrk curl ||
+bench_need_debs python3-numpy python3-flask gunicorn wrk curl strace \
+    swift swift-proxy swift-account swift-container swift-object python3-swift memcached awscli ||
     { echo "run.sh: cannot install what it needs" >&2; exit 1; }
 
 started=$(date +%s)
@@ -80,6 +84,7 @@ step json build/bench/bench-json --out "$RESULTS" "${QUICK[@]}"
 step http bash tests/bench/bench_http.sh "${QUICK[@]}" "$RESULTS"
 step grpc bash tests/bench/bench_grpc.sh "${QUICK[@]}" "$RESULTS"
 step store-load build/bench/bench-store-load --out "$RESULTS/store.tsv" "${STORE_ARGS[@]}"
+step s3-store "$BENCH_PYTHON" tests/bench/bench_store_s3.py --results "$RESULTS" "${QUICK[@]}"
 step checkpoint bash tests/bench/bench_checkpoint.sh "$RESULTS" "${QUICK[@]}"
 step reductions "$BENCH_PYTHON" tests/bench/bench_reductions.py --results "$RESULTS" "${QUICK[@]}"
 step sequences "$BENCH_PYTHON" tests/bench/bench_sequences.py --results "$RESULTS" "${QUICK[@]}"
@@ -107,6 +112,7 @@ fi
     echo "machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "ours: build/attention-server and attention_run; peer: NumPy $("$BENCH_PYTHON" -c 'import numpy; print(numpy.__version__)') (kernel), jansson (JSON), Flask + gunicorn 2 workers (HTTP)"
     echo "gRPC rows: ours = gRPC (build/bench/grpc-load), peer = the kernel's compute_ms or HTTP v2 binary (wrk)"
+    echo "s3store rows: ours = the S3 store (Swift on loopback), peer = the directory store"
     echo "checkpoint rows: ours = safetensors or gzip, peer = JSON or plain, both to our server"
     echo "sequences rows: ours = sequence steps, peer = the kernel's compute_ms + the empty-request floor, or stateless requests"
     echo "medians; ratio = how many times faster ours is; GFLOP/s and ns/number: ours / peer"

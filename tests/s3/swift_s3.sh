@@ -26,6 +26,8 @@
 #   the server itself, and stopping it stops everything it runs.
 # - tempauth needs memcached ("Memcache required" otherwise); the servers log to a syslog
 #   socket, and a small sink (DIR/bin/log_sink.py) writes what they send to DIR/log/swift.log.
+#   proxy-logging's access lines (method, path, status, bytes) do not follow log_address: they
+#   go by UDP to a port of 127.0.0.1 that the sink binds and writes to DIR/run/access-log-port.
 # - The rings (one replica, one device, DIR/srv/d1) are built in one Python process: the
 #   swift-ring-builder command called nine times costs seconds of interpreter start-up.
 # - Swift keeps object metadata in user.* extended attributes: start checks that DIR's file
@@ -171,14 +173,22 @@ wait_ready() {
 write_files() {
     mkdir -p "$DIR/etc" "$DIR/run" "$DIR/log" "$DIR/srv/d1" "$DIR/cache" "$DIR/bin"
     cat > "$DIR/bin/log_sink.py" <<'EOF'
-# Receives the servers' syslog datagrams on a unix socket and appends them to a file.
-import os, socket, sys, time
-path, out = sys.argv[1], open(sys.argv[2], "ab", buffering=0)
+# Receives the servers' syslog datagrams on a unix socket, and the proxy's access lines
+# (proxy-logging, which does not follow log_address) on a UDP port of 127.0.0.1 that it
+# writes to PORT_FILE, and appends both to a file.
+import os, select, socket, sys, time
+path, out, port_file = sys.argv[1], open(sys.argv[2], "ab", buffering=0), sys.argv[3]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(path)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", 0))
+with open(port_file + ".tmp", "w") as f:
+    f.write("%d\n" % u.getsockname()[1])
+os.rename(port_file + ".tmp", port_file)
 while True:
-    d = s.recv(65536)
-    out.write(time.strftime("%H:%M:%S ").encode() + d.rstrip(b"\0\n") + b"\n")
+    for r in select.select([s, u], [], [])[0]:
+        d = r.recv(65536)
+        out.write(time.strftime("%H:%M:%S ").encode() + d.rstrip(b"\0\n") + b"\n")
 EOF
     cat > "$DIR/bin/swift_run.py" <<'EOF'
 # swift_run.py SWIFT_CONF KIND CONF: runs one Swift server (KIND: proxy-server, ...) with
@@ -295,6 +305,8 @@ use = egg:swift#gatekeeper
 use = egg:swift#healthcheck
 [filter:proxy-logging]
 use = egg:swift#proxy_logging
+access_log_udp_host = 127.0.0.1
+access_log_udp_port = @ACCESS_LOG_PORT@
 [filter:listing_formats]
 use = egg:swift#listing_formats
 [filter:copy]
@@ -359,9 +371,12 @@ EOF
         die "the rings were not built (is python3-swift there? scripts/provision.sh s3): $(tail -n 3 "$DIR/log/rings.log")"
 
     # the servers choose at start-up between the socket and UDP to port 514: the sink first
-    launch syslog "$PY" "$DIR/bin/log_sink.py" "$sock" "$DIR/log/swift.log"
-    for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-    [ -S "$sock" ] || { cmd_stop; die "the log sink did not start: $(tail -n 3 "$DIR/log/syslog.out")"; }
+    launch syslog "$PY" "$DIR/bin/log_sink.py" "$sock" "$DIR/log/swift.log" \
+        "$DIR/run/access-log-port"
+    for _ in $(seq 100); do [ -S "$sock" ] && [ -s "$DIR/run/access-log-port" ] && break; sleep 0.05; done
+    [ -S "$sock" ] && [ -s "$DIR/run/access-log-port" ] ||
+        { cmd_stop; die "the log sink did not start: $(tail -n 3 "$DIR/log/syslog.out")"; }
+    sed -i "s/@ACCESS_LOG_PORT@/$(cat "$DIR/run/access-log-port")/" "$DIR/etc/proxy-server.conf"
     local as_root=()
     [ "$(id -u)" = 0 ] && as_root=(-u root)   # memcached refuses to run as root without -u
     launch memcached memcached "${as_root[@]}" -l 127.0.0.1 -p "$(port_of memcached)" -U 0 \
