@@ -39,7 +39,7 @@ static const char *const path_labels[PATH_COUNT] = {"inline", "worker", "deferre
 static int store_observed;
 static double store_last_ok;        /* monotonic seconds */
 static size_t store_sets, store_bytes;
-static unsigned long long store_sync_errors;
+static unsigned long long store_sync_errors, store_syncs;
 
 static atomic_long seq_live;
 static atomic_llong seq_bytes;
@@ -127,10 +127,12 @@ void metrics_store_observe(int ok, size_t sets, size_t bytes)
     double now = compute_now();
     pthread_mutex_lock(&metrics_lock);
     store_observed = 1;
-    if (ok)
+    if (ok) {
         store_last_ok = now;
-    else
+        store_syncs++;
+    } else {
         store_sync_errors++;
+    }
     store_sets = sets;
     store_bytes = bytes;
     pthread_mutex_unlock(&metrics_lock);
@@ -253,7 +255,7 @@ char *metrics_render(size_t *len)
     put_ulong(&w, bytes_out_total);
     if (store_observed) {
         jw_raw(&w, "\n# HELP attn_store_last_sync_age_seconds Seconds since the weight-set "
-                   "directory was last scanned successfully.\n"
+                   "store (the data directory or the bucket) was last scanned successfully.\n"
                    "# TYPE attn_store_last_sync_age_seconds gauge\nattn_store_last_sync_age_seconds ");
         jw_double(&w, compute_now() - store_last_ok);
         jw_raw(&w, "\n# HELP attn_store_sets Weight sets loaded.\n"
@@ -262,10 +264,14 @@ char *metrics_render(size_t *len)
         jw_raw(&w, "\n# HELP attn_store_bytes Bytes of the weight-set files loaded.\n"
                    "# TYPE attn_store_bytes gauge\nattn_store_bytes ");
         jw_size(&w, store_bytes);
-        jw_raw(&w, "\n# HELP attn_store_sync_errors_total Scans of the weight-set directory "
+        jw_raw(&w, "\n# HELP attn_store_sync_errors_total Scans of the weight-set store "
                    "that failed.\n# TYPE attn_store_sync_errors_total counter\n"
                    "attn_store_sync_errors_total ");
         put_ulong(&w, store_sync_errors);
+        jw_raw(&w, "\n# HELP attn_store_syncs_total Scans of the weight-set store that "
+                   "worked (each a listing request with --store-url).\n"
+                   "# TYPE attn_store_syncs_total counter\nattn_store_syncs_total ");
+        put_ulong(&w, store_syncs);
     }
     pthread_mutex_unlock(&metrics_lock);
     render_sequences(&w);

@@ -53,7 +53,7 @@ void metrics_static_compressed_add(void);
 
 /* Records the outcome of one weight-store sync (ok non-zero: it worked) and
  * what is loaded after it; /metrics shows the age of the last good one, the
- * sets and bytes, and the failures. */
+ * sets and bytes, the good ones and the failures. */
 void metrics_store_observe(int ok, size_t sets, size_t bytes);
 
 /* The sequences' caches (sequence/sequence.h): live sequences and the bytes

@@ -99,7 +99,8 @@ static int scan_note_change(scan_state *sc, const char *name, weight_set *before
 /* Looks at one stored set as the backend listed it (e->file is NAME.wset):
  * loads it when its identity differs from that of the table's version, and
  * notes it when it is damaged.  The backend's list callback; arg is the
- * scan.  Returns 0, or ERR_UNAVAILABLE with err filled when memory runs out. */
+ * scan.  Returns 0; ERR_UNAVAILABLE with err filled when memory runs out; or
+ * the backend's error when it failed to give the bytes (the scan fails). */
 static int scan_entry(weight_store *store, void *arg, const store_entry *e, attn_error *err)
 {
     scan_state *sc = arg;
