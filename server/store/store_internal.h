@@ -254,6 +254,7 @@ typedef struct store_entry {
     file_sig sig;
     int unreadable;         /* listed but its identity could not be read: keep what is loaded */
     int fd;                 /* store_fs.c: the file, open for load; -1 otherwise */
+    store_span *bytes;      /* store_s3.c: the version's bytes, fetched already; or NULL */
 } store_entry;
 
 /* What a backend has under one name now (store_backend.head). */
@@ -339,6 +340,9 @@ int store_fs_open(weight_store *store, const char *dir, attn_error *err);
 file_sig *store_set_sig(weight_set *set);
 /* Index of name in the table, or -1.  Caller holds map_lock. */
 long store_table_find(weight_store *store, const char *name);
+/* Whether the table's set of name was loaded from or written as the
+ * version sig (takes map_lock): a listed version that need not be read. */
+int store_table_holds(weight_store *store, const char *name, const file_sig *sig);
 /* Makes room for one more entry; 0, or -1 when memory runs out.  Caller
  * holds map_lock. */
 int store_table_reserve(weight_store *store);

@@ -16,9 +16,9 @@
  *
  * Reading: a listing (ListObjectsV2, one request per 1,000 sets) gives every object's
  * ETag, so an unchanged set costs nothing more; a changed one is fetched with If-Match
- * its listed ETag (a version replaced meanwhile is left to the next scan), checked whole
- * by store_io_load from memory, and only then swapped in.  The object's bytes and the
- * decoded arrays are both held while it loads.
+ * its listed ETag (a version replaced meanwhile is left to the next scan), several at a
+ * time (s3b_list), checked whole by store_io_load from memory, and only then swapped in.
+ * The object's bytes and the decoded arrays are both held while it loads.
  *
  * Quarantine: a damaged object is copied to PREFIX/quarantine/NAME.wset.HOST.TIME (the
  * copy is dropped again when its ETag shows another version was copied), and deleted if a
@@ -27,6 +27,7 @@
  */
 #include "store_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +86,25 @@ static void quoted_etag(const file_sig *sig, char *out, size_t len)
     snprintf(out, len, "\"%s\"", sig->etag);
 }
 
+/* A listing is read whole first (the keys, ETags and sizes: a few hundred bytes a set), and
+ * the versions the table does not hold are then fetched PREFETCH_OBJECTS at a time, each on
+ * a thread of its own, before the scan reads them in the listing's order: a start-up with
+ * many sets waits for the store's round trips side by side rather than one after another.
+ * A batch stops at PREFETCH_BYTES, so that the bytes held at once stay bounded (a larger
+ * object is fetched alone, as load would). */
+#define PREFETCH_OBJECTS 8
+#define PREFETCH_BYTES ((uint64_t)64 << 20)
+
+typedef struct listed {
+    char *file;             /* NAME.wset (owned) */
+    file_sig sig;
+} listed;
+
 typedef struct list_ctx {
     weight_store *store;
-    int (*each)(weight_store *, void *, const store_entry *, attn_error *);
-    void *arg;
-    attn_error *err;
+    listed *items;
+    size_t count, cap;
+    int nomem;
 } list_ctx;
 
 static int list_object(void *arg, const s3_entry *o)
@@ -99,9 +114,43 @@ static int list_object(void *arg, const s3_entry *o)
     const char *file = o->key + plen;
     if (n < plen + 6 || strcmp(o->key + n - 5, ".wset") != 0 || strchr(file, '/') != NULL)
         return 0;
-    store_entry e = {.file = file, .fd = -1};
-    sig_of(o->etag, o->size, &e.sig);
-    return l->each(l->store, l->arg, &e, l->err);
+    char *copy = mem_malloc(strlen(file) + 1);
+    if (copy == NULL || store_grow((void **)&l->items, &l->cap, l->count, sizeof *l->items)) {
+        mem_free(copy);
+        l->nomem = 1;
+        return ERR_UNAVAILABLE;
+    }
+    memcpy(copy, file, strlen(file) + 1);
+    l->items[l->count].file = copy;
+    sig_of(o->etag, o->size, &l->items[l->count].sig);
+    l->count++;
+    return 0;
+}
+
+/* One object of a batch, fetched on a thread of its own. */
+typedef struct prefetch {
+    weight_store *store;
+    const listed *item;
+    s3_body body;
+    store_span span;
+    int ok;
+    pthread_t thread;
+    int started;
+} prefetch;
+
+static void *prefetch_main(void *arg)
+{
+    prefetch *p = arg;
+    char key[1200], etag[90];
+    key_of(p->store, p->item->file, key, sizeof key);
+    quoted_etag(&p->item->sig, etag, sizeof etag);
+    s3_object obj;
+    attn_error err;
+    /* any failure is left to load, which asks again and reports it */
+    p->ok = s3_get(p->store->s3->client, key, etag, p->store->limits.max_set_bytes, &p->body,
+                   &obj, &err) == 0;
+    p->span = (store_span){p->body.data, p->body.len};
+    return NULL;
 }
 
 static int s3b_list(weight_store *store,
@@ -110,8 +159,51 @@ static int s3b_list(weight_store *store,
 {
     memset(listing, 0, sizeof *listing);
     *settled = 0;
-    list_ctx l = {store, each, arg, err};
-    return s3_list(store->s3->client, store->s3->prefix, list_object, &l, NULL, err);
+    list_ctx l = {.store = store};
+    int rc = s3_list(store->s3->client, store->s3->prefix, list_object, &l, NULL, err);
+    if (rc != 0 && l.nomem)
+        rc = error_nomem(err);
+    prefetch batch[PREFETCH_OBJECTS];
+    for (size_t at = 0; rc == 0 && at < l.count;) {
+        /* the next batch: up to PREFETCH_OBJECTS versions the table lacks, within bytes */
+        size_t end = at, n = 0;
+        uint64_t bytes = 0;
+        while (end < l.count && n < PREFETCH_OBJECTS) {
+            const listed *it = &l.items[end];
+            char name[WEIGHTS_NAME_MAX + 8];
+            snprintf(name, sizeof name, "%.*s", (int)(strlen(it->file) - 5), it->file);
+            int need = (uint64_t)it->sig.size <= store->limits.max_set_bytes &&
+                       !store_table_holds(store, name, &it->sig);
+            if (need && n > 0 && bytes + (uint64_t)it->sig.size > PREFETCH_BYTES)
+                break;
+            if (need) {
+                batch[n] = (prefetch){.store = store, .item = it};
+                bytes += (uint64_t)it->sig.size;
+                n++;
+            }
+            end++;
+        }
+        for (size_t k = 0; k < n; k++)
+            batch[k].started = pthread_create(&batch[k].thread, NULL, prefetch_main,
+                                              &batch[k]) == 0;
+        for (size_t k = 0; k < n; k++)
+            if (batch[k].started)
+                pthread_join(batch[k].thread, NULL);
+        for (size_t k = 0; rc == 0 && at < end; at++) {
+            store_entry e = {.file = l.items[at].file, .sig = l.items[at].sig, .fd = -1};
+            if (k < n && batch[k].item == &l.items[at]) {
+                e.bytes = batch[k].ok ? &batch[k].span : NULL;
+                k++;
+            }
+            rc = each(store, arg, &e, err);
+        }
+        for (size_t k = 0; k < n; k++)
+            s3_body_free(&batch[k].body);
+    }
+    for (size_t i = 0; i < l.count; i++)
+        mem_free(l.items[i].file);
+    mem_free(l.items);
+    return rc;
 }
 
 static int s3b_load(weight_store *store, const store_entry *e, const char *name,
@@ -127,19 +219,25 @@ static int s3b_load(weight_store *store, const store_entry *e, const char *name,
                  (long long)e->sig.size, store->limits.max_set_bytes);
         return -1;
     }
-    char key[1200], etag[90];
-    key_of(store, e->file, key, sizeof key);
-    quoted_etag(&e->sig, etag, sizeof etag);
     s3_body body = {0};
-    s3_object obj;
-    int rc = s3_get(store->s3->client, key, etag, store->limits.max_set_bytes, &body, &obj, err);
-    if (rc == S3_MISSING || rc == S3_CONFLICT) {
-        *gone = 1;
-        return -1;
+    store_span span;
+    int rc;
+    if (e->bytes != NULL) {
+        span = *e->bytes;       /* prefetched by s3b_list */
+    } else {
+        char key[1200], etag[90];
+        key_of(store, e->file, key, sizeof key);
+        quoted_etag(&e->sig, etag, sizeof etag);
+        s3_object obj;
+        rc = s3_get(store->s3->client, key, etag, store->limits.max_set_bytes, &body, &obj, err);
+        if (rc == S3_MISSING || rc == S3_CONFLICT) {
+            *gone = 1;
+            return -1;
+        }
+        if (rc != 0)
+            return STORE_LOAD_FAILED; /* the store, not the set: never quarantined for it */
+        span = (store_span){body.data, body.len};
     }
-    if (rc != 0)
-        return STORE_LOAD_FAILED; /* the store, not the set: never quarantined for it */
-    store_span span = {body.data, body.len};
     store_source src;
     store_source_mem(&span, &src);
     rc = store_io_load(&src, name, out, why, why_len, nomem, newer);
