@@ -31,6 +31,9 @@ behind the servers' backs.
 - wrong_secret: a server with a wrong secret, an unknown key id or a missing bucket exits
   non-zero at start-up, its stderr naming the endpoint and the S3 error code that awscli gets
   for the same request, and never the secret.
+- tls: a second Swift proxy on https with a throwaway certificate (swift_s3.sh start-tls): a
+  replica on it with --s3-ca-file shares the plain replicas' bucket both ways; one without the
+  CA file exits at start-up naming the endpoint and the certificate.
 - outage: with the proxy stopped, loaded sets are served, PUT and DELETE are 503
   store_unreachable with Retry-After, /readyz turns 503 after three intervals and the sync
   errors grow; with the proxy back on its port /readyz is 200 again, a PUT on B is served by A
@@ -40,7 +43,8 @@ Every wait polls against a deadline; every process started is stopped by its PID
 secret is one of this run's (SWIFT_S3_SECRET), so that its absence from logs can be checked.
 
 Usage: s3_store_test.py --server PATH [--filter SUBSTR] (the checks whose name contains
-SUBSTR: bytes, awscli, visible, delete, if_match, info, kill9, damaged, wrong_secret, outage).
+SUBSTR: bytes, awscli, visible, delete, if_match, info, tls, kill9, damaged, wrong_secret,
+outage).
 Prints "ok NAME" or "FAIL NAME" per check and "N passed, N failed" last; where Swift or awscli
 is missing it prints "SKIPPED: s3-store: why" and "0 passed, 0 failed".
 """
@@ -150,6 +154,15 @@ class Swift:
         p = subprocess.run(["bash", SWIFT_SH, what, self.dir], capture_output=True, text=True,
                            timeout=120, env=dict(os.environ, SWIFT_S3_TIMEOUT="45"))
         return p.returncode == 0, p.stderr.strip()
+
+    def start_tls(self):
+        """A second proxy on https (swift_s3.sh start-tls): (endpoint, CA file)."""
+        p = subprocess.run(["bash", SWIFT_SH, "start-tls", self.dir], capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ, SWIFT_S3_TIMEOUT="45"))
+        if p.returncode != 0:
+            raise RuntimeError("swift_s3.sh start-tls failed: " + p.stderr[-800:])
+        v = dict(l.split("=", 1) for l in p.stdout.split() if "=" in l)
+        return v["S3_TLS_ENDPOINT"], v["S3_CA_FILE"]
 
     def stop(self):
         subprocess.run(["bash", SWIFT_SH, "stop", self.dir], capture_output=True, timeout=60)
@@ -793,6 +806,42 @@ def check_wrong_secret(run):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def check_tls(run):
+    """tls: a replica on the https proxy with --s3-ca-file shares the plain replicas' bucket
+    both ways; without the CA file it does not start, its stderr naming the endpoint and the
+    certificate."""
+    reps = run.plain.up()
+    endpoint, ca = run.swift.start_tls()
+    t = Replica("T", run.binary, run.plain.work, run.plain.url(), endpoint, env=run.env,
+                extra=["--s3-ca-file", ca])
+    u = Replica("U", run.binary, run.plain.work, run.plain.url(), endpoint, env=run.env)
+    try:
+        t.start()
+        _, gen, _ = put_set(t, "tls1", 21.0)
+        check("tls/a PUT over https with --s3-ca-file", gen is not None)
+        got = poll(lambda: served(reps["A"], "tls1") == (200, gen, 21.0), sync_wait())
+        check("tls/served by a replica on plain http", got, served(reps["A"], "tls1"))
+        _, gen2, _ = put_set(reps["B"], "tls2", 22.0)
+        got = poll(lambda: served(t, "tls2") == (200, gen2, 22.0), sync_wait())
+        check("tls/a set PUT over http served by the https replica", got, served(t, "tls2"))
+        u.launch()
+        try:
+            status = u.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            status = "still running after 30 s"
+        text = u.stderr()
+        host = endpoint.split("//", 1)[1]
+        check("tls/without --s3-ca-file: exits non-zero at start-up, naming %s and the "
+              "certificate" % host,
+              isinstance(status, int) and status != 0 and host in text
+              and "certificate" in text.lower(), (status, text.splitlines()[-1:]))
+    finally:
+        u.kill()
+        rc, bad = t.stop()
+        check("tls/replica T exited cleanly, the secret never in its stderr",
+              rc == 0 and not bad and run.swift.secret not in t.stderr(), (rc, bad[:3]))
+
+
 def check_outage(run):
     g = Group(run, "outage")
     proxy_down = False
@@ -853,7 +902,8 @@ def check_outage(run):
         g.stop()
 
 
-PLAIN = [check_bytes, check_awscli, check_visible, check_delete, check_if_match, check_info]
+PLAIN = [check_bytes, check_awscli, check_visible, check_delete, check_if_match, check_info,
+         check_tls]
 # outage last: it takes the one Swift proxy away from everything
 OTHERS = [check_wrong_secret, check_damaged, check_kill9, check_outage]
 

@@ -18,6 +18,11 @@
 #   swift_s3.sh start-proxy DIR   starts it again on the same port, returning once it answers
 #   swift_s3.sh suspend DIR       SIGSTOPs the proxy: connections are accepted, never answered
 #   swift_s3.sh resume DIR        SIGCONTs it
+#   swift_s3.sh start-tls DIR     a second proxy, on a free port, that speaks https with a
+#                                 throwaway certificate for 127.0.0.1 (openssl), beside the
+#                                 first and on the same servers; prints
+#                                   S3_TLS_ENDPOINT=https://127.0.0.1:PORT
+#                                   S3_CA_FILE=DIR/etc/tls-cert.pem
 #
 # Why each piece is there:
 # - Swift 2.30 reads /etc/swift/swift.conf by a fixed path, so each server is started through a
@@ -417,7 +422,8 @@ cmd_stop() {
     [ -d "$DIR/run" ] || { say "nothing started in $DIR"; return 0; }
     # a suspended proxy would not act on SIGTERM until continued
     [ -n "$(ours proxy-server)" ] && kill -CONT "$(ours proxy-server)" 2>/dev/null
-    n=$(stop_named proxy-server object-server container-server account-server memcached syslog)
+    n=$(stop_named proxy-tls proxy-server object-server container-server account-server memcached \
+        syslog)
     remove_under "$DIR" "$DIR/log/dev-log"
     say "stopped $n processes"
 }
@@ -441,6 +447,39 @@ cmd_start_proxy() {
     wait_ready start-proxy proxy-server || { stop_named proxy-server >/dev/null; die "the proxy did not start again"; }
 }
 
+# start-tls: Swift's proxy serves TLS itself when its [DEFAULT] names cert_file and key_file
+# (eventlet's; Swift warns it is for tests, which this is).
+cmd_start_tls() {
+    [ -f "$DIR/run/ports" ] || die "nothing started in $DIR"
+    [ -z "$(ours proxy-tls)" ] || die "the TLS proxy of $DIR runs already"
+    command -v openssl >/dev/null || die "openssl is missing"
+    local port cert=$DIR/etc/tls-cert.pem key=$DIR/etc/tls-key.pem began deadline code
+    began=$(now)
+    port=$(free_ports | cut -d' ' -f1)
+    [ -n "$port" ] || die "no free port for the TLS proxy"
+    echo "tls=$port" >> "$DIR/run/ports"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$key" -out "$cert" -days 1 \
+        -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" >/dev/null 2>&1 ||
+        die "openssl could not make a certificate"
+    sed -e "s#^bind_port = .*#bind_port = $port#" \
+        -e "s#^\[DEFAULT\]#[DEFAULT]\ncert_file = $cert\nkey_file = $key#" \
+        "$DIR/etc/proxy-server.conf" > "$DIR/etc/proxy-tls.conf"
+    launch proxy-tls "$PY" "$DIR/bin/swift_run.py" "$DIR/etc/swift.conf" proxy-server \
+        "$DIR/etc/proxy-tls.conf"
+    deadline=$(( $(date +%s) + ${SWIFT_S3_TIMEOUT:-90} ))
+    while :; do
+        [ -n "$(ours proxy-tls)" ] || { tail -n 5 "$DIR/log/proxy-tls.out" >&2; die "the TLS proxy died"; }
+        code=$(curl -s -m 3 --cacert "$cert" -o /dev/null -w '%{http_code}' \
+            "https://127.0.0.1:$port/healthcheck")
+        [ "$code" = 200 ] && break
+        (( $(date +%s) < deadline )) || { stop_named proxy-tls >/dev/null; die "the TLS proxy did not answer"; }
+        sleep 0.1
+    done
+    say "TLS proxy ready on https://127.0.0.1:$port after $(since "$began") s"
+    echo "S3_TLS_ENDPOINT=https://127.0.0.1:$port"
+    echo "S3_CA_FILE=$cert"
+}
+
 cmd_signal_proxy() {  # SIG WORD
     local pid
     pid=$(ours proxy-server)
@@ -449,7 +488,7 @@ cmd_signal_proxy() {  # SIG WORD
     say "proxy $2"
 }
 
-[ $# -ge 2 ] || die "usage: $0 start DIR PORT | stop DIR | stop-proxy DIR | start-proxy DIR | suspend DIR | resume DIR"
+[ $# -ge 2 ] || die "usage: $0 start DIR PORT | stop DIR | stop-proxy DIR | start-proxy DIR | suspend DIR | resume DIR | start-tls DIR"
 DIR=$(check_dir "$2") || exit 1
 if [ "$1" != start ] && [ -f "$DIR/etc/s3.env" ]; then
     SECRET=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' "$DIR/etc/s3.env")
@@ -461,5 +500,6 @@ case $1 in
     start-proxy) cmd_start_proxy ;;
     suspend) cmd_signal_proxy STOP "suspended: connections are accepted and never answered" ;;
     resume) cmd_signal_proxy CONT "resumed" ;;
+    start-tls) cmd_start_tls ;;
     *) die "unknown command $1" ;;
 esac
