@@ -295,10 +295,16 @@ run: provision-build
 checkpoint-deps:
 	@$(PROVISION) checkpoint
 
+# The builds of make test take one job per CPU when make was given no -j (CI and the README
+# run a bare `make test`), rather than compiling the plain and the sanitized build one file
+# at a time while the other cores wait.  A -j given is left as it is.
+TEST_JOBS = $(if $(findstring -j,$(MAKEFLAGS))$(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+
 test-build: provision-test
-	@$(MAKE) --no-print-directory $(SERVER) $(UNIT) $(ITEST) build/ref_check build/crashtest build/v2test \
-	    build/hostile build/sharetest
-	@$(MAKE) --no-print-directory SANITIZE=1 build/asan/attention-server build/asan/unit-tests
+	@$(MAKE) --no-print-directory $(TEST_JOBS) $(SERVER) $(UNIT) $(ITEST) build/ref_check \
+	    build/crashtest build/v2test build/hostile build/sharetest
+	@$(MAKE) --no-print-directory $(TEST_JOBS) SANITIZE=1 build/asan/attention-server \
+	    build/asan/unit-tests
 
 test: test-build
 	@bash tests/run.sh $(if $(T),--filter '$(T)') $(SUITES)
