@@ -96,6 +96,11 @@ SERVER  := $(BUILD)/attention-server
 UNIT    := $(BUILD)/unit-tests
 ITEST   := build/itest
 
+# The builds of make run and make test take one job per CPU when make was given no -j (CI,
+# the README and a newcomer run them bare), rather than compiling one file at a time while
+# the other cores wait.  A -j given is left as it is.
+JOBS = $(if $(findstring -j,$(MAKEFLAGS))$(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+
 # provision-PROFILE: installs what PROFILE needs and is missing (scripts/provision.sh); its
 # rule follows `all`.  `make deps` is provision-build under its older name.
 PROVISION_GOALS := provision-build provision-test provision-bench provision-container
@@ -286,7 +291,7 @@ test-swarm:
 	@bash tests/swarm/swarm.sh
 
 run: provision-build
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(JOBS) all
 	@mkdir -p data
 	./$(SERVER) --data-dir data
 
@@ -295,15 +300,11 @@ run: provision-build
 checkpoint-deps:
 	@$(PROVISION) checkpoint
 
-# The builds of make test take one job per CPU when make was given no -j (CI and the README
-# run a bare `make test`), rather than compiling the plain and the sanitized build one file
-# at a time while the other cores wait.  A -j given is left as it is.
-TEST_JOBS = $(if $(findstring -j,$(MAKEFLAGS))$(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 
 test-build: provision-test
-	@$(MAKE) --no-print-directory $(TEST_JOBS) $(SERVER) $(UNIT) $(ITEST) build/ref_check \
+	@$(MAKE) --no-print-directory $(JOBS) $(SERVER) $(UNIT) $(ITEST) build/ref_check \
 	    build/crashtest build/v2test build/hostile build/sharetest
-	@$(MAKE) --no-print-directory $(TEST_JOBS) SANITIZE=1 build/asan/attention-server \
+	@$(MAKE) --no-print-directory $(JOBS) SANITIZE=1 build/asan/attention-server \
 	    build/asan/unit-tests
 
 test: test-build
