@@ -9,6 +9,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <valgrind/valgrind.h>
 
 #include "kernel/attention_fused.h"
 #include "kernel/attention_pool.h"
@@ -148,6 +149,11 @@ void test_attention_pool_matches_reference(void)
                 ASSERT_EQ(compute_init((unsigned)threads), 0);
             for (size_t c = 0; c < 2 * (sizeof POOL_CASES / sizeof POOL_CASES[0]); c++) {
                 int f32 = c % 2;
+                /* the 1000 x 1000 case only outside valgrind (its naive reference is a
+                 * million weights a run); 600 x 600 and the windows past a key block
+                 * reach the same code */
+                if (RUNNING_ON_VALGRIND && POOL_CASES[c / 2].lq >= 1000)
+                    continue;
                 double worst = run_case(&POOL_CASES[c / 2], f32);
                 if (!(worst >= 0 && worst <= (f32 ? 4e-6 : 1e-13))) {
                     if (threads > 1)

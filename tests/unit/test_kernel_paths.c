@@ -238,18 +238,23 @@ static int run_case(const paths_case *c)
  * the head dims of most use alone (the reference is slow). */
 static const size_t sweep_tokens[] = {1, 3, 17, 1000};
 static const size_t sweep_dims[] = {1, 8, 64, 100, 128, 256};
-/* Under valgrind the head dims of every shape of the kernels' loops but the repeats: 1 and 8
- * (narrower than a vector), 100 (whole vectors and a tail) and 256 (ATTN_FUSED_MAX_DIM, the
- * buffers' edge); 64 and 128 are whole vectors only, as 100's first 96 are, and the plain
- * and sanitized suites run them. */
-static const size_t valgrind_dims[] = {1, 8, 100, 256};
+/* Under valgrind and AddressSanitizer the head dims of every shape of the kernels' loops but
+ * the repeats: 1 and 8 (narrower than a vector), 100 (whole vectors and a tail) and 256
+ * (whole vectors with no tail, at ATTN_FUSED_MAX_DIM, the buffers' edge); 64 and 128 are
+ * whole vectors with no tail too, and the plain suite runs them for the numbers. */
+static const size_t instrumented_dims[] = {1, 8, 100, 256};
 
 static void sweep(int causal, int masked, double logit)
 {
     int valgrind = RUNNING_ON_VALGRIND != 0;
-    const size_t *dims = valgrind ? valgrind_dims : sweep_dims;
-    size_t dim_count = valgrind ? sizeof valgrind_dims / sizeof valgrind_dims[0]
-                                : sizeof sweep_dims / sizeof sweep_dims[0];
+#ifdef __SANITIZE_ADDRESS__
+    int instrumented = 1;
+#else
+    int instrumented = valgrind;
+#endif
+    const size_t *dims = instrumented ? instrumented_dims : sweep_dims;
+    size_t dim_count = instrumented ? sizeof instrumented_dims / sizeof instrumented_dims[0]
+                                    : sizeof sweep_dims / sizeof sweep_dims[0];
     for (size_t d = 0; d < dim_count; d++)
         for (size_t a = 0; a < 4; a++)
             for (size_t b = 0; b < 4; b++) {
