@@ -289,6 +289,8 @@ struct store_backend {
     int (*list)(weight_store *store, int (*each)(weight_store *store, void *arg,
                                                  const store_entry *e, attn_error *err),
                 void *arg, file_sig *listing, int *settled, attn_error *err);
+    /* (A backend that fetches ahead asks store_scan_wants(arg, e) which
+     * listed versions the scan will read.) */
     /* Whether the listing's identity is still *listing: 1 when it is, 0 when
      * the store must be listed again, or an ERR_* code with err filled.  NULL
      * when the backend has no such identity (every scan lists). */
@@ -340,9 +342,6 @@ int store_fs_open(weight_store *store, const char *dir, attn_error *err);
 file_sig *store_set_sig(weight_set *set);
 /* Index of name in the table, or -1.  Caller holds map_lock. */
 long store_table_find(weight_store *store, const char *name);
-/* Whether the table's set of name was loaded from or written as the
- * version sig (takes map_lock): a listed version that need not be read. */
-int store_table_holds(weight_store *store, const char *name, const file_sig *sig);
 /* Makes room for one more entry; 0, or -1 when memory runs out.  Caller
  * holds map_lock. */
 int store_table_reserve(weight_store *store);
@@ -383,6 +382,10 @@ int store_sync_once(weight_store *store, int initial, attn_error *err);
  * settled and unchanged (and nothing is suspect), a full store_sync
  * otherwise and at least every STORE_FULL_SCAN_MS.  Returns as store_sync. */
 int store_sync_if_changed(weight_store *store, attn_error *err);
+/* Whether the scan arg (the one store_backend.list was given) will read
+ * the listed version e: its name is not in the scan's snapshot of the table
+ * with that identity.  A binary search, no lock. */
+int store_scan_wants(void *arg, const store_entry *e);
 /* Stops the background sync thread if it runs (store_close). */
 void store_sync_stop(weight_store *store);
 

@@ -87,9 +87,10 @@ static void quoted_etag(const file_sig *sig, char *out, size_t len)
 }
 
 /* A listing is read whole first (the keys, ETags and sizes: a few hundred bytes a set), and
- * the versions the table does not hold are then fetched PREFETCH_OBJECTS at a time, each on
- * a thread of its own, before the scan reads them in the listing's order: a start-up with
- * many sets waits for the store's round trips side by side rather than one after another.
+ * the versions the scan will read (store_scan_wants) are then fetched PREFETCH_OBJECTS at a
+ * time, each on a thread of its own, before the scan reads them in the listing's order: a
+ * start-up with many sets waits for the store's round trips side by side rather than one
+ * after another.
  * A batch stops at PREFETCH_BYTES, so that the bytes held at once stay bounded (a larger
  * object is fetched alone, as load would). */
 #define PREFETCH_OBJECTS 8
@@ -170,10 +171,9 @@ static int s3b_list(weight_store *store,
         uint64_t bytes = 0;
         while (end < l.count && n < PREFETCH_OBJECTS) {
             const listed *it = &l.items[end];
-            char name[WEIGHTS_NAME_MAX + 8];
-            snprintf(name, sizeof name, "%.*s", (int)(strlen(it->file) - 5), it->file);
+            store_entry probe = {.file = it->file, .sig = it->sig, .fd = -1};
             int need = (uint64_t)it->sig.size <= store->limits.max_set_bytes &&
-                       !store_table_holds(store, name, &it->sig);
+                       store_scan_wants(arg, &probe);
             if (need && n > 0 && bytes + (uint64_t)it->sig.size > PREFETCH_BYTES)
                 break;
             if (need) {

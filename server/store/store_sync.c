@@ -160,6 +160,16 @@ static int scan_entry(weight_store *store, void *arg, const store_entry *e, attn
     return scan_note_change(sc, set->name, i >= 0 ? sc->snap[i] : NULL, set, err);
 }
 
+int store_scan_wants(void *arg, const store_entry *e)
+{
+    const scan_state *sc = arg;
+    char name[256];
+    size_t n = strlen(e->file);
+    snprintf(name, sizeof name, "%.*s", (int)(n - 5), e->file);
+    long i = weights_valid_name(name) ? snap_find(sc, name) : -1;
+    return i < 0 || !store_sig_equal(store_set_sig(sc->snap[i]), &e->sig);
+}
+
 /* Lists the store into sc: loads every set whose identity differs from the
  * table's, notes damaged ones, and notes the sets that are gone; *listing
  * and *settled are the backend's (store_backend.list).  No table lock is

@@ -103,15 +103,6 @@ long store_table_find(weight_store *store, const char *name)
     return -1;
 }
 
-int store_table_holds(weight_store *store, const char *name, const file_sig *sig)
-{
-    pthread_mutex_lock(&store->map_lock);
-    long i = store_table_find(store, name);
-    int holds = i >= 0 && store_sig_equal(store_set_sig(store->sets[i]), sig);
-    pthread_mutex_unlock(&store->map_lock);
-    return holds;
-}
-
 int store_table_reserve(weight_store *store)
 {
     if (store->count < store->cap)
