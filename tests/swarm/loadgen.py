@@ -186,7 +186,7 @@ def verify(args):
                 bad[name] = f"{type(e).__name__}: {e}"
         if not bad or time.monotonic() >= deadline:
             break
-        pending = bad
+        pending = {name: acked[name] for name in bad}
         time.sleep(0.5)
     for name, why in sorted(bad.items()):
         print(f"  {args.url}: set {name}: {why}")
