@@ -2,14 +2,15 @@
 # swift_s3.sh - a throw-away single-node OpenStack Swift with its s3api middleware: an S3
 # server that checks every request's signature (AWS Signature Version 4), for the tests of the
 # S3 weight-set backend.  Debian's packages (scripts/provision.sh s3); everything runs on
-# 127.0.0.1 and lives under one folder, DIR, that the caller made with `mktemp -d`.
+# 127.0.0.1 (the proxy on SWIFT_S3_ADDRESS when given) and lives under one folder, DIR, that
+# the caller made with `mktemp -d`.
 #
 #   swift_s3.sh start DIR PORT    proxy (the S3 endpoint) on 127.0.0.1:PORT, and the account,
 #                                 container and object servers and memcached on the four ports
 #                                 above it; PORT 0 picks five free ports.  Returns once a
 #                                 signed request is answered (SWIFT_S3_TIMEOUT seconds at most,
 #                                 90 by default), printing on stdout
-#                                   S3_ENDPOINT=http://127.0.0.1:PORT
+#                                   S3_ENDPOINT=http://127.0.0.1:PORT   (or SWIFT_S3_ADDRESS)
 #                                   AWS_ACCESS_KEY_ID=test:tester
 #                                   AWS_SECRET_ACCESS_KEY=testing   (or $SWIFT_S3_SECRET)
 #                                   AWS_DEFAULT_REGION=us-east-1
@@ -23,6 +24,11 @@
 #                                 first and on the same servers; prints
 #                                   S3_TLS_ENDPOINT=https://127.0.0.1:PORT
 #                                   S3_CA_FILE=DIR/etc/tls-cert.pem
+#
+# SWIFT_S3_ADDRESS (start only): the address the proxy listens on instead of 127.0.0.1, for
+# containers, which reach the host through their bridge's gateway and not its loopback.  It
+# must be an address of one of this machine's own interfaces (the bridge's gateway is); the
+# other servers and memcached stay on 127.0.0.1.
 #
 # Why each piece is there:
 # - Swift 2.30 reads /etc/swift/swift.conf by a fixed path, so each server is started through a
@@ -97,8 +103,20 @@ ours() {
     [ -n "$state" ] && [ "$state" != Z ] && [ "$(start_time_of "$pid")" = "$st" ] && echo "$pid"
 }
 
-# port_of NAME: the port recorded for proxy, account, container, object or memcached.
+# port_of NAME: the port recorded for proxy, account, container, object or memcached (or,
+# for address, the proxy's address).
 port_of() { sed -n "s/^$1=//p" "$DIR/run/ports"; }
+
+# proxy_address: the address the proxy listens on (start's SWIFT_S3_ADDRESS).
+proxy_address() { local a; a=$(port_of address); echo "${a:-127.0.0.1}"; }
+
+# check_address ADDR: ADDR must be an IPv4 address of one of this machine's interfaces, so
+# that the proxy is never bound to, nor the tests sent to, another machine.
+check_address() {
+    [[ $1 =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "SWIFT_S3_ADDRESS '$1' is not an IPv4 address"
+    ip -4 -o addr show | awk '{ sub(/\/.*/, "", $4); print $4 }' | grep -qxF "$1" ||
+        die "SWIFT_S3_ADDRESS $1 is not an address of this machine's interfaces"
+}
 
 # free_ports: five distinct free loopback ports below the kernel's ephemeral range.  Not in
 # it: while the proxy is stopped, the kernel could hand its port to any outgoing connection
@@ -144,7 +162,7 @@ launch_swift() {  # launch KIND-server
 signed_ok() {
     LAST_CODE=$(curl -s -m 3 -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:$REGION:s3" \
         -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
-        "http://${ACCESS_KEY/:/%3A}:$SECRET@127.0.0.1:$(port_of proxy)/")
+        "http://${ACCESS_KEY/:/%3A}:$SECRET@$(proxy_address):$(port_of proxy)/")
     [ "$LAST_CODE" = 200 ]
 }
 
@@ -245,7 +263,6 @@ EOF
 swift_dir = $DIR/etc
 devices = $DIR/srv
 mount_check = false
-bind_ip = 127.0.0.1
 workers = 0
 log_address = $DIR/log/dev-log
 log_level = INFO
@@ -255,6 +272,7 @@ recon_cache_path = $DIR/cache"
         cat > "$DIR/etc/$kind-server.conf" <<EOF
 [DEFAULT]
 $common
+bind_ip = 127.0.0.1
 bind_port = $(port_of "$kind")
 log_name = $kind-server
 conn_timeout = 5
@@ -277,6 +295,7 @@ EOF
     cat > "$DIR/etc/proxy-server.conf" <<EOF
 [DEFAULT]
 $common
+bind_ip = $(proxy_address)
 bind_port = $(port_of proxy)
 log_name = proxy-server
 
@@ -329,7 +348,8 @@ cmd_start() {
     if ! [[ $port =~ ^[0-9]+$ ]] || { [ "$port" != 0 ] && (( port <= 1024 || port >= 65531 )); }; then
         die "PORT must be 0 or 1025-65530, not '$port'"
     fi
-    for b in swift-proxy-server memcached curl ss; do
+    [ -n "${SWIFT_S3_ADDRESS:-}" ] && check_address "$SWIFT_S3_ADDRESS"
+    for b in swift-proxy-server memcached curl ss ip; do
         command -v "$b" >/dev/null || die "$b is missing: scripts/provision.sh s3"
     done
     if [ -e "$DIR/$MARKER" ]; then
@@ -349,10 +369,11 @@ cmd_start() {
     for p in "$@"; do port_busy "$p" && die "port $p is already in use"; done
     mkdir -p "$DIR/run"
     printf 'proxy=%s\naccount=%s\ncontainer=%s\nobject=%s\nmemcached=%s\n' "$@" > "$DIR/run/ports"
+    [ -n "${SWIFT_S3_ADDRESS:-}" ] && echo "address=$SWIFT_S3_ADDRESS" >> "$DIR/run/ports"
     write_files
     # what start prints, kept for the later commands (start-proxy signs with this secret)
     (umask 077 && cat > "$DIR/etc/s3.env" <<EOF
-S3_ENDPOINT=http://127.0.0.1:$(port_of proxy)
+S3_ENDPOINT=http://$(proxy_address):$(port_of proxy)
 AWS_ACCESS_KEY_ID=$ACCESS_KEY
 AWS_SECRET_ACCESS_KEY=$SECRET
 AWS_DEFAULT_REGION=$REGION
@@ -392,7 +413,7 @@ EOF
         cmd_stop
         die "Swift did not start (logs in $DIR/log)"
     fi
-    say "ready on http://127.0.0.1:$(port_of proxy) after $(since "$began") s in all"
+    say "ready on http://$(proxy_address):$(port_of proxy) after $(since "$began") s in all"
     cat "$DIR/etc/s3.env"
 }
 
@@ -432,7 +453,7 @@ cmd_stop_proxy() {
     [ -n "$(ours proxy-server)" ] || die "no proxy of ours runs in $DIR"
     kill -CONT "$(ours proxy-server)" 2>/dev/null
     stop_named proxy-server >/dev/null
-    say "proxy stopped; 127.0.0.1:$(port_of proxy) refuses connections"
+    say "proxy stopped; $(proxy_address):$(port_of proxy) refuses connections"
 }
 
 cmd_start_proxy() {
@@ -461,7 +482,7 @@ cmd_start_tls() {
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$key" -out "$cert" -days 1 \
         -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" >/dev/null 2>&1 ||
         die "openssl could not make a certificate"
-    sed -e "s#^bind_port = .*#bind_port = $port#" \
+    sed -e "s#^bind_port = .*#bind_port = $port#" -e "s#^bind_ip = .*#bind_ip = 127.0.0.1#" \
         -e "s#^\[DEFAULT\]#[DEFAULT]\ncert_file = $cert\nkey_file = $key#" \
         "$DIR/etc/proxy-server.conf" > "$DIR/etc/proxy-tls.conf"
     launch proxy-tls "$PY" "$DIR/bin/swift_run.py" "$DIR/etc/swift.conf" proxy-server \

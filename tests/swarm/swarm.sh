@@ -13,7 +13,17 @@
 #     stored, on every replica left at the end (read inside each replica's network);
 #   - the stack and its weight-set volume are removed.
 #
-# What it needs and leaves: Debian's docker.io (the container profile of provision.sh).
+# The store the replicas share (swarm.sh [--store s3|volume]):
+#   s3      the default, and make test's: docker/compose.s3.yaml, replicas that share only an
+#           S3 bucket, each with a tmpfs of its own where the volume was (checked: no replica
+#           mounts a volume, and each says its store is the bucket).  The bucket is on a
+#           single-node Swift with its S3 middleware (tests/s3/swift_s3.sh), started by the
+#           suite with its proxy on the address of the swarm's gateway bridge: the tasks reach
+#           the host there, and the host's loopback is not theirs.
+#   volume  compose.yaml as it is: one named volume that every replica mounts (on one node).
+#
+# What it needs and leaves: Debian's docker.io (the container profile of provision.sh), and
+# for s3 Swift and memcached (its s3 profile).
 # The images are built with podman, the project's engine, and loaded into Docker; where a
 # Docker engine answers already, it builds with that one.  When no Docker engine answers,
 # the suite starts dockerd itself, on a socket of its own (so that other tools here still
@@ -27,6 +37,12 @@ SUITE=swarm
 . "$ROOT/tests/container/lib.sh"
 cd "$ROOT" || exit 1
 
+store=s3
+case "${1:-}" in
+    "") ;;
+    --store) store=${2:-}; [ "$store" = s3 ] || [ "$store" = volume ] || { echo "usage: $0 [--store s3|volume]" >&2; exit 2; } ;;
+    *) echo "usage: $0 [--store s3|volume]" >&2; exit 2 ;;
+esac
 stack=attn-swarm-$$
 WORKERS=4
 # Each load runs until the step it covers is over, and never longer than this, nor for more
@@ -43,6 +59,9 @@ started_swarm=
 DOCKER_BRIDGES="docker0 docker_gwbridge"
 bridges_before=
 fixture=$FIXTURES/seed004_toy.json
+SWIFT_SH=$ROOT/tests/s3/swift_s3.sh
+swift_dir=
+bucket=attn-swarm-$$
 
 cleanup() {
     if [ -n "${DOCKER_OK:-}" ]; then
@@ -58,6 +77,11 @@ cleanup() {
         docker image rm "attention-server:$stack-v2" >/dev/null 2>&1
         [ -n "$started_swarm" ] && docker swarm leave --force >/dev/null 2>&1
     fi
+    # After the swarm, whose replicas were its clients; the folder only once the script
+    # has stopped every process it started there (it refuses a folder not its own).
+    if [ -n "$swift_dir" ] && [ -d "$swift_dir" ]; then
+        bash "$SWIFT_SH" stop "$swift_dir" >/dev/null 2>&1 && rm -rf -- "$swift_dir"
+    fi
     if [ -n "$started_dockerd" ]; then
         kill "$started_dockerd" 2>/dev/null
         # dockerd stops its containerd and exits within seconds; wait, bounded.
@@ -68,6 +92,8 @@ cleanup() {
             ip link show "$bridge" >/dev/null 2>&1 && $SUDO ip link delete "$bridge"
         done
     fi
+    # engine_build's tag of the build stage, which the steps above do not load anywhere
+    [ -n "${ENGINE:-}" ] && $ENGINE image rm "attention-server-build:$stack" >/dev/null 2>&1
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -75,6 +101,11 @@ trap cleanup EXIT
 make -C "$ROOT" --no-print-directory container-deps >"$tmp/deps.log" 2>&1 ||
     skip "the container tools could not be installed: $(tail -n 1 "$tmp/deps.log")"
 dockerd=$(command -v dockerd) || skip "dockerd is not installed (Debian's docker.io)"
+if [ "$store" = s3 ]; then
+    bash "$ROOT/scripts/provision.sh" s3 >"$tmp/deps-s3.log" 2>&1 ||
+        skip "Swift could not be installed: $(tail -n 1 "$tmp/deps-s3.log")"
+fi
+echo "store: $store"
 
 # The images: built by the engine that answers now (podman unless a Docker engine does),
 # as the container suites build them, under tags of this run, so that another run's
@@ -134,6 +165,43 @@ elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
     skip "this Docker engine is a swarm worker (state $swarm_state), which cannot deploy a stack"
 fi
 
+# The bucket: Swift's proxy on the swarm's gateway bridge (docker_gwbridge, made by swarm
+# init), an address of this host that the tasks reach.
+deploy_files=(-c docker/compose.yaml -c docker/swarm.yaml)
+if [ "$store" = s3 ]; then
+    gateway=$(docker network inspect docker_gwbridge --format '{{range .IPAM.Config}}{{.Gateway}}{{end}}' 2>&1)
+    swift_dir=$(mktemp -d)
+    t0=$(now)
+    if ! SWIFT_S3_ADDRESS=$gateway bash "$SWIFT_SH" start "$swift_dir" 0 >"$tmp/s3.env" 2>"$tmp/swift.log"; then
+        tail -n 5 "$tmp/swift.log"
+        fail "swarm/s3-store" "Swift did not start with its proxy on the gateway bridge's address '$gateway'"
+        summary
+        exit 1
+    fi
+    s3_endpoint=$(sed -n 's/^S3_ENDPOINT=//p' "$tmp/s3.env")
+    s3_key=$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' "$tmp/s3.env")
+    s3_secret=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' "$tmp/s3.env")
+    # s3_request METHOD PATH: a signed request to the store; prints the status, the body to
+    # $tmp/s3.out.  The key and secret go in the URL, the key id's colon encoded (curl would
+    # split the user name there).
+    s3_request() {
+        local how=(-X "$1")
+        [ "$1" = HEAD ] && how=(--head)   # -X HEAD would wait for a body that never comes
+        curl -s -m 10 -o "$tmp/s3.out" -w '%{http_code}' "${how[@]}" --aws-sigv4 "aws:amz:us-east-1:s3" \
+            -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "${s3_endpoint/:\/\//://${s3_key/:/%3A}:$s3_secret@}$2"
+    }
+    code=$(s3_request PUT "/$bucket")
+    check "swarm/s3-bucket" "the bucket $bucket could not be made at $s3_endpoint: $code $(head -c 300 "$tmp/s3.out")" \
+        test "$code" = 200
+    [ "$failed" -eq 0 ] || { summary; exit 1; }
+    (umask 077 && printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+        "$s3_key" "$s3_secret" >"$tmp/s3-credentials")
+    export ATTN_STORE_URL=s3://$bucket/swarm ATTN_S3_ENDPOINT=$s3_endpoint \
+        ATTN_S3_CREDENTIALS=$tmp/s3-credentials
+    deploy_files=(-c docker/compose.yaml -c docker/compose.s3.yaml -c docker/swarm.yaml)
+    echo "    Swift's S3 endpoint $s3_endpoint, bucket $bucket, in $(seconds_since "$t0") s"
+fi
+
 # Podman's images into Docker, under the names compose.yaml gives them.
 t0=$(now)
 for image in server balancer; do
@@ -188,8 +256,7 @@ wait_converged() {
 
 t0=$(now)
 if ATTN_PUBLISH=$port ATTN_PUBLISH_PORT=$port ATTN_PUBLISH_GRPC=$gport ATTN_PUBLISH_GRPC_PORT=$gport \
-        docker stack deploy --resolve-image never \
-        -c docker/compose.yaml -c docker/swarm.yaml "$stack" >"$tmp/deploy.log" 2>&1 &&
+        docker stack deploy --resolve-image never "${deploy_files[@]}" "$stack" >"$tmp/deploy.log" 2>&1 &&
     wait_converged 3 120 && wait_healthz "$url" 30; then
     ok "swarm/converges"
     echo "    3 replicas healthy and the balancer answering in $(seconds_since "$t0") s"
@@ -208,6 +275,24 @@ for ((i = 0; i < 30; i++)); do
 done
 check "swarm/every-replica-answers" "only $(sort -u "$tmp/upstreams" | wc -l) replicas answered 30 requests" \
     test "$(sort -u "$tmp/upstreams" | wc -l)" -ge 3
+
+# store_census: for each running replica, its mounts' types and the store its /v1/info names
+# (read inside the replica's network), one line each.
+store_census() {
+    local task pid
+    for task in $(running_tasks); do
+        pid=$(docker inspect --format '{{.State.Pid}}' "$task")
+        echo "$(docker inspect --format '{{range .Mounts}}{{.Type}} {{end}}' "$task")/" \
+            "$($SUDO nsenter --net="/proc/$pid/ns/net" curl -s -m 10 http://127.0.0.1:8080/v1/info |
+                jq -r '.store.backend + " " + .store.location')"
+    done
+}
+if [ "$store" = s3 ]; then
+    census=$(store_census)
+    echo "$census" | sed 's/^/    mounts \/ store: /'
+    check "swarm/s3-shares-only-the-bucket" "a replica mounts a volume or keeps its sets elsewhere: $(echo "$census" | tr '\n' ';')" \
+        test "$(echo "$census" | grep -cxF "tmpfs / s3 s3://$bucket/swarm")" = 3
+fi
 
 # load_start PHASE: starts the load of one phase in the background; load_stop ends it and
 # prints its counts.
@@ -295,12 +380,14 @@ t0=$(now)
 timeout 180 docker service scale --detach=false "${stack}_attention=5" >"$tmp/scale.log" 2>&1
 wait_converged 5 60
 five=$(running_tasks | wc -l)
+echo "    scaled to $five replicas in $(seconds_since "$t0") s"
+t0=$(now)
 timeout 180 docker service scale --detach=false "${stack}_attention=2" >>"$tmp/scale.log" 2>&1
 # The replicas scaled away drain first (up to --shutdown-grace).
 for ((i = 0; i < 60; i++)); do [ "$(running_tasks | wc -l)" = 2 ] && break; sleep 0.5; done
 wait_converged 2 30
 two=$(running_tasks | wc -l)
-echo "    scaled to $five, then to $two replicas in $(seconds_since "$t0") s"
+echo "    then to $two replicas in $(seconds_since "$t0") s"
 load_stop scale
 check "swarm/scale-3-5-2" "ran $five replicas after scaling to 5 and $two after scaling to 2" \
     test "$five" = 5 -a "$two" = 2
@@ -322,6 +409,16 @@ for task in $(running_tasks); do
 done
 check "swarm/acknowledged-sets-on-every-replica" "$bad replicas lack acknowledged sets or hold other weights" \
     test "$bad" = 0 -a -n "$(running_tasks)"
+if [ "$store" = s3 ]; then
+    # The replicas that hold the sets now were started by the update and the scaling: they
+    # read them from the bucket, which holds an object for every acknowledged set's name.
+    missing=$(jq -r 'select(.kind == "put" and (.status == 200 or .status == 201)) | .name' \
+        "$tmp"/{update,kill,scale}.jsonl | sort -u | while read -r name; do
+            [ "$(s3_request HEAD "/$bucket/swarm/$name.wset")" = 200 ] || echo "$name"
+        done)
+    check "swarm/s3-acknowledged-sets-in-the-bucket" "no object in the bucket for $(echo "$missing" | head -n 3 | tr '\n' ' ')" \
+        test -z "$missing"
+fi
 
 # Removed: the stack, then its volume.
 docker stack rm "$stack" >/dev/null 2>&1
