@@ -65,10 +65,11 @@ CHECKPOINT_DEBS="python3-torch python3-numpy"
 # The s3-store suite (tests/s3/) runs a single-node OpenStack Swift, whose s3api middleware is
 # an S3 server that checks every request's signature: its proxy (the S3 endpoint), account,
 # container and object servers, and the Python package they share; memcached, without which
-# Swift's tempauth refuses every request; and awscli, the independent S3 client that creates
-# the buckets and reads and writes objects behind the server's back.
+# Swift's tempauth refuses every request; awscli, the independent S3 client that creates
+# the buckets and reads and writes objects behind the server's back; and faketime, whose
+# library moves a process's clock (a server two hours behind the store's must say so).
 S3_DEBS="swift swift-proxy swift-account swift-container swift-object python3-swift memcached
-         awscli"
+         awscli faketime"
 # What the benchmark scripts (tests/bench/run.sh and the scripts it runs) install for themselves
 # when they are run alone: installed here with the rest, they find it there.
 BENCH_DEBS="python3-numpy python3-flask gunicorn wrk curl gzip"

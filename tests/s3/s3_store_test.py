@@ -28,9 +28,10 @@ behind the servers' backs.
   and never served (the last good version or 404), then copied under PREFIX/quarantine/ and
   deleted (three sync intervals later: the quarantine delay is 3 x --store-sync-interval); a
   new PUT of the name is then served everywhere.
-- wrong_secret: a server with a wrong secret, an unknown key id or a missing bucket exits
-  non-zero at start-up, its stderr naming the endpoint and the S3 error code that awscli gets
-  for the same request, and never the secret.
+- wrong_secret: a server with a wrong secret, an unknown key id, a missing bucket or a clock
+  two hours behind the store's (libfaketime, for the server and for awscli) exits non-zero at
+  start-up, its stderr naming the endpoint and the S3 error code that awscli gets for the same
+  request, and never the secret.
 - tls: a second Swift proxy on https with a throwaway certificate (swift_s3.sh start-tls): a
   replica on it with --s3-ca-file shares the plain replicas' bucket both ways; one without the
   CA file exits at start-up naming the endpoint and the certificate.
@@ -70,6 +71,11 @@ import harness  # noqa: E402
 from harness import check  # noqa: E402
 
 AWS = "/usr/bin/aws"
+# Debian's libfaketime (the faketime package): a process with it preloaded and FAKETIME set
+# sees the clock moved, and signs its requests with that time.
+FAKETIME_LIB = "/usr/lib/%s/faketime/libfaketime.so.1" % (
+    subprocess.run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"], capture_output=True,
+                   text=True).stdout.strip() or "x86_64-linux-gnu")
 SWIFT_SH = os.path.join(HERE, "swift_s3.sh")
 INTERVAL_MS = 500           # --store-sync-interval of the replicas
 MARGIN_S = 5.0              # what a sync may take beyond its interval on a loaded machine
@@ -178,12 +184,13 @@ def clean_env(**more):
     return env
 
 
-def aws(swift, *args, key=None, secret=None, binary=False):
+def aws(swift, *args, key=None, secret=None, binary=False, more_env=None):
     """(return code, stdout, stderr) of one awscli command against swift."""
     env = clean_env(AWS_ACCESS_KEY_ID=key or swift.key,
                     AWS_SECRET_ACCESS_KEY=secret or swift.secret,
                     AWS_DEFAULT_REGION="us-east-1", AWS_PAGER="",
-                    AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+                    AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                    **(more_env or {}))
     p = subprocess.run([AWS, "--endpoint-url", swift.endpoint] + list(args), env=env,
                        capture_output=True, timeout=60)
     out = p.stdout if binary else p.stdout.decode("utf-8", "replace")
@@ -776,17 +783,26 @@ def check_wrong_secret(run):
     bucket = run.plain.bucket or new_bucket(run.swift, "secret")
     work = tempfile.mkdtemp(prefix="attn-s3-secret-")
     wrong = "wrong-%08x" % random.getrandbits(32)
-    cases = (("wrong secret", run.swift.key, wrong, bucket),
-             ("unknown key id", "nobody:%08x" % random.getrandbits(32), run.swift.secret, bucket),
-             ("missing bucket", run.swift.key, run.swift.secret, "attn-missing-%d" % os.getpid()))
+    # S3 refuses a request signed more than 15 minutes away from its own clock.
+    skewed = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "-2h"}
+    cases = (("wrong secret", run.swift.key, wrong, bucket, {}),
+             ("unknown key id", "nobody:%08x" % random.getrandbits(32), run.swift.secret, bucket,
+              {}),
+             ("missing bucket", run.swift.key, run.swift.secret, "attn-missing-%d" % os.getpid(),
+              {}),
+             ("clock two hours behind", run.swift.key, run.swift.secret, bucket, skewed))
     try:
-        for i, (what, key, secret, bkt) in enumerate(cases):
+        for i, (what, key, secret, bkt, more_env) in enumerate(cases):
+            if more_env and not os.path.exists(FAKETIME_LIB):
+                check("wrong_secret/%s: libfaketime is installed" % what, False,
+                      "%s is missing: scripts/provision.sh s3" % FAKETIME_LIB)
+                continue
             rc, _, err = aws(run.swift, "s3api", "list-objects-v2", "--bucket", bkt,
-                             "--max-keys", "1", key=key, secret=secret)
+                             "--max-keys", "1", key=key, secret=secret, more_env=more_env)
             code = error_code(err)
             r = Replica("w%d" % i, run.binary, work, "s3://%s/sets" % bkt, run.swift.endpoint,
                         env=clean_env(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret,
-                                      AWS_SHARED_CREDENTIALS_FILE=os.devnull))
+                                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, **more_env))
             r.launch()
             try:
                 status = r.proc.wait(timeout=30)
