@@ -110,6 +110,16 @@ static unsigned slots_for(double flops)
     return flops < ATTENTION_SMALL_FLOPS ? 1 : compute_threads();
 }
 
+/* Whether kernel_sdpa takes the fused kernel: the attention matrix is not wanted and the
+ * heads are at most ATTN_FUSED_MAX_DIM wide.  With bfloat16 products that kernel rounds q,
+ * k and v itself as it packs them (attention_fused.h), so the job's inputs need no rounded
+ * copy (run_float32). */
+static int sdpa_fuses(const attn_job *job)
+{
+    return !job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
+           job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
+}
+
 static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -118,8 +128,7 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
     if (job->causal)
         flops /= 2;
     p->slots = slots_for(flops);
-    int fused = !job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
-                job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
+    int fused = sdpa_fuses(job);
     size_t per_slot = fused ? FUSED_TASKS_PER_SLOT : BLAS_TASKS_PER_SLOT;
     size_t bq = BLOCK_Q_MAX, heads = job->batch * job->heads;
     while (bq > BLOCK_Q_MIN && heads * ((job->lq + bq - 1) / bq) < per_slot * (size_t)p->slots)
@@ -374,12 +383,12 @@ static int values_finite_f(const float *a, size_t n)
 
 /* in32, when the job gives the input as float; else a float copy of in
  * (attention_floats_from),
- * owned by *copy for the caller to free.  With bf16 (attn_job.bf16), always a copy,
- * rounded to bfloat16. */
-static const float *float_input(const float *in32, const double *in, size_t n, int bf16,
+ * owned by *copy for the caller to free.  With round, always a copy, rounded to
+ * bfloat16. */
+static const float *float_input(const float *in32, const double *in, size_t n, int round,
                                 float **copy, int *fail)
 {
-    if (in32 != NULL && !bf16)
+    if (in32 != NULL && !round)
         return in32;
     if (in32 != NULL) {
         if (n > 0 && (*copy = mem_malloc(n * sizeof(float))) == NULL)
@@ -389,7 +398,7 @@ static const float *float_input(const float *in32, const double *in, size_t n, i
     } else {
         *copy = attention_floats_from(in, n, fail);
     }
-    if (bf16 && *copy != NULL)
+    if (round && *copy != NULL)
         attention_floats_round_bf16(*copy, n);
     return *copy;
 }
@@ -403,9 +412,12 @@ static int run_float32(const attn_job *job, const job_sizes *s, double *out, flo
     int fail = 0, rc = ERR_UNAVAILABLE;
     float *copies[5] = {0}, *wf[WEIGHTS_COUNT] = {0}, *fout = NULL;
     float *x = attention_floats_from(job->x, s->x, &fail), *ctx = attention_floats_from(job->context, s->context, &fail);
-    const float *q = float_input(job->q32, job->q, s->q, job->bf16, &copies[0], &fail);
-    const float *k = float_input(job->k32, job->k, s->k, job->bf16, &copies[1], &fail);
-    const float *v = float_input(job->v32, job->v, s->v, job->bf16, &copies[2], &fail);
+    /* bfloat16 products round q, k and v first, but for the fused kernel, which rounds them
+     * as it packs them: a serial pass over the inputs and a copy less. */
+    int round = job->bf16 && !sdpa_fuses(job);
+    const float *q = float_input(job->q32, job->q, s->q, round, &copies[0], &fail);
+    const float *k = float_input(job->k32, job->k, s->k, round, &copies[1], &fail);
+    const float *v = float_input(job->v32, job->v, s->v, round, &copies[2], &fail);
     copies[3] = x;
     copies[4] = ctx;
     /* a float32 set's arrays are used as they are; wf holds only the copies made here */

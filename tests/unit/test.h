@@ -154,6 +154,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_bf16_large_logits)             \
     X(kernel_bf16_long_rows)                \
     X(kernel_bf16_reductions_float32)       \
+    X(kernel_bf16_pack_bits)                \
     X(kernel_overflow_every_score_reported) \
     X(kernel_overflow_some_scores_exact)    \
     X(kernel_paths_float_output_not_finite) \

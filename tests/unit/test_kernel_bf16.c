@@ -20,6 +20,7 @@
 
 #include <valgrind/valgrind.h>
 
+#include "core/half.h"
 #include "kernel/attention.h"
 #include "kernel/attention_fused.h"
 #include "kernel/attention_reduce.h"
@@ -262,4 +263,106 @@ void test_kernel_bf16_reductions_float32(void)
     free(k);
     free(v);
     ASSERT(same);
+}
+
+/* A float with the bits u, for the packing's special values. */
+static float bf16_test_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The input numbers of the packing test: uniform, with every seventh one a number whose
+ * rounding is a corner (ties either way, the largest float, which rounds to Inf, NaNs,
+ * infinities, subnormals, -0). */
+static float bf16_pack_input(size_t i)
+{
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu,
+                                       0x7fc00001u, 0x7f800001u, 0xff800000u, 0x7f800000u,
+                                       0x00000001u, 0x00018000u, 0x80000000u, 0x3f80ffffu};
+    if (i % 7 == 3)
+        return bf16_test_bits(special[i / 7 % (sizeof special / sizeof special[0])]);
+    return (float)(test_uniform(&bf16_rng) * 3);
+}
+
+/* The packed bfloat16 K and V of every path hold exactly half_bf16_from_float of each
+ * number, at the places attention_fused_bf16.inc's layout gives them, zeros where it says
+ * so, for heads and key counts that end inside a vector, a pair and a panel.  The panel
+ * widths of a path (keys per panel of K, columns per panel of V) are read off its float
+ * packing, which shares them. */
+void test_kernel_bf16_pack_bits(void)
+{
+    const attn_kernel_path *paths[MAX_PATHS];
+    size_t n = attn_kernel_available(paths, MAX_PATHS);
+    static const size_t lks[] = {1, 5, 63, 64, 65, 130};
+    static const size_t dims[] = {1, 7, 16, 33, 64, 100};
+    enum { BK = ATTN_FUSED_BK, LKMAX = 130, DMAX = 128 };
+    /* rows of a K and a V head side by side, and a gap: ld below */
+    float *k = malloc(LKMAX * 2 * DMAX * sizeof(float));
+    float *v = malloc(LKMAX * 2 * DMAX * sizeof(float));
+    size_t tiles = (LKMAX + BK - 1) / BK, cap = tiles * BK * DMAX;
+    uint16_t *kt = malloc(cap * sizeof(uint16_t)), *vp = malloc(cap * sizeof(uint16_t));
+    float *ktf = malloc(cap * sizeof(float)), *vpf = malloc(cap * sizeof(float));
+    size_t bad = 0, checked = 0;
+    for (size_t p = 0; p < n && bad == 0; p++) {
+        /* the panel widths: where key 0's dim 1 lands in the float K, key 1's column 0 in
+         * the float V of a wide head */
+        for (size_t i = 0; i < BK * 2; i++)
+            k[i] = (float)(i + 1);
+        for (size_t i = 0; i < 2 * DMAX; i++)
+            v[i] = (float)(i + 1);
+        paths[p]->pack_f(k, 2, v, DMAX, 2, 2, DMAX, DMAX, ktf, vpf);
+        paths[p]->pack_f(k, 2, NULL, 0, BK, 2, 0, 0, ktf, NULL);
+        size_t pw = 0, ow = 0;
+        while (pw < BK * 2 && ktf[pw] != 2)
+            pw++;
+        while (ow < DMAX && vpf[ow] != DMAX + 1)
+            ow++;
+        ASSERT(pw < BK * 2 && BK % pw == 0 && ow < DMAX);
+        for (size_t a = 0; a < sizeof lks / sizeof lks[0] && bad == 0; a++)
+            for (size_t d = 0; d < sizeof dims / sizeof dims[0] && bad == 0; d++) {
+                size_t lk = lks[a], hdk = dims[d], hdv = dims[(d + 1) % 6], ld = hdk + hdv + 3;
+                size_t hdk2 = ATTN_FUSED_BF16_KT(hdk), hdv_pad = attn_fused_vpad(hdv, 4);
+                for (size_t i = 0; i < lk * ld; i++) {
+                    k[i] = bf16_pack_input(i);
+                    v[i] = bf16_pack_input(i + 5);
+                }
+                memset(kt, 0xaa, cap * sizeof(uint16_t));
+                memset(vp, 0xaa, cap * sizeof(uint16_t));
+                paths[p]->pack_b(k, ld, v, ld, lk, hdk, hdv, hdv_pad, kt, vp);
+                size_t keys = (lk + pw - 1) / pw * pw, rows = (lk + BK - 1) / BK * BK;
+                for (size_t j = 0; j < keys; j++)
+                    for (size_t t = 0; t < hdk2; t++) {
+                        uint16_t want = j < lk && t < hdk ? half_bf16_from_float(k[j * ld + t])
+                                                          : 0;
+                        size_t at = j / pw * pw * hdk2 + t / 2 * pw * 2 + j % pw * 2 + t % 2;
+                        bad += kt[at] != want;
+                        checked++;
+                    }
+                for (size_t j = 0; j < rows; j++)
+                    for (size_t c0 = 0; c0 < hdv_pad; c0 += ow) {
+                        size_t w = hdv_pad - c0 < ow ? hdv_pad - c0 : ow;
+                        for (size_t c = c0; c < c0 + w; c++) {
+                            uint16_t want =
+                                j < lk && c < hdv ? half_bf16_from_float(v[j * ld + c]) : 0;
+                            size_t at = j / BK * BK * hdv_pad + BK * c0 + j % BK / 2 * w * 2 +
+                                        (c - c0) * 2 + j % 2;
+                            bad += vp[at] != want;
+                            checked++;
+                        }
+                    }
+                if (bad != 0)
+                    fprintf(stderr, "  path %s: lk %zu hdk %zu hdv %zu: %zu numbers wrong\n",
+                            paths[p]->name, lk, hdk, hdv, bad);
+            }
+    }
+    free(k);
+    free(v);
+    free(kt);
+    free(vp);
+    free(ktf);
+    free(vpf);
+    ASSERT(checked > 0);
+    ASSERT_EQ(bad, 0);
 }
