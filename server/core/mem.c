@@ -106,6 +106,16 @@ void *mem_realloc(void *ptr, size_t size)
     return ptr == NULL ? mem_counted(moved, 1) : moved;
 }
 
+void *mem_aligned(size_t align, size_t size)
+{
+    if (mem_should_fail())
+        return NULL;
+    void *ptr = NULL;
+    if (posix_memalign(&ptr, align, size ? size : 1) != 0)
+        return NULL;
+    return mem_counted(ptr, 1);
+}
+
 void mem_free(void *ptr)
 {
     mem_counted(ptr, -1);

@@ -17,6 +17,11 @@ void *mem_calloc(size_t count, size_t size);
 void *mem_realloc(void *ptr, size_t size);
 void mem_free(void *ptr);
 
+/* size bytes at an address that is a multiple of align (a power of two, at least
+ * sizeof(void *)), or NULL; freed with mem_free.  For buffers read by vector loads as
+ * wide as a cache line. */
+void *mem_aligned(size_t align, size_t size);
+
 /* Sets the C library's allocator for a server's repeated large requests, once at start-up:
  * blocks under MEM_MMAP_THRESHOLD come from the heap, and freed heap is kept up to
  * MEM_TRIM_THRESHOLD.  glibc's default maps each block of a few MiB afresh and gives it

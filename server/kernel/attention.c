@@ -82,7 +82,7 @@ typedef struct sdpa_plan {
     /* The last tail_blocks blocks of the queue run as tail_split tasks each
      * (FUSED_TAIL_SPLIT), the others whole; tasks counts them all. */
     size_t tail_blocks, tail_split, tasks;
-    size_t stride;              /* scratch numbers per slot */
+    size_t stride;              /* scratch numbers per slot (fused: whole cache lines) */
     unsigned slots;             /* compute slots asked for */
     /* The fused kernel (attention_fused.h) runs when the attention matrix is
      * not wanted and the heads are at most ATTN_FUSED_MAX_DIM wide; K and V
@@ -91,6 +91,7 @@ typedef struct sdpa_plan {
     int scratch_block;          /* BLAS path: scores go to scratch, not to the attention result */
     size_t hdv_pad;             /* packed V row */
     size_t fq;                  /* query rows per sub-block (attn_fused_block_rows) */
+    size_t obuf_at;             /* where obuf and sbuf start in a slot's scratch (aligned) */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
     size_t packed;              /* numbers of the packed K and V of the job */
     /* bfloat16 products (attn_job.bf16): kt_size and pack_stride count bfloat16 numbers
@@ -160,12 +161,16 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);
         if (p->fq > task_rows)
             p->fq = task_rows;
-        p->stride = 2 * p->bq + ATTN_FUSED_SCRATCH(p->fq, p->hdv_pad);
+        /* run_max and run_sum, then obuf and sbuf from a cache line's start */
+        size_t line = ATTN_FUSED_LINE / size;
+        p->obuf_at = (2 * p->bq + line - 1) / line * line;
+        p->stride = p->obuf_at + ATTN_FUSED_SCRATCH(p->fq, p->hdv_pad);
         if (job->bf16) {
             p->q16_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
             p->q16_at = p->stride;
             p->stride += (p->q16_rows * kt_key + 1) / 2;
         }
+        p->stride = (p->stride + line - 1) / line * line;
         p->pack_pieces = heads >= p->slots ? 1 : (p->slots + heads - 1) / heads;
         if (p->pack_pieces > tiles)
             p->pack_pieces = tiles;

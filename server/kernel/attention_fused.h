@@ -49,14 +49,22 @@
  * packed V row.  A tile's softmax bookkeeping (the rows' maxima, the
  * rescaling of their output, the accumulators' loads and stores) is paid
  * once per tile, so wider tiles pay it less often; but a request's keys are
- * padded to whole tiles, and a tile's K and V (32 KiB at head dim 64 in
- * float) are read again by each row group of the block, from L1 or L2.  The
- * choice of 64 is measured in docs/performance.md ("Against ONNX Runtime").
- * These three fix the packed layout and the register tiles, so they are
- * constants; the rows per sub-block below follow the CPU's caches. */
+ * padded to whole tiles, and a tile's K (16 KiB at head dim 64 in float) is
+ * read again by each row group of the block as it scores, then its V as it
+ * adds, from L1 or L2.  The choice of 64 is measured in docs/performance.md
+ * ("Against ONNX Runtime").  These three fix the packed layout and the
+ * register tiles, so they are constants; the rows per sub-block below follow
+ * the CPU's caches. */
 #define ATTN_FUSED_BK 64
 #define ATTN_FUSED_MR 6
 #define ATTN_FUSED_VPAD_BYTES 64
+
+/* The alignment of each slot's scratch (obuf and sbuf, loaded and stored
+ * whole vectors at a time), in bytes: a cache line, so that no vector of the
+ * widest path (64 bytes) spans two lines; the allocator's alignment is only
+ * 16.  The packed K and V stay where the allocator puts them: aligned as well,
+ * they made long rows slower (the commit that chose this has the figures). */
+#define ATTN_FUSED_LINE 64
 
 /* The bounds of the query rows per sub-block, the rows whose output
  * accumulates in scratch while every key tile passes over them: K and V
@@ -125,7 +133,7 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
         REAL *run_max, *run_sum;    /* nq each */                                                  \
         size_t fq;                  /* rows per sub-block: a multiple of MR, <= FQ_MAX */          \
         REAL *obuf;                 /* fq x hdv_pad scratch */                                     \
-        REAL *sbuf;                 /* ATTN_FUSED_MR x ATTN_FUSED_BK scratch */                    \
+        REAL *sbuf;                 /* fq x ATTN_FUSED_BK scratch: one tile's weights */           \
         BF16_FIELDS                                                                                \
     } attn_fused_##SFX;
 
@@ -141,15 +149,18 @@ ATTN_FUSED_ARGS(float, f, const uint16_t *q16; size_t ldq16; const uint16_t *kt1
 #define ATTN_FUSED_NOT_FINITE 1
 #define ATTN_FUSED_ROW_OVERFLOW 2
 
-/* Scratch numbers one call needs in obuf and sbuf together. */
-#define ATTN_FUSED_SCRATCH(fq, hdv_pad) ((fq) * (hdv_pad) + ATTN_FUSED_MR * ATTN_FUSED_BK)
+/* Scratch numbers one call needs in obuf and sbuf together: whole cache lines
+ * (hdv_pad and ATTN_FUSED_BK numbers are), so that sbuf after obuf is aligned too. */
+#define ATTN_FUSED_SCRATCH(fq, hdv_pad) ((fq) * (hdv_pad) + (fq) * ATTN_FUSED_BK)
 
 /* Query rows per sub-block for a second-level cache of l2 bytes, heads of
  * hdk (q, k) and hdv_pad (packed v) numbers of `size` bytes: as many rows as
  * fit, with their q and output, in half of L2 beside one key tile's K and V
  * (the other half left to the tiles streaming through and to the rest of
  * the process), in whole register groups, within [ATTN_FUSED_FQ_MIN,
- * ATTN_FUSED_FQ_MAX].  The one rule; attn_fused_block_rows applies it to
+ * ATTN_FUSED_FQ_MAX].  The rows' weights of a tile (sbuf) are not counted:
+ * each is written and read back once per tile, and counting them gave fewer
+ * rows and slower blocks.  The one rule; attn_fused_block_rows applies it to
  * this CPU. */
 size_t attn_fused_rows_for_cache(size_t l2, size_t hdk, size_t hdv_pad, size_t size);
 

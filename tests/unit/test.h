@@ -245,6 +245,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(oom_decode_run_encode)                \
     X(oom_api_handle)                       \
     X(mem_json_arena_few_blocks)            \
+    X(mem_aligned_blocks)                   \
     X(mem_json_arena_out_of_memory)         \
     X(mem_json_arena_earlier_memory_freed)  \
     X(mem_populate_resident_unchanged)      \

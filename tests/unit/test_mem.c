@@ -1,5 +1,5 @@
 /*
- * test_mem.c - the JSON arena of mem.h.
+ * test_mem.c - the JSON arena of mem.h, and its aligned blocks.
  *
  * While a thread's arena is open, jansson's nodes come from a few large
  * blocks: a tree of thousands of numbers must parse within a handful of
@@ -8,7 +8,9 @@
  * the arena opened to mem_free.
  */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/mem.h"
 #include "test.h"
@@ -116,4 +118,34 @@ void test_mem_json_arena_earlier_memory_freed(void)
     json_t *after = json_string("after");
     ASSERT(after != NULL);
     json_decref(after);
+}
+
+/* mem_aligned's blocks start at a multiple of the alignment asked for, whatever the
+ * size (the fused kernel's packed K and V are megabytes, its scratch kilobytes), are
+ * counted like mem_malloc's, and fail when failures are injected. */
+void test_mem_aligned_blocks(void)
+{
+    static const size_t sizes[] = {0, 1, 24, 4096, 1 << 20, 5 << 20};
+    mem_fail_after(1000);
+    int misaligned = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (size_t align = sizeof(void *); align <= 4096; align *= 4) {
+            unsigned char *p = mem_aligned(align, sizes[i]);
+            ASSERT(p != NULL);
+            misaligned += (uintptr_t)p % align != 0;
+            memset(p, 0xa5, sizes[i]);
+            mem_free(p);
+        }
+    long live = mem_fail_live();
+    mem_fail_reset();
+    ASSERT_EQ(misaligned, 0);
+    ASSERT_EQ(live, 0);
+    mem_fail_after(1);
+    void *first = mem_aligned(64, 100), *second = mem_aligned(64, 100);
+    live = mem_fail_live();
+    mem_free(first);
+    mem_fail_reset();
+    ASSERT(first != NULL);
+    ASSERT(second == NULL);
+    ASSERT_EQ(live, 1);
 }
