@@ -5,7 +5,7 @@
  * name contains SUBSTR; none matching: "0 passed, 0 failed").  With --queue, processes given
  * the same FILE (empty at first) run the list between them: each takes the next test of the
  * list from a counter in FILE (under a lock), so every test runs once and a slow one keeps
- * one process while the others go on (tests/unit/valgrind_shards.sh runs two under valgrind).
+ * one process while the others go on (tests/unit/shards.sh runs two, or more).
  * With UNIT_CPU_PATHS_ONLY set in the environment, the kernel tests run only
  * the paths the server has, not the tests' avx512-on-avx2.
  */
