@@ -6,15 +6,15 @@
  *
  * The kernel is FlashAttention-2's loop on the CPU.  For a block of query
  * rows of one (batch, head) it walks the keys a tile of ATTN_FUSED_BK at a
- * time; for each group of ATTN_FUSED_MR rows it forms the tile of scores in
+ * time.  For each group of ATTN_FUSED_MR rows it forms the tile of scores in
  * registers (Q.K^T against K packed transposed), applies mask and causal
- * limit, updates the running maximum and sum of each row (the online
+ * limit and updates the running maximum and sum of each row (the online
  * softmax, exponentials as 2^x by a polynomial in registers, log2(e) folded
- * into the FMA that subtracts the row maximum) and adds P.V to the
- * rows' output, rescaled when the maximum rose.  The scores of one row group
- * pass through an ATTN_FUSED_MR x ATTN_FUSED_BK tile of scratch that stays
- * in L1; nothing of size Lq x Lk is ever written.  Key tiles past the causal
- * limit of every row of a group are not computed.
+ * into the FMA that subtracts the row maximum); then, group after group, it
+ * adds P.V to the rows' output, rescaled when the maximum rose.  The
+ * weights pass through ATTN_FUSED_BK numbers of scratch a row (sbuf), one
+ * tile's; nothing of size Lq x Lk is ever written.  Key tiles past the
+ * causal limit of every row of a group are not computed.
  *
  * K and V are packed once per (batch, head) per request, by the path
  * itself (attn_kernel_path.pack_*, called from attention_kernels.inc) in
