@@ -54,6 +54,7 @@ LOAD_MAX_REQUESTS=30000
 LOAD_INTERVAL=0.02
 started_dockerd=
 started_swarm=
+made_gwbridge=
 # The bridges a dockerd makes (for containers, and for a swarm's gateway), which outlive it:
 # those that were not there before the suite's dockerd started are removed after it stops.
 DOCKER_BRIDGES="docker0 docker_gwbridge"
@@ -76,6 +77,7 @@ cleanup() {
         docker network rm "${stack}_default" >/dev/null 2>&1
         docker image rm "attention-server:$stack-v2" >/dev/null 2>&1
         [ -n "$started_swarm" ] && docker swarm leave --force >/dev/null 2>&1
+        [ -n "$made_gwbridge" ] && docker network rm docker_gwbridge >/dev/null 2>&1
     fi
     # After the swarm, whose replicas were its clients; the folder only once the script
     # has stopped every process it started there (it refuses a folder not its own).
@@ -165,10 +167,25 @@ elif [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
     skip "this Docker engine is a swarm worker (state $swarm_state), which cannot deploy a stack"
 fi
 
-# The bucket: Swift's proxy on the swarm's gateway bridge (docker_gwbridge, made by swarm
-# init), an address of this host that the tasks reach.
+# The bucket: Swift's proxy on the swarm's gateway bridge (docker_gwbridge), an address of
+# this host that the tasks reach. Docker makes that network when the node runs its first
+# task, not at swarm init, so an engine that has never run one has none yet: the suite
+# makes it then, as Docker's documentation makes a customised one (a bridge of that name,
+# without traffic between its containers, masquerading), and removes it after.
 deploy_files=(-c docker/compose.yaml -c docker/swarm.yaml)
 if [ "$store" = s3 ]; then
+    if ! docker network inspect docker_gwbridge >/dev/null 2>&1; then
+        if ! err=$(docker network create --driver bridge \
+                       --opt com.docker.network.bridge.name=docker_gwbridge \
+                       --opt com.docker.network.bridge.enable_icc=false \
+                       --opt com.docker.network.bridge.enable_ip_masquerade=true \
+                       docker_gwbridge 2>&1); then
+            fail "swarm/s3-store" "the gateway bridge docker_gwbridge could not be made: $(echo "$err" | tail -n 1)"
+            summary
+            exit 1
+        fi
+        made_gwbridge=1
+    fi
     gateway=$(docker network inspect docker_gwbridge --format '{{range .IPAM.Config}}{{.Gateway}}{{end}}' 2>&1)
     swift_dir=$(mktemp -d)
     t0=$(now)
