@@ -32,6 +32,9 @@ FIELDS = 10
 BEGIN = "<!-- perf-table: begin"
 END = "<!-- perf-table: end -->"
 NUMBER = re.compile(r"^[0-9.]+$")
+# The forms a target may take (the rules above); anything else is a step's mistake, refused
+# rather than shown as it came.
+TARGET = re.compile(r"^([0-9.]+|<=[0-9.]+|<[0-9.]+ (MiB|ns))?$")
 
 
 class ResultsError(Exception):
@@ -90,6 +93,9 @@ def read_rows(results, require_all):
                 if len(fields) != FIELDS:
                     raise ResultsError("%s:%d: %d fields, expected %d" %
                                        (path, number, len(fields), FIELDS))
+                if not TARGET.match(fields[5]):
+                    raise ResultsError("%s:%d: target %r is none of N, <=N, <N MiB, <N ns" %
+                                       (path, number, fields[5]))
                 rows.append(fields)
     if require_all and not rows:
         raise ResultsError("%s: no rows in its table-*.tsv files" % results)

@@ -4,9 +4,9 @@
 perf_table.py writes docs/performance.md's table from `make bench`'s results folder. Here it
 runs on a small sample folder, tests/bench/perf_table_fixture/ (made-up figures, not
 measurements), whose block must come out as expected.md beside it; then on copies of that
-folder with one fault each (a missing table file, a line with a field too few, a --quick
-run, no ort.md), each of which must fail naming the file; and on documents with and without
-the markers. The real docs/performance.md must carry the markers once, so that `make bench`
+folder with one fault each (a missing table file, a line with a field too few, a target of
+no known form, a --quick run, no ort.md), each of which must fail naming the file; and on
+documents with and without the markers. The real docs/performance.md must carry the markers once, so that `make bench`
 can write it. Prints "ok NAME" or "FAIL NAME: why" per check and "N passed, N failed".
 
 Usage: perf_table_test.py [--filter SUBSTR]
@@ -87,6 +87,10 @@ def main():
             with open(os.path.join(folder, "table-http.tsv"), "a", encoding="utf-8") as f:
                 f.write("http\tonly three\t1.0\n")
 
+        def bad_target(folder):
+            with open(os.path.join(folder, "table-http.tsv"), "a", encoding="utf-8") as f:
+                f.write("http\tmade up\t1.0\t2.0\tms\t>=10x\t\t\t\t\n")
+
         def quick(folder):
             with open(os.path.join(folder, "run.tsv"), encoding="utf-8") as f:
                 text = f.read().replace("mode\tfull", "mode\tquick")
@@ -101,6 +105,7 @@ def main():
 
         faults = [("missing-table-file", remove_viz, "table-viz.tsv is missing"),
                   ("short-line", short_line, "table-http.tsv:3: 3 fields, expected 10"),
+                  ("target-of-no-known-form", bad_target, "table-http.tsv:3: target '>=10x'"),
                   ("quick-run", quick, "run.tsv: a quick run"),
                   ("missing-ort", remove_ort, "ort.md is missing"),
                   ("missing-run", remove_run, "run.tsv is missing")]
