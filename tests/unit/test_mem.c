@@ -121,8 +121,8 @@ void test_mem_json_arena_earlier_memory_freed(void)
 }
 
 /* mem_aligned's blocks start at a multiple of the alignment asked for, whatever the
- * size (the fused kernel's packed K and V are megabytes, its scratch kilobytes), are
- * counted like mem_malloc's, and fail when failures are injected. */
+ * size (the fused kernel's scratch is kilobytes to megabytes), are counted like
+ * mem_malloc's, and fail when failures are injected. */
 void test_mem_aligned_blocks(void)
 {
     static const size_t sizes[] = {0, 1, 24, 4096, 1 << 20, 5 << 20};
