@@ -68,6 +68,11 @@
  * it 15 times.  Up to about this size the loop is as quick as OpenBLAS's
  * call; past it OpenBLAS pulls ahead (docs/performance.md). */
 #define SMALL_PRODUCT_MACS 256
+/* Products with this many rows of a or fewer go to GEMV a row at a time
+ * (attention_kernels.inc, product): up to here that is quicker than GEMM's
+ * packing, past it GEMM's reuse of each panel wins (the commit that set it
+ * has the figures). */
+#define GEMV_MAX_ROWS 2
 /* Row chunks of a projection are at least this tall. */
 #define LINEAR_MIN_ROWS 16
 
@@ -207,6 +212,7 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
 #define REAL double
 #define SFX d
 #define GEMM cblas_dgemm
+#define GEMV cblas_dgemv
 #define EXP exp
 #define MAXV attention_max_d
 #define MAXMV attention_max_masked_d
@@ -218,6 +224,7 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
 #undef REAL
 #undef SFX
 #undef GEMM
+#undef GEMV
 #undef EXP
 #undef MAXV
 #undef MAXMV
@@ -229,6 +236,7 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
 #define REAL float
 #define SFX f
 #define GEMM cblas_sgemm
+#define GEMV cblas_sgemv
 #define EXP expf
 #define MAXV attention_max_f
 #define MAXMV attention_max_masked_f
@@ -242,6 +250,7 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
 #undef REAL
 #undef SFX
 #undef GEMM
+#undef GEMV
 #undef EXP
 #undef MAXV
 #undef MAXMV

@@ -3,7 +3,8 @@
  *
  * The kernel splits the queries into blocks of 64 to 512 rows and the keys
  * into blocks of 256 (server/kernel/attention.c), skips key blocks the causal mask
- * hides, and runs the blocks on the compute pool.  These tests run it
+ * hides, and runs the blocks on the compute pool; a block of one or two query
+ * rows takes its products a row at a time (GEMV), three rows or more as GEMM.  These tests run it
  * against the naive float64 reference (tests/ref/reference.c) on shapes
  * chosen to land on every edge of those blocks, with and without the
  * attention matrix, serially and on a pool of three threads.
@@ -40,7 +41,7 @@ typedef struct edge_shape {
 } edge_shape;
 
 static const edge_shape edge_shapes[] = {
-    {1, 1}, {1, 600}, {600, 1}, {63, 257}, {64, 256}, {65, 255},
+    {1, 1}, {1, 600}, {2, 600}, {3, 600}, {600, 1}, {63, 257}, {64, 256}, {65, 255},
     {513, 513}, {512, 700}, {700, 512}, {1100, 300}, {300, 1100},
 };
 
@@ -140,7 +141,7 @@ static int edge_case(size_t lq, size_t lk, int rising)
 /* Under valgrind (make test's memcheck suite, about 50 times slower) a
  * smaller set that still crosses every kind of edge once: the plain and
  * sanitized suites run them all. */
-static const edge_shape valgrind_shapes[] = {{1, 1}, {65, 255}, {70, 530}};
+static const edge_shape valgrind_shapes[] = {{1, 1}, {2, 600}, {65, 255}, {70, 530}};
 
 static void edge_sweep(void)
 {
