@@ -173,8 +173,13 @@ try {
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
   });
+  // networkEnabled false: puppeteer otherwise enables DevTools' Network domain, whose events
+  // for every request (sent to this process) and copies of every answer load the browser with
+  // work a user's browser, with no DevTools attached, does not do; the page's own times and the
+  // policy census's thousands of requests measured that too.
   browser = await puppeteer.launch({
     executablePath: CHROMIUM, headless: true, userDataDir: path.join(tmp, 'profile'), protocolTimeout: CASE_TIMEOUT_MS,
+    networkEnabled: false,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
       '--disable-sync', '--no-first-run'],
   });
