@@ -621,23 +621,30 @@ async function checkReplay(page, answers, cap, L, h) {
 }
 
 // The policy census against the mean lost_mass of the answers received and the reference.
+// The page replays runs of layers as one sequence each (census.groups): layer L's head h is
+// head at[i] + h of its group's answers (ids gen-census:RUN:GROUP:STEP).  Returns the groups.
 async function checkPolicyCensus(page, answers, cap) {
   await page.click('#gen-census');
   await genWait(page, 'genCensus', 'gen-census-note');
-  const run = await page.evaluate(() => window.vizGeneration.census.run), ref = cap.ref.generation;
-  const T = cap.ref.tokens.length, steps = 1 + T - ref.prompt;
+  const { run, groups } = await page.evaluate(() => { const c = window.vizGeneration.census; return { run: c.run, groups: c.groups }; });
+  const ref = cap.ref.generation, T = cap.ref.tokens.length, steps = 1 + T - ref.prompt;
   const cells = await page.$$eval('#gen-census-table td', (tds) => tds.map((td) => ({ L: +td.dataset.layer, h: +td.dataset.head, v: Number(td.dataset.v) })));
   assert(cells.length === ref.layers.length * ref.layers[0].length, `${cells.length} cells`);
+  assert(JSON.stringify(groups.flatMap((g) => g.layers)) === JSON.stringify(ref.layers.map((_, L) => L)),
+    `the groups ${JSON.stringify(groups)} are not every layer once, in order`);
   for (const c of cells) {
+    const n = groups.findIndex((g) => g.layers.includes(c.L)), g = groups[n], at = g.at[g.layers.indexOf(c.L)] + c.h;
     let sum = 0;
     for (let s = 1; s < steps; s++) {
-      const a = answers[`gen-census:${run}:${c.L}:${s}`];
-      assert(a, `no answer recorded for step ${s} of layer ${c.L}`);
-      sum += a.lost_mass[c.h];
+      const a = answers[`gen-census:${run}:${n}:${s}`];
+      assert(a, `no answer recorded for step ${s} of the sequence of layers ${g.layers}`);
+      assert(a.lost_mass.length === g.H, `step ${s} of layers ${g.layers}: ${a.lost_mass.length} heads answered, ${g.H} sent`);
+      sum += a.lost_mass[at];
     }
     close(c.v, sum / (steps - 1), 1e-12, `layer ${c.L} head ${c.h}: the cell against the answers' mean`);
     close(c.v, ref.layers[c.L][c.h].mean_lost_mass, GEN_TOL, `layer ${c.L} head ${c.h}: mean lost_mass against NumPy`);
   }
+  return groups;
 }
 
 for (const [policy, opts, controls] of [
@@ -646,7 +653,7 @@ for (const [policy, opts, controls] of [
   ['snapkv', { 'cache-budget': 16, 'cache-window': 8, 'cache-pool': 7, prompt: 32 }, { budget: 16, window: 8, pool: 7, prompt: 32 }],
 ]) {
   test(`generation: ${policy} replayed token by token, plotted as answered, kept positions, lost_mass and output_error as NumPy's; the policy census`, async (page) => {
-    const cap = makeCapture('gen-' + policy, { layers: 2, heads: 4, 'kv-heads': 2, dim: 32, tokens: 64, 'cache-policy': policy, ...opts });
+    const cap = makeCapture('gen-' + policy, { layers: 4, heads: 4, 'kv-heads': 2, dim: 32, tokens: 64, 'cache-policy': policy, ...opts });
     const answers = recordAnswers(page);
     await openView(page, 'view=generation');
     await genControls(page, { policy, ...controls });
@@ -655,7 +662,8 @@ for (const [policy, opts, controls] of [
     await page.$eval('#gen-prompt', (e, v) => { e.value = v; }, String(controls.prompt));   // the policy's default was set on opening
     const got = await checkReplay(page, answers, cap, 1, 3);
     assert(got.kept.some((k, s) => k.length < (s === 0 ? controls.prompt : controls.prompt + s)), 'the policy never evicted: a weak test');
-    await checkPolicyCensus(page, answers, cap);
+    const groups = await checkPolicyCensus(page, answers, cap);
+    assert(groups.length === 2 && groups.every((g) => g.layers.length === 2), `4 layers in ${JSON.stringify(groups)}: expected two sequences of two`);
   });
 }
 

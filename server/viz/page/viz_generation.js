@@ -21,10 +21,11 @@
  *   strip      received_total of the cached keys after the last step, by position;
  *   plots      lost_mass and output_error of each step's newest query over the steps.
  *
- * The policy census is one sequence per layer with all its heads (parameter heads; k repeated
- * for grouped-query heads), asking lost_mass only, and v of width 1 a head in zeros: lost_mass
- * is a weight of the full attention and needs no v, and the answer is then 4 bytes a head a
- * step.  Two layers are replayed at a time.  A cell is the mean lost_mass of that head over
+ * The policy census is one sequence per run of layers with all their heads side by side
+ * (parameter heads; k repeated for grouped-query heads; censusGroups says which layers),
+ * asking lost_mass only, and v of width 1 a head in zeros: lost_mass is a weight of the full
+ * attention and needs no v, and the answer is then 4 bytes a head a step.  Two sequences are
+ * replayed at a time.  A cell is the mean lost_mass of that head over
  * the queries of every step after the first: the first step's queries see all its keys, since
  * the policy trims after a step, so they lose nothing by the rule.
  *
@@ -40,7 +41,11 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const LAYERS_IN_FLIGHT = 2;     /* census sequences at a time: two cores serve them */
+  const SEQUENCES_IN_FLIGHT = 2;  /* census sequences at a time: two cores serve them */
+  /* The most bytes of keys one census sequence keeps on the server (censusGroups; a capture
+   * of 12 layers of 12 heads of 64 over 4,096 tokens holds 151 MB); the page holds the
+   * sequence's q and k side by side as well, in FP16, half as much each. */
+  const CENSUS_GROUP_BYTES = 256 * 1024 * 1024;
   /* each policy's parameters: [input id, v2 parameter, default] */
   const PARAMS = {
     full: [],
@@ -345,14 +350,16 @@
     census = { run, policy: pol, P, T, cells: cap.layers.map((l) => new Array(l.q.H).fill(null)), ms: null };
     setState('genCensus', 'computing', `${cap.name}: ${cap.layers.length} layers replayed, ${1 + T - P} steps each (${describe(pol, P)})…`, 'gen-census-note');
     drawCensus();
+    const groups = censusGroups();
+    census.groups = groups;
     let next = 0, failed = null;
     const worker = async () => {
-      while (next < cap.layers.length && !failed && run === runs) {
-        const L = next++;
-        try { await censusLayer(run, L, pol, P); } catch (e) { failed = failed || e; }
+      while (next < groups.length && !failed && run === runs) {
+        const n = next++;
+        try { await censusGroup(run, groups[n], n, pol, P); } catch (e) { failed = failed || e; }
       }
     };
-    await Promise.all(Array.from({ length: LAYERS_IN_FLIGHT }, worker));
+    await Promise.all(Array.from({ length: SEQUENCES_IN_FLIGHT }, worker));
     if (run !== runs) return;
     if (failed) { setState('genCensus', 'error', failed.message, 'gen-census-note'); return; }
     await new Promise((resolve) => requestAnimationFrame(() => resolve()));
@@ -372,10 +379,44 @@
     return out;
   }
 
-  async function censusLayer(run, L, pol, P) {
-    await cap.ready(L);
-    const l = cap.layers[L], H = l.q.H, D = l.q.D, T = cap.T, seq = `viz-gen-census-${Date.now()}-${run}-${L}`;
-    const q = sideBySide(l, 'q', H), k = sideBySide(l, 'k', H), v = new Uint16Array(T * H), W = H * D;
+  /* The census's sequences: runs of consecutive layers of one head dim, one layer at least,
+   * each at most half the capture's keys (SEQUENCES_IN_FLIGHT, so that two run side by
+   * side) and at most CENSUS_GROUP_BYTES of keys on the server (heads x tokens x head dim,
+   * float32: the full cache compare_full keeps).  Heads are independent under every policy
+   * (each keeps, evicts and loses its own keys), so a layer's heads answer the same in a
+   * sequence of several layers as in one of their own, and the census sends a token of
+   * several layers in one request.  Each is {layers: [L, ...], at: [the first head of each
+   * layer in the sequence], H: its heads, D}. */
+  function censusGroups() {
+    const bytes = (H, D) => H * cap.T * D * 4;
+    const total = cap.layers.reduce((n, l) => n + bytes(l.q.H, l.q.D), 0);
+    const most = Math.min(CENSUS_GROUP_BYTES, Math.ceil(total / SEQUENCES_IN_FLIGHT));
+    const groups = [];
+    cap.layers.forEach((l, L) => {
+      const H = l.q.H, D = l.q.D, g = groups[groups.length - 1];
+      if (g && g.D === D && bytes(g.H + H, D) <= most) {
+        g.layers.push(L);
+        g.at.push(g.H);
+        g.H += H;
+      } else {
+        groups.push({ layers: [L], at: [0], H, D });
+      }
+    });
+    return groups;
+  }
+
+  /* Replays group g (censusGroups) as one sequence and fills its layers' cells. */
+  async function censusGroup(run, g, n, pol, P) {
+    for (const L of g.layers) await cap.ready(L);
+    const { H, D } = g, T = cap.T, W = H * D, seq = `viz-gen-census-${Date.now()}-${run}-${n}`;
+    const q = new Uint16Array(T * W), k = new Uint16Array(T * W), v = new Uint16Array(T * H);
+    g.layers.forEach((L, i) => {
+      const l = cap.layers[L], h0 = g.at[i];
+      for (const [name, to] of [['q', q], ['k', k]]) {
+        const side = sideBySide(l, name, l.q.H), w = l.q.H * D;
+        for (let t = 0; t < T; t++) to.set(side.subarray(t * w, (t + 1) * w), t * W + h0 * D);
+      }
+    });
     const sums = new Float64Array(H);
     const steps = 1 + T - P;
     for (let s = 0; s < steps; s++) {
@@ -383,13 +424,15 @@
       const stopped = run !== runs, last = s === steps - 1 || stopped;
       if (stopped && s === 0) return;
       const params = stopped ? { sequence_id: seq, sequence_end: true } : stepParams(seq, s, last, pol, { heads: H, scale: 1 / Math.sqrt(D) });
-      const out = await step(`layer ${L}, step ${s}`, `gen-census:${run}:${L}:${s}`, params,
+      const out = await step(`layers ${g.layers.join(', ')}, step ${s}`, `gen-census:${run}:${n}:${s}`, params,
         [['q', m, W, q.subarray(from * W, to * W)], ['k', m, W, k.subarray(from * W, to * W)], ['v', m, H, v.subarray(from * H, to * H)]],
         stopped ? ['length'] : ['lost_mass']);
       if (stopped) return;
       if (s > 0) for (let h = 0; h < H; h++) sums[h] += out.lost_mass[h];   /* [heads, 1] */
     }
-    for (let h = 0; h < H; h++) census.cells[L][h] = steps > 1 ? sums[h] / (steps - 1) : 0;
+    g.layers.forEach((L, i) => {
+      for (let h = 0; h < cap.layers[L].q.H; h++) census.cells[L][h] = steps > 1 ? sums[g.at[i] + h] / (steps - 1) : 0;
+    });
     drawCensus();
   }
 
