@@ -4,10 +4,11 @@
  * The kernel splits the queries into blocks of 64 to 512 rows and the keys
  * into blocks of 256 (server/kernel/attention.c), skips key blocks the causal mask
  * hides, and runs the blocks on the compute pool; a block of one or two query
- * rows takes its products a row at a time (GEMV), three rows or more as GEMM.  These tests run it
- * against the naive float64 reference (tests/ref/reference.c) on shapes
- * chosen to land on every edge of those blocks, with and without the
- * attention matrix, serially and on a pool of three threads.
+ * rows takes its products a row at a time (GEMV), of three or more as GEMM.
+ * These tests run it against the naive float64 reference
+ * (tests/ref/reference.c) on shapes chosen to land on every edge of those
+ * blocks, with and without the attention matrix, serially and on a pool of
+ * three threads.
  */
 #include <stdint.h>
 #include <stdlib.h>

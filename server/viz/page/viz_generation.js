@@ -25,9 +25,9 @@
  * (parameter heads; k repeated for grouped-query heads; censusGroups says which layers),
  * asking lost_mass only, and v of width 1 a head in zeros: lost_mass is a weight of the full
  * attention and needs no v, and the answer is then 4 bytes a head a step.  Two sequences are
- * replayed at a time.  A cell is the mean lost_mass of that head over
- * the queries of every step after the first: the first step's queries see all its keys, since
- * the policy trims after a step, so they lose nothing by the rule.
+ * replayed at a time.  A cell is the mean lost_mass of that head over the queries of every
+ * step after the first: the first step's queries see all its keys, since the policy trims
+ * after a step, so they lose nothing by the rule.
  *
  * Window and H2O trim after every step, so a prompt sent as one step is trimmed once, at its
  * end, which is not what a model generating token by token would have done: the prompt is 1
