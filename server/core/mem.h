@@ -1,10 +1,13 @@
 /*
  * mem.h - the one allocator of the server.
  *
- * Every allocation in the server, jansson's included (mem_install_jansson),
- * goes through these functions so that tests can make the Nth allocation fail
- * and check that each failure is handled cleanly (mem_fail_after, in test
- * builds only: test_hooks.h).  They behave like the C
+ * The server allocates through these functions, jansson included
+ * (mem_install_jansson), so that tests can make the Nth allocation fail and
+ * check that each failure is handled cleanly (mem_fail_after, in test builds
+ * only: test_hooks.h).  Two modules keep to the C library's allocator for
+ * their own structures: the gRPC front end (its server, connections, calls
+ * and answers; a request's unpacking and its inputs' bytes come from here,
+ * grpc_unpack.c and grpc_infer.c) and the work queue's workers.  They behave like the C
  * library functions they wrap; mem_free accepts NULL.
  */
 #ifndef ATTN_MEM_H

@@ -33,6 +33,7 @@
 
 #include "core/compute.h"
 #include "core/error.h"
+#include "core/mem.h"
 #include "core/utf8.h"
 #include "router/api.h"
 
@@ -140,7 +141,7 @@ static void write_le(unsigned char *dst, const void *src, size_t n, size_t esize
  * added: every output comes back as raw_output_contents), its outputs, each
  * binary, and its inputs, each with its byte count and where its bytes are:
  * raw_input_contents where protobuf-c unpacked them, or typed contents
- * written out as little-endian bytes into *typed (free(); NULL when every
+ * written out as little-endian bytes into *typed (mem_free; NULL when every
  * input is raw), on BODY_ALIGN.  Returns 0, or -1 with out filled when q
  * cannot be said as a v2 request. */
 static int request_fields(const Inference__ModelInferRequest *q, api_infer_request *r,
@@ -231,7 +232,7 @@ static int request_fields(const Inference__ModelInferRequest *q, api_infer_reque
     size_t cap = 0;
     for (size_t i = 0; i < q->n_inputs; i++)
         cap += (sizes[i] + BODY_ALIGN - 1) / BODY_ALIGN * BODY_ALIGN;
-    unsigned char *buf = aligned_alloc(BODY_ALIGN, cap + BODY_ALIGN);
+    unsigned char *buf = mem_aligned(BODY_ALIGN, cap + BODY_ALIGN);
     if (buf == NULL) {
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "The server ran out of memory; retry later.");
@@ -379,7 +380,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, d
     memcpy(args.model, q->model_name, strlen(q->model_name) + 1);
     memcpy(args.version, q->model_version, strlen(q->model_version) + 1);
     api_infer_request r;
-    api_infer_param *params = malloc((q->n_parameters + 1) * sizeof *params);
+    api_infer_param *params = mem_malloc((q->n_parameters + 1) * sizeof *params);
     unsigned char *typed = NULL;
     if (params == NULL)
         grpc_answer_error(out, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -404,7 +405,7 @@ void grpc_infer_answer(const unsigned char *in, size_t len, size_t unpack_cap, d
         memcpy(out->phase_seconds, resp.phase_seconds, sizeof out->phase_seconds);
         api_response_free(&resp);
     }
-    free(typed);
-    free(params);
+    mem_free(typed);
+    mem_free(params);
     inference__model_infer_request__free_unpacked(q, &budget.allocator);
 }
