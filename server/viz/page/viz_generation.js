@@ -368,15 +368,14 @@
       `${describe(pol, P)}, mean lost_mass over the steps after the first; in ${(census.ms / 1000).toFixed(2)} s`, 'gen-census-note');
   }
 
-  /* Layer L's heads side by side, [T, heads * width], FP16 bits; k (and v) repeated for the
-   * q heads that share them. */
-  function sideBySide(l, n, heads) {
-    const t = l[n], rep = heads / t.H, out = new Uint16Array(cap.T * heads * t.D);
+  /* Layer l's heads of tensor n ('q' or 'k') side by side into out, FP16 bits, [T, W], from
+   * head h0 of each row on; k repeated for the q heads that share it. */
+  function sideBySide(l, n, out, W, h0) {
+    const t = l[n], heads = l.q.H, rep = heads / t.H;
     for (let h = 0; h < heads; h++) {
       const src = window.vizCapture.headHalf(t, Math.floor(h / rep));
-      for (let i = 0; i < cap.T; i++) out.set(src.subarray(i * t.D, (i + 1) * t.D), (i * heads + h) * t.D);
+      for (let i = 0; i < cap.T; i++) out.set(src.subarray(i * t.D, (i + 1) * t.D), i * W + (h0 + h) * t.D);
     }
-    return out;
   }
 
   /* The census's sequences: runs of consecutive layers of one head dim, one layer at least,
@@ -411,11 +410,8 @@
     const { H, D } = g, T = cap.T, W = H * D, seq = `viz-gen-census-${Date.now()}-${run}-${n}`;
     const q = new Uint16Array(T * W), k = new Uint16Array(T * W), v = new Uint16Array(T * H);
     g.layers.forEach((L, i) => {
-      const l = cap.layers[L], h0 = g.at[i];
-      for (const [name, to] of [['q', q], ['k', k]]) {
-        const side = sideBySide(l, name, l.q.H), w = l.q.H * D;
-        for (let t = 0; t < T; t++) to.set(side.subarray(t * w, (t + 1) * w), t * W + h0 * D);
-      }
+      sideBySide(cap.layers[L], 'q', q, W, g.at[i]);
+      sideBySide(cap.layers[L], 'k', k, W, g.at[i]);
     });
     const sums = new Float64Array(H);
     const steps = 1 + T - P;
