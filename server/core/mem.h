@@ -7,8 +7,8 @@
  * only: test_hooks.h).  Two modules keep to the C library's allocator for
  * their own structures: the gRPC front end (its server, connections, calls
  * and answers; a request's unpacking and its inputs' bytes come from here,
- * grpc_unpack.c and grpc_infer.c) and the work queue's workers.  They behave like the C
- * library functions they wrap; mem_free accepts NULL.
+ * grpc_unpack.c and grpc_infer.c) and the work queue's workers.  They behave
+ * like the C library functions they wrap; mem_free accepts NULL.
  */
 #ifndef ATTN_MEM_H
 #define ATTN_MEM_H
