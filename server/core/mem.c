@@ -30,6 +30,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* Freed heap is kept up to this much (mem_tune_allocator). */
+#define MEM_TRIM_THRESHOLD ((size_t)128 << 20)
+/* Arenas at most: one a CPU, as many as there are threads that can run at once. */
+#define MEM_ARENA_MAX 64
+
 #ifdef ATTN_TESTING
 #include "test_hooks.h"
 
@@ -82,11 +87,19 @@ static void *mem_counted(void *ptr, long delta)
 }
 #endif
 
+/* The huge-page advice of mem.h's large blocks. */
+static void *mem_large(void *ptr, size_t size)
+{
+    if (ptr != NULL && size >= MEM_MMAP_THRESHOLD)
+        mem_advise_huge(ptr, size);
+    return ptr;
+}
+
 void *mem_malloc(size_t size)
 {
     if (mem_should_fail())
         return NULL;
-    return mem_counted(malloc(size ? size : 1), 1);
+    return mem_counted(mem_large(malloc(size ? size : 1), size), 1);
 }
 
 void *mem_calloc(size_t count, size_t size)
@@ -95,14 +108,15 @@ void *mem_calloc(size_t count, size_t size)
         return NULL;
     if (count == 0 || size == 0)
         count = size = 1;
-    return mem_counted(calloc(count, size), 1);
+    /* calloc has checked count x size for overflow when it returns a block */
+    return mem_counted(mem_large(calloc(count, size), count * size), 1);
 }
 
 void *mem_realloc(void *ptr, size_t size)
 {
     if (mem_should_fail())
         return NULL;
-    void *moved = realloc(ptr, size ? size : 1);
+    void *moved = mem_large(realloc(ptr, size ? size : 1), size);
     return ptr == NULL ? mem_counted(moved, 1) : moved;
 }
 
@@ -113,7 +127,7 @@ void *mem_aligned(size_t align, size_t size)
     void *ptr = NULL;
     if (posix_memalign(&ptr, align, size ? size : 1) != 0)
         return NULL;
-    return mem_counted(ptr, 1);
+    return mem_counted(mem_large(ptr, size), 1);
 }
 
 void mem_free(void *ptr)
@@ -323,13 +337,6 @@ void mem_release(const void *ptr, size_t size)
     if (pages_inside(ptr, size, &start, &end) != 0)
         (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }
-
-/* Blocks from this size are mapped on their own (glibc caps its own sliding threshold at
- * 32 MiB too); freed heap is kept up to the trim threshold. */
-#define MEM_MMAP_THRESHOLD (32 << 20)
-#define MEM_TRIM_THRESHOLD (128 << 20)
-/* Arenas at most: one a CPU, as many as there are threads that can run at once. */
-#define MEM_ARENA_MAX 64
 
 /* What the allocator kept resident beyond its live bytes at start-up (mem_tune_allocator),
  * and whether a trim is running. */

@@ -15,6 +15,15 @@
 
 #include <stddef.h>
 
+/* Blocks from this size are mapped on their own by the C library (mem_tune_allocator;
+ * glibc caps its own sliding threshold at 32 MiB too). */
+#define MEM_MMAP_THRESHOLD ((size_t)32 << 20)
+
+/* A block of MEM_MMAP_THRESHOLD bytes or more, from any of the functions below, is
+ * mapped afresh, so each of its pages faults at its first touch, every time such a block
+ * is allocated: a kernel's packed K and V, an input's float copy, a result.  They ask
+ * for huge pages for it (mem_advise_huge): a fault per 2 MiB instead of per 4 KiB, where
+ * faults are dear (a virtual machine's especially). */
 void *mem_malloc(size_t size);
 void *mem_calloc(size_t count, size_t size);
 void *mem_realloc(void *ptr, size_t size);

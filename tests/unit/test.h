@@ -249,6 +249,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(mem_json_arena_out_of_memory)         \
     X(mem_json_arena_earlier_memory_freed)  \
     X(mem_populate_resident_unchanged)      \
+    X(mem_large_blocks_huge)                \
     X(v2_tensor_framing_split)              \
     X(v2_tensor_size_checks)                \
     X(v2_tensor_parts)                      \

@@ -7,9 +7,16 @@
  * what the buffer held must be unchanged: populating may never write.  A
  * kernel without MADV_POPULATE_WRITE (before Linux 5.14) makes mem_populate
  * answer -1 with EINVAL, and then only the contents are checked.
+ *
+ * And the huge-page advice of the allocation wrappers: a block of MEM_MMAP_THRESHOLD bytes
+ * or more from each of them lies in a mapping that /proc/self/smaps flags "hg"
+ * (MADV_HUGEPAGE), where the kernel has transparent huge pages at all.
  */
 #define _DEFAULT_SOURCE /* mincore, MAP_ANONYMOUS */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -70,4 +77,49 @@ void test_mem_populate_resident_unchanged(void)
     ASSERT_EQ(mem_populate(NULL, 1 << 20), 0);
     unsigned char small[16];
     ASSERT_EQ(mem_populate(small, sizeof small), 0);       /* no whole page inside: nothing */
+}
+
+/* Whether the VmFlags of the mapping that holds addr (/proc/self/smaps) list `flag`: 1 or
+ * 0, or -1 when no mapping holds it or smaps cannot be read. */
+static int mapping_flagged(const void *addr, const char *flag)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int inside = 0, found = -1;
+    uintptr_t at = (uintptr_t)addr;
+    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
+        unsigned long long lo, hi;
+        char dash;
+        if (sscanf(line, "%llx%c%llx ", &lo, &dash, &hi) == 3 && dash == '-') {
+            inside = at >= lo && at < hi;
+        } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            found = 0;
+            for (char *w = strtok(line + 8, " \n"); w != NULL; w = strtok(NULL, " \n"))
+                found |= strcmp(w, flag) == 0;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+void test_mem_large_blocks_huge(void)
+{
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        return;                         /* no transparent huge pages: no advice to see */
+    size_t size = MEM_MMAP_THRESHOLD + ((size_t)4 << 20), huge = (size_t)2 << 20;
+    void *blocks[4] = {mem_malloc(size), mem_calloc(size / 8, 8), mem_aligned(64, size),
+                       mem_realloc(NULL, size)};
+    for (int i = 0; i < 4; i++) {
+        ASSERT(blocks[i] != NULL);
+        /* a byte of the block's first whole 2 MiB, which the advice covers */
+        uintptr_t inside = ((uintptr_t)blocks[i] + 2 * huge - 1) & ~(uintptr_t)(huge - 1);
+        int flagged = mapping_flagged((const void *)inside, "hg");
+        if (flagged != 1)
+            FAIL_AT("block %d of %zu bytes: smaps says %d for its huge-page advice", i, size,
+                    flagged);
+    }
+    for (int i = 0; i < 4; i++)
+        mem_free(blocks[i]);
 }
