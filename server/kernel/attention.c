@@ -116,14 +116,18 @@ static unsigned slots_for(double flops)
     return flops < ATTENTION_SMALL_FLOPS ? 1 : compute_threads();
 }
 
-/* Whether kernel_sdpa takes the fused kernel: the attention matrix is not wanted and the
- * heads are at most ATTN_FUSED_MAX_DIM wide.  With bfloat16 products that kernel rounds q,
- * k and v itself as it packs them (attention_fused.h), so the job's inputs need no rounded
- * copy (run_float32). */
+/* Whether kernel_sdpa takes the fused kernel: the attention matrix is not wanted, the
+ * heads are at most ATTN_FUSED_MAX_DIM wide, and there are more than GEMV_MAX_ROWS query
+ * rows.  That kernel first copies all of K and V into its packed layout, a pass over them
+ * as long as the products of a row or two, and computes whole register groups of rows;
+ * the BLAS path's GEMV reads them in place (a sequence's step without a cache, one query
+ * over many keys).  With bfloat16 products the fused kernel rounds q, k and v itself as
+ * it packs them (attention_fused.h), so the job's inputs need no rounded copy
+ * (run_float32). */
 static int sdpa_fuses(const attn_job *job)
 {
-    return !job->want_attention && job->dk / job->heads <= ATTN_FUSED_MAX_DIM &&
-           job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
+    return !job->want_attention && job->lq > GEMV_MAX_ROWS &&
+           job->dk / job->heads <= ATTN_FUSED_MAX_DIM && job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
 }
 
 static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
