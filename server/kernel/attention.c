@@ -89,15 +89,18 @@ typedef struct sdpa_plan {
     size_t tail_blocks, tail_split, tasks;
     size_t stride;              /* scratch numbers per slot (fused: whole cache lines) */
     unsigned slots;             /* compute slots asked for */
-    /* The fused kernel (attention_fused.h) runs when the attention matrix is
-     * not wanted and the heads are at most ATTN_FUSED_MAX_DIM wide; K and V
-     * of every (batch, head) are packed for it first. */
+    /* The fused kernel (attention_fused.h) runs when sdpa_fuses says so, on K and V
+     * packed for it (pack_areas). */
     int fused;
     int scratch_block;          /* BLAS path: scores go to scratch, not to the attention result */
     size_t hdv_pad;             /* packed V row */
     size_t fq;                  /* query rows per sub-block (attn_fused_block_rows) */
     size_t obuf_at;             /* where obuf and sbuf start in a slot's scratch (aligned) */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
+    /* Areas of pack_stride numbers: one a (batch, head) when its K and V are packed before
+     * the tasks that share them (qblocks > 1), else one a slot, where each task packs its
+     * own head's and the slot's next task packs over them. */
+    size_t pack_areas;
     size_t packed;              /* numbers of the packed K and V of the job */
     /* bfloat16 products (attn_job.bf16): kt_size and pack_stride count bfloat16 numbers
      * (K by pairs of dims, ATTN_FUSED_BF16_KT), packed still counts floats; each slot's
@@ -163,8 +166,9 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         size_t hdk = job->dk / job->heads, kt_key = job->bf16 ? ATTN_FUSED_BF16_KT(hdk) : hdk;
         p->kt_size = tiles * ATTN_FUSED_BK * kt_key;
         p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
+        p->pack_areas = p->qblocks > 1 ? heads : p->slots;
         /* bfloat16: two to a float */
-        p->packed = job->bf16 ? (heads * p->pack_stride + 1) / 2 : heads * p->pack_stride;
+        p->packed = (p->pack_areas * p->pack_stride + (job->bf16 ? 1 : 0)) / (job->bf16 ? 2 : 1);
         /* A task's rows in whole register groups bound the sub-block (and its scratch). */
         size_t task_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
         p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);

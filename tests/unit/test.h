@@ -147,6 +147,7 @@ static inline double test_attention_diff(const attn_result *r, const double *ref
     X(kernel_paths_causal)                  \
     X(kernel_paths_large_logits)            \
     X(kernel_paths_on_pool)                 \
+    X(kernel_paths_slot_areas)              \
     X(kernel_paths_overflow_reported)       \
     X(kernel_bf16_plain)                    \
     X(kernel_bf16_masked_causal)            \

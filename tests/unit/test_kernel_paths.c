@@ -351,6 +351,26 @@ void test_kernel_paths_on_pool(void)
     paths_limit = MAX_PATHS;
 }
 
+/* Twelve (batch, head)s of one block each on three slots: each task packs its head's K and
+ * V into its slot's area, over the previous head's there (sdpa_plan.pack_areas), while the
+ * other slots pack theirs. */
+void test_kernel_paths_slot_areas(void)
+{
+    paths_limit = RUNNING_ON_VALGRIND ? 1 : MAX_PATHS;
+    ASSERT_EQ(compute_init(3), 0);
+    paths_case c = {3, 4, 40, RUNNING_ON_VALGRIND ? 300 : 1000, 64, 0, 1, 5};
+    attn_job job = case_job(&c);
+    size_t blocks, tasks;
+    attention_split_for_testing(&job, &blocks, &tasks);
+    int rc = blocks == 12 && tasks == 12 ? run_case(&c) : -2;
+    compute_shutdown();
+    paths_limit = MAX_PATHS;
+    if (rc == -2)
+        FAIL_AT("%zu blocks run as %zu tasks, not one block a head", blocks, tasks);
+    if (rc != 0)
+        FAIL_AT("a kernel path disagrees with the reference (see above)");
+}
+
 /* Sub-blocks of one register group, of the fewest and of the most rows the
  * cache may give, and of a count the tasks' rows do not divide
  * (attn_fused_rows_for_testing), whatever this CPU's cache gives: tasks of
