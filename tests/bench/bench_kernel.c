@@ -33,7 +33,9 @@
  * same timing and check file: the ONNX Runtime rows (bench_ort.sh) use it.
  * Its optional last field gives the keys apart from the queries (LEN): one
  * query over a sequence's 32,768 cached keys is "...,1,64,0,0,32768"
- * (bench_sequences.py).
+ * (bench_sequences.py, which adds --cold: its steps find their cache out of the
+ * caches, after the round's stateless requests, and --cold times each run after
+ * writing more than the caches hold).
  *
  * The list first measures the machine's FMA peak (fma_peak.h) on the same
  * threads and prints each row's GFLOP/s as a share of the widest instruction
@@ -91,7 +93,20 @@ static const bench_case bench_cases[] = {
 typedef struct rep_policy {
     int min_reps;
     double budget_s;
+    int cold;                   /* --cold: the caches emptied before each timed run */
 } rep_policy;
+
+/* What --cold writes before each timed run: more than the caches of any machine measured
+ * here hold, so that the run reads its inputs from memory. */
+#define COLD_BYTES ((size_t)256 << 20)
+static unsigned char *cold_buffer;
+
+/* Writes the whole of cold_buffer, with a byte that changes from call to call. */
+static void caches_empty(void)
+{
+    static unsigned char fill;
+    memset(cold_buffer, ++fill, COLD_BYTES);
+}
 
 static uint64_t rng_state;
 
@@ -153,6 +168,8 @@ static double time_median_ms(run_ctx *ctx, const rep_policy *policy, int *reps)
         return -1;
     double start = now_s();
     while (n < MAX_REPS && (n < policy->min_reps || now_s() - start < policy->budget_s)) {
+        if (policy->cold)
+            caches_empty();
         double t0 = now_s();
         if (run_attention(ctx) != 0)
             return -1;
@@ -256,9 +273,11 @@ static int parse_case(char *text, bench_case *c)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: bench-kernel [--out DIR] [--quick] [--case SPEC]\n"
+    fprintf(out, "usage: bench-kernel [--out DIR] [--quick] [--cold] [--case SPEC]\n"
                  "  --out DIR   where kernel.tsv and the check files go (build/bench/results)\n"
                  "  --quick     one timed run per case (a smoke test, not a measurement)\n"
+                 "  --cold      256 MiB written before each timed run: the inputs come from "
+                 "memory, not the caches\n"
                  "  --case SPEC only this case: ID,DTYPE,BATCH,HEADS,LEN,HEAD_DIM,CAUSAL,"
                  "ATTENTION[,KEYS]\n"
                  "              (e.g. n4096-f32,float32,1,1,4096,64,0,0; KEYS: the keys when "
@@ -270,7 +289,7 @@ int main(int argc, char **argv)
     blas_setup_select(argv, 1); /* OpenBLAS as the server runs it: widest kernels, no workers */
     mem_tune_allocator();    /* and the allocator set as the server sets it */
     const char *out_dir = "build/bench/results";
-    rep_policy policy = {5, 1.5};
+    rep_policy policy = {5, 1.5, 0};
     const bench_case *cases = bench_cases;
     size_t case_count = CASE_COUNT;
     bench_case one_case;
@@ -286,11 +305,18 @@ int main(int argc, char **argv)
             cases = &one_case;
             case_count = 1;
         } else if (strcmp(argv[i], "--quick") == 0) {
-            policy = (rep_policy){1, 0};
+            policy.min_reps = 1;
+            policy.budget_s = 0;
+        } else if (strcmp(argv[i], "--cold") == 0) {
+            policy.cold = 1;
         } else {
             usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
+    }
+    if (policy.cold && (cold_buffer = malloc(COLD_BYTES)) == NULL) {
+        fprintf(stderr, "bench-kernel: out of memory\n");
+        return 1;
     }
     mkdir(out_dir, 0755);
     int threads = server_compute_threads();
@@ -411,6 +437,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-kernel: writing %s failed\n", path);
         failures++;
     }
+    free(cold_buffer);
     if (failures != 0)
         fprintf(stderr, "bench-kernel: %d failure(s)\n", failures);
     return failures != 0;
