@@ -123,14 +123,15 @@ static unsigned slots_for(double flops)
  * heads are at most ATTN_FUSED_MAX_DIM wide, and there are more than GEMV_MAX_ROWS query
  * rows.  That kernel first copies all of K and V into its packed layout, a pass over them
  * as long as the products of a row or two, and computes whole register groups of rows;
- * the BLAS path's GEMV reads them in place (a sequence's step without a cache, one query
- * over many keys).  With bfloat16 products the fused kernel rounds q, k and v itself as
- * it packs them (attention_fused.h), so the job's inputs need no rounded copy
- * (run_float32). */
+ * the BLAS path's GEMV reads them in place (one query over many keys, as a decoding step
+ * that sends its own cache asks).  With bfloat16 products the fused kernel rounds q, k
+ * and v itself as it packs them (attention_fused.h), so the job's inputs need no rounded
+ * copy (run_float32). */
 static int sdpa_fuses(const attn_job *job)
 {
-    return !job->want_attention && job->lq > GEMV_MAX_ROWS &&
-           job->dk / job->heads <= ATTN_FUSED_MAX_DIM && job->dv / job->heads <= ATTN_FUSED_MAX_DIM;
+    size_t hdk = job->dk / job->heads, hdv = job->dv / job->heads;
+    return !job->want_attention && job->lq > GEMV_MAX_ROWS && hdk <= ATTN_FUSED_MAX_DIM &&
+           hdv <= ATTN_FUSED_MAX_DIM;
 }
 
 static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
@@ -168,7 +169,8 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
         p->pack_areas = p->qblocks > 1 ? heads : p->slots;
         /* bfloat16: two to a float */
-        p->packed = (p->pack_areas * p->pack_stride + (job->bf16 ? 1 : 0)) / (job->bf16 ? 2 : 1);
+        p->packed = job->bf16 ? (p->pack_areas * p->pack_stride + 1) / 2
+                              : p->pack_areas * p->pack_stride;
         /* A task's rows in whole register groups bound the sub-block (and its scratch). */
         size_t task_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
         p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);
