@@ -62,6 +62,11 @@ void attn_fused_rows_for_testing(size_t rows);
 struct attn_job;
 void attention_split_for_testing(const struct attn_job *job, size_t *blocks, size_t *tasks);
 
+/* attention.c: where the fused kernel's packed K and V lie for the job: "heads" (packed
+ * before the tasks), "slots" (a task packs its head whole), "tiles" (a block packs its
+ * head a tile at a time), or "none" (the job does not take the fused kernel). */
+const char *attention_pack_for_testing(const struct attn_job *job);
+
 /* json_fast.c: arrays of at least n numbers (1: every one) are read fast
  * from now on, in every thread; 0 restores JSON_FAST_MIN_NUMBERS. */
 void json_fast_set_min_numbers(size_t n);

@@ -97,10 +97,15 @@ typedef struct sdpa_plan {
     size_t fq;                  /* query rows per sub-block (attn_fused_block_rows) */
     size_t obuf_at;             /* where obuf and sbuf start in a slot's scratch (aligned) */
     size_t kt_size, pack_stride;/* numbers of packed K, of packed K and V, per head */
-    /* Areas of pack_stride numbers: one a (batch, head) when its K and V are packed before
-     * the tasks that share them (qblocks > 1), else one a slot, where each task packs its
-     * own head's and the slot's next task packs over them. */
-    size_t pack_areas;
+    /* Where the packed K and V lie: PACK_HEADS, in areas of pack_stride numbers one a
+     * (batch, head), packed before the tasks that share them (qblocks > 1); PACK_SLOTS, in
+     * such areas one a slot, where a head of one task but several sub-blocks is packed
+     * whole by its task, over the slot's previous head; PACK_TILES, where a head is one
+     * task of one sub-block, in room for one tile in the slot's scratch (from number
+     * tile_at of the stride), into which its block packs each tile just before the tile's
+     * products, each read once and from the cache. */
+    enum { PACK_HEADS, PACK_SLOTS, PACK_TILES } pack;
+    size_t pack_areas, tile_at;
     size_t packed;              /* numbers of the packed K and V of the job */
     /* bfloat16 products (attn_job.bf16): kt_size and pack_stride count bfloat16 numbers
      * (K by pairs of dims, ATTN_FUSED_BF16_KT), packed still counts floats; each slot's
@@ -167,19 +172,24 @@ static void sdpa_plan_make(const attn_job *job, sdpa_plan *p)
         size_t hdk = job->dk / job->heads, kt_key = job->bf16 ? ATTN_FUSED_BF16_KT(hdk) : hdk;
         p->kt_size = tiles * ATTN_FUSED_BK * kt_key;
         p->pack_stride = p->kt_size + tiles * ATTN_FUSED_BK * p->hdv_pad;
-        p->pack_areas = p->qblocks > 1 ? heads : p->slots;
-        /* bfloat16: two to a float */
-        p->packed = job->bf16 ? (p->pack_areas * p->pack_stride + 1) / 2
-                              : p->pack_areas * p->pack_stride;
         /* A task's rows in whole register groups bound the sub-block (and its scratch). */
         size_t task_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
         p->fq = attn_fused_block_rows(job->dk / job->heads, p->hdv_pad, size);
         if (p->fq > task_rows)
             p->fq = task_rows;
+        p->pack = p->qblocks > 1 ? PACK_HEADS : p->fq < task_rows ? PACK_SLOTS : PACK_TILES;
+        p->pack_areas = p->pack == PACK_HEADS ? heads : p->pack == PACK_SLOTS ? p->slots : 0;
+        /* bfloat16: two to a float */
+        p->packed = job->bf16 ? (p->pack_areas * p->pack_stride + 1) / 2
+                              : p->pack_areas * p->pack_stride;
         /* run_max and run_sum, then obuf and sbuf from a cache line's start */
         size_t line = ATTN_FUSED_LINE / size;
         p->obuf_at = (2 * p->bq + line - 1) / line * line;
         p->stride = p->obuf_at + ATTN_FUSED_SCRATCH(p->fq, p->hdv_pad);
+        if (p->pack == PACK_TILES) {
+            p->tile_at = p->stride;
+            p->stride += ATTN_FUSED_TILE(kt_key, p->hdv_pad, job->bf16);
+        }
         if (job->bf16) {
             p->q16_rows = (p->bq + ATTN_FUSED_MR - 1) / ATTN_FUSED_MR * ATTN_FUSED_MR;
             p->q16_at = p->stride;
@@ -216,6 +226,15 @@ void attention_split_for_testing(const attn_job *job, size_t *blocks, size_t *ta
     sdpa_plan_make(job, &p);
     *blocks = p.blocks;
     *tasks = p.tasks;
+}
+
+const char *attention_pack_for_testing(const attn_job *job)
+{
+    sdpa_plan p;
+    sdpa_plan_make(job, &p);
+    if (!p.fused)
+        return "none";
+    return p.pack == PACK_HEADS ? "heads" : p.pack == PACK_SLOTS ? "slots" : "tiles";
 }
 #endif
 

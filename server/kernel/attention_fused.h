@@ -18,7 +18,9 @@
  *
  * K and V are packed once per (batch, head) per request, by the path
  * itself (attn_kernel_path.pack_*, called from attention_kernels.inc) in
- * panels the micro-kernels read in order:
+ * panels the micro-kernels read in order, or, where a block of one
+ * sub-block holds a whole head, by the block a tile at a time just before
+ * the tile's products, into room for one tile (attn_fused_*.tile):
  *   kt: ATTN_FUSED_BK x hdk numbers per tile of ATTN_FUSED_BK keys (K
  *       transposed, by panels of keys), keys past lk zero to a whole
  *       panel, the rest of the last tile not written (the kernel scores
@@ -123,7 +125,13 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
         size_t nq, i0;              /* rows, and the query index of the first */                   \
         const REAL *q;              /* row i0 of this head's q; rows ldq apart */                  \
         size_t ldq;                                                                                \
-        const REAL *kt, *vp;        /* this head's packed K and V (above) */                       \
+        const REAL *kt, *vp;        /* this head's packed K and V (above), or NULL with tile */    \
+        /* With kt NULL: this head's row 0 of K and V, rows ldk and ldv apart, which the     */    \
+        /* block packs a tile at a time into tile (ATTN_FUSED_TILE numbers) just before     */    \
+        /* each tile's products, so that the packed copy stays in the cache.                */    \
+        const REAL *k, *v;                                                                         \
+        size_t ldk, ldv;                                                                           \
+        REAL *tile;                                                                                \
         size_t lk, hdk, hdv, hdv_pad;                                                              \
         const unsigned char *mask;  /* row i0 of the mask plane (rows lk apart), or NULL */        \
         int causal;                                                                                \
@@ -141,13 +149,20 @@ _Static_assert(ATTN_FUSED_STOP_KEYS % ATTN_FUSED_BK == 0, "the asks fall on tile
  * bfloat16 instead (attention_fused_bf16.inc): q16 row i0 of this head's q rounded to
  * bfloat16, rows ldq16 apart, each row hdk rounded up to even numbers (the last one zero
  * for an odd hdk), and as many rows past nq as make whole register groups, zero; kt16
- * and vp16 packed by pack_b.  The float kernel (block_f) ignores them. */
+ * and vp16 packed by pack_b, or NULL with tile, which then holds pack_b's layout.  The
+ * float kernel (block_f) ignores them. */
 ATTN_FUSED_ARGS(double, d, )
 ATTN_FUSED_ARGS(float, f, const uint16_t *q16; size_t ldq16; const uint16_t *kt16; const uint16_t *vp16;)
 
 /* What a block reports (attn_kernel_path.block_d and block_f). */
 #define ATTN_FUSED_NOT_FINITE 1
 #define ATTN_FUSED_ROW_OVERFLOW 2
+
+/* Numbers of `size` bytes one packed tile of K and V takes (attn_fused_*.tile): for
+ * bfloat16 products (bf16), pack_b's layout in halves of a float each.  Whole cache
+ * lines, as kt_key and hdv_pad rows of ATTN_FUSED_BK numbers are. */
+#define ATTN_FUSED_TILE(kt_key, hdv_pad, bf16)                                                     \
+    ((bf16) ? ((kt_key) + (hdv_pad)) * ATTN_FUSED_BK / 2 : ((kt_key) + (hdv_pad)) * ATTN_FUSED_BK)
 
 /* Scratch numbers one call needs in obuf and sbuf together: whole cache lines
  * (hdv_pad and ATTN_FUSED_BK numbers are), so that sbuf after obuf is aligned too. */

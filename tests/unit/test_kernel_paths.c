@@ -16,6 +16,7 @@
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <unistd.h>
 
@@ -351,22 +352,42 @@ void test_kernel_paths_on_pool(void)
     paths_limit = MAX_PATHS;
 }
 
-/* Twelve (batch, head)s of one block each on three slots: each task packs its head's K and
- * V into its slot's area, over the previous head's there (sdpa_plan.pack_areas), while the
- * other slots pack theirs. */
+/* Twelve (batch, head)s of one block each on three slots, packed by their tasks while the
+ * other slots work: a tile at a time by a block of one sub-block (sdpa_plan.pack
+ * PACK_TILES), and whole into the slot's area, over the previous head's there, by a block
+ * of several (PACK_SLOTS, sub-blocks of one register group forced); causal, and masked
+ * with fully masked rows, against the reference on every path. */
 void test_kernel_paths_slot_areas(void)
 {
     paths_limit = RUNNING_ON_VALGRIND ? 1 : MAX_PATHS;
     ASSERT_EQ(compute_init(3), 0);
-    paths_case c = {3, 4, 40, RUNNING_ON_VALGRIND ? 300 : 1000, 64, 0, 1, 5};
-    attn_job job = case_job(&c);
-    size_t blocks, tasks;
-    attention_split_for_testing(&job, &blocks, &tasks);
-    int rc = blocks == 12 && tasks == 12 ? run_case(&c) : -2;
+    const struct {
+        size_t rows;            /* forced sub-block rows, 0: the cache's */
+        const char *pack;
+        int causal;
+    } runs[] = {{0, "tiles", 0}, {0, "tiles", 1}, {ATTN_FUSED_MR, "slots", 0}};
+    int rc = 0;
+    char why[128] = "";
+    for (size_t i = 0; rc == 0 && i < sizeof runs / sizeof runs[0]; i++) {
+        paths_case c = {3, 4, 40, RUNNING_ON_VALGRIND ? 300 : 1000, 64, runs[i].causal, 1, 5};
+        attn_job job = case_job(&c);
+        size_t blocks, tasks;
+        attn_fused_rows_for_testing(runs[i].rows);
+        attention_split_for_testing(&job, &blocks, &tasks);
+        const char *pack = attention_pack_for_testing(&job);
+        if (blocks != 12 || tasks != 12 || strcmp(pack, runs[i].pack) != 0) {
+            snprintf(why, sizeof why, "run %zu: %zu blocks as %zu tasks packed by %s, not 12 by %s",
+                     i, blocks, tasks, pack, runs[i].pack);
+            rc = -2;
+        } else {
+            rc = run_case(&c);
+        }
+        attn_fused_rows_for_testing(0);
+    }
     compute_shutdown();
     paths_limit = MAX_PATHS;
     if (rc == -2)
-        FAIL_AT("%zu blocks run as %zu tasks, not one block a head", blocks, tasks);
+        FAIL_AT("%s", why);
     if (rc != 0)
         FAIL_AT("a kernel path disagrees with the reference (see above)");
 }
