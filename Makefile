@@ -151,6 +151,9 @@ EXTRA_attention_fused_portable := $(FUSED_FLAGS)
 # 64-byte vectors are passed only between the file's own inlined functions, so the
 # warning that their ABI differs without AVX-512 (-Wpsabi) concerns no call.
 EXTRA_kernel_avx512_on_avx2 := $(FUSED_FLAGS) -mavx2 -mfma -Wno-psabi
+# The unit tests' amx_bf16-model: the amx_bf16 path's source on a software model of the
+# tiles (tests/unit/kernel_amx_model.c), built as the avx512_bf16 path is.
+EXTRA_kernel_amx_model := $(EXTRA_attention_fused_avx512_bf16)
 
 # The visualizer's page and the golden examples, built into the binary: a small generator
 # (server/viz/viz_embed.c, built for the build machine) writes them as C arrays into

@@ -47,7 +47,7 @@ struct weight_store *store_open_on_backend(const struct store_backend *backend,
 
 /* attention_fused.c: one more path of the fused kernel, listed after the
  * others (attn_kernel_available, attn_kernel_select), for the unit tests
- * only; before any kernel runs.  NULL takes it away. */
+ * only; before any kernel runs.  Two at most: a third is not added. */
 struct attn_kernel_path;
 void attn_kernel_add_for_testing(const struct attn_kernel_path *path);
 

@@ -5,9 +5,10 @@
  * CPU can run (cpuid, through __builtin_cpu_supports, which also checks that
  * the operating system saves the wide registers).  The choice is made once,
  * at start-up, before any request is computed; the unit tests change it
- * between tests to run every path, and add one the server does not have
- * (tests/unit/kernel_avx512_on_avx2.c).  Also the rows per sub-block, from
- * the CPU's second-level cache, and whether the AMX tiles may be used.
+ * between tests to run every path, and add two the server does not have
+ * (tests/unit/kernel_avx512_on_avx2.c and kernel_amx_model.c).  Also the rows
+ * per sub-block, from the CPU's second-level cache, and whether the AMX tiles
+ * may be used.
  */
 #define _DEFAULT_SOURCE /* syscall, for arch_prctl (Linux) */
 #include "attention_fused.h"
@@ -32,7 +33,8 @@ static const attn_kernel_path *all_paths[] = {
     &attn_kernel_avx2,
     &attn_kernel_portable,
 #ifdef ATTN_TESTING
-    NULL,   /* a path only the unit tests run (attn_kernel_add_for_testing) */
+    NULL,   /* two paths only the unit tests run (attn_kernel_add_for_testing) */
+    NULL,
 #endif
 };
 #define PATH_SLOTS (sizeof all_paths / sizeof all_paths[0])
@@ -49,7 +51,9 @@ static size_t path_count(void)
 #ifdef ATTN_TESTING
 void attn_kernel_add_for_testing(const attn_kernel_path *path)
 {
-    all_paths[PATH_SLOTS - 1] = path;
+    size_t n = path_count();
+    if (n < PATH_SLOTS)
+        all_paths[n] = path;
 }
 #endif
 

@@ -7,10 +7,14 @@
  * its own flags (Makefile: EXTRA_attention_fused_amx).
  */
 #define ATTN_FUSED_AMX 1
+#define PATH_BF16_VARIANT 1
+/* The unit tests' amx_bf16-model (tests/unit/kernel_amx_model.c) includes this file with a
+ * name, instruction sets and tiles of its own: a software model of them. */
+#ifndef PATH
 #define PATH amx_bf16
 #define PATH_NAME "amx_bf16"
-#define PATH_BF16_VARIANT 1
 #define PATH_TARGET "avx512f,fma,avx512bf16,amx-tile,amx-bf16"
 #define PATH_SUPPORTED (__builtin_cpu_supports("avx512f") && \
                         __builtin_cpu_supports("avx512bf16") && attn_fused_amx_usable())
+#endif
 #include "attention_fused_avx512.c"

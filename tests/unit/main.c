@@ -7,7 +7,7 @@
  * list from a counter in FILE (under a lock), so every test runs once and a slow one keeps
  * one process while the others go on (tests/unit/shards.sh runs two, or more).
  * With UNIT_CPU_PATHS_ONLY set in the environment, the kernel tests run only
- * the paths the server has, not the tests' avx512-on-avx2.
+ * the paths the server has, not the tests' avx512-on-avx2 and amx_bf16-model.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -21,8 +21,10 @@
 #include "test.h"
 #include "core/test_hooks.h"
 
-/* kernel_avx512_on_avx2.c: the avx512 path's source at its widths, for AVX2. */
+/* kernel_avx512_on_avx2.c: the avx512 path's source at its widths, for AVX2;
+ * kernel_amx_model.c: the amx_bf16 path's source on a model of the tiles. */
 extern const attn_kernel_path attn_kernel_avx512_on_avx2;
+extern const attn_kernel_path attn_kernel_amx_bf16_model;
 
 int test_failed;
 
@@ -55,9 +57,11 @@ int main(int argc, char **argv)
 {
     mem_install_jansson();
     /* UNIT_CPU_PATHS_ONLY: only the paths the server has (tests/run.sh's valgrind suite,
-     * where the extra path would add minutes; the asan suite runs it). */
-    if (getenv("UNIT_CPU_PATHS_ONLY") == NULL)
+     * where the extra paths would add minutes; the asan suite runs them). */
+    if (getenv("UNIT_CPU_PATHS_ONLY") == NULL) {
         attn_kernel_add_for_testing(&attn_kernel_avx512_on_avx2);
+        attn_kernel_add_for_testing(&attn_kernel_amx_bf16_model);
+    }
     const char *filter = NULL, *queue = NULL;
     int bad = 0;
     for (int i = 1; i < argc && !bad; i++) {
