@@ -189,7 +189,7 @@ static int request_fields(const Inference__ModelInferRequest *q, api_infer_reque
                                               {.kind = SCALAR_OBJECT, .size = 1}, scalar_bool(1)};
         }
     }
-    size_t sizes[API_INFER_MAX_INPUTS], bin = 0;
+    size_t sizes[API_INFER_MAX_INPUTS];
     r->inputs = (scalar){.kind = SCALAR_ARRAY, .size = q->n_inputs};
     r->n_inputs = q->n_inputs; /* grpc_unpack let at most API_INFER_MAX_INPUTS through */
     for (size_t i = 0; i < q->n_inputs; i++) {
@@ -213,7 +213,6 @@ static int request_fields(const Inference__ModelInferRequest *q, api_infer_reque
             return -1;
         }
         sizes[i] = raw ? q->raw_input_contents[i].len : n * esize;
-        bin += sizes[i];
         in->self = (scalar){.kind = SCALAR_OBJECT};
         in->name = scalar_string(t->name);
         in->datatype = scalar_string(t->datatype);
