@@ -69,8 +69,9 @@ static void amx_model_loadconfig(const void *config)
         return;     /* palette 0: the initial state, nothing configured */
     for (int t = 0; t < 16; t++) {
         uint8_t rows = c[48 + t];
-        if (t >= AMX_TILES ? rows != 0 || colsb[t] != 0
-                           : rows > AMX_ROWS || colsb[t] > AMX_COLSB || (rows == 0) != (colsb[t] == 0))
+        /* a tile has both rows and bytes a row or neither; those past the eight, neither */
+        if ((rows == 0) != (colsb[t] == 0) || rows > AMX_ROWS || colsb[t] > AMX_COLSB ||
+            (t >= AMX_TILES && rows != 0))
             amx_fault("LDTILECFG: a tile's rows or bytes a row out of range", t);
         if (t < AMX_TILES) {
             amx.rows[t] = rows;
