@@ -240,7 +240,8 @@ typedef struct attn_kernel_path {
      * path's vectors.  reduce_scores: s (rows lds apart) = scale * q . k for nq query rows q
      * (ldq apart) against the keys [k0, k0 + nk) of kt, K packed by pack_* (vp NULL packs K
      * alone) into kt zeroed first, k0 a multiple of ATTN_FUSED_BK; writes nk rounded up to
-     * ATTN_FUSED_BK scores a row (keys past lk score 0), which lds must hold. */
+     * ATTN_FUSED_BK scores a row (keys past lk score 0), which lds must hold, and nq rounded
+     * up to ATTN_FUSED_MR rows (those past nq repeat row nq - 1), which s must hold. */
     void (*reduce_scores_d)(const double *q, size_t ldq, size_t nq, const double *kt,
                             size_t hdk, size_t k0, size_t nk, double scale, double *s,
                             size_t lds);

@@ -38,17 +38,19 @@
 #include "core/compute.h"
 #include "core/mem.h"
 
-/* Queries and keys per score tile: 64 x 512 doubles is 256 KiB, which stays in L2. */
-#define REDUCE_ROWS 64
+/* Queries and keys per score tile: 66 x 512 doubles is 264 KiB, which stays in L2.  The rows
+ * are whole register groups of the path's micro-kernel (reduce_scores stores whole groups). */
+#define REDUCE_ROWS 66
 #define REDUCE_KEYS 512
-/* Queries per sweep-1 task and keys per sweep-2 task. */
-#define REDUCE_TASK_ROWS 256
+/* Queries per sweep-1 task (four score tiles) and keys per sweep-2 task. */
+#define REDUCE_TASK_ROWS (4 * REDUCE_ROWS)
 #define REDUCE_TASK_KEYS 1024
 /* Rows a float job's column sums of `received` take in float before they go into double. */
 #define REDUCE_FLUSH_ROWS 16
 /* The score tiles start at multiples of the packed K's tiles, and a row holds whole ones. */
 _Static_assert(REDUCE_KEYS % ATTN_FUSED_BK == 0 && REDUCE_TASK_KEYS % REDUCE_KEYS == 0,
                "score tiles are whole tiles of packed K");
+_Static_assert(REDUCE_ROWS % ATTN_FUSED_MR == 0, "a score tile holds its last group whole");
 
 int attention_reduce_any(const attn_reduce *r)
 {
