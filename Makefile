@@ -30,14 +30,15 @@
 # prerequisite, and compiles in a recursive make that starts only when it is done: with -j
 # no compile starts before the packages are there, and no two apt-gets run at once.
 #
-#   provision-build      (make deps)           run, soak, bench-mhd, fuzz
+#   provision-build      (make deps)           run, soak, bench-mhd
 #   provision-test                             test, test-build
 #   provision-bench                            bench
 #   provision-container  (make container-deps) image, image-balancer, the container suites
 #
-# and the targets that install one part: checkpoint-deps (checkpoint), browser-deps (browser),
-# ort-deps (ort), install-podman (podman), lint-api (api), check-api-answers (build prism),
-# lint-k8s (k8s), test-browser and viz-screenshots (build browser).  When nothing is missing
+# and the targets that install one part: fuzz (build fuzz), checkpoint-deps (checkpoint),
+# browser-deps (browser), ort-deps (ort), install-podman (podman), lint-api (api),
+# check-api-answers (build prism), lint-k8s (k8s), test-browser and viz-screenshots (build
+# browser).  When nothing is missing
 # the script returns at once, so the suites that `make test` runs through make (lint-api,
 # check-api-answers, lint-k8s, test-browser) install nothing a second time.
 
@@ -309,6 +310,7 @@ test-build: provision-test
 	    build/crashtest build/v2test build/hostile build/sharetest
 	@$(MAKE) --no-print-directory $(JOBS) SANITIZE=1 build/asan/attention-server \
 	    build/asan/unit-tests
+	@$(MAKE) --no-print-directory $(JOBS) $(FUZZERS)
 
 test: test-build
 	@bash tests/run.sh $(if $(T),--filter '$(T)') $(SUITES)
@@ -406,33 +408,53 @@ bench-mhd: provision-build
 	@bash tests/bench/bench_mhd.sh $(BENCH_ARGS) $(MHD_VARIANTS)
 
 # Fuzzing (libFuzzer, clang, ASan + UBSan): everything a request body reaches, through
-# api_handle.  Not part of `make test` (it runs until FUZZ_SECONDS); findings land in build/fuzz.
+# api_handle.  `make fuzz` runs each fuzzer until FUZZ_SECONDS; findings land in build/fuzz.
+# `make test` builds them too and its fuzz-replay suite runs each on its seed corpus once
+# (tests/fuzz/replay.sh), so that the harnesses, and the server's sources under clang's
+# warnings, keep building.  The library is compiled once, a file at a time (so that -j
+# shares the work), with the coverage instrumentation and without libFuzzer's main, which
+# only the harnesses link.
 FUZZ_SECONDS ?= 120
-build/fuzz/fuzz-api: $(LIB_SRCS) $(VIZ_GEN) $(GRPC_GEN_C) tests/fuzz/fuzz_api.c $(wildcard server/*/*.h server/*/*.inc)
+FUZZ_CFLAGS = $(CSTD) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+              $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -MMD -MP
+FUZZ_LIB_OBJS := $(LIB_SRCS:server/%.c=build/fuzz/obj/%.o) build/fuzz/obj/viz_assets.o \
+                 $(GRPC_PROTOS:api/grpc/%.proto=build/fuzz/obj/gen/grpc/%.pb-c.o)
+FUZZERS := build/fuzz/fuzz-api build/fuzz/fuzz-json-fast build/fuzz/fuzz-grpc
+
+build/fuzz/obj/%.o: server/%.c | $(GRPC_GEN_H)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -Iserver -I$(GRPC_GEN) -c $< -o $@
+
+build/fuzz/obj/viz_assets.o: $(VIZ_GEN)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -Iserver -c $< -o $@
+
+# Generated code, so without -Werror's extra warnings, as in the server's build.
+build/fuzz/obj/gen/grpc/%.o: $(GRPC_GEN)/%.c $(GRPC_GEN_H)
+	@mkdir -p $(dir $@)
+	clang $(CSTD) -g -O1 -fsanitize=address,undefined,fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+
+build/fuzz/fuzz-api: $(FUZZ_LIB_OBJS) tests/fuzz/fuzz_api.c
 	@mkdir -p build/fuzz/corpus
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -I$(GRPC_GEN) $(LIB_SRCS) $(VIZ_GEN) \
-	    $(GRPC_GEN_C) tests/fuzz/fuzz_api.c -o $@ \
-	    $(PKG_LIBS) -lpthread -lm
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iserver -I$(GRPC_GEN) $(FUZZ_LIB_OBJS) \
+	    tests/fuzz/fuzz_api.c -o $@ $(PKG_LIBS) -lpthread -lm
 
 # json_fast against jansson alone: any difference aborts (tests/unit/json_fast_check.h).
-build/fuzz/fuzz-json-fast: server/json/json_fast.c server/core/mem.c server/json/json_fast.h server/core/mem.h \
-                           tests/fuzz/fuzz_json_fast.c tests/unit/json_fast_check.h
+build/fuzz/fuzz-json-fast: build/fuzz/obj/json/json_fast.o build/fuzz/obj/core/mem.o \
+                           tests/fuzz/fuzz_json_fast.c
 	@mkdir -p build/fuzz/corpus-json
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -Itests/unit server/json/json_fast.c server/core/mem.c \
-	    tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iserver -Itests/unit build/fuzz/obj/json/json_fast.o \
+	    build/fuzz/obj/core/mem.o tests/fuzz/fuzz_json_fast.c -o $@ $(PKG_LIBS) -lpthread -lm
 
 # The gRPC front-end's ModelInfer from the bytes of a message (tests/fuzz/fuzz_grpc.c).
-build/fuzz/fuzz-grpc: $(LIB_SRCS) $(VIZ_GEN) $(GRPC_GEN_C) tests/fuzz/fuzz_grpc.c $(wildcard server/*/*.h server/*/*.inc)
+build/fuzz/fuzz-grpc: $(FUZZ_LIB_OBJS) tests/fuzz/fuzz_grpc.c
 	@mkdir -p build/fuzz/corpus-grpc
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(WARN) $(DEFS) -DATTN_TESTING $(PKG_CFLAGS) -Iserver -I$(GRPC_GEN) $(LIB_SRCS) $(VIZ_GEN) \
-	    $(GRPC_GEN_C) tests/fuzz/fuzz_grpc.c -o $@ \
-	    $(PKG_LIBS) -lpthread -lm
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iserver -I$(GRPC_GEN) $(FUZZ_LIB_OBJS) \
+	    tests/fuzz/fuzz_grpc.c -o $@ $(PKG_LIBS) -lpthread -lm
 
-fuzz: provision-build
-	@$(MAKE) --no-print-directory build/fuzz/fuzz-api build/fuzz/fuzz-json-fast build/fuzz/fuzz-grpc
+fuzz:
+	@$(PROVISION) build fuzz
+	@$(MAKE) --no-print-directory $(JOBS) $(FUZZERS)
 	cd build/fuzz && ./fuzz-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
 	    -print_final_stats=1 corpus ../../tests/fuzz/corpus
 	cd build/fuzz && ./fuzz-json-fast -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
@@ -485,3 +507,4 @@ clean:
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_OBJS:.o=.d) $(HOOKED:%=$(BUILD)/obj/testing/%.d)
 -include $(wildcard build/obj/bench/*.d build/bench/mhd/*.d)
+-include $(FUZZ_LIB_OBJS:.o=.d) $(FUZZERS:=.d)

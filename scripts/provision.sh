@@ -7,12 +7,13 @@
 #
 # Profiles (each includes the ones it names):
 #   build       the compiler, pkg-config and the -dev packages: what `make` and `make run` need
-#   test        build, curl, valgrind, openssl, checkpoint, browser, api, prism, k8s and s3:
-#               what `make test` needs
+#   test        build, curl, valgrind, openssl, fuzz, checkpoint, browser, api, prism, k8s and
+#               s3: what `make test` needs
 #   bench       test, ort, and the Debian packages the benchmark scripts use (python3-flask,
 #               gunicorn, wrk, gzip): what `make bench` needs
 #   container   jq, curl and docker.io (the swarm suite), and podman with its helpers when no
 #               Docker engine answers
+#   fuzz        clang and its libFuzzer (`make fuzz`, and the fuzz-replay suite of `make test`)
 #   checkpoint  Debian's python3-torch and python3-numpy (the checkpoint and viz-capture suites)
 #   s3          OpenStack Swift with its S3 middleware, memcached and awscli (the s3-store suite)
 #   browser     checkpoint, chromium and the pinned puppeteer-core of tests/browser/
@@ -39,8 +40,8 @@ set -eu
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: scripts/provision.sh PROFILE... (build test bench container checkpoint s3 browser" \
-        "api prism k8s ort podman)" >&2
+    echo "usage: scripts/provision.sh PROFILE... (build test bench container fuzz checkpoint s3" \
+        "browser api prism k8s ort podman)" >&2
     exit 2
 }
 
@@ -59,6 +60,9 @@ BUILD_DEBS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenb
 # streams that never send one), which no gRPC client can be made to do.
 TEST_DEBS="curl valgrind openssl python3-grpcio python3-protobuf protobuf-compiler
            protobuf-compiler-grpc python3-numpy python3-h2"
+# The fuzzers (tests/fuzz/) are clang's: libFuzzer is its compiler-rt's (libclang-rt-dev), and
+# `make test` builds them so that they keep building (the fuzz-replay suite).
+FUZZ_DEBS="clang libclang-rt-dev"
 # The checkpoint suite (tests/checkpoints/) builds its models with Debian's PyTorch and NumPy,
 # run by /usr/bin/python3 (a python3 earlier on PATH may not see Debian's packages).
 CHECKPOINT_DEBS="python3-torch python3-numpy"
@@ -100,7 +104,7 @@ add() {
         test)
             add build
             debs="$debs $TEST_DEBS"
-            add checkpoint; add s3; add browser; add api; add prism; add k8s ;;
+            add fuzz; add checkpoint; add s3; add browser; add api; add prism; add k8s ;;
         bench)
             add test; add ort
             debs="$debs $BENCH_DEBS" ;;
@@ -111,6 +115,7 @@ add() {
             else
                 add podman
             fi ;;
+        fuzz) debs="$debs $FUZZ_DEBS" ;;
         checkpoint) debs="$debs $CHECKPOINT_DEBS" ;;
         s3) debs="$debs $S3_DEBS" ;;
         browser)

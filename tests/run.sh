@@ -33,6 +33,7 @@
 #   openapi-answers, k8s-manifests     the case's name (as printed), through the
 #                                      environment variable TEST_FILTER
 #   openapi-lint                       its one check, "openapi-lint"
+#   fuzz-replay                        "fuzz-replay/FUZZER" (api, json-fast, grpc)
 #   container, compose, swarm          the check's name (image/..., run/..., compose/...,
 #                                      swarm/...);
 #                                      the whole script runs when one matches, reporting
@@ -103,6 +104,7 @@ every_suite() {
     suite unit-valgrind bash tests/unit/shards.sh --build valgrind
     suite reference build/ref_check "$FIXTURES"
     suite layers /usr/bin/python3 tests/layers/layers_check.py
+    suite fuzz-replay bash tests/fuzz/replay.sh
     suite perf-table /usr/bin/python3 tests/bench/perf_table_test.py
     suite readme /usr/bin/python3 tests/readme/readme_test.py --server build/attention-server
     suite viz-capture /usr/bin/python3 tests/browser/capture.py
