@@ -38,9 +38,9 @@
 # and the targets that install one part: fuzz (build fuzz), checkpoint-deps (checkpoint),
 # browser-deps (browser), ort-deps (ort), install-podman (podman), lint-api (api),
 # check-api-answers (build prism), lint-k8s (k8s), test-browser and viz-screenshots (build
-# browser).  When nothing is missing
-# the script returns at once, so the suites that `make test` runs through make (lint-api,
-# check-api-answers, lint-k8s, test-browser) install nothing a second time.
+# browser).  When nothing is missing the script returns at once, so the suites that `make test`
+# runs through make (lint-api, check-api-answers, lint-k8s, test-browser) install nothing a
+# second time.
 
 CC      ?= cc
 PKGS    := libmicrohttpd jansson openblas zlib grpc libprotobuf-c libcurl expat libcrypto
