@@ -28,7 +28,7 @@ replay() {
         failed=$((failed + 1))
         return
     fi
-    # -timeout: a seed that hangs fails within seconds; timeout(1) bounds the whole run.
+    # -timeout: a seed that hangs fails after 20 s; timeout(1) bounds the whole run.
     timeout 300 "$fuzzer" -timeout=20 "${seeds[@]}" >"$out" 2>&1
     local rc=$? ran
     ran=$(grep -c '^Executed ' "$out")
